@@ -1,0 +1,207 @@
+//! Record batch (magic 2) header: parsing, validation of untrusted bytes, and the in-place
+//! rewrites the broker is allowed (baseOffset, partitionLeaderEpoch, and for LogAppendTime the
+//! timestamps + CRC). Records are never walked here. Every length is checked before it is used:
+//! the bytes come from the network or the disk. Runs on the shard owning the partition.
+
+use crate::error::StorageError;
+use crate::types::BatchesSummary;
+
+pub const BASE_OFFSET_AT: usize = 0;
+pub const BATCH_LENGTH_AT: usize = 8;
+pub const LEADER_EPOCH_AT: usize = 12;
+pub const MAGIC_AT: usize = 16;
+pub const CRC_AT: usize = 17;
+pub const ATTRIBUTES_AT: usize = 21;
+pub const LAST_OFFSET_DELTA_AT: usize = 23;
+pub const BASE_TIMESTAMP_AT: usize = 27;
+pub const MAX_TIMESTAMP_AT: usize = 35;
+pub const RECORDS_COUNT_AT: usize = 57;
+/// Bytes before the records: the whole fixed header.
+pub const HEADER_BYTES: usize = 61;
+/// baseOffset + batchLength: what `batchLength` does not count.
+pub const LOG_OVERHEAD: usize = 12;
+/// Smallest legal batchLength: the header after the length field.
+pub const MIN_BATCH_LENGTH: i32 = (HEADER_BYTES - LOG_OVERHEAD) as i32;
+pub const MAGIC_V2: i8 = 2;
+pub const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
+pub const COMPRESSION_MASK: i16 = 0x07;
+
+pub fn be_i64(b: &[u8], at: usize) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    i64::from_be_bytes(a)
+}
+pub fn be_i32(b: &[u8], at: usize) -> i32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    i32::from_be_bytes(a)
+}
+pub fn be_u32(b: &[u8], at: usize) -> u32 {
+    be_i32(b, at) as u32
+}
+pub fn be_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+
+/// The fixed header fields the log needs. Only built from at least `HEADER_BYTES` bytes whose
+/// length field has been checked (`batch_len >= MIN_BATCH_LENGTH`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    /// Whole batch size in bytes: `LOG_OVERHEAD + batchLength`.
+    pub size: usize,
+    pub leader_epoch: i32,
+    pub magic: i8,
+    pub crc: u32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub records_count: i32,
+}
+
+impl BatchHeader {
+    /// Parses the header at the start of `b`. `None` if `b` is shorter than a header or the
+    /// length field is below the minimum (such bytes can never start a valid batch).
+    pub fn parse(b: &[u8]) -> Option<BatchHeader> {
+        if b.len() < HEADER_BYTES {
+            return None;
+        }
+        let batch_length = be_i32(b, BATCH_LENGTH_AT);
+        if batch_length < MIN_BATCH_LENGTH {
+            return None;
+        }
+        Some(BatchHeader {
+            base_offset: be_i64(b, BASE_OFFSET_AT),
+            size: LOG_OVERHEAD + batch_length as usize,
+            leader_epoch: be_i32(b, LEADER_EPOCH_AT),
+            magic: b[MAGIC_AT] as i8,
+            crc: be_u32(b, CRC_AT),
+            attributes: be_i16(b, ATTRIBUTES_AT),
+            last_offset_delta: be_i32(b, LAST_OFFSET_DELTA_AT),
+            base_timestamp: be_i64(b, BASE_TIMESTAMP_AT),
+            max_timestamp: be_i64(b, MAX_TIMESTAMP_AT),
+            records_count: be_i32(b, RECORDS_COUNT_AT),
+        })
+    }
+
+    /// Offset of the last record (inclusive).
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset
+            .saturating_add(self.last_offset_delta as i64)
+    }
+
+    pub fn compression(&self) -> u8 {
+        (self.attributes & COMPRESSION_MASK) as u8
+    }
+
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & TIMESTAMP_TYPE_BIT != 0
+    }
+}
+
+/// CRC32C of a whole batch as stored in its header (attributes to the end).
+pub fn compute_crc(batch: &[u8]) -> u32 {
+    crc32c::crc32c(&batch[ATTRIBUTES_AT..])
+}
+
+/// Checks the batch at the start of `b` and returns its header. Checks, in order: enough bytes
+/// for a header, batchLength >= 49, the batch lies within `b`, magic 2, size <=
+/// `max_message_bytes`, lastOffsetDelta >= 0 and recordsCount consistent, CRC32C.
+pub fn validate_one(b: &[u8], max_message_bytes: u32) -> Result<BatchHeader, StorageError> {
+    if b.len() < LOG_OVERHEAD {
+        return Err(StorageError::CorruptMessage(format!(
+            "truncated batch: {} bytes left, need at least {LOG_OVERHEAD}",
+            b.len()
+        )));
+    }
+    let batch_length = be_i32(b, BATCH_LENGTH_AT);
+    if batch_length < MIN_BATCH_LENGTH {
+        return Err(StorageError::CorruptMessage(format!(
+            "batchLength {batch_length} below minimum {MIN_BATCH_LENGTH}"
+        )));
+    }
+    let size = LOG_OVERHEAD + batch_length as usize;
+    if size > b.len() {
+        return Err(StorageError::CorruptMessage(format!(
+            "truncated batch: declares {size} bytes, {} available",
+            b.len()
+        )));
+    }
+    let header = BatchHeader::parse(b)
+        .ok_or_else(|| StorageError::CorruptMessage("batch shorter than its header".to_string()))?;
+    if header.magic != MAGIC_V2 {
+        return Err(StorageError::CorruptMessage(format!(
+            "unsupported magic {}",
+            header.magic
+        )));
+    }
+    if size > max_message_bytes as usize {
+        return Err(StorageError::MessageTooLarge {
+            size,
+            max: max_message_bytes,
+        });
+    }
+    if header.last_offset_delta < 0 {
+        return Err(StorageError::InvalidRecord(format!(
+            "negative lastOffsetDelta {}",
+            header.last_offset_delta
+        )));
+    }
+    if header.records_count < 0 || header.records_count as i64 > header.last_offset_delta as i64 + 1
+    {
+        return Err(StorageError::InvalidRecord(format!(
+            "recordsCount {} inconsistent with lastOffsetDelta {}",
+            header.records_count, header.last_offset_delta
+        )));
+    }
+    let crc = compute_crc(&b[..size]);
+    if crc != header.crc {
+        return Err(StorageError::CorruptMessage(format!(
+            "crc mismatch: stored {:#010x}, computed {crc:#010x}",
+            header.crc
+        )));
+    }
+    Ok(header)
+}
+
+/// Validates one buffer of concatenated batches without a Log (same checks as `Log::append`).
+pub fn validate_batches(
+    batches: &[u8],
+    max_message_bytes: u32,
+) -> Result<BatchesSummary, StorageError> {
+    if batches.is_empty() {
+        return Err(StorageError::InvalidRecord("no record batches".to_string()));
+    }
+    let mut summary = BatchesSummary {
+        batch_count: 0,
+        record_count: 0,
+        max_timestamp_ms: -1,
+    };
+    let mut pos = 0usize;
+    while pos < batches.len() {
+        let header = validate_one(&batches[pos..], max_message_bytes)?;
+        summary.batch_count += 1;
+        summary.record_count += header.last_offset_delta as u64 + 1;
+        summary.max_timestamp_ms = summary.max_timestamp_ms.max(header.max_timestamp);
+        pos += header.size;
+    }
+    Ok(summary)
+}
+
+/// Stamps the fields the CRC does not cover.
+pub fn set_base_offset_and_epoch(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
+    batch[BASE_OFFSET_AT..BASE_OFFSET_AT + 8].copy_from_slice(&base_offset.to_be_bytes());
+    batch[LEADER_EPOCH_AT..LEADER_EPOCH_AT + 4].copy_from_slice(&leader_epoch.to_be_bytes());
+}
+
+/// LogAppendTime: marks the timestamp type, sets base and max timestamp to `now_ms` and
+/// recomputes the CRC (these fields are covered by it).
+pub fn stamp_log_append_time(batch: &mut [u8], now_ms: i64) {
+    let attributes = be_i16(batch, ATTRIBUTES_AT) | TIMESTAMP_TYPE_BIT;
+    batch[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+    batch[BASE_TIMESTAMP_AT..BASE_TIMESTAMP_AT + 8].copy_from_slice(&now_ms.to_be_bytes());
+    batch[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = compute_crc(batch);
+    batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+}

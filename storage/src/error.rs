@@ -1,0 +1,37 @@
+//! The one error enum of `keel-storage`. The broker maps each variant to a Kafka error code in
+//! one place (CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, OFFSET_OUT_OF_RANGE,
+//! KAFKA_STORAGE_ERROR). Errors are logged where they are handled, not here.
+
+use crate::types::Offset;
+
+/// Everything a partition log can refuse or fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// Bad magic, length or CRC: Kafka CORRUPT_MESSAGE.
+    #[error("corrupt message: {0}")]
+    CorruptMessage(String),
+    /// Structurally valid batch whose fields are inconsistent: Kafka INVALID_RECORD.
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    /// One batch is larger than `max_message_bytes`: Kafka MESSAGE_TOO_LARGE.
+    #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
+    MessageTooLarge { size: usize, max: u32 },
+    /// The fetch offset lies outside `[log_start_offset, log_end_offset]`.
+    #[error("offset {requested:?} out of range [{log_start_offset:?}, {log_end_offset:?}]")]
+    OffsetOutOfRange {
+        requested: Offset,
+        log_start_offset: Offset,
+        log_end_offset: Offset,
+    },
+    /// An earlier write or fsync failed: the log refuses writes until it is reopened.
+    #[error("log poisoned by an earlier I/O failure: {0}")]
+    Poisoned(String),
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl From<glommio::GlommioError<()>> for StorageError {
+    fn from(e: glommio::GlommioError<()>) -> Self {
+        StorageError::Io(e.into())
+    }
+}

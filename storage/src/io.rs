@@ -1,0 +1,109 @@
+//! Small file helpers over glommio for the files that are not O_DIRECT streams: index files
+//! and the leader-epoch checkpoint (buffered I/O, never mixed with DMA on the same file), and
+//! listing a partition directory. Runs on the owning shard; directory listing and existence
+//! checks are plain syscalls, done only at open.
+
+use std::path::{Path, PathBuf};
+
+use glommio::io::{BufferedFile, DmaFile, OpenOptions};
+
+use crate::error::StorageError;
+use crate::types::Offset;
+
+/// Replaces `path` with `data` (create/truncate, write, fdatasync).
+pub async fn write_file(path: &Path, data: Vec<u8>) -> Result<(), StorageError> {
+    let file = BufferedFile::create(path).await?;
+    let len = data.len();
+    if len > 0 {
+        let n = file.write_at(data, 0).await?;
+        if n != len {
+            return Err(StorageError::Io(std::io::Error::other(format!(
+                "short write to {}: {n} of {len} bytes",
+                path.display()
+            ))));
+        }
+    }
+    file.fdatasync().await?;
+    file.close().await?;
+    Ok(())
+}
+
+/// Writes `data` to `<path>.tmp`, syncs it and renames it over `path`.
+pub async fn write_file_atomic(path: &Path, data: Vec<u8>) -> Result<(), StorageError> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    write_file(&tmp, data).await?;
+    glommio::io::rename(&tmp, path).await?;
+    Ok(())
+}
+
+/// The whole file, or `None` if it does not exist.
+pub async fn read_file(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let file = BufferedFile::open(path).await?;
+    let size = file.file_size().await? as usize;
+    let data = if size == 0 {
+        Vec::new()
+    } else {
+        file.read_at(0, size).await?.to_vec()
+    };
+    file.close().await?;
+    Ok(Some(data))
+}
+
+/// Opens (creating if missing, never truncating) a segment `.log` for O_DIRECT reads and writes.
+pub async fn open_log_file(path: &Path, truncate: bool) -> Result<DmaFile, StorageError> {
+    Ok(OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(truncate)
+        .dma_open(path)
+        .await?)
+}
+
+/// Base offsets of the `.log` files in `dir`, ascending.
+pub fn list_segments(dir: &Path) -> Result<Vec<Offset>, StorageError> {
+    let mut bases = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(stem) = name.strip_suffix(".log") else {
+            continue;
+        };
+        if stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) {
+            if let Ok(base) = stem.parse::<i64>() {
+                bases.push(Offset(base));
+            }
+        }
+    }
+    bases.sort();
+    Ok(bases)
+}
+
+thread_local! {
+    /// Devices (st_dev) whose iopoll support glommio has probed on this thread.
+    static PROBED_DEVICES: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// glommio probes io_uring IOPOLL support the first time a thread opens a DmaFile on a device,
+/// by reading the start of that file. On an empty file the read short-circuits to success, so
+/// a device without IOPOLL (virtio, most VMs) is wrongly marked pollable and every later read
+/// fails with EOPNOTSUPP. Open a non-empty file first so the probe sees the truth.
+pub async fn prime_iopoll_probe(dir: &Path) -> Result<(), StorageError> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(dir)?.dev();
+    if PROBED_DEVICES.with(|p| p.borrow().contains(&dev)) {
+        return Ok(());
+    }
+    let path = dir.join(".keel-iopoll-probe");
+    std::fs::write(&path, [0u8; 4096])?;
+    let opened = DmaFile::open(&path).await;
+    std::fs::remove_file(&path)?;
+    opened?.close().await?;
+    PROBED_DEVICES.with(|p| p.borrow_mut().push(dev));
+    Ok(())
+}

@@ -1,0 +1,31 @@
+//! `keel-storage`: the per-partition segmented log of Keel, in Kafka's on-disk layout
+//! (`<base>.log`, `.index`, `.timeindex`, `leader-epoch-checkpoint`).
+//!
+//! A [`Log`] is owned by the shard (glommio executor) that owns the partition and is never sent
+//! across threads. Record batches stay opaque bytes: the log validates their header and CRC,
+//! stamps baseOffset / partitionLeaderEpoch (and LogAppendTime), and only walks records for
+//! ListOffsets by timestamp. Invariant: `log_start_offset <= high_watermark <= log_end_offset`.
+
+mod batch;
+mod epoch;
+mod error;
+mod index;
+mod io;
+mod log;
+mod records;
+mod recovery;
+mod segment;
+mod types;
+
+#[cfg(test)]
+mod test_util;
+#[cfg(test)]
+mod tests;
+
+pub use batch::validate_batches;
+pub use error::StorageError;
+pub use log::Log;
+pub use types::{
+    AppendInfo, BatchesSummary, FlushPolicy, LeaderEpoch, LogConfig, LogOffsets, Offset,
+    ReadResult, TimestampType,
+};

@@ -1,0 +1,1039 @@
+//! The partition log: an ordered set of segments named by base offset, the offset bookkeeping
+//! (`log_start_offset <= high_watermark <= log_end_offset`), the tail cache, the leader epoch
+//! cache and the group-commit flusher.
+//!
+//! Who moves what: `append` moves `log_end_offset` (and stages bytes); the flusher (one at a
+//! time, under `flush_lock`) moves `written_end`/`synced_end` and the segments' `written`/
+//! `synced`; `commit`/`sync` move `high_watermark`, never past what the flush policy has made
+//! committed. A failed write or fsync poisons the log. No `RefCell` borrow is held across an
+//! `.await`. If a `commit`/`sync`/`read` future is dropped midway, nothing is lost: state moves
+//! only after an I/O completes, so the next flush rewrites the same range. The log lives on
+//! exactly one glommio executor (the shard owning the partition) and is not `Send`.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use glommio::sync::Semaphore;
+
+use crate::batch::{
+    set_base_offset_and_epoch, stamp_log_append_time, validate_batches, BatchHeader, HEADER_BYTES,
+};
+use crate::epoch::{EpochCache, CHECKPOINT_FILE};
+use crate::error::StorageError;
+use crate::index::{OffsetIndex, TimeIndex};
+use crate::io::{
+    list_segments, open_log_file, prime_iopoll_probe, read_file, write_file, write_file_atomic,
+};
+use crate::records::find_record;
+use crate::recovery::scan_segment;
+use crate::segment::{align_down, align_up, segment_path, Segment};
+use crate::types::{
+    AppendInfo, LeaderEpoch, LogConfig, LogOffsets, Offset, ReadResult, TimestampType,
+};
+
+/// Most bytes handed to one `write_at` (bounds the DMA buffer of a flush).
+const WRITE_BYTES_MAX: u64 = 1024 * 1024;
+/// Bytes read per I/O when walking batch headers in a segment.
+const LOCATE_WINDOW_BYTES: u64 = 64 * 1024;
+
+struct CachedBatch {
+    base_offset: Offset,
+    last_offset: Offset,
+    bytes: Bytes,
+}
+
+struct State {
+    config: LogConfig,
+    /// Ascending by base offset; the last is the active segment. Never empty.
+    segments: Vec<Segment>,
+    log_start_offset: Offset,
+    log_end_offset: Offset,
+    high_watermark: Offset,
+    /// Every offset below is written to its segment file.
+    written_end: Offset,
+    /// Every offset below is written and fdatasync'ed.
+    synced_end: Offset,
+    /// Most recent whole batches, contiguous, ending at `log_end_offset`.
+    tail_cache: VecDeque<CachedBatch>,
+    tail_cache_bytes: usize,
+    epochs: EpochCache,
+    epochs_dirty: bool,
+    poisoned: Option<String>,
+}
+
+impl State {
+    fn offsets(&self) -> LogOffsets {
+        LogOffsets {
+            log_start_offset: self.log_start_offset,
+            high_watermark: self.high_watermark,
+            log_end_offset: self.log_end_offset,
+        }
+    }
+
+    fn segment(&self, base: Offset) -> Option<&Segment> {
+        self.segments.iter().find(|s| s.base_offset == base)
+    }
+
+    fn segment_mut(&mut self, base: Offset) -> Option<&mut Segment> {
+        self.segments.iter_mut().find(|s| s.base_offset == base)
+    }
+
+    fn active(&mut self) -> &mut Segment {
+        let last = self.segments.len() - 1;
+        &mut self.segments[last]
+    }
+
+    /// Index of the segment holding `offset` (the last with base <= offset).
+    fn segment_for(&self, offset: Offset) -> usize {
+        self.segments
+            .partition_point(|s| s.base_offset <= offset)
+            .saturating_sub(1)
+    }
+
+    fn check_poisoned(&self) -> Result<(), StorageError> {
+        match &self.poisoned {
+            Some(why) => Err(StorageError::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Rolls the active segment if the batch (already stamped) must not go into it.
+    fn maybe_roll(&mut self, header: &BatchHeader, now_ms: i64) {
+        let segment_bytes = self.config.segment_bytes;
+        let segment_ms = self.config.segment_ms;
+        let active = self.active();
+        if active.size == 0 {
+            return;
+        }
+        let new_size = active.size + header.size as u64;
+        let too_big = new_size > segment_bytes || new_size > u32::MAX as u64;
+        let too_old = active
+            .created_ms
+            .is_some_and(|c| now_ms.saturating_sub(c) > segment_ms.min(i64::MAX as u64) as i64);
+        let offset_overflow = header.last_offset() - active.base_offset.0 > u32::MAX as i64;
+        if !(too_big || too_old || offset_overflow) {
+            return;
+        }
+        active.closed = true;
+        active.seal_time_index();
+        tracing::debug!(
+            base_offset = active.base_offset.0,
+            too_big,
+            too_old,
+            offset_overflow,
+            "rolling segment"
+        );
+        let mut next = Segment::new(Offset(header.base_offset), None);
+        next.created_ms = Some(now_ms);
+        self.segments.push(next);
+    }
+
+    fn cache_push(&mut self, header: &BatchHeader, bytes: Bytes) {
+        let cap = self.config.tail_cache_bytes;
+        if bytes.len() > cap {
+            self.tail_cache.clear();
+            self.tail_cache_bytes = 0;
+            return;
+        }
+        self.tail_cache_bytes += bytes.len();
+        self.tail_cache.push_back(CachedBatch {
+            base_offset: Offset(header.base_offset),
+            last_offset: Offset(header.last_offset()),
+            bytes,
+        });
+        while self.tail_cache_bytes > cap {
+            match self.tail_cache.pop_front() {
+                Some(b) => self.tail_cache_bytes -= b.bytes.len(),
+                None => break,
+            }
+        }
+    }
+
+    /// Whole batches from the tail cache, or `None` when the cache does not cover `fetch`.
+    fn read_cache(&self, fetch: Offset, max_bytes: usize, max_offset: Offset) -> Option<Bytes> {
+        let front = self.tail_cache.front()?;
+        if front.base_offset > fetch {
+            return None;
+        }
+        let first = self.tail_cache.partition_point(|b| b.last_offset < fetch);
+        let mut taken = 0usize;
+        let mut total = 0usize;
+        for b in self.tail_cache.iter().skip(first) {
+            if b.last_offset >= max_offset || (taken > 0 && total + b.bytes.len() > max_bytes) {
+                break;
+            }
+            taken += 1;
+            total += b.bytes.len();
+        }
+        match taken {
+            0 => Some(Bytes::new()),
+            1 => Some(self.tail_cache[first].bytes.clone()),
+            _ => {
+                let mut out = BytesMut::with_capacity(total);
+                for b in self.tail_cache.iter().skip(first).take(taken) {
+                    out.extend_from_slice(&b.bytes);
+                }
+                Some(out.freeze())
+            }
+        }
+    }
+}
+
+struct Inner {
+    dir: PathBuf,
+    state: RefCell<State>,
+    /// One flush at a time: its holder is the only writer of segment files.
+    flush_lock: Semaphore,
+}
+
+/// Cheap-to-clone handle (Rc inside) to one partition's log. Lives on exactly one glommio
+/// executor (not Send).
+#[derive(Clone)]
+pub struct Log {
+    inner: Rc<Inner>,
+}
+
+/// One segment's write job: bytes `[block_start, new_written)` padded to the block size.
+struct WriteJob {
+    file: Rc<glommio::io::DmaFile>,
+    buffer: glommio::io::DmaBuffer,
+    block_start: u64,
+    chunks: usize,
+    new_written: u64,
+    new_tail_block: Vec<u8>,
+}
+
+impl Log {
+    /// Opens or creates the log in `dir` and recovers it (see the crate docs): closed segments
+    /// keep trusted indexes (else rebuilt), the active segment is rescanned, a torn or corrupt
+    /// tail is truncated and segments after a gap are deleted.
+    pub async fn open(dir: &Path, config: LogConfig) -> Result<Log, StorageError> {
+        std::fs::create_dir_all(dir)?;
+        prime_iopoll_probe(dir).await?;
+        let mut epochs = match read_file(&dir.join(CHECKPOINT_FILE)).await? {
+            Some(bytes) => match std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(EpochCache::decode)
+            {
+                Some(c) => c,
+                None => {
+                    tracing::warn!(dir = %dir.display(), "malformed leader-epoch-checkpoint; rebuilding from batches");
+                    EpochCache::default()
+                }
+            },
+            None => EpochCache::default(),
+        };
+        let checkpoint_before = epochs.clone();
+        let mut bases = list_segments(dir)?;
+        let mut segments = Vec::with_capacity(bases.len().max(1));
+        let mut i = 0;
+        while i < bases.len() {
+            let is_last = i + 1 == bases.len();
+            let seg = recover_segment(dir, bases[i], is_last, &config, &mut epochs).await?;
+            let next_offset = seg.next_offset;
+            segments.push(seg);
+            if !is_last && bases[i + 1] != next_offset {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    expected = next_offset.0,
+                    found = bases[i + 1].0,
+                    "offset gap after recovered segment; deleting the segments after it"
+                );
+                for &base in &bases[i + 1..] {
+                    for ext in ["log", "index", "timeindex"] {
+                        let path = segment_path(dir, base, ext);
+                        if path.exists() {
+                            glommio::io::remove(&path).await?;
+                        }
+                    }
+                }
+                bases.truncate(i + 1);
+                // The segment we just recovered as closed is now the active one.
+                let last = segments.len() - 1;
+                let reopened = recover_segment(dir, bases[i], true, &config, &mut epochs).await?;
+                segments[last] = reopened;
+            }
+            i += 1;
+        }
+        if segments.is_empty() {
+            let file = open_log_file(&segment_path(dir, Offset(0), "log"), true).await?;
+            segments.push(Segment::new(Offset(0), Some(Rc::new(file))));
+        }
+        let log_start_offset = segments[0].base_offset;
+        let log_end_offset = segments[segments.len() - 1].next_offset;
+        epochs.truncate_from_end(log_end_offset);
+        if epochs != checkpoint_before {
+            write_file_atomic(&dir.join(CHECKPOINT_FILE), epochs.encode().into_bytes()).await?;
+        }
+        tracing::info!(
+            dir = %dir.display(),
+            segments = segments.len(),
+            log_start_offset = log_start_offset.0,
+            log_end_offset = log_end_offset.0,
+            "log opened"
+        );
+        let state = State {
+            config,
+            segments,
+            log_start_offset,
+            log_end_offset,
+            high_watermark: log_end_offset,
+            written_end: log_end_offset,
+            synced_end: log_end_offset,
+            tail_cache: VecDeque::new(),
+            tail_cache_bytes: 0,
+            epochs,
+            epochs_dirty: false,
+            poisoned: None,
+        };
+        Ok(Log {
+            inner: Rc::new(Inner {
+                dir: dir.to_path_buf(),
+                state: RefCell::new(state),
+                flush_lock: Semaphore::new(1),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> LogConfig {
+        self.inner.state.borrow().config.clone()
+    }
+
+    /// Applies a topic config change; size and time limits apply from the next append.
+    pub fn set_config(&self, config: LogConfig) {
+        let mut s = self.inner.state.borrow_mut();
+        s.config = config;
+        let cap = s.config.tail_cache_bytes;
+        while s.tail_cache_bytes > cap {
+            match s.tail_cache.pop_front() {
+                Some(b) => s.tail_cache_bytes -= b.bytes.len(),
+                None => break,
+            }
+        }
+    }
+
+    pub fn offsets(&self) -> LogOffsets {
+        self.inner.state.borrow().offsets()
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.inner.dir.clone()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.inner.state.borrow().segments.len()
+    }
+
+    /// Validates every batch, then assigns offsets, stamps, stages and caches them (no I/O).
+    /// If any batch is bad nothing is appended.
+    pub fn append(
+        &self,
+        mut batches: BytesMut,
+        leader_epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<AppendInfo, StorageError> {
+        let mut s = self.inner.state.borrow_mut();
+        s.check_poisoned()?;
+        let summary = validate_batches(&batches, s.config.max_message_bytes)?;
+        let base_offset = s.log_end_offset;
+        if base_offset
+            .0
+            .checked_add(summary.record_count as i64)
+            .is_none()
+        {
+            return Err(StorageError::InvalidRecord(
+                "offsets would overflow i64".to_string(),
+            ));
+        }
+        let log_append_time = s.config.message_timestamp_type == TimestampType::LogAppendTime;
+        let mut pos = 0usize;
+        let mut next = base_offset.0;
+        while pos < batches.len() {
+            let header = BatchHeader::parse(&batches[pos..])
+                .ok_or_else(|| StorageError::CorruptMessage("batch vanished".to_string()))?;
+            let batch = &mut batches[pos..pos + header.size];
+            set_base_offset_and_epoch(batch, next, leader_epoch.0);
+            if log_append_time {
+                stamp_log_append_time(batch, now_ms);
+            }
+            next += header.last_offset_delta as i64 + 1;
+            pos += header.size;
+        }
+        let bytes = batches.freeze();
+        if leader_epoch.0 >= 0 && s.epochs.assign(leader_epoch, base_offset) {
+            s.epochs_dirty = true;
+        }
+        let index_interval_bytes = s.config.index_interval_bytes;
+        let mut pos = 0usize;
+        while pos < bytes.len() {
+            let header = BatchHeader::parse(&bytes[pos..])
+                .ok_or_else(|| StorageError::CorruptMessage("batch vanished".to_string()))?;
+            let batch = bytes.slice(pos..pos + header.size);
+            s.maybe_roll(&header, now_ms);
+            let active = s.active();
+            if active.created_ms.is_none() {
+                active.created_ms = Some(now_ms);
+            }
+            let position = active.size;
+            active.note_batch(position, &header, index_interval_bytes);
+            active.stage(batch.clone());
+            s.cache_push(&header, batch);
+            pos += header.size;
+        }
+        s.log_end_offset = Offset(next);
+        assert!(s.high_watermark <= s.log_end_offset);
+        Ok(AppendInfo {
+            base_offset,
+            last_offset: Offset(next - 1),
+            log_append_time_ms: if log_append_time { now_ms } else { -1 },
+            log_start_offset: s.log_start_offset,
+            record_count: summary.record_count.min(u32::MAX as u64) as u32,
+        })
+    }
+
+    /// Marks `[.., upto)` committed under the flush policy and advances the high watermark to
+    /// at least `upto` (clamped to log_end_offset). Concurrent callers share one flush.
+    pub async fn commit(&self, upto: Offset) -> Result<(), StorageError> {
+        loop {
+            if self.try_commit_covered(upto)? {
+                return Ok(());
+            }
+            let _permit = self.inner.flush_lock.acquire_permit(1).await?;
+            if self.try_commit_covered(upto)? {
+                return Ok(());
+            }
+            let sync = self.config().flush_policy == crate::types::FlushPolicy::Group;
+            self.flush_locked(sync).await?;
+        }
+    }
+
+    /// If `upto` is already committed, advances the high watermark and returns true.
+    fn try_commit_covered(&self, upto: Offset) -> Result<bool, StorageError> {
+        let mut s = self.inner.state.borrow_mut();
+        s.check_poisoned()?;
+        let upto = upto.min(s.log_end_offset);
+        let covered = match s.config.flush_policy {
+            crate::types::FlushPolicy::Group => s.synced_end,
+            crate::types::FlushPolicy::Interval => s.written_end,
+        };
+        if covered < upto {
+            return Ok(false);
+        }
+        s.high_watermark = s.high_watermark.max(upto);
+        Ok(true)
+    }
+
+    /// Writes everything staged and fdatasyncs; advances the high watermark to what is synced.
+    pub async fn sync(&self) -> Result<(), StorageError> {
+        let _permit = self.inner.flush_lock.acquire_permit(1).await?;
+        self.flush_locked(true).await?;
+        let mut s = self.inner.state.borrow_mut();
+        s.high_watermark = s.high_watermark.max(s.synced_end);
+        Ok(())
+    }
+
+    /// Flush + fdatasync, then writes the active segment's indexes and truncates its file to
+    /// its logical size. The log stays usable afterwards.
+    pub async fn close(&self) -> Result<(), StorageError> {
+        let _permit = self.inner.flush_lock.acquire_permit(1).await?;
+        self.flush_locked(true).await?;
+        let (file, size, base, index, time_index) = {
+            let mut s = self.inner.state.borrow_mut();
+            s.high_watermark = s.high_watermark.max(s.synced_end);
+            let active = s.active();
+            active.seal_time_index();
+            (
+                active.file.clone(),
+                active.size,
+                active.base_offset,
+                active.index.encode(),
+                active.time_index.encode(),
+            )
+        };
+        let result = async {
+            if let Some(file) = file {
+                file.truncate(size).await?;
+                file.fdatasync().await?;
+            }
+            let dir = &self.inner.dir;
+            write_file(&segment_path(dir, base, "index"), index).await?;
+            write_file(&segment_path(dir, base, "timeindex"), time_index).await?;
+            Ok(())
+        }
+        .await;
+        self.poison_on_error(result)
+    }
+
+    fn poison_on_error<T>(&self, result: Result<T, StorageError>) -> Result<T, StorageError> {
+        if let Err(e) = &result {
+            if !matches!(e, StorageError::Poisoned(_)) {
+                let mut s = self.inner.state.borrow_mut();
+                if s.poisoned.is_none() {
+                    tracing::error!(dir = %self.inner.dir.display(), error = %e, "log write failed; refusing further writes");
+                    s.poisoned = Some(e.to_string());
+                }
+            }
+        }
+        result
+    }
+
+    /// Writes (and with `sync`, fdatasyncs) everything staged when it starts. Caller holds
+    /// `flush_lock`.
+    async fn flush_locked(&self, sync: bool) -> Result<(), StorageError> {
+        self.inner.state.borrow().check_poisoned()?;
+        let result = self.flush_inner(sync).await;
+        self.poison_on_error(result)
+    }
+
+    async fn flush_inner(&self, sync: bool) -> Result<(), StorageError> {
+        self.persist_epochs().await?;
+        let (target_end, targets) = {
+            let s = self.inner.state.borrow();
+            let targets: Vec<(Offset, u64, bool)> = s
+                .segments
+                .iter()
+                .filter(|g| {
+                    g.size > g.written
+                        || (sync && g.synced < g.written)
+                        || (g.closed && !g.finalized)
+                })
+                .map(|g| (g.base_offset, g.size, g.closed))
+                .collect();
+            (s.log_end_offset, targets)
+        };
+        for (base, target_size, closed) in targets {
+            self.write_segment(base, target_size).await?;
+            if sync || closed {
+                let file = self.segment_file(base)?;
+                file.fdatasync().await?;
+                if let Some(g) = self.inner.state.borrow_mut().segment_mut(base) {
+                    g.synced = g.synced.max(target_size);
+                }
+            }
+            if closed {
+                self.finalize_segment(base).await?;
+            }
+        }
+        let mut s = self.inner.state.borrow_mut();
+        s.written_end = s.written_end.max(target_end);
+        if sync {
+            s.synced_end = s.synced_end.max(target_end);
+        }
+        Ok(())
+    }
+
+    fn segment_file(&self, base: Offset) -> Result<Rc<glommio::io::DmaFile>, StorageError> {
+        self.inner
+            .state
+            .borrow()
+            .segment(base)
+            .and_then(|g| g.file.clone())
+            .ok_or_else(|| {
+                StorageError::Io(std::io::Error::other(format!(
+                    "segment {} has no file",
+                    base.0
+                )))
+            })
+    }
+
+    async fn persist_epochs(&self) -> Result<(), StorageError> {
+        let text = {
+            let s = self.inner.state.borrow();
+            if !s.epochs_dirty {
+                return Ok(());
+            }
+            s.epochs.encode()
+        };
+        write_file_atomic(
+            &self.inner.dir.join(CHECKPOINT_FILE),
+            text.clone().into_bytes(),
+        )
+        .await?;
+        let mut s = self.inner.state.borrow_mut();
+        if s.epochs.encode() == text {
+            s.epochs_dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Writes segment `base` until `written >= target_size`, block-aligned, in order.
+    async fn write_segment(&self, base: Offset, target_size: u64) -> Result<(), StorageError> {
+        loop {
+            let needs_file = {
+                let s = self.inner.state.borrow();
+                match s.segment(base) {
+                    Some(g) if g.written >= target_size => return Ok(()),
+                    Some(g) => g.file.is_none(),
+                    None => return Ok(()),
+                }
+            };
+            if needs_file {
+                let path = segment_path(&self.inner.dir, base, "log");
+                let file = Rc::new(open_log_file(&path, true).await?);
+                if let Some(g) = self.inner.state.borrow_mut().segment_mut(base) {
+                    g.file.get_or_insert(file);
+                }
+                continue;
+            }
+            let Some(job) = self.prepare_write(base, target_size) else {
+                return Ok(());
+            };
+            let len = job.buffer.len();
+            let n = job.file.write_at(job.buffer, job.block_start).await?;
+            if n != len {
+                return Err(StorageError::Io(std::io::Error::other(format!(
+                    "short write to segment {}: {n} of {len} bytes",
+                    base.0
+                ))));
+            }
+            let mut s = self.inner.state.borrow_mut();
+            if let Some(g) = s.segment_mut(base) {
+                g.pending.drain(..job.chunks);
+                g.written = job.new_written;
+                g.tail_block = job.new_tail_block;
+            }
+        }
+    }
+
+    fn prepare_write(&self, base: Offset, target_size: u64) -> Option<WriteJob> {
+        let s = self.inner.state.borrow();
+        let g = s.segment(base)?;
+        let file = g.file.clone()?;
+        let block_start = align_down(g.written);
+        debug_assert_eq!(g.tail_block.len() as u64, g.written - block_start);
+        let mut data_len = 0u64;
+        let mut chunks = 0usize;
+        for chunk in &g.pending {
+            if chunks > 0 && (data_len + chunk.len() as u64 > WRITE_BYTES_MAX)
+                || g.written + data_len >= target_size
+            {
+                break;
+            }
+            data_len += chunk.len() as u64;
+            chunks += 1;
+        }
+        if chunks == 0 {
+            return None;
+        }
+        let new_written = g.written + data_len;
+        let buffer_len = (align_up(new_written) - block_start) as usize;
+        let mut buffer = file.alloc_dma_buffer(buffer_len);
+        let out = buffer.as_bytes_mut();
+        let mut at = g.tail_block.len();
+        out[..at].copy_from_slice(&g.tail_block);
+        for chunk in g.pending.iter().take(chunks) {
+            out[at..at + chunk.len()].copy_from_slice(chunk);
+            at += chunk.len();
+        }
+        out[at..].fill(0);
+        let tail_from = (align_down(new_written) - block_start) as usize;
+        let new_tail_block = out[tail_from..at].to_vec();
+        Some(WriteJob {
+            file,
+            buffer,
+            block_start,
+            chunks,
+            new_written,
+            new_tail_block,
+        })
+    }
+
+    /// A rolled segment whose bytes are all synced: cut the padding, write its indexes.
+    async fn finalize_segment(&self, base: Offset) -> Result<(), StorageError> {
+        let (file, size, index, time_index) = {
+            let s = self.inner.state.borrow();
+            let Some(g) = s.segment(base) else {
+                return Ok(());
+            };
+            if g.written < g.size {
+                return Ok(());
+            }
+            (
+                g.file.clone(),
+                g.size,
+                g.index.encode(),
+                g.time_index.encode(),
+            )
+        };
+        if let Some(file) = file {
+            file.truncate(size).await?;
+            file.fdatasync().await?;
+        }
+        write_file(&segment_path(&self.inner.dir, base, "index"), index).await?;
+        write_file(
+            &segment_path(&self.inner.dir, base, "timeindex"),
+            time_index,
+        )
+        .await?;
+        if let Some(g) = self.inner.state.borrow_mut().segment_mut(base) {
+            g.finalized = true;
+        }
+        Ok(())
+    }
+
+    /// Bytes `[pos, pos + len)` of segment `base` (clamped to its size), from the file for
+    /// what is written and from memory for what is staged.
+    async fn read_range(&self, base: Offset, pos: u64, len: u64) -> Result<Bytes, StorageError> {
+        let (file, memory, memory_from) = {
+            let s = self.inner.state.borrow();
+            let Some(g) = s.segment(base) else {
+                return Ok(Bytes::new());
+            };
+            let end = (pos + len).min(g.size);
+            if pos >= end {
+                return Ok(Bytes::new());
+            }
+            let mut memory = BytesMut::new();
+            let memory_from = g.copy_from_memory(pos, end, &mut memory);
+            (g.file.clone(), memory, memory_from)
+        };
+        if pos >= memory_from {
+            return Ok(memory.freeze());
+        }
+        let file = file.ok_or_else(|| {
+            StorageError::Io(std::io::Error::other("segment has no file".to_string()))
+        })?;
+        let want = (memory_from - pos) as usize;
+        let read = file.read_at(pos, want).await?;
+        if read.len() < want {
+            return Err(StorageError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "short read in segment {}: {} of {want} bytes",
+                    base.0,
+                    read.len()
+                ),
+            )));
+        }
+        let mut out = BytesMut::with_capacity(want + memory.len());
+        out.extend_from_slice(&read);
+        out.extend_from_slice(&memory);
+        Ok(out.freeze())
+    }
+
+    /// First batch at or after `pos` (a batch boundary) in segment `base` satisfying `pred`.
+    async fn find_batch(
+        &self,
+        base: Offset,
+        mut pos: u64,
+        end: u64,
+        pred: impl Fn(&BatchHeader) -> bool,
+    ) -> Result<Option<(u64, BatchHeader)>, StorageError> {
+        while pos < end {
+            let window = self
+                .read_range(base, pos, LOCATE_WINDOW_BYTES.min(end - pos))
+                .await?;
+            let mut off = 0usize;
+            while off + HEADER_BYTES <= window.len() {
+                let header = BatchHeader::parse(&window[off..]).ok_or_else(|| {
+                    StorageError::CorruptMessage(format!(
+                        "unreadable batch at position {} of segment {}",
+                        pos + off as u64,
+                        base.0
+                    ))
+                })?;
+                if pred(&header) {
+                    return Ok(Some((pos + off as u64, header)));
+                }
+                off += header.size;
+            }
+            if off == 0 {
+                return Ok(None); // less than a header left: the segment ends torn
+            }
+            pos += off as u64;
+        }
+        Ok(None)
+    }
+
+    /// Whole batches from segment `base` starting at `start`, within `max_bytes` (at least
+    /// one) and below `max_offset`.
+    async fn read_batches(
+        &self,
+        base: Offset,
+        start: u64,
+        end: u64,
+        max_bytes: usize,
+        max_offset: Offset,
+    ) -> Result<Bytes, StorageError> {
+        let window_len = (max_bytes.max(HEADER_BYTES) as u64).min(end - start);
+        let window = self.read_range(base, start, window_len).await?;
+        let mut off = 0usize;
+        while off + HEADER_BYTES <= window.len() {
+            let Some(header) = BatchHeader::parse(&window[off..]) else {
+                break;
+            };
+            if header.last_offset() >= max_offset.0 {
+                break;
+            }
+            if off + header.size > window.len() {
+                if off == 0 {
+                    return self.read_range(base, start, header.size as u64).await;
+                }
+                break;
+            }
+            off += header.size;
+        }
+        Ok(window.slice(..off))
+    }
+
+    /// Whole batches starting with the one holding `fetch_offset`, below `max_offset`, within
+    /// `max_bytes` but at least one batch (KIP-74).
+    pub async fn read(
+        &self,
+        fetch_offset: Offset,
+        max_bytes: usize,
+        max_offset: Offset,
+    ) -> Result<ReadResult, StorageError> {
+        let (base, start_pos, end) = {
+            let s = self.inner.state.borrow();
+            let offsets = s.offsets();
+            if fetch_offset < offsets.log_start_offset || fetch_offset > offsets.log_end_offset {
+                return Err(StorageError::OffsetOutOfRange {
+                    requested: fetch_offset,
+                    log_start_offset: offsets.log_start_offset,
+                    log_end_offset: offsets.log_end_offset,
+                });
+            }
+            if fetch_offset == offsets.log_end_offset || fetch_offset >= max_offset {
+                return Ok(result(Bytes::new(), offsets));
+            }
+            if let Some(records) = s.read_cache(fetch_offset, max_bytes, max_offset) {
+                return Ok(result(records, offsets));
+            }
+            let g = &s.segments[s.segment_for(fetch_offset)];
+            let start_pos = g.index.lookup(g.relative(fetch_offset)) as u64;
+            (g.base_offset, start_pos, g.size)
+        };
+        let found = self
+            .find_batch(base, start_pos, end, |h| h.last_offset() >= fetch_offset.0)
+            .await?;
+        let records = match found {
+            Some((pos, _)) => {
+                self.read_batches(base, pos, end, max_bytes, max_offset)
+                    .await?
+            }
+            None => Bytes::new(),
+        };
+        Ok(result(records, self.offsets()))
+    }
+
+    /// Kafka ListOffsets by timestamp: first record (by offset) with timestamp >= `ts_ms`.
+    pub async fn offset_for_timestamp(
+        &self,
+        ts_ms: i64,
+    ) -> Result<Option<(Offset, i64)>, StorageError> {
+        let candidates: Vec<(Offset, u64, u64)> = {
+            let s = self.inner.state.borrow();
+            s.segments
+                .iter()
+                .filter(|g| g.max_timestamp_ms >= ts_ms && g.size > 0)
+                .map(|g| {
+                    let pos = g
+                        .time_index
+                        .lookup_before(ts_ms)
+                        .map_or(0, |rel| g.index.lookup(rel));
+                    (g.base_offset, pos as u64, g.size)
+                })
+                .collect()
+        };
+        for (base, mut pos, end) in candidates {
+            while let Some((at, header)) = self
+                .find_batch(base, pos, end, |h| h.max_timestamp >= ts_ms)
+                .await?
+            {
+                let batch = self.read_range(base, at, header.size as u64).await?;
+                if let Some(r) = find_record(&batch, |r| r.timestamp_ms >= ts_ms)? {
+                    return Ok(Some((Offset(r.offset), r.timestamp_ms)));
+                }
+                pos = at + header.size as u64;
+            }
+        }
+        Ok(None)
+    }
+
+    /// Offset and timestamp of the (first) record with the largest timestamp.
+    pub async fn max_timestamp(&self) -> Result<Option<(Offset, i64)>, StorageError> {
+        let best = {
+            let s = self.inner.state.borrow();
+            let mut best: Option<&Segment> = None;
+            for g in s.segments.iter().filter(|g| g.size > 0) {
+                if best.is_none_or(|b| g.max_timestamp_ms > b.max_timestamp_ms) {
+                    best = Some(g);
+                }
+            }
+            match best {
+                Some(g) if g.max_timestamp_ms >= 0 => {
+                    let rel = g.relative(g.offset_of_max_timestamp);
+                    Some((
+                        g.base_offset,
+                        g.index.lookup(rel) as u64,
+                        g.size,
+                        g.offset_of_max_timestamp,
+                        g.max_timestamp_ms,
+                    ))
+                }
+                _ => None,
+            }
+        };
+        let Some((base, pos, end, offset, ts)) = best else {
+            return Ok(None);
+        };
+        if let Some((at, header)) = self
+            .find_batch(base, pos, end, |h| h.last_offset() >= offset.0)
+            .await?
+        {
+            let batch = self.read_range(base, at, header.size as u64).await?;
+            if let Some(r) = find_record(&batch, |r| r.timestamp_ms == ts)? {
+                return Ok(Some((Offset(r.offset), ts)));
+            }
+        }
+        Ok(Some((offset, ts)))
+    }
+
+    pub fn latest_epoch(&self) -> Option<LeaderEpoch> {
+        self.inner.state.borrow().epochs.latest()
+    }
+
+    /// Kafka OffsetForLeaderEpoch: (largest epoch <= `epoch`, its end offset).
+    pub fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
+        let s = self.inner.state.borrow();
+        s.epochs.end_offset_for(epoch, s.log_end_offset)
+    }
+}
+
+fn result(records: Bytes, offsets: LogOffsets) -> ReadResult {
+    ReadResult {
+        records,
+        high_watermark: offsets.high_watermark,
+        log_start_offset: offsets.log_start_offset,
+        log_end_offset: offsets.log_end_offset,
+    }
+}
+
+/// Loads a closed segment's index files if they are trustworthy for a log of `log_bytes`.
+async fn load_indexes(
+    dir: &Path,
+    base: Offset,
+    log_bytes: u64,
+) -> Result<Option<(OffsetIndex, TimeIndex)>, StorageError> {
+    let Some(index) = read_file(&segment_path(dir, base, "index")).await? else {
+        return Ok(None);
+    };
+    let Some(time_index) = read_file(&segment_path(dir, base, "timeindex")).await? else {
+        return Ok(None);
+    };
+    match (
+        OffsetIndex::decode(&index, log_bytes),
+        TimeIndex::decode(&time_index),
+    ) {
+        (Some(i), Some(t)) => Ok(Some((i, t))),
+        _ => Ok(None),
+    }
+}
+
+/// Opens one segment and recovers it: trusted indexes + tail scan for a closed segment, full
+/// scan (rebuilding indexes) otherwise. Truncates an invalid tail.
+async fn recover_segment(
+    dir: &Path,
+    base: Offset,
+    is_active: bool,
+    config: &LogConfig,
+    epochs: &mut EpochCache,
+) -> Result<Segment, StorageError> {
+    let file = Rc::new(open_log_file(&segment_path(dir, base, "log"), false).await?);
+    let file_size = file.file_size().await?;
+    let mut seg = Segment::new(base, Some(file.clone()));
+    let mut valid_end = None;
+    if !is_active {
+        if let Some((index, time_index)) = load_indexes(dir, base, file_size).await? {
+            let (start, expected) = index
+                .entries
+                .last()
+                .map_or((0, base.0), |&(rel, pos)| (pos as u64, base.0 + rel as i64));
+            seg.index = index;
+            seg.time_index = time_index;
+            if let Some((ts, rel)) = seg.time_index.last() {
+                seg.max_timestamp_ms = ts;
+                seg.offset_of_max_timestamp = Offset(base.0 + rel as i64);
+            }
+            let mut batches = 0usize;
+            let end = scan_segment(&file, start, file_size, expected, |_, h| {
+                batches += 1;
+                if h.max_timestamp > seg.max_timestamp_ms {
+                    seg.max_timestamp_ms = h.max_timestamp;
+                    seg.offset_of_max_timestamp = Offset(h.last_offset());
+                }
+                seg.next_offset = Offset(h.last_offset() + 1);
+                if h.leader_epoch >= 0 {
+                    epochs.assign(LeaderEpoch(h.leader_epoch), Offset(h.base_offset));
+                }
+            })
+            .await?;
+            if batches > 0 || start == 0 {
+                valid_end = Some(end);
+            } else {
+                tracing::warn!(dir = %dir.display(), base_offset = base.0, "index points past the valid log; rebuilding");
+                seg = Segment::new(base, Some(file.clone()));
+            }
+        }
+    }
+    let rebuilt = valid_end.is_none();
+    let valid_end = match valid_end {
+        Some(end) => end,
+        None => {
+            let interval = config.index_interval_bytes;
+            scan_segment(&file, 0, file_size, base.0, |pos, h| {
+                seg.note_batch(pos, h, interval);
+                if h.leader_epoch >= 0 {
+                    epochs.assign(LeaderEpoch(h.leader_epoch), Offset(h.base_offset));
+                }
+            })
+            .await?
+        }
+    };
+    if valid_end < file_size {
+        tracing::warn!(
+            dir = %dir.display(),
+            base_offset = base.0,
+            valid_end,
+            file_size,
+            "truncating invalid tail of segment"
+        );
+        file.truncate(valid_end).await?;
+        file.fdatasync().await?;
+    }
+    seg.size = valid_end;
+    seg.written = valid_end;
+    seg.synced = valid_end;
+    if is_active {
+        let block_start = align_down(valid_end);
+        if valid_end > block_start {
+            let tail = file
+                .read_at(block_start, (valid_end - block_start) as usize)
+                .await?;
+            if (tail.len() as u64) < valid_end - block_start {
+                return Err(StorageError::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "short read of the last block",
+                )));
+            }
+            seg.tail_block = tail.to_vec();
+        }
+    } else {
+        seg.closed = true;
+        seg.finalized = true;
+        if rebuilt {
+            seg.seal_time_index();
+            write_file(&segment_path(dir, base, "index"), seg.index.encode()).await?;
+            write_file(
+                &segment_path(dir, base, "timeindex"),
+                seg.time_index.encode(),
+            )
+            .await?;
+        }
+    }
+    Ok(seg)
+}

@@ -1,0 +1,141 @@
+//! Test helpers: a glommio executor per test (memlock raised, small io_memory) and a builder
+//! of valid magic-2 record batches, uncompressed or compressed with any Kafka codec.
+
+use std::future::Future;
+use std::io::Write;
+
+use bytes::{BufMut, BytesMut};
+
+use crate::batch::{compute_crc, CRC_AT};
+
+/// Runs `f` on a fresh glommio executor (tests run as root: raise RLIMIT_MEMLOCK first).
+pub fn run<T, F: Future<Output = T>>(f: impl FnOnce() -> F) -> T {
+    let limit = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: plain syscall on a stack value; failure only means the default limit stays.
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit);
+    }
+    glommio::LocalExecutorBuilder::default()
+        .io_memory(1 << 20)
+        .make()
+        .expect("glommio executor")
+        .run(f())
+}
+
+pub fn put_varlong(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8 & 0x7f) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
+pub const GZIP: u8 = 1;
+pub const SNAPPY: u8 = 2;
+pub const LZ4: u8 = 3;
+pub const ZSTD: u8 = 4;
+/// Not a Kafka code: snappy with the xerial framing Java clients use (attribute code 2).
+pub const SNAPPY_XERIAL: u8 = 0x12;
+
+/// Encodes records `(timestamp_ms, value)` as Kafka's record format (key null, no headers).
+pub fn encode_records(base_ts: i64, records: &[(i64, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut body = Vec::new();
+    for (i, (ts, value)) in records.iter().enumerate() {
+        body.clear();
+        body.push(0); // attributes
+        put_varlong(&mut body, ts - base_ts);
+        put_varlong(&mut body, i as i64);
+        put_varlong(&mut body, -1); // null key
+        put_varlong(&mut body, value.len() as i64);
+        body.extend_from_slice(value);
+        put_varlong(&mut body, 0); // headers
+        put_varlong(&mut out, body.len() as i64);
+        out.extend_from_slice(&body);
+    }
+    out
+}
+
+fn compress(codec: u8, raw: &[u8]) -> Vec<u8> {
+    match codec {
+        0 => raw.to_vec(),
+        GZIP => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(raw).unwrap();
+            e.finish().unwrap()
+        }
+        SNAPPY => snap::raw::Encoder::new().compress_vec(raw).unwrap(),
+        SNAPPY_XERIAL => {
+            let mut out = b"\x82SNAPPY\0".to_vec();
+            out.extend_from_slice(&1i32.to_be_bytes());
+            out.extend_from_slice(&1i32.to_be_bytes());
+            for block in raw.chunks(100) {
+                let c = snap::raw::Encoder::new().compress_vec(block).unwrap();
+                out.extend_from_slice(&(c.len() as u32).to_be_bytes());
+                out.extend_from_slice(&c);
+            }
+            out
+        }
+        LZ4 => {
+            let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            e.write_all(raw).unwrap();
+            e.finish().unwrap()
+        }
+        ZSTD => zstd::encode_all(raw, 1).unwrap(),
+        other => panic!("unknown codec {other}"),
+    }
+}
+
+/// A valid magic-2 batch (baseOffset 0, epoch -1) of `records` `(timestamp_ms, value)`,
+/// compressed with `codec` (0 = none).
+pub fn batch_with(records: &[(i64, Vec<u8>)], codec: u8) -> BytesMut {
+    assert!(!records.is_empty());
+    let base_ts = records[0].0;
+    let max_ts = records.iter().map(|r| r.0).max().unwrap();
+    let payload = compress(codec, &encode_records(base_ts, records));
+    let attributes: i16 = (codec & 0x07) as i16;
+    let mut b = BytesMut::new();
+    b.put_i64(0);
+    b.put_i32((49 + payload.len()) as i32);
+    b.put_i32(-1);
+    b.put_i8(2);
+    b.put_u32(0);
+    b.put_i16(attributes);
+    b.put_i32(records.len() as i32 - 1);
+    b.put_i64(base_ts);
+    b.put_i64(max_ts);
+    b.put_i64(-1);
+    b.put_i16(-1);
+    b.put_i32(-1);
+    b.put_i32(records.len() as i32);
+    b.put_slice(&payload);
+    let crc = compute_crc(&b);
+    b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+/// An uncompressed batch of `count` records with timestamps `ts, ts+1, ...` and values of
+/// `value_bytes` bytes.
+pub fn batch(count: usize, ts: i64, value_bytes: usize) -> BytesMut {
+    let records: Vec<(i64, Vec<u8>)> = (0..count)
+        .map(|i| (ts + i as i64, vec![b'a' + (i % 26) as u8; value_bytes]))
+        .collect();
+    batch_with(&records, 0)
+}
+
+/// Headers of every batch in `bytes`: (base offset, last offset, size).
+pub fn batches_in(bytes: &[u8]) -> Vec<(i64, i64, usize)> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let h = crate::batch::BatchHeader::parse(&bytes[pos..]).expect("batch header");
+        assert!(pos + h.size <= bytes.len(), "partial batch in read result");
+        out.push((h.base_offset, h.last_offset(), h.size));
+        pos += h.size;
+    }
+    out
+}

@@ -1,0 +1,601 @@
+//! Unit tests of the partition log against real files on a glommio executor: validation,
+//! offset assignment, reads (tail cache and segment files), rolls, time lookups, epochs,
+//! recovery and group commit.
+
+use std::path::Path;
+
+use bytes::BytesMut;
+
+use crate::batch::{validate_one, BatchHeader, CRC_AT, MAGIC_AT};
+use crate::test_util::*;
+use crate::*;
+
+fn small_config() -> LogConfig {
+    LogConfig {
+        index_interval_bytes: 256,
+        ..LogConfig::default()
+    }
+}
+
+fn log_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn validation_rejects_bad_batches_and_appends_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        log.append(batch(2, 1000, 10), LeaderEpoch(0), 0).unwrap();
+        let good = batch(3, 1000, 10);
+
+        let mut bad_magic = good.clone();
+        bad_magic[MAGIC_AT] = 1;
+        let mut bad_crc = good.clone();
+        bad_crc[CRC_AT] ^= 0xff;
+        let truncated = BytesMut::from(&good[..good.len() - 1]);
+        let mut short_len = good.clone();
+        short_len[8..12].copy_from_slice(&48i32.to_be_bytes());
+        let mut flipped_payload = good.clone();
+        let last = flipped_payload.len() - 1;
+        flipped_payload[last] ^= 1;
+
+        for (name, bytes, corrupt) in [
+            ("bad magic", bad_magic, true),
+            ("bad crc", bad_crc, true),
+            ("truncated", truncated, true),
+            ("batchLength < 49", short_len, true),
+            ("payload flipped", flipped_payload, true),
+        ] {
+            // A good batch first: the whole request must still be refused.
+            let mut request = good.clone();
+            request.extend_from_slice(&bytes);
+            let err = log.append(request, LeaderEpoch(0), 0).unwrap_err();
+            assert!(
+                matches!(err, StorageError::CorruptMessage(_)) == corrupt,
+                "{name}: {err:?}"
+            );
+            assert_eq!(log.offsets().log_end_offset, Offset(2), "{name}");
+        }
+
+        let big = batch(1, 1000, 2000);
+        let mut cfg = log.config();
+        cfg.max_message_bytes = 1000;
+        log.set_config(cfg);
+        match log.append(big.clone(), LeaderEpoch(0), 0) {
+            Err(StorageError::MessageTooLarge { size, max }) => {
+                assert_eq!(size, big.len());
+                assert_eq!(max, 1000);
+            }
+            other => panic!("expected MessageTooLarge, got {other:?}"),
+        }
+        let mut neg = good.clone();
+        neg[23..27].copy_from_slice(&(-1i32).to_be_bytes());
+        let crc = crate::batch::compute_crc(&neg);
+        neg[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(
+            log.append(neg, LeaderEpoch(0), 0),
+            Err(StorageError::InvalidRecord(_))
+        ));
+        assert!(matches!(
+            log.append(BytesMut::new(), LeaderEpoch(0), 0),
+            Err(StorageError::InvalidRecord(_))
+        ));
+        assert_eq!(log.offsets().log_end_offset, Offset(2));
+        let read = log.read(Offset(0), 1 << 20, Offset(100)).await.unwrap();
+        assert_eq!(batches_in(&read.records), vec![(0, 1, read.records.len())]);
+    });
+}
+
+#[test]
+fn validate_batches_summarises() {
+    let mut two = batch(3, 10, 5);
+    two.extend_from_slice(&batch(2, 50, 5));
+    let s = validate_batches(&two, 1 << 20).unwrap();
+    assert_eq!(s.batch_count, 2);
+    assert_eq!(s.record_count, 5);
+    assert_eq!(s.max_timestamp_ms, 51);
+    assert!(validate_batches(&two[..10], 1 << 20).is_err());
+}
+
+#[test]
+fn append_assigns_dense_offsets_and_rewrites_base_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        let a = log.append(batch(3, 100, 8), LeaderEpoch(5), 1).unwrap();
+        assert_eq!(
+            (a.base_offset, a.last_offset, a.record_count),
+            (Offset(0), Offset(2), 3)
+        );
+        assert_eq!(a.log_append_time_ms, -1);
+        let mut two = batch(2, 200, 8);
+        two.extend_from_slice(&batch(4, 300, 8));
+        let b = log.append(two, LeaderEpoch(5), 2).unwrap();
+        assert_eq!(
+            (b.base_offset, b.last_offset, b.record_count),
+            (Offset(3), Offset(8), 6)
+        );
+        let o = log.offsets();
+        assert_eq!(o.log_end_offset, Offset(9));
+        assert_eq!(
+            o.high_watermark,
+            Offset(0),
+            "append does not move the high watermark"
+        );
+        log.commit(Offset(9)).await.unwrap();
+        assert_eq!(log.offsets().high_watermark, Offset(9));
+        let read = log.read(Offset(0), 1 << 20, Offset(9)).await.unwrap();
+        let got = batches_in(&read.records);
+        assert_eq!(
+            got.iter().map(|b| (b.0, b.1)).collect::<Vec<_>>(),
+            vec![(0, 2), (3, 4), (5, 8)]
+        );
+        let mut pos = 0;
+        for (_, _, size) in got {
+            let h = validate_one(&read.records[pos..pos + size], u32::MAX).unwrap();
+            assert_eq!(h.leader_epoch, 5);
+            pos += size;
+        }
+    });
+}
+
+#[test]
+fn log_append_time_rewrites_timestamps_with_valid_crc() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let cfg = LogConfig {
+            message_timestamp_type: TimestampType::LogAppendTime,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), cfg).await.unwrap();
+        let info = log
+            .append(batch(3, 100, 8), LeaderEpoch(0), 777_000)
+            .unwrap();
+        assert_eq!(info.log_append_time_ms, 777_000);
+        let read = log.read(Offset(0), 1 << 20, Offset(10)).await.unwrap();
+        let h = validate_one(&read.records, u32::MAX).expect("crc still valid");
+        assert!(h.is_log_append_time());
+        assert_eq!(h.max_timestamp, 777_000);
+        assert_eq!(h.base_timestamp, 777_000);
+        assert_eq!(
+            log.offset_for_timestamp(777_000).await.unwrap(),
+            Some((Offset(0), 777_000))
+        );
+        assert_eq!(log.offset_for_timestamp(777_001).await.unwrap(), None);
+    });
+}
+
+async fn fill(log: &Log, batches: usize, records: usize, value_bytes: usize, ts0: i64) {
+    for i in 0..batches {
+        let ts = ts0 + (i * records) as i64;
+        log.append(batch(records, ts, value_bytes), LeaderEpoch(0), ts)
+            .unwrap();
+    }
+}
+
+async fn check_reads(log: &Log, batch_bytes: usize) {
+    // Whole batches, starting with the one holding the fetch offset (batches of 4 records).
+    let r = log.read(Offset(6), 1 << 20, Offset(1000)).await.unwrap();
+    let got = batches_in(&r.records);
+    assert_eq!(got[0].0, 4);
+    assert_eq!(got.len(), 10 - 1);
+    // max_bytes: two and a half batches -> two batches.
+    let r = log
+        .read(Offset(0), batch_bytes * 5 / 2, Offset(1000))
+        .await
+        .unwrap();
+    assert_eq!(
+        batches_in(&r.records)
+            .iter()
+            .map(|b| b.0)
+            .collect::<Vec<_>>(),
+        vec![0, 4]
+    );
+    // max_bytes below one batch still returns one whole batch (KIP-74).
+    let r = log.read(Offset(9), 10, Offset(1000)).await.unwrap();
+    assert_eq!(batches_in(&r.records), vec![(8, 11, batch_bytes)]);
+    // max_offset is exclusive: batches ending at or past it are not returned.
+    let r = log.read(Offset(0), 1 << 20, Offset(12)).await.unwrap();
+    assert_eq!(batches_in(&r.records).last().unwrap().1, 11);
+    let r = log.read(Offset(0), 1 << 20, Offset(11)).await.unwrap();
+    assert_eq!(batches_in(&r.records).last().unwrap().1, 7);
+    // At the end: empty; past it or before the start: out of range.
+    let r = log.read(Offset(40), 1 << 20, Offset(1000)).await.unwrap();
+    assert!(r.records.is_empty());
+    assert!(matches!(
+        log.read(Offset(41), 1 << 20, Offset(1000)).await,
+        Err(StorageError::OffsetOutOfRange {
+            requested: Offset(41),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn reads_from_cache_files_and_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let batch_bytes = batch(4, 0, 100).len();
+        // Tail cache large enough: served from memory.
+        let log = Log::open(&dir.path().join("cached"), small_config())
+            .await
+            .unwrap();
+        fill(&log, 10, 4, 100, 1000).await;
+        check_reads(&log, batch_bytes).await;
+
+        // Tail cache off: served from staged memory before commit, then from the file.
+        let cfg = LogConfig {
+            tail_cache_bytes: 0,
+            ..small_config()
+        };
+        let log = Log::open(&dir.path().join("files"), cfg.clone())
+            .await
+            .unwrap();
+        fill(&log, 10, 4, 100, 1000).await;
+        check_reads(&log, batch_bytes).await;
+        log.commit(Offset(40)).await.unwrap();
+        check_reads(&log, batch_bytes).await;
+        log.close().await.unwrap();
+        let size = std::fs::metadata(dir.path().join("files/00000000000000000000.log"))
+            .unwrap()
+            .len();
+        assert_eq!(size, 10 * batch_bytes as u64, "close truncates the padding");
+
+        let log = Log::open(&dir.path().join("files"), cfg).await.unwrap();
+        assert_eq!(log.offsets().log_end_offset, Offset(40));
+        assert_eq!(log.offsets().high_watermark, Offset(40));
+        check_reads(&log, batch_bytes).await;
+        // And new appends after reopen continue the same block-aligned file.
+        fill(&log, 1, 4, 100, 5000).await;
+        log.commit(Offset(44)).await.unwrap();
+        let r = log.read(Offset(41), 1 << 20, Offset(43)).await.unwrap();
+        assert!(
+            r.records.is_empty(),
+            "max_offset 43 excludes the batch 40..43"
+        );
+        let r = log.read(Offset(41), 1 << 20, Offset(44)).await.unwrap();
+        assert_eq!(batches_in(&r.records), vec![(40, 43, batch_bytes)]);
+    });
+}
+
+#[test]
+fn segments_roll_by_size_and_time() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let batch_bytes = batch(2, 0, 50).len() as u64;
+        let cfg = LogConfig {
+            segment_bytes: batch_bytes * 3,
+            segment_ms: 10_000,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), cfg).await.unwrap();
+        for i in 0..7 {
+            log.append(batch(2, 0, 50), LeaderEpoch(0), i).unwrap();
+        }
+        assert_eq!(log.segment_count(), 3);
+        // Time: the active segment (base 12, created at now=6) rolls after 10s.
+        log.append(batch(2, 0, 50), LeaderEpoch(0), 10_006).unwrap();
+        assert_eq!(log.segment_count(), 3);
+        log.append(batch(2, 0, 50), LeaderEpoch(0), 10_007).unwrap();
+        assert_eq!(log.segment_count(), 4);
+        log.commit(Offset(18)).await.unwrap();
+        let files = log_files(dir.path());
+        for base in [0, 6, 12, 16] {
+            assert!(files.contains(&format!("{base:020}.log")), "{files:?}");
+        }
+        for base in [0, 6, 12] {
+            assert!(files.contains(&format!("{base:020}.index")), "{files:?}");
+            assert!(
+                files.contains(&format!("{base:020}.timeindex")),
+                "{files:?}"
+            );
+            let len = std::fs::metadata(dir.path().join(format!("{base:020}.log")))
+                .unwrap()
+                .len();
+            let expect = if base == 12 { 2 } else { 3 } * batch_bytes;
+            assert_eq!(
+                len, expect,
+                "rolled segment {base} truncated to its logical size"
+            );
+        }
+        for off in 0..18 {
+            let r = log.read(Offset(off), 1, Offset(100)).await.unwrap();
+            let b = batches_in(&r.records);
+            assert!(b[0].0 <= off && off <= b[0].1);
+        }
+        log.close().await.unwrap();
+        let log = Log::open(dir.path(), log.config()).await.unwrap();
+        assert_eq!(log.segment_count(), 4);
+        assert_eq!(log.offsets().log_end_offset, Offset(18));
+        let r = log.read(Offset(7), 1 << 20, Offset(100)).await.unwrap();
+        assert_eq!(
+            batches_in(&r.records)
+                .iter()
+                .map(|b| b.0)
+                .collect::<Vec<_>>(),
+            vec![6, 8, 10]
+        );
+    });
+}
+
+#[test]
+fn offset_for_timestamp_finds_exact_record() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let cfg = LogConfig {
+            tail_cache_bytes: 0,
+            index_interval_bytes: 64,
+            segment_bytes: 700,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), cfg.clone()).await.unwrap();
+        // Batches of 5 records at timestamps 1000 + 10*offset, every codec.
+        let codecs = [0, GZIP, SNAPPY, SNAPPY_XERIAL, LZ4, ZSTD, 0, GZIP];
+        for (i, &codec) in codecs.iter().enumerate() {
+            let records: Vec<(i64, Vec<u8>)> = (0..5)
+                .map(|r| (1000 + 10 * (i as i64 * 5 + r), vec![b'x'; 40]))
+                .collect();
+            let b = batch_with(&records, codec);
+            log.append(b, LeaderEpoch(0), 0).unwrap();
+        }
+        assert!(log.segment_count() > 1);
+        let check = |log: Log| async move {
+            for off in 0..40i64 {
+                let ts = 1000 + 10 * off;
+                assert_eq!(
+                    log.offset_for_timestamp(ts).await.unwrap(),
+                    Some((Offset(off), ts))
+                );
+                assert_eq!(
+                    log.offset_for_timestamp(ts - 5).await.unwrap(),
+                    Some((Offset(off), ts)),
+                    "between records"
+                );
+            }
+            assert_eq!(
+                log.offset_for_timestamp(0).await.unwrap(),
+                Some((Offset(0), 1000))
+            );
+            assert_eq!(log.offset_for_timestamp(1391).await.unwrap(), None);
+            assert_eq!(log.max_timestamp().await.unwrap(), Some((Offset(39), 1390)));
+        };
+        check(log.clone()).await;
+        log.close().await.unwrap();
+        let log = Log::open(dir.path(), cfg).await.unwrap();
+        check(log).await;
+    });
+}
+
+#[test]
+fn max_timestamp_in_middle_of_compressed_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        assert_eq!(log.max_timestamp().await.unwrap(), None);
+        log.append(batch(3, 10, 5), LeaderEpoch(0), 0).unwrap();
+        let records = vec![(50, vec![1]), (90, vec![2]), (60, vec![3])];
+        log.append(batch_with(&records, ZSTD), LeaderEpoch(0), 0)
+            .unwrap();
+        log.append(batch(3, 20, 5), LeaderEpoch(0), 0).unwrap();
+        assert_eq!(log.max_timestamp().await.unwrap(), Some((Offset(4), 90)));
+        assert_eq!(
+            log.offset_for_timestamp(55).await.unwrap(),
+            Some((Offset(4), 90))
+        );
+    });
+}
+
+#[test]
+fn leader_epoch_checkpoint_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        assert_eq!(log.latest_epoch(), None);
+        assert_eq!(log.end_offset_for_epoch(LeaderEpoch(0)), None);
+        log.append(batch(3, 0, 5), LeaderEpoch(1), 0).unwrap();
+        log.append(batch(3, 0, 5), LeaderEpoch(1), 0).unwrap();
+        log.append(batch(2, 0, 5), LeaderEpoch(4), 0).unwrap();
+        log.append(batch(2, 0, 5), LeaderEpoch(6), 0).unwrap();
+        log.commit(Offset(10)).await.unwrap();
+        let text = std::fs::read_to_string(dir.path().join("leader-epoch-checkpoint")).unwrap();
+        assert_eq!(text, "0\n3\n1 0\n4 6\n6 8\n");
+        let check = |log: &Log| {
+            assert_eq!(log.latest_epoch(), Some(LeaderEpoch(6)));
+            assert_eq!(log.end_offset_for_epoch(LeaderEpoch(0)), None);
+            assert_eq!(
+                log.end_offset_for_epoch(LeaderEpoch(1)),
+                Some((LeaderEpoch(1), Offset(6)))
+            );
+            assert_eq!(
+                log.end_offset_for_epoch(LeaderEpoch(3)),
+                Some((LeaderEpoch(1), Offset(6)))
+            );
+            assert_eq!(
+                log.end_offset_for_epoch(LeaderEpoch(4)),
+                Some((LeaderEpoch(4), Offset(8)))
+            );
+            assert_eq!(
+                log.end_offset_for_epoch(LeaderEpoch(9)),
+                Some((LeaderEpoch(6), Offset(10)))
+            );
+        };
+        check(&log);
+        log.close().await.unwrap();
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        check(&log);
+        // A lost checkpoint is rebuilt from the batches' partitionLeaderEpoch.
+        log.close().await.unwrap();
+        std::fs::remove_file(dir.path().join("leader-epoch-checkpoint")).unwrap();
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        check(&log);
+    });
+}
+
+#[test]
+fn deleted_index_is_rebuilt_identically() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let cfg = LogConfig {
+            segment_bytes: 8 * 1024,
+            index_interval_bytes: 300,
+            tail_cache_bytes: 0,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), cfg.clone()).await.unwrap();
+        fill(&log, 60, 3, 90, 10_000).await;
+        log.close().await.unwrap();
+        let segs = log.segment_count();
+        assert!(segs >= 3);
+        let names: Vec<String> = log_files(dir.path())
+            .into_iter()
+            .filter(|n| n.ends_with("index"))
+            .collect();
+        let before: Vec<Vec<u8>> = names
+            .iter()
+            .map(|n| std::fs::read(dir.path().join(n)).unwrap())
+            .collect();
+        assert!(before.iter().any(|b| b.len() >= 16), "indexes have entries");
+        for n in &names {
+            std::fs::remove_file(dir.path().join(n)).unwrap();
+        }
+        // A stale, wrongly sized index is distrusted too.
+        std::fs::write(dir.path().join(format!("{:020}.index", 0)), [1, 2, 3]).unwrap();
+        let log = Log::open(dir.path(), cfg).await.unwrap();
+        log.close().await.unwrap();
+        let after: Vec<Vec<u8>> = names
+            .iter()
+            .map(|n| std::fs::read(dir.path().join(n)).unwrap())
+            .collect();
+        assert_eq!(before, after);
+        for off in (0..180).step_by(7) {
+            let r = log.read(Offset(off), 1, Offset(180)).await.unwrap();
+            let b = batches_in(&r.records);
+            assert!(b[0].0 <= off && off <= b[0].1, "offset {off}: {b:?}");
+        }
+    });
+}
+
+#[test]
+fn recovery_truncates_torn_and_padded_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        fill(&log, 5, 2, 30, 0).await;
+        log.close().await.unwrap();
+        let path = dir.path().join(format!("{:020}.log", 0));
+        let good = std::fs::read(&path).unwrap();
+        let one = good.len() / 5;
+        // Zero padding after the last batch (a crash before the truncate at close).
+        let mut padded = good.clone();
+        padded.resize(8192, 0);
+        std::fs::write(&path, &padded).unwrap();
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        assert_eq!(log.offsets().log_end_offset, Offset(10));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), good.len() as u64);
+        // A torn last batch plus a corrupt byte in the one before.
+        let mut torn = good.clone();
+        torn.truncate(good.len() - 3);
+        torn[one * 3 + 70] ^= 0x55;
+        std::fs::write(&path, &torn).unwrap();
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        assert_eq!(log.offsets().log_end_offset, Offset(6));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), (one * 3) as u64);
+        // The log continues at the recovered end.
+        let a = log.append(batch(2, 0, 30), LeaderEpoch(0), 0).unwrap();
+        assert_eq!(a.base_offset, Offset(6));
+        log.commit(Offset(8)).await.unwrap();
+        let r = log.read(Offset(0), 1 << 20, Offset(8)).await.unwrap();
+        assert_eq!(batches_in(&r.records).len(), 4);
+    });
+}
+
+#[test]
+fn group_commit_concurrent_callers_are_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let cfg = LogConfig {
+            segment_bytes: 16 * 1024,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), cfg.clone()).await.unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..64i64 {
+            let log = log.clone();
+            tasks.push(glommio::spawn_local(async move {
+                let info = log.append(batch(3, i, 200), LeaderEpoch(0), i).unwrap();
+                log.commit(Offset(info.last_offset.0 + 1)).await.unwrap();
+                let hw = log.offsets().high_watermark;
+                assert!(hw > info.last_offset, "hw {hw:?} after commit of {info:?}");
+                info
+            }));
+        }
+        let mut infos = Vec::new();
+        for t in tasks {
+            infos.push(t.await);
+        }
+        infos.sort_by_key(|i| i.base_offset);
+        for (i, info) in infos.iter().enumerate() {
+            assert_eq!(info.base_offset, Offset(3 * i as i64));
+        }
+        assert!(log.segment_count() > 1);
+        // Simulate a crash: no close, reopen straight from the files.
+        drop(log);
+        let log = Log::open(dir.path(), cfg).await.unwrap();
+        assert_eq!(log.offsets().log_end_offset, Offset(192));
+        let mut off = 0;
+        while off < 192 {
+            let r = log.read(Offset(off), 1 << 20, Offset(192)).await.unwrap();
+            let b = batches_in(&r.records);
+            assert_eq!(b[0].0, off);
+            off = b.last().unwrap().1 + 1;
+        }
+    });
+}
+
+#[test]
+fn interval_policy_commit_writes_and_sync_advances_hw() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let cfg = LogConfig {
+            flush_policy: FlushPolicy::Interval,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), cfg.clone()).await.unwrap();
+        log.append(batch(2, 0, 10), LeaderEpoch(0), 0).unwrap();
+        log.commit(Offset(2)).await.unwrap();
+        assert_eq!(log.offsets().high_watermark, Offset(2));
+        log.append(batch(2, 0, 10), LeaderEpoch(0), 0).unwrap();
+        log.sync().await.unwrap();
+        assert_eq!(log.offsets().high_watermark, Offset(4));
+        drop(log);
+        let log = Log::open(dir.path(), cfg).await.unwrap();
+        assert_eq!(log.offsets().log_end_offset, Offset(4));
+    });
+}
+
+#[test]
+fn config_strings_parse() {
+    assert_eq!("group".parse::<FlushPolicy>(), Ok(FlushPolicy::Group));
+    assert_eq!("interval".parse::<FlushPolicy>(), Ok(FlushPolicy::Interval));
+    assert!("sometimes".parse::<FlushPolicy>().is_err());
+    assert_eq!(
+        "LogAppendTime".parse::<TimestampType>(),
+        Ok(TimestampType::LogAppendTime)
+    );
+    assert_eq!(
+        "CreateTime".parse::<TimestampType>(),
+        Ok(TimestampType::CreateTime)
+    );
+    let d = LogConfig::default();
+    assert_eq!(
+        (d.segment_bytes, d.max_message_bytes),
+        (1_073_741_824, 1_048_588)
+    );
+    let _ = BatchHeader::parse(&[0u8; 10]);
+}

@@ -1,0 +1,132 @@
+//! Shared vocabulary of the partition log: offset and epoch newtypes, the topic-level log
+//! configuration and the values returned by appends and reads. Plain values, no I/O; used on
+//! whichever shard owns the partition.
+
+use std::str::FromStr;
+
+/// Kafka offset of a record. A single record's position in the partition, inclusive; ranges
+/// over offsets are written `[start, end)` and say so (e.g. `log_end_offset` is exclusive:
+/// the next offset to assign).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Offset(pub i64);
+
+/// A leader epoch (Kafka `partitionLeaderEpoch`): the term of the leader that appended a batch.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct LeaderEpoch(pub i32);
+
+/// When an acknowledged append is made durable (`flush.policy`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum FlushPolicy {
+    /// Acknowledge after write + fdatasync; concurrent commits share one sync.
+    Group,
+    /// Acknowledge after the write reaches the file; fdatasync on a timer (`Log::sync`).
+    Interval,
+}
+
+impl FromStr for FlushPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "group" => Ok(FlushPolicy::Group),
+            "interval" => Ok(FlushPolicy::Interval),
+            other => Err(format!(
+                "unknown flush policy {other:?} (expected group|interval)"
+            )),
+        }
+    }
+}
+
+/// Kafka `message.timestamp.type`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum TimestampType {
+    CreateTime,
+    LogAppendTime,
+}
+
+impl FromStr for TimestampType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "CreateTime" => Ok(TimestampType::CreateTime),
+            "LogAppendTime" => Ok(TimestampType::LogAppendTime),
+            other => Err(format!(
+                "unknown timestamp type {other:?} (expected CreateTime|LogAppendTime)"
+            )),
+        }
+    }
+}
+
+/// Per-topic log configuration (Kafka names in the field docs).
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    /// `segment.bytes`: roll the active segment before it would grow past this.
+    pub segment_bytes: u64,
+    /// `segment.ms`: roll the active segment once it is older than this.
+    pub segment_ms: u64,
+    /// `max.message.bytes`: largest accepted batch, header included.
+    pub max_message_bytes: u32,
+    /// `index.interval.bytes`: log bytes between sparse index entries.
+    pub index_interval_bytes: u32,
+    /// `flush.policy` (Keel): when `commit` makes an append durable.
+    pub flush_policy: FlushPolicy,
+    /// `message.timestamp.type`.
+    pub message_timestamp_type: TimestampType,
+    /// Bytes of the most recent batches kept in memory per partition.
+    pub tail_cache_bytes: usize,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1_073_741_824,
+            segment_ms: 604_800_000,
+            max_message_bytes: 1_048_588,
+            index_interval_bytes: 4096,
+            flush_policy: FlushPolicy::Group,
+            message_timestamp_type: TimestampType::CreateTime,
+            tail_cache_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// Result of one `Log::append`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// Offset of the first record appended.
+    pub base_offset: Offset,
+    /// Offset of the last record appended (inclusive).
+    pub last_offset: Offset,
+    /// The broker time stamped into the batches, or -1 under CreateTime.
+    pub log_append_time_ms: i64,
+    pub log_start_offset: Offset,
+    /// Offsets consumed: sum of `lastOffsetDelta + 1` over the batches.
+    pub record_count: u32,
+}
+
+/// Result of one `Log::read`.
+#[derive(Clone, Debug)]
+pub struct ReadResult {
+    /// Zero or more whole record batches.
+    pub records: bytes::Bytes,
+    pub high_watermark: Offset,
+    pub log_start_offset: Offset,
+    pub log_end_offset: Offset,
+}
+
+/// The three offsets of a partition: `log_start_offset <= high_watermark <= log_end_offset`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LogOffsets {
+    pub log_start_offset: Offset,
+    pub high_watermark: Offset,
+    pub log_end_offset: Offset,
+}
+
+/// What `validate_batches` learned about a buffer of batches without touching records.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct BatchesSummary {
+    pub batch_count: u32,
+    /// Sum of `lastOffsetDelta + 1`: the offsets the batches will consume.
+    pub record_count: u64,
+    /// Largest `maxTimestamp` among the batches (-1 when all are -1).
+    pub max_timestamp_ms: i64,
+}
