@@ -18,6 +18,8 @@ mod segment;
 mod types;
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod test_util;
 #[cfg(test)]
 mod tests;

@@ -960,7 +960,7 @@ async fn recover_segment(
                 seg.offset_of_max_timestamp = Offset(base.0 + rel as i64);
             }
             let mut batches = 0usize;
-            let end = scan_segment(&file, start, file_size, expected, |_, h| {
+            let end = scan_segment(&file, start, file_size, expected, base.0, |_, h| {
                 batches += 1;
                 if h.max_timestamp > seg.max_timestamp_ms {
                     seg.max_timestamp_ms = h.max_timestamp;
@@ -985,7 +985,7 @@ async fn recover_segment(
         Some(end) => end,
         None => {
             let interval = config.index_interval_bytes;
-            scan_segment(&file, 0, file_size, base.0, |pos, h| {
+            scan_segment(&file, 0, file_size, base.0, base.0, |pos, h| {
                 seg.note_batch(pos, h, interval);
                 if h.leader_epoch >= 0 {
                     epochs.assign(LeaderEpoch(h.leader_epoch), Offset(h.base_offset));

@@ -19,6 +19,7 @@ pub async fn scan_segment(
     start: u64,
     file_size: u64,
     expected_base: i64,
+    base_offset: i64,
     mut on_batch: impl FnMut(u64, &BatchHeader),
 ) -> Result<u64, StorageError> {
     let mut pos = start;
@@ -58,7 +59,8 @@ pub async fn scan_segment(
             let Ok(valid) = validate_one(bytes, u32::MAX) else {
                 return Ok(at);
             };
-            if valid.base_offset != expected {
+            if valid.base_offset != expected || valid.last_offset() - base_offset > u32::MAX as i64
+            {
                 return Ok(at);
             }
             on_batch(at, &valid);
