@@ -187,6 +187,10 @@ struct Inner {
     state: RefCell<State>,
     /// One flush at a time: its holder is the only writer of segment files.
     flush_lock: Semaphore,
+    /// Flushes run so far (write passes over the staged data); read by tests and metrics.
+    flushes: std::cell::Cell<u64>,
+    /// Fault-injection seam: when set, the next segment write fails as the disk would.
+    fail_next_write: std::cell::Cell<bool>,
 }
 
 /// Cheap-to-clone handle (Rc inside) to one partition's log. Lives on exactly one glommio
@@ -294,6 +298,8 @@ impl Log {
                 dir: dir.to_path_buf(),
                 state: RefCell::new(state),
                 flush_lock: Semaphore::new(1),
+                flushes: std::cell::Cell::new(0),
+                fail_next_write: std::cell::Cell::new(false),
             }),
         })
     }
@@ -489,6 +495,7 @@ impl Log {
     }
 
     async fn flush_inner(&self, sync: bool) -> Result<(), StorageError> {
+        self.inner.flushes.set(self.inner.flushes.get() + 1);
         self.persist_epochs().await?;
         let (target_end, targets) = {
             let s = self.inner.state.borrow();
@@ -582,6 +589,11 @@ impl Log {
                 return Ok(());
             };
             let len = job.buffer.len();
+            if self.inner.fail_next_write.replace(false) {
+                return Err(StorageError::Io(std::io::Error::other(
+                    "injected write failure",
+                )));
+            }
             let n = job.file.write_at(job.buffer, job.block_start).await?;
             if n != len {
                 return Err(StorageError::Io(std::io::Error::other(format!(
@@ -891,6 +903,18 @@ impl Log {
             }
         }
         Ok(Some((offset, ts)))
+    }
+
+    /// Number of flushes run so far (group commit shares one among concurrent commits).
+    #[cfg(test)]
+    pub(crate) fn flush_count(&self) -> u64 {
+        self.inner.flushes.get()
+    }
+
+    /// Makes the next segment write fail with an I/O error (fault-injection seam for tests).
+    #[cfg(test)]
+    pub(crate) fn inject_write_failure(&self) {
+        self.inner.fail_next_write.set(true);
     }
 
     pub fn latest_epoch(&self) -> Option<LeaderEpoch> {

@@ -539,6 +539,11 @@ fn group_commit_concurrent_callers_are_durable() {
         for t in tasks {
             infos.push(t.await);
         }
+        assert!(
+            log.flush_count() < 64,
+            "64 concurrent commits shared flushes: {} flushes",
+            log.flush_count()
+        );
         infos.sort_by_key(|i| i.base_offset);
         for (i, info) in infos.iter().enumerate() {
             assert_eq!(info.base_offset, Offset(3 * i as i64));
@@ -598,4 +603,42 @@ fn config_strings_parse() {
         (1_073_741_824, 1_048_588)
     );
     let _ = BatchHeader::parse(&[0u8; 10]);
+}
+
+#[test]
+fn failed_write_poisons_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        log.append(batch(2, 0, 10), LeaderEpoch(0), 0).unwrap();
+        log.commit(Offset(2)).await.unwrap();
+        log.append(batch(2, 0, 10), LeaderEpoch(0), 0).unwrap();
+        log.inject_write_failure();
+        assert!(matches!(
+            log.commit(Offset(4)).await,
+            Err(StorageError::Io(_))
+        ));
+        assert_eq!(log.offsets().high_watermark, Offset(2));
+        assert!(matches!(
+            log.append(batch(1, 0, 10), LeaderEpoch(0), 0),
+            Err(StorageError::Poisoned(_))
+        ));
+        assert!(matches!(
+            log.commit(Offset(4)).await,
+            Err(StorageError::Poisoned(_))
+        ));
+        assert!(matches!(log.sync().await, Err(StorageError::Poisoned(_))));
+        // Reads of committed data still work.
+        let r = log.read(Offset(0), 1 << 20, Offset(2)).await.unwrap();
+        assert_eq!(batches_in(&r.records).len(), 1);
+        drop(log);
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        assert_eq!(
+            log.offsets().log_end_offset,
+            Offset(2),
+            "only the synced batch survives"
+        );
+        log.append(batch(1, 0, 10), LeaderEpoch(0), 0).unwrap();
+        log.commit(Offset(3)).await.unwrap();
+    });
 }
