@@ -917,6 +917,10 @@ impl Log {
         self.inner.fail_next_write.set(true);
     }
 
+    /// Latest leader epoch known. `append` records a new epoch in memory (append is I/O-free);
+    /// the `leader-epoch-checkpoint` is rewritten (temp file + rename) by the next flush, before
+    /// that flush writes any data, so the file never lags durable batches. On open, epochs are
+    /// also re-derived from the scanned batches' partitionLeaderEpoch and cut at log_end_offset.
     pub fn latest_epoch(&self) -> Option<LeaderEpoch> {
         self.inner.state.borrow().epochs.latest()
     }
