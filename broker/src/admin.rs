@@ -1,0 +1,114 @@
+//! Admin HTTP endpoint on shard 0 (default 127.0.0.1:9644): `GET /metrics` renders every
+//! shard's counters in Prometheus text format, gathered over the mesh. A tiny HTTP/1.1
+//! reader: one request per connection, head bounded to 8 KiB, anything else gets 404/400.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use tracing::{info, warn};
+
+use crate::metrics::{render, CountersSnapshot};
+use crate::server::BrokerShard;
+
+const HEAD_MAX: usize = 8192;
+
+pub fn start(shard: Rc<BrokerShard>, addr: SocketAddr) {
+    let listener = match TcpListener::bind(addr) {
+        Ok(l) => l,
+        Err(e) => {
+            warn!(admin = %addr, error = %e, "admin endpoint disabled: cannot listen");
+            return;
+        }
+    };
+    info!(admin = %addr, "admin HTTP endpoint (/metrics)");
+    glommio::spawn_local(async move {
+        loop {
+            let next = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+                shard.shutdown.wait().await;
+                None
+            })
+            .await;
+            match next {
+                None => break,
+                Some(Ok(stream)) => {
+                    glommio::spawn_local(serve(shard.clone(), stream)).detach();
+                }
+                Some(Err(e)) => warn!(error = %e, "admin accept failed"),
+            }
+        }
+    })
+    .detach();
+}
+
+/// Every shard's counters, in shard order.
+pub async fn gather(shard: &Rc<BrokerShard>) -> Vec<CountersSnapshot> {
+    let mut out = Vec::with_capacity(shard.count);
+    for target in 0..shard.count {
+        let snap = if target == shard.id {
+            snapshot(shard)
+        } else {
+            match shard
+                .mesh
+                .call(target, |s| async move { snapshot(&s) })
+                .await
+            {
+                Ok(s) => s,
+                Err(_) => CountersSnapshot::default(),
+            }
+        };
+        out.push(snap);
+    }
+    out
+}
+
+fn snapshot(shard: &BrokerShard) -> CountersSnapshot {
+    let mut s = shard.counters.snapshot();
+    let mesh = shard.mesh.counters();
+    s.cross_shard_hops = mesh.hops_out;
+    s.cross_shard_jobs = mesh.jobs_in;
+    s.partitions_owned = shard.partitions_owned() as u64;
+    s
+}
+
+async fn serve(shard: Rc<BrokerShard>, mut stream: TcpStream) {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+        if head.len() > HEAD_MAX {
+            let _ = respond(&mut stream, "400 Bad Request", "request head too large\n").await;
+            return;
+        }
+    }
+    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    match (method, path) {
+        ("GET", "/metrics") => {
+            let body = render(&gather(&shard).await);
+            let _ = respond(&mut stream, "200 OK", &body).await;
+        }
+        ("GET", _) => {
+            let _ = respond(&mut stream, "404 Not Found", "not found; try /metrics\n").await;
+        }
+        _ => {
+            let _ = respond(&mut stream, "400 Bad Request", "only GET is supported\n").await;
+        }
+    }
+}
+
+async fn respond(stream: &mut TcpStream, status: &str, body: &str) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.close().await
+}

@@ -1,0 +1,432 @@
+//! Broker configuration: Kafka's setting names and defaults, read from (lowest to highest
+//! precedence) built-in defaults, `KEEL_*` environment variables, a TOML file (`--config`),
+//! and command-line flags. Every source produces the same flat `key = value` map, checked
+//! against one table of known keys, so a typo is an error at start, not a silent default.
+//!
+//! Topic-level settings (`retention.ms`, `segment.bytes`, ...) inherit the broker default
+//! named in [`TOPIC_CONFIGS`] unless the topic overrides them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use anyhow::{anyhow, bail, Context, Result};
+use keel_storage::{FlushPolicy, LogConfig, TimestampType};
+
+/// One broker-level setting: its Kafka name, default and a one-line description.
+pub struct BrokerKey {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub doc: &'static str,
+}
+
+/// Every broker setting Keel knows. Keel-specific ones have no Kafka equivalent.
+pub const BROKER_KEYS: &[BrokerKey] = &[
+    BrokerKey { name: "listen", default: "127.0.0.1:9092", doc: "Kafka listener address (HOST:PORT)" },
+    BrokerKey { name: "advertise", default: "", doc: "address clients are told to connect to (default: listen)" },
+    BrokerKey { name: "data.dir", default: "./keel-data", doc: "directory holding partition logs and metadata" },
+    BrokerKey { name: "smp", default: "0", doc: "shards (one per core); 0 = every core the process may use" },
+    BrokerKey { name: "admin", default: "127.0.0.1:9644", doc: "admin HTTP address (/metrics)" },
+    BrokerKey { name: "node.id", default: "0", doc: "this broker's id" },
+    BrokerKey { name: "cluster.id", default: "keel-single-node", doc: "cluster id reported to clients" },
+    BrokerKey { name: "io.memory.bytes", default: "4194304", doc: "io_uring registered memory per shard" },
+    BrokerKey { name: "num.partitions", default: "1", doc: "partitions of an auto-created topic" },
+    BrokerKey { name: "default.replication.factor", default: "1", doc: "replication factor of an auto-created topic" },
+    BrokerKey { name: "auto.create.topics.enable", default: "true", doc: "create unknown topics on Metadata/Produce" },
+    BrokerKey { name: "message.max.bytes", default: "1048588", doc: "largest record batch (topic: max.message.bytes)" },
+    BrokerKey { name: "socket.request.max.bytes", default: "104857600", doc: "largest request frame" },
+    BrokerKey { name: "log.segment.bytes", default: "1073741824", doc: "segment size (topic: segment.bytes)" },
+    BrokerKey { name: "log.roll.ms", default: "604800000", doc: "segment age before roll (topic: segment.ms)" },
+    BrokerKey { name: "log.retention.ms", default: "604800000", doc: "retention by time (topic: retention.ms)" },
+    BrokerKey { name: "log.retention.bytes", default: "-1", doc: "retention by size (topic: retention.bytes)" },
+    BrokerKey { name: "log.cleanup.policy", default: "delete", doc: "delete or compact (topic: cleanup.policy)" },
+    BrokerKey { name: "log.message.timestamp.type", default: "CreateTime", doc: "CreateTime or LogAppendTime (topic: message.timestamp.type)" },
+    BrokerKey { name: "min.insync.replicas", default: "1", doc: "ISR size needed for acks=all" },
+    BrokerKey { name: "log.flush.policy", default: "group", doc: "group: fdatasync before ack; interval: ack after write, sync every flush.ms (topic: flush.policy)" },
+    BrokerKey { name: "log.flush.interval.ms", default: "1000", doc: "sync period of flush.policy=interval (topic: flush.ms)" },
+];
+
+/// A topic-level setting and the broker setting it inherits.
+pub struct TopicKey {
+    pub name: &'static str,
+    pub broker_key: &'static str,
+    pub check: fn(&str) -> Result<()>,
+}
+
+fn check_long(v: &str) -> Result<()> {
+    v.trim()
+        .parse::<i64>()
+        .map(|_| ())
+        .map_err(|_| anyhow!("not a number: {v}"))
+}
+fn check_positive_long(v: &str) -> Result<()> {
+    match v.trim().parse::<i64>() {
+        Ok(n) if n > 0 => Ok(()),
+        _ => bail!("must be a positive number: {v}"),
+    }
+}
+fn check_segment_bytes(v: &str) -> Result<()> {
+    match v.trim().parse::<i64>() {
+        Ok(n) if (14..=i32::MAX as i64).contains(&n) => Ok(()),
+        _ => bail!("must be between 14 and {}: {v}", i32::MAX),
+    }
+}
+fn check_int_min1(v: &str) -> Result<()> {
+    match v.trim().parse::<i32>() {
+        Ok(n) if n >= 1 => Ok(()),
+        _ => bail!("must be an integer >= 1: {v}"),
+    }
+}
+fn check_max_message_bytes(v: &str) -> Result<()> {
+    match v.trim().parse::<i32>() {
+        Ok(n) if n >= 0 => Ok(()),
+        _ => bail!("must be a non-negative integer: {v}"),
+    }
+}
+fn check_cleanup_policy(v: &str) -> Result<()> {
+    for part in v.split(',') {
+        match part.trim() {
+            "delete" | "compact" => {}
+            other => bail!("cleanup.policy must be delete and/or compact, not {other:?}"),
+        }
+    }
+    Ok(())
+}
+fn check_timestamp_type(v: &str) -> Result<()> {
+    TimestampType::from_str(v.trim())
+        .map(|_| ())
+        .map_err(|_| anyhow!("must be CreateTime or LogAppendTime: {v}"))
+}
+fn check_flush_policy(v: &str) -> Result<()> {
+    FlushPolicy::from_str(v.trim())
+        .map(|_| ())
+        .map_err(|_| anyhow!("must be group or interval: {v}"))
+}
+
+/// Topic configs Keel honours, in the order DescribeConfigs lists them.
+pub const TOPIC_CONFIGS: &[TopicKey] = &[
+    TopicKey {
+        name: "cleanup.policy",
+        broker_key: "log.cleanup.policy",
+        check: check_cleanup_policy,
+    },
+    TopicKey {
+        name: "flush.ms",
+        broker_key: "log.flush.interval.ms",
+        check: check_positive_long,
+    },
+    TopicKey {
+        name: "flush.policy",
+        broker_key: "log.flush.policy",
+        check: check_flush_policy,
+    },
+    TopicKey {
+        name: "max.message.bytes",
+        broker_key: "message.max.bytes",
+        check: check_max_message_bytes,
+    },
+    TopicKey {
+        name: "message.timestamp.type",
+        broker_key: "log.message.timestamp.type",
+        check: check_timestamp_type,
+    },
+    TopicKey {
+        name: "min.insync.replicas",
+        broker_key: "min.insync.replicas",
+        check: check_int_min1,
+    },
+    TopicKey {
+        name: "retention.bytes",
+        broker_key: "log.retention.bytes",
+        check: check_long,
+    },
+    TopicKey {
+        name: "retention.ms",
+        broker_key: "log.retention.ms",
+        check: check_long,
+    },
+    TopicKey {
+        name: "segment.bytes",
+        broker_key: "log.segment.bytes",
+        check: check_segment_bytes,
+    },
+    TopicKey {
+        name: "segment.ms",
+        broker_key: "log.roll.ms",
+        check: check_positive_long,
+    },
+];
+
+pub fn topic_key(name: &str) -> Option<&'static TopicKey> {
+    TOPIC_CONFIGS.iter().find(|k| k.name == name)
+}
+
+/// Checks one topic config name and value; the error text goes back to the client.
+pub fn validate_topic_config(name: &str, value: &str) -> Result<()> {
+    let key = topic_key(name).ok_or_else(|| anyhow!("unknown topic config {name:?}"))?;
+    (key.check)(value).with_context(|| format!("invalid value for {name}"))
+}
+
+/// The resolved broker configuration. Built once at start, shared read-only by all shards.
+#[derive(Clone, Debug)]
+pub struct BrokerConfig {
+    pub listen: SocketAddr,
+    pub advertise_host: String,
+    pub advertise_port: u16,
+    pub data_dir: PathBuf,
+    pub smp: usize,
+    pub admin: Option<SocketAddr>,
+    pub node_id: i32,
+    pub cluster_id: String,
+    pub io_memory_bytes: usize,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub auto_create_topics_enable: bool,
+    pub socket_request_max_bytes: usize,
+    /// Every key with its effective value (defaults filled in).
+    pub values: BTreeMap<String, String>,
+    /// Keys set explicitly by env, file or flag (DescribeConfigs reports them as static).
+    pub explicit: BTreeMap<String, String>,
+}
+
+impl BrokerConfig {
+    /// Builds the config from a flat map of explicitly set keys.
+    pub fn from_settings(explicit: BTreeMap<String, String>) -> Result<Self> {
+        for key in explicit.keys() {
+            if !BROKER_KEYS.iter().any(|k| k.name == key) {
+                bail!("unknown setting {key:?} (see README for the list)");
+            }
+        }
+        let mut values: BTreeMap<String, String> = BROKER_KEYS
+            .iter()
+            .map(|k| (k.name.to_string(), k.default.to_string()))
+            .collect();
+        values.extend(explicit.clone());
+        let get = |k: &str| {
+            values
+                .get(k)
+                .map(String::as_str)
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        };
+        fn parse<T: FromStr>(key: &str, v: &str) -> Result<T> {
+            v.parse::<T>()
+                .map_err(|_| anyhow!("invalid value {v:?} for {key}"))
+        }
+        let listen: SocketAddr = parse("listen", &get("listen"))?;
+        let advertise = get("advertise");
+        let (advertise_host, advertise_port) = if advertise.is_empty() {
+            (listen.ip().to_string(), listen.port())
+        } else {
+            let (h, p) = advertise
+                .rsplit_once(':')
+                .ok_or_else(|| anyhow!("advertise must be HOST:PORT, got {advertise:?}"))?;
+            (h.to_string(), parse("advertise port", p)?)
+        };
+        let admin = get("admin");
+        let admin = if admin.is_empty() || admin == "off" {
+            None
+        } else {
+            Some(parse("admin", &admin)?)
+        };
+        let cfg = BrokerConfig {
+            listen,
+            advertise_host,
+            advertise_port,
+            data_dir: PathBuf::from(get("data.dir")),
+            smp: parse("smp", &get("smp"))?,
+            admin,
+            node_id: parse("node.id", &get("node.id"))?,
+            cluster_id: get("cluster.id"),
+            io_memory_bytes: parse("io.memory.bytes", &get("io.memory.bytes"))?,
+            num_partitions: parse("num.partitions", &get("num.partitions"))?,
+            default_replication_factor: parse(
+                "default.replication.factor",
+                &get("default.replication.factor"),
+            )?,
+            auto_create_topics_enable: parse(
+                "auto.create.topics.enable",
+                &get("auto.create.topics.enable"),
+            )?,
+            socket_request_max_bytes: parse(
+                "socket.request.max.bytes",
+                &get("socket.request.max.bytes"),
+            )?,
+            values: values.clone(),
+            explicit,
+        };
+        if cfg.num_partitions < 1 {
+            bail!("num.partitions must be >= 1");
+        }
+        for tk in TOPIC_CONFIGS {
+            let v = values
+                .get(tk.broker_key)
+                .map(String::as_str)
+                .unwrap_or_default();
+            (tk.check)(v).with_context(|| format!("invalid value for {}", tk.broker_key))?;
+        }
+        Ok(cfg)
+    }
+
+    /// The broker-level default for a topic config.
+    pub fn topic_default(&self, topic_key: &TopicKey) -> &str {
+        self.values
+            .get(topic_key.broker_key)
+            .map(String::as_str)
+            .unwrap_or_default()
+    }
+
+    /// The effective value of a topic config given the topic's overrides, and whether it
+    /// came from the topic.
+    pub fn topic_value<'a>(
+        &'a self,
+        overrides: &'a BTreeMap<String, String>,
+        key: &TopicKey,
+    ) -> (&'a str, bool) {
+        match overrides.get(key.name) {
+            Some(v) => (v.as_str(), true),
+            None => (self.topic_default(key), false),
+        }
+    }
+
+    /// The storage config of a topic with these overrides.
+    pub fn log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
+        let value = |name: &str| -> String {
+            let key = topic_key(name).expect("known topic key");
+            self.topic_value(overrides, key).0.trim().to_string()
+        };
+        let mut c = LogConfig::default();
+        if let Ok(v) = value("segment.bytes").parse::<u64>() {
+            c.segment_bytes = v;
+        }
+        if let Ok(v) = value("segment.ms").parse::<u64>() {
+            c.segment_ms = v;
+        }
+        if let Ok(v) = value("max.message.bytes").parse::<u32>() {
+            c.max_message_bytes = v;
+        }
+        if let Ok(v) = FlushPolicy::from_str(&value("flush.policy")) {
+            c.flush_policy = v;
+        }
+        if let Ok(v) = TimestampType::from_str(&value("message.timestamp.type")) {
+            c.message_timestamp_type = v;
+        }
+        c
+    }
+
+    /// flush.ms of a topic (interval policy sync period).
+    pub fn flush_ms(&self, overrides: &BTreeMap<String, String>) -> u64 {
+        let key = topic_key("flush.ms").expect("known topic key");
+        self.topic_value(overrides, key)
+            .0
+            .trim()
+            .parse()
+            .unwrap_or(1000)
+    }
+}
+
+/// Where settings came from, merged by precedence: env < file < flags.
+#[derive(Default)]
+pub struct SettingsBuilder {
+    map: BTreeMap<String, String>,
+}
+
+impl SettingsBuilder {
+    /// `KEEL_DATA_DIR=x` sets `data.dir`: strip the prefix, lowercase, `_` becomes `.`.
+    pub fn env(mut self, vars: impl Iterator<Item = (String, String)>) -> Self {
+        for (k, v) in vars {
+            if let Some(rest) = k.strip_prefix("KEEL_") {
+                if rest == "CONFIG" {
+                    continue;
+                }
+                self.map
+                    .insert(rest.to_ascii_lowercase().replace('_', "."), v);
+            }
+        }
+        self
+    }
+
+    /// A TOML file: `"num.partitions" = 3` and `num.partitions = 3` (a nested table) both
+    /// set `num.partitions`.
+    pub fn toml_text(mut self, text: &str) -> Result<Self> {
+        let table: toml::Table = text.parse().context("config file is not valid TOML")?;
+        fn flatten(prefix: &str, t: &toml::Table, out: &mut BTreeMap<String, String>) {
+            for (k, v) in t {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                match v {
+                    toml::Value::Table(inner) => flatten(&key, inner, out),
+                    toml::Value::String(s) => {
+                        out.insert(key, s.clone());
+                    }
+                    other => {
+                        out.insert(key, other.to_string());
+                    }
+                }
+            }
+        }
+        flatten("", &table, &mut self.map);
+        Ok(self)
+    }
+
+    pub fn set(mut self, key: &str, value: &str) -> Self {
+        self.map.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    pub fn build(self) -> BTreeMap<String, String> {
+        self.map
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precedence_env_file_flags() {
+        let env = vec![
+            ("KEEL_NUM_PARTITIONS".to_string(), "2".to_string()),
+            ("KEEL_DATA_DIR".to_string(), "/env".to_string()),
+            ("KEEL_SMP".to_string(), "3".to_string()),
+            ("OTHER".to_string(), "x".to_string()),
+        ];
+        let map = SettingsBuilder::default()
+            .env(env.into_iter())
+            .toml_text("num.partitions = 5\n\"data.dir\" = \"/file\"\n")
+            .unwrap()
+            .set("data.dir", "/flag")
+            .build();
+        let cfg = BrokerConfig::from_settings(map).unwrap();
+        assert_eq!(cfg.num_partitions, 5);
+        assert_eq!(cfg.data_dir, PathBuf::from("/flag"));
+        assert_eq!(cfg.smp, 3);
+    }
+
+    #[test]
+    fn unknown_key_is_an_error() {
+        let map = SettingsBuilder::default().set("num.partitons", "3").build();
+        let err = BrokerConfig::from_settings(map).unwrap_err().to_string();
+        assert!(err.contains("num.partitons"), "{err}");
+    }
+
+    #[test]
+    fn topic_overrides_inherit_broker_defaults() {
+        let map = SettingsBuilder::default()
+            .set("log.segment.bytes", "1048576")
+            .build();
+        let cfg = BrokerConfig::from_settings(map).unwrap();
+        let mut overrides = BTreeMap::new();
+        assert_eq!(cfg.log_config(&overrides).segment_bytes, 1_048_576);
+        overrides.insert("segment.bytes".to_string(), "4096".to_string());
+        assert_eq!(cfg.log_config(&overrides).segment_bytes, 4096);
+        assert!(validate_topic_config("segment.bytes", "abc").is_err());
+        assert!(validate_topic_config("no.such", "1").is_err());
+        assert!(validate_topic_config("cleanup.policy", "compact,delete").is_ok());
+    }
+}

@@ -1,0 +1,111 @@
+//! One client connection, on the shard that accepted it.
+//!
+//! The reader takes frames off the socket and starts a task per request; the writer sends
+//! the answers in request order (Kafka clients pipeline). At most `MAX_IN_FLIGHT` requests
+//! are in flight per connection: past that the reader stops reading (backpressure). A bad
+//! frame, header or body closes this connection only, after the answers already due.
+//! On shutdown the reader stops at the next frame boundary; in-flight requests finish.
+
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::channels::local_channel;
+use glommio::net::TcpStream;
+use glommio::task::JoinHandle;
+use tracing::{debug, warn};
+
+use crate::handlers;
+use crate::protocol::{check_frame_size, FrameError};
+use crate::server::BrokerShard;
+
+const MAX_IN_FLIGHT: usize = 32;
+
+/// What a request task yields: a frame to send, nothing (acks=0), or "close now".
+pub enum Reply {
+    Frame(Bytes),
+    None,
+    Close(FrameError),
+    /// Send this frame, then close (unsupported API or version).
+    FrameThenClose(Bytes),
+}
+
+pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream) {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let _ = stream.set_nodelay(true);
+    shard.counters.connection_opened();
+    let (mut reader, mut writer) = futures_lite::io::split(stream);
+    let (tx, rx) = local_channel::new_bounded::<JoinHandle<Reply>>(MAX_IN_FLIGHT);
+
+    let writer_shard = shard.clone();
+    let writer_peer = peer.clone();
+    let writer_task = glommio::spawn_local(async move {
+        while let Some(task) = rx.recv().await {
+            let reply = match task.await {
+                Some(r) => r,
+                None => break,
+            };
+            let (frame, close) = match reply {
+                Reply::Frame(f) => (Some(f), false),
+                Reply::None => (None, false),
+                Reply::FrameThenClose(f) => (Some(f), true),
+                Reply::Close(e) => {
+                    warn!(shard = writer_shard.id, peer = %writer_peer, error = %e, "closing connection");
+                    (None, true)
+                }
+            };
+            if let Some(frame) = frame {
+                writer_shard.counters.add_bytes_out(frame.len());
+                if let Err(e) = writer.write_all(&frame).await {
+                    debug!(peer = %writer_peer, error = %e, "write failed");
+                    break;
+                }
+            }
+            if close {
+                break;
+            }
+        }
+        let _ = writer.close().await;
+    });
+
+    let max = shard.config.socket_request_max_bytes;
+    loop {
+        let mut size_buf = [0u8; 4];
+        let read = futures_lite::future::or(
+            async { Some(reader.read_exact(&mut size_buf).await) },
+            async {
+                shard.shutdown.wait().await;
+                None
+            },
+        )
+        .await;
+        match read {
+            None => break,
+            Some(Err(_)) => break,
+            Some(Ok(())) => {}
+        }
+        let size = match check_frame_size(i32::from_be_bytes(size_buf), max) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(shard = shard.id, peer = %peer, error = %e, "closing connection");
+                break;
+            }
+        };
+        let mut frame = BytesMut::zeroed(size);
+        if reader.read_exact(&mut frame).await.is_err() {
+            break;
+        }
+        shard.counters.add_bytes_in(size + 4);
+        let frame = frame.freeze();
+        let task = glommio::spawn_local(handlers::handle_frame(shard.clone(), frame)).detach();
+        if tx.send(task).await.is_err() {
+            break; // the writer stopped: the connection is closing
+        }
+    }
+    drop(tx);
+    let _ = writer_task.await;
+    shard.counters.connection_closed();
+}

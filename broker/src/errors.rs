@@ -1,0 +1,23 @@
+//! The one place where Keel's errors become Kafka error codes.
+
+use kafka_protocol::ResponseError;
+use keel_storage::StorageError;
+
+pub const NONE: i16 = 0;
+
+pub fn code(e: ResponseError) -> i16 {
+    e.code()
+}
+
+/// Kafka error code for a storage error.
+pub fn storage_code(e: &StorageError) -> i16 {
+    code(match e {
+        StorageError::CorruptMessage(_) => ResponseError::CorruptMessage,
+        StorageError::InvalidRecord(_) => ResponseError::InvalidRecord,
+        StorageError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
+        StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        StorageError::Poisoned(_) | StorageError::Io(_) => ResponseError::KafkaStorageError,
+        #[allow(unreachable_patterns)]
+        _ => ResponseError::UnknownServerError,
+    })
+}

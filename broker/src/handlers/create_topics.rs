@@ -1,0 +1,142 @@
+//! CreateTopics (key 19), v2-7: partitions, replication factor (this single broker can
+//! only hold 1), topic configs (validated), validate_only.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+
+use super::{str_bytes, topic_name, ApiSupport};
+use crate::config::TOPIC_CONFIGS;
+use crate::controller::{self, OpError, TopicSpec};
+use crate::errors::code;
+use crate::server::BrokerShard;
+
+pub const SUPPORT: ApiSupport = ApiSupport {
+    key: ApiKey::CreateTopics,
+    min: 2,
+    max: 7,
+};
+
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    hdr: &RequestHeader,
+    req: CreateTopicsRequest,
+) -> CreateTopicsResponse {
+    let mut specs = Vec::new();
+    let mut early: Vec<Option<OpError>> = Vec::new();
+    let mut names = Vec::new();
+    for t in &req.topics {
+        let name = t.name.0.to_string();
+        names.push(name.clone());
+        let mut configs = BTreeMap::new();
+        let mut err = None;
+        for c in &t.configs {
+            match &c.value {
+                Some(v) => {
+                    configs.insert(c.name.to_string(), v.to_string());
+                }
+                None => {
+                    err = Some(OpError::new(
+                        ResponseError::InvalidConfig,
+                        format!("null value for config {}", c.name.as_str()),
+                    ))
+                }
+            }
+        }
+        if !t.assignments.is_empty() {
+            let ok = t
+                .assignments
+                .iter()
+                .all(|a| a.broker_ids.len() == 1 && a.broker_ids[0].0 == shard.config.node_id);
+            if !ok {
+                err = Some(OpError::new(
+                    ResponseError::InvalidReplicaAssignment,
+                    "replicas must be this broker only",
+                ));
+            }
+        }
+        let num_partitions = if t.assignments.is_empty() {
+            t.num_partitions
+        } else {
+            t.assignments.len() as i32
+        };
+        if names.iter().filter(|n| **n == name).count() > 1 {
+            err = Some(OpError::new(
+                ResponseError::InvalidRequest,
+                "topic named twice in one request",
+            ));
+        }
+        early.push(err);
+        specs.push(TopicSpec {
+            name,
+            num_partitions,
+            replication_factor: t.replication_factor,
+            configs,
+        });
+    }
+    let to_create: Vec<TopicSpec> = specs
+        .iter()
+        .zip(&early)
+        .filter(|(_, e)| e.is_none())
+        .map(|(s, _)| s.clone())
+        .collect();
+    let validate_only = req.validate_only;
+    let mut created = match controller::call(shard, move |s| {
+        controller::create_topics(s, to_create, validate_only)
+    })
+    .await
+    {
+        Ok(r) => r.into_iter(),
+        Err(e) => vec![Err(e); specs.len()].into_iter(),
+    };
+    let mut resp = CreateTopicsResponse::default();
+    for (spec, err) in specs.iter().zip(early) {
+        let result = match err {
+            Some(e) => Err(e),
+            None => created.next().unwrap_or_else(|| {
+                Err(OpError::new(
+                    ResponseError::UnknownServerError,
+                    "lost result",
+                ))
+            }),
+        };
+        let version = hdr.request_api_version;
+        let r = match result {
+            // topic_id exists from v7; partitions, replication factor and configs from v5.
+            Ok(t) if version < 5 => CreatableTopicResult::default().with_name(topic_name(&t.name)),
+            Ok(t) => CreatableTopicResult::default()
+                .with_name(topic_name(&t.name))
+                .with_topic_id(if version >= 7 {
+                    t.uuid()
+                } else {
+                    uuid::Uuid::nil()
+                })
+                .with_num_partitions(t.partitions.len() as i32)
+                .with_replication_factor(t.replication_factor)
+                .with_configs(Some(
+                    TOPIC_CONFIGS
+                        .iter()
+                        .map(|k| {
+                            let (v, from_topic) = shard.config.topic_value(&t.configs, k);
+                            CreatableTopicConfigs::default()
+                                .with_name(str_bytes(k.name))
+                                .with_value(Some(str_bytes(v)))
+                                .with_config_source(if from_topic { 1 } else { 5 })
+                        })
+                        .collect(),
+                )),
+            Err(e) => CreatableTopicResult::default()
+                .with_name(topic_name(&spec.name))
+                .with_error_code(e.code)
+                .with_error_message(Some(str_bytes(e.message))),
+        };
+        resp.topics.push(r);
+    }
+    let _ = code;
+    resp
+}

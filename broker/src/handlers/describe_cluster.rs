@@ -1,0 +1,33 @@
+//! DescribeCluster (key 60), v0-1: this broker, as cluster member and controller.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse, RequestHeader,
+};
+
+use super::{str_bytes, ApiSupport};
+use crate::server::BrokerShard;
+
+pub const SUPPORT: ApiSupport = ApiSupport {
+    key: ApiKey::DescribeCluster,
+    min: 0,
+    max: 1,
+};
+
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    _hdr: &RequestHeader,
+    req: DescribeClusterRequest,
+) -> DescribeClusterResponse {
+    let c = &shard.config;
+    DescribeClusterResponse::default()
+        .with_endpoint_type(req.endpoint_type)
+        .with_cluster_id(str_bytes(c.cluster_id.clone()))
+        .with_controller_id(BrokerId(c.node_id))
+        .with_brokers(vec![DescribeClusterBroker::default()
+            .with_broker_id(BrokerId(c.node_id))
+            .with_host(str_bytes(c.advertise_host.clone()))
+            .with_port(i32::from(c.advertise_port))])
+}

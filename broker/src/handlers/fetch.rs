@@ -1,0 +1,284 @@
+//! Fetch (key 1), v4-12. Reads whole batches from the owner shards up to the high
+//! watermark, honouring max_bytes, per-partition max bytes (always at least one batch for
+//! the first partition with data, KIP-74) and long poll (min_bytes, max_wait_ms: waits on
+//! the owners' "high watermark moved" events, never a busy poll).
+//!
+//! Fetch sessions (KIP-227): Keel does not cache sessions yet. A request for a new session
+//! gets session id 0, which tells the client "no session: send full fetches" — a valid
+//! Kafka answer. A request naming a session id gets FETCH_SESSION_ID_NOT_FOUND, so the
+//! client starts over.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+use keel_storage::{Offset, StorageError};
+
+use super::ApiSupport;
+use crate::errors::{code, storage_code, NONE};
+use crate::notify::Event;
+use crate::route::{on_owners, Item};
+use crate::server::BrokerShard;
+
+pub const SUPPORT: ApiSupport = ApiSupport {
+    key: ApiKey::Fetch,
+    min: 4,
+    max: 12,
+};
+
+/// Longest long-poll Keel honours, whatever max_wait_ms says.
+const MAX_WAIT_MS_CAP: u64 = 60_000;
+
+#[derive(Clone, Copy)]
+pub struct FetchPart {
+    pub fetch_offset: i64,
+    pub partition_max_bytes: i32,
+    pub current_leader_epoch: i32,
+}
+
+#[derive(Clone, Debug)]
+pub struct PartData {
+    pub error: i16,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub records: Bytes,
+}
+
+fn failed(error: i16) -> PartData {
+    PartData {
+        error,
+        high_watermark: -1,
+        log_start_offset: -1,
+        records: Bytes::new(),
+    }
+}
+
+/// Kafka's leader-epoch fencing: an older epoch is fenced, a newer one is unknown here.
+pub fn check_epoch(requested: i32, current: i32) -> i16 {
+    if requested < 0 || requested == current {
+        NONE
+    } else if requested < current {
+        code(ResponseError::FencedLeaderEpoch)
+    } else {
+        code(ResponseError::UnknownLeaderEpoch)
+    }
+}
+
+async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> Vec<PartData> {
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let Some(part) = shard.partition(&item.topic, item.partition) else {
+            out.push(failed(code(ResponseError::NotLeaderOrFollower)));
+            continue;
+        };
+        let epoch_error = check_epoch(item.payload.current_leader_epoch, part.leader_epoch.get());
+        let offsets = part.log.offsets();
+        if epoch_error != NONE {
+            out.push(failed(epoch_error));
+            continue;
+        }
+        let max = usize::try_from(item.payload.partition_max_bytes.max(0)).unwrap_or(0);
+        let data = match part
+            .log
+            .read(
+                Offset(item.payload.fetch_offset),
+                max,
+                offsets.high_watermark,
+            )
+            .await
+        {
+            Ok(r) => PartData {
+                error: NONE,
+                high_watermark: r.high_watermark.0,
+                log_start_offset: r.log_start_offset.0,
+                records: r.records,
+            },
+            Err(e) => {
+                if !matches!(e, StorageError::OffsetOutOfRange { .. }) {
+                    tracing::warn!(topic = %item.topic, partition = item.partition, error = %e, "fetch read failed");
+                }
+                PartData {
+                    error: storage_code(&e),
+                    high_watermark: offsets.high_watermark.0,
+                    log_start_offset: offsets.log_start_offset.0,
+                    records: Bytes::new(),
+                }
+            }
+        };
+        shard
+            .counters
+            .fetch_bytes
+            .set(shard.counters.fetch_bytes.get() + data.records.len() as u64);
+        out.push(data);
+    }
+    out
+}
+
+/// On the owner: resolves when any of the partitions' high watermark passes its fetch
+/// offset, or after `timeout`.
+async fn wait_on_owner(shard: Rc<BrokerShard>, parts: Vec<(String, i32, i64)>, timeout: Duration) {
+    let event = Event::new();
+    for (topic, index, offset) in &parts {
+        match shard.partition(topic, *index) {
+            Some(p) if p.log.offsets().high_watermark.0 <= *offset => {
+                p.waiters.register(event.clone())
+            }
+            // Data already there, or the partition moved/vanished: let the caller re-read.
+            _ => return,
+        }
+    }
+    event.wait_timeout(timeout).await;
+}
+
+/// Waits until any owner reports new data, the deadline passes or shutdown begins.
+async fn wait_any(shard: &Rc<BrokerShard>, parts: Vec<(String, i32, i64)>, deadline: Instant) {
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    let image = shard.image();
+    let mut by_shard: BTreeMap<usize, Vec<(String, i32, i64)>> = BTreeMap::new();
+    for p in parts {
+        if let Some(meta) = image.partition(&p.0, p.1) {
+            by_shard.entry(meta.shard as usize).or_default().push(p);
+        }
+    }
+    let done = Event::new();
+    for (target, parts) in by_shard {
+        let shard = shard.clone();
+        let done = done.clone();
+        glommio::spawn_local(async move {
+            if target == shard.id {
+                wait_on_owner(shard, parts, timeout).await;
+            } else {
+                let _ = shard
+                    .mesh
+                    .call(target, move |s| wait_on_owner(s, parts, timeout))
+                    .await;
+            }
+            done.fire();
+        })
+        .detach();
+    }
+    futures_lite::future::or(done.wait_timeout(timeout), async {
+        shard.shutdown.wait().await;
+        false
+    })
+    .await;
+}
+
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    hdr: &RequestHeader,
+    req: FetchRequest,
+) -> FetchResponse {
+    let mut resp = FetchResponse::default().with_session_id(0);
+    if req.session_id != 0 {
+        return resp.with_error_code(code(ResponseError::FetchSessionIdNotFound));
+    }
+    if req.session_epoch > 0 {
+        return resp.with_error_code(code(ResponseError::InvalidFetchSessionEpoch));
+    }
+    let mut shape: Vec<(String, Vec<i32>)> = Vec::new();
+    let mut items = Vec::new();
+    for t in &req.topics {
+        let name = t.topic.0.to_string();
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            parts.push(p.partition);
+            items.push(Item {
+                topic: name.clone(),
+                partition: p.partition,
+                payload: FetchPart {
+                    fetch_offset: p.fetch_offset,
+                    partition_max_bytes: p.partition_max_bytes,
+                    current_leader_epoch: p.current_leader_epoch,
+                },
+            });
+        }
+        shape.push((name, parts));
+    }
+    let wait = Duration::from_millis((req.max_wait_ms.max(0) as u64).min(MAX_WAIT_MS_CAP));
+    let deadline = Instant::now() + wait;
+    let min_bytes = req.min_bytes.max(0) as usize;
+    let max_bytes = if req.max_bytes <= 0 {
+        usize::MAX
+    } else {
+        req.max_bytes as usize
+    };
+    let results = loop {
+        let batch: Vec<Item<FetchPart>> = items
+            .iter()
+            .map(|i| Item {
+                topic: i.topic.clone(),
+                partition: i.partition,
+                payload: i.payload,
+            })
+            .collect();
+        let results = on_owners(shard, batch, failed, read_on_owner).await;
+        let total: usize = results.iter().map(|r| r.records.len()).sum();
+        let any_error = results.iter().any(|r| r.error != NONE);
+        if total >= min_bytes
+            || any_error
+            || Instant::now() >= deadline
+            || shard.shutdown.is_fired()
+        {
+            break results;
+        }
+        let waits = items
+            .iter()
+            .map(|i| (i.topic.clone(), i.partition, i.payload.fetch_offset))
+            .collect();
+        wait_any(shard, waits, deadline).await;
+        if Instant::now() >= deadline {
+            // One last read so data that arrived with the deadline is not missed.
+            let batch = items
+                .iter()
+                .map(|i| Item {
+                    topic: i.topic.clone(),
+                    partition: i.partition,
+                    payload: i.payload,
+                })
+                .collect();
+            break on_owners(shard, batch, failed, read_on_owner).await;
+        }
+    };
+    // Response-level max_bytes: whole partitions in request order; the first partition with
+    // data is always kept (KIP-74), later ones that do not fit come back empty.
+    let mut remaining = max_bytes;
+    let mut first_data = true;
+    let mut results = results.into_iter();
+    for (name, parts) in shape {
+        let mut t = FetchableTopicResponse::default().with_topic(super::topic_name(&name));
+        for index in parts {
+            let mut r = results
+                .next()
+                .unwrap_or_else(|| failed(code(ResponseError::UnknownServerError)));
+            if !r.records.is_empty() {
+                if first_data || r.records.len() <= remaining {
+                    remaining = remaining.saturating_sub(r.records.len());
+                    first_data = false;
+                } else {
+                    r.records = Bytes::new();
+                }
+            }
+            t.partitions.push(
+                PartitionData::default()
+                    .with_partition_index(index)
+                    .with_error_code(r.error)
+                    .with_high_watermark(r.high_watermark)
+                    .with_last_stable_offset(r.high_watermark)
+                    // log_start_offset exists from v5.
+                    .with_log_start_offset(if hdr.request_api_version >= 5 {
+                        r.log_start_offset
+                    } else {
+                        -1
+                    })
+                    .with_records(Some(r.records)),
+            );
+        }
+        resp.responses.push(t);
+    }
+    resp
+}

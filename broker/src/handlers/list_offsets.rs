@@ -1,0 +1,144 @@
+//! ListOffsets (key 2), v1-8: earliest (-2), latest (-1), max timestamp (-3), or the first
+//! offset whose timestamp is >= the given one (through the time index).
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+
+use super::fetch::check_epoch;
+use super::ApiSupport;
+use crate::errors::{code, storage_code, NONE};
+use crate::route::{on_owners, Item};
+use crate::server::BrokerShard;
+
+pub const SUPPORT: ApiSupport = ApiSupport {
+    key: ApiKey::ListOffsets,
+    min: 1,
+    max: 8,
+};
+
+pub const LATEST: i64 = -1;
+pub const EARLIEST: i64 = -2;
+pub const MAX_TIMESTAMP: i64 = -3;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Found {
+    pub error: i16,
+    pub offset: i64,
+    pub timestamp: i64,
+    pub leader_epoch: i32,
+}
+
+fn failed(error: i16) -> Found {
+    Found {
+        error,
+        offset: -1,
+        timestamp: -1,
+        leader_epoch: -1,
+    }
+}
+
+async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<(i64, i32)>>) -> Vec<Found> {
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let Some(part) = shard.partition(&item.topic, item.partition) else {
+            out.push(failed(code(ResponseError::NotLeaderOrFollower)));
+            continue;
+        };
+        let (timestamp, current_epoch) = item.payload;
+        let epoch = part.leader_epoch.get();
+        let epoch_error = check_epoch(current_epoch, epoch);
+        if epoch_error != NONE {
+            out.push(failed(epoch_error));
+            continue;
+        }
+        let offsets = part.log.offsets();
+        let found = match timestamp {
+            LATEST => Ok(Some((offsets.high_watermark.0, -1))),
+            EARLIEST => Ok(Some((offsets.log_start_offset.0, -1))),
+            MAX_TIMESTAMP => part
+                .log
+                .max_timestamp()
+                .await
+                .map(|o| o.map(|(off, ts)| (off.0, ts))),
+            ts if ts >= 0 => part
+                .log
+                .offset_for_timestamp(ts)
+                .await
+                .map(|o| o.map(|(off, ts)| (off.0, ts))),
+            _ => {
+                out.push(failed(code(ResponseError::InvalidRequest)));
+                continue;
+            }
+        };
+        out.push(match found {
+            Ok(Some((offset, ts))) => Found {
+                error: NONE,
+                offset,
+                timestamp: ts,
+                leader_epoch: epoch,
+            },
+            Ok(None) => Found {
+                error: NONE,
+                offset: -1,
+                timestamp: -1,
+                leader_epoch: epoch,
+            },
+            Err(e) => failed(storage_code(&e)),
+        });
+    }
+    out
+}
+
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    hdr: &RequestHeader,
+    req: ListOffsetsRequest,
+) -> ListOffsetsResponse {
+    let mut shape = Vec::new();
+    let mut items = Vec::new();
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let mut parts = Vec::new();
+        for p in t.partitions {
+            parts.push(p.partition_index);
+            items.push(Item {
+                topic: name.clone(),
+                partition: p.partition_index,
+                payload: (p.timestamp, p.current_leader_epoch),
+            });
+        }
+        shape.push((name, parts));
+    }
+    let mut results = on_owners(shard, items, failed, lookup_on_owner)
+        .await
+        .into_iter();
+    let mut resp = ListOffsetsResponse::default();
+    for (name, parts) in shape {
+        let mut t = ListOffsetsTopicResponse::default().with_name(super::topic_name(&name));
+        for index in parts {
+            let f = results
+                .next()
+                .unwrap_or_else(|| failed(code(ResponseError::UnknownServerError)));
+            t.partitions.push(
+                ListOffsetsPartitionResponse::default()
+                    .with_partition_index(index)
+                    .with_error_code(f.error)
+                    .with_offset(f.offset)
+                    .with_timestamp(f.timestamp)
+                    // leader_epoch exists from v4.
+                    .with_leader_epoch(if hdr.request_api_version >= 4 {
+                        f.leader_epoch
+                    } else {
+                        -1
+                    }),
+            );
+        }
+        resp.topics.push(t);
+    }
+    resp
+}

@@ -1,0 +1,147 @@
+//! Metadata (key 3), v0-12: brokers, controller, topics with partitions and leader epochs.
+//! One broker: it leads every partition; replicas and ISR are itself. Unknown topics are
+//! created when both the request and `auto.create.topics.enable` allow it.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, MetadataRequest, MetadataResponse, RequestHeader,
+};
+use kafka_protocol::ResponseError;
+
+use super::{str_bytes, topic_name, ApiSupport};
+use crate::controller::{self, TopicSpec};
+use crate::errors::code;
+use crate::metadata::{validate_topic_name, TopicMeta};
+use crate::server::BrokerShard;
+
+pub const SUPPORT: ApiSupport = ApiSupport {
+    key: ApiKey::Metadata,
+    min: 0,
+    max: 12,
+};
+
+/// Creates those of `names` that do not exist (and have legal names), with broker defaults.
+pub async fn auto_create(shard: &Rc<BrokerShard>, names: &[String]) {
+    let image = shard.image();
+    let missing: Vec<TopicSpec> = names
+        .iter()
+        .filter(|n| image.topic(n).is_none() && validate_topic_name(n).is_ok())
+        .map(|n| TopicSpec {
+            name: n.clone(),
+            num_partitions: -1,
+            replication_factor: -1,
+            configs: Default::default(),
+        })
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    match controller::call(shard, move |s| controller::create_topics(s, missing, false)).await {
+        Ok(results) => {
+            for r in results.into_iter().filter_map(Result::err) {
+                if r.code != code(ResponseError::TopicAlreadyExists) {
+                    tracing::warn!(error = %r.message, "auto-create failed");
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e.message, "auto-create failed"),
+    }
+}
+
+pub fn topic_response(shard: &BrokerShard, t: &TopicMeta, version: i16) -> MetadataResponseTopic {
+    let node = BrokerId(shard.config.node_id);
+    MetadataResponseTopic::default()
+        .with_name(Some(topic_name(&t.name)))
+        // topic_id exists from v10, leader_epoch from v7.
+        .with_topic_id(if version >= 10 {
+            t.uuid()
+        } else {
+            uuid::Uuid::nil()
+        })
+        .with_is_internal(false)
+        .with_partitions(
+            t.partitions
+                .iter()
+                .map(|p| {
+                    MetadataResponsePartition::default()
+                        .with_partition_index(p.index)
+                        .with_leader_id(node)
+                        .with_leader_epoch(if version >= 7 { p.leader_epoch } else { -1 })
+                        .with_replica_nodes(vec![node])
+                        .with_isr_nodes(vec![node])
+                })
+                .collect(),
+        )
+}
+
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    hdr: &RequestHeader,
+    req: MetadataRequest,
+) -> MetadataResponse {
+    let version = hdr.request_api_version;
+    // v0 asks for all topics with an empty list; v1+ with null.
+    let wanted: Option<Vec<(Option<String>, uuid::Uuid)>> = match req.topics {
+        None => None,
+        Some(ts) if ts.is_empty() && version == 0 => None,
+        Some(ts) => Some(
+            ts.into_iter()
+                .map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id))
+                .collect(),
+        ),
+    };
+    let allow_create =
+        shard.config.auto_create_topics_enable && (version < 4 || req.allow_auto_topic_creation);
+    if let (Some(w), true) = (&wanted, allow_create) {
+        let names: Vec<String> = w.iter().filter_map(|(n, _)| n.clone()).collect();
+        auto_create(shard, &names).await;
+    }
+    let image = shard.image();
+    let mut resp = MetadataResponse::default()
+        .with_brokers(vec![MetadataResponseBroker::default()
+            .with_node_id(BrokerId(shard.config.node_id))
+            .with_host(str_bytes(shard.config.advertise_host.clone()))
+            .with_port(i32::from(shard.config.advertise_port))])
+        // cluster_id exists from v2.
+        .with_cluster_id((version >= 2).then(|| str_bytes(shard.config.cluster_id.clone())))
+        .with_controller_id(BrokerId(shard.config.node_id));
+    match wanted {
+        None => {
+            resp.topics = image
+                .topics
+                .values()
+                .map(|t| topic_response(shard, t, version))
+                .collect()
+        }
+        Some(w) => {
+            for (name, id) in w {
+                let found = match &name {
+                    Some(n) => image.topic(n),
+                    None => image.topic_by_id(id.as_bytes()),
+                };
+                let t = match found {
+                    Some(t) => topic_response(shard, t, version),
+                    None => {
+                        let err = match &name {
+                            Some(n) if validate_topic_name(n).is_err() => {
+                                ResponseError::InvalidTopicException
+                            }
+                            Some(_) => ResponseError::UnknownTopicOrPartition,
+                            None => ResponseError::UnknownTopicId,
+                        };
+                        MetadataResponseTopic::default()
+                            .with_name(name.as_deref().map(topic_name))
+                            .with_topic_id(if version >= 10 { id } else { uuid::Uuid::nil() })
+                            .with_error_code(code(err))
+                    }
+                };
+                resp.topics.push(t);
+            }
+        }
+    }
+    resp
+}

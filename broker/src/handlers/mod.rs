@@ -1,0 +1,222 @@
+//! Kafka request handlers: one file per API, each declaring the versions it supports. The
+//! ApiVersions answer is built from those declarations ([`SUPPORTED`]).
+//!
+//! Handlers turn wire types into domain calls (storage, controller) and back; Kafka wire
+//! types go no further than this module.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+
+use crate::conn::Reply;
+use crate::protocol::{
+    decode_body, decode_header, encode_response, peek_prefix, unsupported_frame, FrameError,
+};
+use crate::server::BrokerShard;
+
+pub mod api_versions;
+pub mod create_partitions;
+pub mod create_topics;
+pub mod delete_topics;
+pub mod describe_cluster;
+pub mod describe_configs;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod offset_for_leader_epoch;
+pub mod produce;
+
+/// One API Keel answers, and its version range (inclusive).
+#[derive(Debug, Clone, Copy)]
+pub struct ApiSupport {
+    pub key: ApiKey,
+    pub min: i16,
+    pub max: i16,
+}
+
+/// Every API Keel supports, from each handler's declaration.
+pub const SUPPORTED: &[ApiSupport] = &[
+    produce::SUPPORT,
+    fetch::SUPPORT,
+    list_offsets::SUPPORT,
+    metadata::SUPPORT,
+    api_versions::SUPPORT,
+    create_topics::SUPPORT,
+    delete_topics::SUPPORT,
+    offset_for_leader_epoch::SUPPORT,
+    describe_configs::SUPPORT,
+    describe_configs::ALTER_SUPPORT,
+    create_partitions::SUPPORT,
+    describe_configs::INCREMENTAL_ALTER_SUPPORT,
+    describe_cluster::SUPPORT,
+];
+
+pub fn support(key: ApiKey) -> Option<ApiSupport> {
+    SUPPORTED.iter().copied().find(|s| s.key == key)
+}
+
+/// Decodes the body at the header's version, runs the handler and encodes its answer.
+macro_rules! call {
+    ($shard:expr, $hdr:expr, $api:expr, $body:expr, $req:ty, $handler:path) => {{
+        let version = $hdr.request_api_version;
+        let req: $req = match decode_body($api, version, &mut $body) {
+            Ok(r) => r,
+            Err(e) => return Reply::Close(e),
+        };
+        let resp = $handler(&$shard, &$hdr, req).await;
+        reply(encode_response($api, version, $hdr.correlation_id, &resp))
+    }};
+}
+
+fn reply(r: Result<Bytes, FrameError>) -> Reply {
+    match r {
+        Ok(f) => Reply::Frame(f),
+        Err(e) => Reply::Close(e),
+    }
+}
+
+/// Handles one request frame (header and body, without the size prefix).
+pub async fn handle_frame(shard: Rc<BrokerShard>, mut frame: Bytes) -> Reply {
+    use kafka_protocol::messages::*;
+    let Some(prefix) = peek_prefix(&frame) else {
+        return Reply::Close(FrameError::Header(
+            "frame shorter than a request header".into(),
+        ));
+    };
+    let Ok(api) = ApiKey::try_from(prefix.api_key) else {
+        shard.counters.count_request(None);
+        return Reply::FrameThenClose(unsupported_frame(prefix.correlation_id));
+    };
+    shard.counters.count_request(Some(api));
+    let supported = support(api).filter(|s| (s.min..=s.max).contains(&prefix.api_version));
+    if api == ApiKey::ApiVersions && supported.is_none() {
+        // Kafka's rule: an ApiVersions request at an unknown version gets a v0 answer with
+        // UNSUPPORTED_VERSION and the full list, so the client can pick a version.
+        return reply(encode_response(
+            api,
+            0,
+            prefix.correlation_id,
+            &api_versions::response(kafka_protocol::ResponseError::UnsupportedVersion.code()),
+        ));
+    }
+    if supported.is_none() {
+        return Reply::FrameThenClose(unsupported_frame(prefix.correlation_id));
+    }
+    let hdr: RequestHeader = match decode_header(api, prefix.api_version, &mut frame) {
+        Ok(h) => h,
+        Err(e) => return Reply::Close(e),
+    };
+    let mut body = frame;
+    match api {
+        ApiKey::Produce => {
+            let version = hdr.request_api_version;
+            let req: ProduceRequest = match decode_body(api, version, &mut body) {
+                Ok(r) => r,
+                Err(e) => return Reply::Close(e),
+            };
+            match produce::handle(&shard, &hdr, req).await {
+                Some(resp) => reply(encode_response(api, version, hdr.correlation_id, &resp)),
+                None => Reply::None,
+            }
+        }
+        ApiKey::Fetch => call!(shard, hdr, api, body, FetchRequest, fetch::handle),
+        ApiKey::ListOffsets => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            ListOffsetsRequest,
+            list_offsets::handle
+        ),
+        ApiKey::Metadata => call!(shard, hdr, api, body, MetadataRequest, metadata::handle),
+        ApiKey::ApiVersions => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            ApiVersionsRequest,
+            api_versions::handle
+        ),
+        ApiKey::CreateTopics => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            CreateTopicsRequest,
+            create_topics::handle
+        ),
+        ApiKey::DeleteTopics => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            DeleteTopicsRequest,
+            delete_topics::handle
+        ),
+        ApiKey::OffsetForLeaderEpoch => {
+            call!(
+                shard,
+                hdr,
+                api,
+                body,
+                OffsetForLeaderEpochRequest,
+                offset_for_leader_epoch::handle
+            )
+        }
+        ApiKey::DescribeConfigs => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            DescribeConfigsRequest,
+            describe_configs::handle
+        ),
+        ApiKey::AlterConfigs => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            AlterConfigsRequest,
+            describe_configs::handle_alter
+        ),
+        ApiKey::IncrementalAlterConfigs => {
+            call!(
+                shard,
+                hdr,
+                api,
+                body,
+                IncrementalAlterConfigsRequest,
+                describe_configs::handle_incremental
+            )
+        }
+        ApiKey::CreatePartitions => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            CreatePartitionsRequest,
+            create_partitions::handle
+        ),
+        ApiKey::DescribeCluster => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            DescribeClusterRequest,
+            describe_cluster::handle
+        ),
+        _ => Reply::FrameThenClose(unsupported_frame(hdr.correlation_id)),
+    }
+}
+
+/// Topic name as a `TopicName` for responses.
+pub fn topic_name(s: &str) -> kafka_protocol::messages::TopicName {
+    kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(
+        s.to_string(),
+    ))
+}
+
+pub fn str_bytes(s: impl Into<String>) -> kafka_protocol::protocol::StrBytes {
+    kafka_protocol::protocol::StrBytes::from_string(s.into())
+}

@@ -1,0 +1,206 @@
+//! Produce (key 0), v3-11. Record batches stay opaque: the owner shard validates each batch
+//! header and CRC, stamps offsets and appends; it never decompresses. acks=1/-1 answer after
+//! the log commit (group commit: fdatasync shared by concurrent requests under
+//! flush.policy=group); acks=0 gets no answer at all.
+
+use std::rc::Rc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+use keel_storage::LeaderEpoch;
+
+use super::{str_bytes, ApiSupport};
+use crate::errors::{code, storage_code, NONE};
+use crate::notify::join_all;
+use crate::route::{on_owners, Item};
+use crate::server::BrokerShard;
+
+pub const SUPPORT: ApiSupport = ApiSupport {
+    key: ApiKey::Produce,
+    min: 3,
+    max: 11,
+};
+
+/// The answer for one partition.
+#[derive(Debug, Clone)]
+pub struct PartResult {
+    pub error: i16,
+    pub message: Option<String>,
+    pub base_offset: i64,
+    pub log_append_time_ms: i64,
+    pub log_start_offset: i64,
+}
+
+fn failed(error: i16) -> PartResult {
+    PartResult {
+        error,
+        message: None,
+        base_offset: -1,
+        log_append_time_ms: -1,
+        log_start_offset: -1,
+    }
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Returns None for acks=0 (no response is sent).
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    hdr: &RequestHeader,
+    req: ProduceRequest,
+) -> Option<ProduceResponse> {
+    let acks = req.acks;
+    if shard.config.auto_create_topics_enable {
+        let names: Vec<String> = req
+            .topic_data
+            .iter()
+            .map(|t| t.name.0.to_string())
+            .collect();
+        super::metadata::auto_create(shard, &names).await;
+    }
+    let mut shape: Vec<(String, Vec<i32>)> = Vec::with_capacity(req.topic_data.len());
+    let mut items = Vec::new();
+    for topic in req.topic_data {
+        let name = topic.name.0.to_string();
+        let mut parts = Vec::with_capacity(topic.partition_data.len());
+        for p in topic.partition_data {
+            parts.push(p.index);
+            items.push(Item {
+                topic: name.clone(),
+                partition: p.index,
+                payload: p.records,
+            });
+        }
+        shape.push((name, parts));
+    }
+    let results = if !matches!(acks, -1..=1) {
+        items
+            .iter()
+            .map(|_| failed(code(ResponseError::InvalidRequiredAcks)))
+            .collect()
+    } else {
+        on_owners(shard, items, failed, move |s, items| {
+            append_on_owner(s, items, acks)
+        })
+        .await
+    };
+    if acks == 0 {
+        return None;
+    }
+    let version = hdr.request_api_version;
+    let mut results = results.into_iter();
+    let mut resp = ProduceResponse::default();
+    for (name, parts) in shape {
+        let mut t = TopicProduceResponse::default().with_name(super::topic_name(&name));
+        for index in parts {
+            let r = results
+                .next()
+                .unwrap_or_else(|| failed(code(ResponseError::UnknownServerError)));
+            t.partition_responses.push(
+                PartitionProduceResponse::default()
+                    .with_index(index)
+                    .with_error_code(r.error)
+                    .with_base_offset(r.base_offset)
+                    .with_log_append_time_ms(r.log_append_time_ms)
+                    // log_start_offset exists from v5, error_message from v8.
+                    .with_log_start_offset(if version >= 5 { r.log_start_offset } else { -1 })
+                    .with_error_message(if version >= 8 {
+                        r.message.map(str_bytes)
+                    } else {
+                        None
+                    }),
+            );
+        }
+        resp.responses.push(t);
+    }
+    Some(resp)
+}
+
+/// On the owner shard: validate + append each partition's batches, then commit them all
+/// concurrently (one group-commit per partition, shared with other requests).
+async fn append_on_owner(
+    shard: Rc<BrokerShard>,
+    items: Vec<Item<Option<Bytes>>>,
+    acks: i16,
+) -> Vec<PartResult> {
+    let now = now_ms();
+    let mut results = Vec::with_capacity(items.len());
+    let mut commits = Vec::new();
+    for (i, item) in items.into_iter().enumerate() {
+        let Some(part) = shard.partition(&item.topic, item.partition) else {
+            results.push(failed(code(ResponseError::NotLeaderOrFollower)));
+            continue;
+        };
+        let Some(records) = item.payload.filter(|r| !r.is_empty()) else {
+            let mut r = failed(code(ResponseError::CorruptMessage));
+            r.message = Some("the request holds no record batch for this partition".into());
+            results.push(r);
+            continue;
+        };
+        let buf = BytesMut::from(&records[..]);
+        match part
+            .log
+            .append(buf, LeaderEpoch(part.leader_epoch.get()), now)
+        {
+            Ok(info) => {
+                shard
+                    .counters
+                    .produce_records
+                    .set(shard.counters.produce_records.get() + u64::from(info.record_count));
+                shard
+                    .counters
+                    .produce_batches
+                    .set(shard.counters.produce_batches.get() + 1);
+                results.push(PartResult {
+                    error: NONE,
+                    message: None,
+                    base_offset: info.base_offset.0,
+                    log_append_time_ms: info.log_append_time_ms,
+                    log_start_offset: info.log_start_offset.0,
+                });
+                let upto = keel_storage::Offset(info.last_offset.0 + 1);
+                commits.push((i, part, upto));
+            }
+            Err(e) => {
+                tracing::debug!(topic = %item.topic, partition = item.partition, error = %e, "produce rejected");
+                let mut r = failed(storage_code(&e));
+                r.message = Some(e.to_string());
+                results.push(r);
+            }
+        }
+    }
+    let commit_all = commits.into_iter().map(|(i, part, upto)| async move {
+        let r = part.log.commit(upto).await;
+        part.waiters.notify();
+        (i, r)
+    });
+    if acks == 0 {
+        for c in commit_all {
+            glommio::spawn_local(async move {
+                let (_, r) = c.await;
+                if let Err(e) = r {
+                    tracing::error!(error = %e, "commit failed (acks=0)");
+                }
+            })
+            .detach();
+        }
+        return results;
+    }
+    for (i, r) in join_all(commit_all.collect()).await {
+        if let Err(e) = r {
+            tracing::error!(error = %e, "commit failed");
+            let mut f = failed(storage_code(&e));
+            f.message = Some(e.to_string());
+            results[i] = f;
+        }
+    }
+    results
+}

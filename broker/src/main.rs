@@ -1,0 +1,181 @@
+//! `keel`: a Kafka-compatible, thread-per-core streaming log broker.
+//!
+//! `keel` (or `keel serve`) starts a single-node broker. Settings come from built-in
+//! defaults, `KEEL_*` environment variables, a TOML file (`--config FILE`) and flags, each
+//! overriding the one before.
+
+mod admin;
+mod config;
+mod conn;
+mod controller;
+mod errors;
+mod handlers;
+mod metadata;
+mod metrics;
+mod notify;
+mod protocol;
+mod route;
+mod server;
+
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use keel_shard::{
+    install_signal_handlers, launch, memlock_limit, raise_memlock_limit, RuntimeConfig,
+};
+use tracing::info;
+
+use crate::config::{BrokerConfig, SettingsBuilder, BROKER_KEYS};
+
+/// glommio's floor for io_memory; below it the broker refuses to start.
+const MIN_IO_MEMORY_BYTES: u64 = 65536;
+
+const USAGE: &str = "\
+keel: a Kafka-compatible, thread-per-core streaming log broker
+
+usage: keel [serve] [OPTIONS]
+
+options:
+  --listen HOST:PORT     Kafka listener (default 127.0.0.1:9092)
+  --advertise HOST:PORT  address given to clients in Metadata (default: --listen)
+  --data-dir DIR         partition logs and metadata (default ./keel-data)
+  --smp N                shards, one per core (default: every core the process may use)
+  --admin HOST:PORT      admin HTTP endpoint with /metrics (default 127.0.0.1:9644; 'off' disables)
+  --config FILE          TOML file of settings (Kafka names, e.g. \"num.partitions\" = 3)
+  --set KEY=VALUE        any setting by its Kafka name (repeatable)
+  --help                 this text and the list of settings
+  --version              print the version
+
+Environment: KEEL_<SETTING> with dots as underscores, e.g. KEEL_NUM_PARTITIONS=3.
+Precedence: flags > config file > environment > defaults. Logs: RUST_LOG (default info).
+";
+
+fn parse_args(args: Vec<String>) -> Result<Option<BrokerConfig>> {
+    let mut args = args.into_iter().peekable();
+    if args.peek().map(String::as_str) == Some("serve") {
+        args.next();
+    }
+    let mut flags: Vec<(String, String)> = Vec::new();
+    let mut config_file: Option<String> = std::env::var("KEEL_CONFIG").ok();
+    while let Some(arg) = args.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") && n != "--set" => {
+                (n.to_string(), Some(v.to_string()))
+            }
+            _ => (arg.clone(), None),
+        };
+        let mut value = |flag: &str| -> Result<String> {
+            match inline.clone() {
+                Some(v) => Ok(v),
+                None => args.next().with_context(|| format!("{flag} needs a value")),
+            }
+        };
+        match name.as_str() {
+            "--help" | "-h" => {
+                print!("{USAGE}\nsettings (default):\n");
+                for k in BROKER_KEYS {
+                    println!(
+                        "  {:<28} {:<16} {}",
+                        k.name,
+                        if k.default.is_empty() { "-" } else { k.default },
+                        k.doc
+                    );
+                }
+                return Ok(None);
+            }
+            "--version" | "-V" => {
+                println!("keel {}", env!("CARGO_PKG_VERSION"));
+                return Ok(None);
+            }
+            "--listen" => flags.push(("listen".into(), value("--listen")?)),
+            "--advertise" => flags.push(("advertise".into(), value("--advertise")?)),
+            "--data-dir" => flags.push(("data.dir".into(), value("--data-dir")?)),
+            "--smp" => flags.push(("smp".into(), value("--smp")?)),
+            "--admin" => flags.push(("admin".into(), value("--admin")?)),
+            "--config" => config_file = Some(value("--config")?),
+            "--set" => {
+                let kv = args.next().context("--set needs KEY=VALUE")?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .with_context(|| format!("--set needs KEY=VALUE, got {kv:?}"))?;
+                flags.push((k.trim().to_string(), v.trim().to_string()));
+            }
+            other => bail!("unknown argument {other:?}; see keel --help"),
+        }
+    }
+    let mut settings = SettingsBuilder::default().env(std::env::vars());
+    if let Some(path) = config_file {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading config file {path}"))?;
+        settings = settings
+            .toml_text(&text)
+            .with_context(|| format!("in config file {path}"))?;
+    }
+    for (k, v) in flags {
+        settings = settings.set(&k, &v);
+    }
+    BrokerConfig::from_settings(settings.build()).map(Some)
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(e) = run() {
+        eprintln!("keel: {e:#}");
+        std::process::exit(2);
+    }
+}
+
+fn run() -> Result<()> {
+    let Some(config) = parse_args(std::env::args().skip(1).collect())? else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+    let mut runtime = RuntimeConfig {
+        smp: config.smp,
+        io_memory_bytes: config.io_memory_bytes,
+        ..RuntimeConfig::default()
+    };
+    let shards = runtime.shard_count();
+    // glommio registers each shard's io_memory with its three io_uring rings; every
+    // registration pins (and counts against RLIMIT_MEMLOCK) the whole buffer.
+    let needed = config.io_memory_bytes as u64 * 3 * shards as u64;
+    let memlock = match raise_memlock_limit(needed) {
+        Ok(limit) if limit == libc::RLIM_INFINITY => "raised to unlimited".to_string(),
+        Ok(limit) => format!("{limit} bytes, enough"),
+        Err(e) => {
+            let limit = memlock_limit();
+            let fit = (limit / (3 * shards as u64)) / 65536 * 65536;
+            if fit < MIN_IO_MEMORY_BYTES {
+                return Err(e.into());
+            }
+            runtime.io_memory_bytes = fit as usize;
+            format!(
+                "{limit} bytes and cannot be raised (no CAP_SYS_RESOURCE): io_memory sized down to {fit} bytes per shard to fit; \
+                 raise the limit (ulimit -l) to use {} bytes",
+                config.io_memory_bytes
+            )
+        }
+    };
+    info!(
+        shards,
+        io_memory_bytes = runtime.io_memory_bytes,
+        listen = %config.listen,
+        data_dir = %config.data_dir.display(),
+        "starting keel {}; RLIMIT_MEMLOCK: {memlock}",
+        env!("CARGO_PKG_VERSION")
+    );
+    install_signal_handlers().context("installing signal handlers")?;
+    let config = Arc::new(config);
+    launch(&runtime, move |boot| {
+        server::run_shard(boot, config.clone())
+    })?;
+    info!("keel stopped");
+    Ok(())
+}

@@ -1,0 +1,218 @@
+//! Per-shard counters: plain `Cell`s bumped on the shard's own thread, read by the admin
+//! endpoint through the mesh and summed there. No atomics on the hot path.
+
+use std::cell::Cell;
+
+use kafka_protocol::messages::ApiKey;
+
+const API_SLOTS: usize = 96;
+
+pub struct ShardCounters {
+    requests: [Cell<u64>; API_SLOTS],
+    requests_unknown_api: Cell<u64>,
+    bytes_in: Cell<u64>,
+    bytes_out: Cell<u64>,
+    connections_open: Cell<u64>,
+    connections_total: Cell<u64>,
+    pub produce_records: Cell<u64>,
+    pub produce_batches: Cell<u64>,
+    pub fetch_bytes: Cell<u64>,
+}
+
+impl Default for ShardCounters {
+    fn default() -> Self {
+        ShardCounters {
+            requests: std::array::from_fn(|_| Cell::new(0)),
+            requests_unknown_api: Cell::new(0),
+            bytes_in: Cell::new(0),
+            bytes_out: Cell::new(0),
+            connections_open: Cell::new(0),
+            connections_total: Cell::new(0),
+            produce_records: Cell::new(0),
+            produce_batches: Cell::new(0),
+            fetch_bytes: Cell::new(0),
+        }
+    }
+}
+
+fn bump(c: &Cell<u64>, n: u64) {
+    c.set(c.get().wrapping_add(n));
+}
+
+impl ShardCounters {
+    pub fn count_request(&self, api: Option<ApiKey>) {
+        match api.map(|a| a as i16 as usize).filter(|&i| i < API_SLOTS) {
+            Some(i) => bump(&self.requests[i], 1),
+            None => bump(&self.requests_unknown_api, 1),
+        }
+    }
+    pub fn add_bytes_in(&self, n: usize) {
+        bump(&self.bytes_in, n as u64);
+    }
+    pub fn add_bytes_out(&self, n: usize) {
+        bump(&self.bytes_out, n as u64);
+    }
+    pub fn connection_opened(&self) {
+        bump(&self.connections_open, 1);
+        bump(&self.connections_total, 1);
+    }
+    pub fn connection_closed(&self) {
+        self.connections_open
+            .set(self.connections_open.get().saturating_sub(1));
+    }
+
+    /// A `Send` copy of the counters, to carry to the shard that renders metrics.
+    pub fn snapshot(&self) -> CountersSnapshot {
+        CountersSnapshot {
+            requests: (0..API_SLOTS)
+                .filter_map(|i| {
+                    let n = self.requests[i].get();
+                    (n > 0).then_some((i as i16, n))
+                })
+                .collect(),
+            requests_unknown_api: self.requests_unknown_api.get(),
+            bytes_in: self.bytes_in.get(),
+            bytes_out: self.bytes_out.get(),
+            connections_open: self.connections_open.get(),
+            connections_total: self.connections_total.get(),
+            produce_records: self.produce_records.get(),
+            produce_batches: self.produce_batches.get(),
+            fetch_bytes: self.fetch_bytes.get(),
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct CountersSnapshot {
+    pub requests: Vec<(i16, u64)>,
+    pub requests_unknown_api: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub connections_open: u64,
+    pub connections_total: u64,
+    pub produce_records: u64,
+    pub produce_batches: u64,
+    pub fetch_bytes: u64,
+    pub cross_shard_hops: u64,
+    pub cross_shard_jobs: u64,
+    pub partitions_owned: u64,
+}
+
+/// Renders every shard's counters in Prometheus text format.
+pub fn render(shards: &[CountersSnapshot]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let mut family =
+        |name: &str, kind: &str, help: &str, value: &dyn Fn(&CountersSnapshot) -> u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (i, s) in shards.iter().enumerate() {
+                let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", value(s));
+            }
+        };
+    family(
+        "keel_bytes_in_total",
+        "counter",
+        "Request bytes read from clients.",
+        &|s| s.bytes_in,
+    );
+    family(
+        "keel_bytes_out_total",
+        "counter",
+        "Response bytes written to clients.",
+        &|s| s.bytes_out,
+    );
+    family(
+        "keel_cross_shard_hops_total",
+        "counter",
+        "Calls this shard sent to the owner shard of a partition (or to the controller).",
+        &|s| s.cross_shard_hops,
+    );
+    family(
+        "keel_cross_shard_jobs_total",
+        "counter",
+        "Calls this shard ran for other shards.",
+        &|s| s.cross_shard_jobs,
+    );
+    family(
+        "keel_partitions_owned",
+        "gauge",
+        "Partitions whose log this shard owns.",
+        &|s| s.partitions_owned,
+    );
+    family(
+        "keel_connections",
+        "gauge",
+        "Open client connections.",
+        &|s| s.connections_open,
+    );
+    family(
+        "keel_connections_total",
+        "counter",
+        "Client connections accepted.",
+        &|s| s.connections_total,
+    );
+    family(
+        "keel_produce_records_total",
+        "counter",
+        "Records appended.",
+        &|s| s.produce_records,
+    );
+    family(
+        "keel_produce_batches_total",
+        "counter",
+        "Record batches appended.",
+        &|s| s.produce_batches,
+    );
+    family(
+        "keel_fetch_bytes_total",
+        "counter",
+        "Record bytes returned by Fetch.",
+        &|s| s.fetch_bytes,
+    );
+    family(
+        "keel_requests_unknown_api_total",
+        "counter",
+        "Requests with an unknown API key.",
+        &|s| s.requests_unknown_api,
+    );
+    let _ = writeln!(
+        out,
+        "# HELP keel_requests_total Kafka requests received, by API.\n# TYPE keel_requests_total counter"
+    );
+    for (i, s) in shards.iter().enumerate() {
+        for (key, n) in &s.requests {
+            let api = ApiKey::try_from(*key)
+                .map(|k| format!("{k:?}"))
+                .unwrap_or_else(|_| key.to_string());
+            let _ = writeln!(
+                out,
+                "keel_requests_total{{shard=\"{i}\",api=\"{api}\"}} {n}"
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_per_shard_lines() {
+        let c = ShardCounters::default();
+        c.count_request(Some(ApiKey::Produce));
+        c.count_request(Some(ApiKey::Produce));
+        c.add_bytes_in(10);
+        let mut s = c.snapshot();
+        s.partitions_owned = 3;
+        let text = render(&[s, CountersSnapshot::default()]);
+        assert!(
+            text.contains("keel_requests_total{shard=\"0\",api=\"Produce\"} 2"),
+            "{text}"
+        );
+        assert!(text.contains("keel_bytes_in_total{shard=\"0\"} 10"));
+        assert!(text.contains("keel_partitions_owned{shard=\"0\"} 3"));
+        assert!(text.contains("keel_partitions_owned{shard=\"1\"} 0"));
+    }
+}

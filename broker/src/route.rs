@@ -1,0 +1,85 @@
+//! Splitting partition-scoped work by owner shard.
+//!
+//! Items are grouped by the shard that owns their partition (from the metadata image).
+//! The local group runs inline, the others travel over the mesh, all concurrently; the
+//! answers come back in the items' original order. Items of unknown partitions are answered
+//! with UNKNOWN_TOPIC_OR_PARTITION without leaving the shard.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::rc::Rc;
+
+use kafka_protocol::ResponseError;
+
+use crate::errors::code;
+use crate::notify::join_all;
+use crate::server::BrokerShard;
+
+/// One unit of partition work.
+pub struct Item<P> {
+    pub topic: String,
+    pub partition: i32,
+    pub payload: P,
+}
+
+/// Runs `work` on the owners of the items' partitions. `work` gets the owner shard and its
+/// items and must answer one result per item, in order. `fail(code)` builds the answer for
+/// an item that could not be routed.
+pub async fn on_owners<P, R, F, Fut>(
+    shard: &Rc<BrokerShard>,
+    items: Vec<Item<P>>,
+    fail: fn(i16) -> R,
+    work: F,
+) -> Vec<R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    F: Fn(Rc<BrokerShard>, Vec<Item<P>>) -> Fut + Send + Clone + 'static,
+    Fut: Future<Output = Vec<R>> + 'static,
+{
+    let image = shard.image();
+    let total = items.len();
+    let mut results: Vec<Option<R>> = (0..total).map(|_| None).collect();
+    let mut groups: BTreeMap<usize, (Vec<usize>, Vec<Item<P>>)> = BTreeMap::new();
+    for (i, item) in items.into_iter().enumerate() {
+        match image.partition(&item.topic, item.partition) {
+            Some(p) => {
+                let g = groups.entry(p.shard as usize).or_default();
+                g.0.push(i);
+                g.1.push(item);
+            }
+            None => results[i] = Some(fail(code(ResponseError::UnknownTopicOrPartition))),
+        }
+    }
+    let mut runs = Vec::with_capacity(groups.len());
+    for (target, (positions, items)) in groups {
+        let shard = shard.clone();
+        let work = work.clone();
+        runs.push(async move {
+            let n = items.len();
+            let answers = if target == shard.id {
+                work(shard.clone(), items).await
+            } else {
+                match shard.mesh.call(target, move |s| work(s, items)).await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(target, error = %e, "cross-shard call failed");
+                        (0..n)
+                            .map(|_| fail(code(ResponseError::NotLeaderOrFollower)))
+                            .collect()
+                    }
+                }
+            };
+            (positions, answers)
+        });
+    }
+    for (positions, answers) in join_all(runs).await {
+        for (pos, answer) in positions.into_iter().zip(answers) {
+            results[pos] = Some(answer);
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| fail(code(ResponseError::UnknownServerError))))
+        .collect()
+}

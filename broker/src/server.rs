@@ -1,0 +1,317 @@
+//! One broker shard: its state, its start-up and shut-down.
+//!
+//! Each shard (one per core) owns the logs of the partitions the metadata image assigns to
+//! it, accepts connections on the shared SO_REUSEPORT listener, and runs jobs other shards
+//! send it over the mesh. Shard 0 also runs the controller and the admin HTTP endpoint.
+//! All state here is shard-local (`Cell`/`RefCell`); borrows never live across `.await`.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use glommio::net::TcpListener;
+use keel_shard::{shutdown_requested, Mesh, ShardBoot, Shutdown};
+use keel_storage::{FlushPolicy, Log, LogConfig};
+use tracing::{error, info, warn};
+
+use crate::config::BrokerConfig;
+use crate::controller::Controller;
+use crate::metadata::{partition_dir, MetadataImage, TopicMeta};
+use crate::metrics::ShardCounters;
+use crate::notify::{DataWaiters, Event};
+
+/// Shards that have drained their connections during shutdown.
+static DRAINED: AtomicUsize = AtomicUsize::new(0);
+
+/// A partition whose log this shard owns.
+pub struct Partition {
+    pub topic: String,
+    pub index: i32,
+    pub topic_id: [u8; 16],
+    pub log: Log,
+    pub leader_epoch: Cell<i32>,
+    /// Fetches waiting for the high watermark to move.
+    pub waiters: DataWaiters,
+    /// flush.policy=interval: sync period and last sync.
+    flush_ms: Cell<u64>,
+    last_sync: Cell<Instant>,
+    syncing: Cell<bool>,
+}
+
+pub struct BrokerShard {
+    pub id: usize,
+    pub count: usize,
+    pub mesh: Rc<Mesh<BrokerShard>>,
+    pub config: Arc<BrokerConfig>,
+    image: RefCell<Arc<MetadataImage>>,
+    partitions: RefCell<HashMap<String, HashMap<i32, Rc<Partition>>>>,
+    pub shutdown: Shutdown,
+    pub counters: ShardCounters,
+    /// Present on shard 0 only.
+    pub controller: Option<Controller>,
+    /// Fires once the first metadata image is installed.
+    pub ready: Rc<Event>,
+}
+
+impl BrokerShard {
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.borrow().clone()
+    }
+
+    pub fn partition(&self, topic: &str, index: i32) -> Option<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .get(topic)
+            .and_then(|m| m.get(&index))
+            .cloned()
+    }
+
+    pub fn partitions_owned(&self) -> usize {
+        self.partitions.borrow().values().map(HashMap::len).sum()
+    }
+
+    fn all_partitions(&self) -> Vec<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .values()
+            .flat_map(|m| m.values().cloned())
+            .collect()
+    }
+
+    /// Installs a new metadata image: opens logs of partitions this shard now owns, applies
+    /// config changes, closes and deletes logs of deleted topics. Answers once done, so a
+    /// controller that awaited every shard knows the topic is usable everywhere.
+    pub async fn install_image(self: &Rc<Self>, image: Arc<MetadataImage>) {
+        let mut to_open: Vec<(Arc<TopicMeta>, i32, i32)> = Vec::new();
+        let mut to_close: Vec<Rc<Partition>> = Vec::new();
+        {
+            let mut owned = self.partitions.borrow_mut();
+            for topic in image.topics.values() {
+                let log_config = self.config.log_config(&topic.configs);
+                let flush_ms = self.config.flush_ms(&topic.configs);
+                for p in topic
+                    .partitions
+                    .iter()
+                    .filter(|p| p.shard as usize == self.id)
+                {
+                    match owned.get(&topic.name).and_then(|m| m.get(&p.index)) {
+                        Some(existing) if existing.topic_id == topic.id => {
+                            existing.log.set_config(log_config.clone());
+                            existing.flush_ms.set(flush_ms);
+                            existing.leader_epoch.set(p.leader_epoch);
+                        }
+                        _ => to_open.push((topic.clone(), p.index, p.leader_epoch)),
+                    }
+                }
+            }
+            for (name, parts) in owned.iter_mut() {
+                let keep: Vec<i32> = parts
+                    .iter()
+                    .filter(|(idx, part)| {
+                        image
+                            .topic(name)
+                            .filter(|t| t.id == part.topic_id)
+                            .and_then(|t| t.partitions.get(**idx as usize))
+                            .is_some_and(|p| p.shard as usize == self.id)
+                    })
+                    .map(|(idx, _)| *idx)
+                    .collect();
+                let gone: Vec<i32> = parts
+                    .keys()
+                    .filter(|i| !keep.contains(i))
+                    .copied()
+                    .collect();
+                for idx in gone {
+                    if let Some(p) = parts.remove(&idx) {
+                        to_close.push(p);
+                    }
+                }
+            }
+            owned.retain(|_, m| !m.is_empty());
+        }
+        *self.image.borrow_mut() = image.clone();
+        for part in to_close {
+            let deleted = image
+                .topic(&part.topic)
+                .is_none_or(|t| t.id != part.topic_id);
+            if let Err(e) = part.log.close().await {
+                warn!(shard = self.id, topic = %part.topic, partition = part.index, error = %e, "closing log failed");
+            }
+            part.waiters.notify();
+            if deleted {
+                let dir = part.log.dir();
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    warn!(dir = %dir.display(), error = %e, "removing deleted partition failed");
+                } else {
+                    info!(shard = self.id, topic = %part.topic, partition = part.index, "deleted partition log");
+                }
+            }
+        }
+        for (topic, index, epoch) in to_open {
+            self.open_partition(&topic, index, epoch).await;
+        }
+        self.ready.fire();
+    }
+
+    async fn open_partition(&self, topic: &TopicMeta, index: i32, leader_epoch: i32) {
+        let dir = partition_dir(&self.config.data_dir, &topic.name, index);
+        let log_config: LogConfig = self.config.log_config(&topic.configs);
+        match Log::open(&dir, log_config).await {
+            Ok(log) => {
+                let offsets = log.offsets();
+                info!(
+                    shard = self.id,
+                    topic = %topic.name,
+                    partition = index,
+                    epoch = leader_epoch,
+                    log_start_offset = offsets.log_start_offset.0,
+                    log_end_offset = offsets.log_end_offset.0,
+                    "partition opened"
+                );
+                let part = Rc::new(Partition {
+                    topic: topic.name.clone(),
+                    index,
+                    topic_id: topic.id,
+                    log,
+                    leader_epoch: Cell::new(leader_epoch),
+                    waiters: DataWaiters::default(),
+                    flush_ms: Cell::new(self.config.flush_ms(&topic.configs)),
+                    last_sync: Cell::new(Instant::now()),
+                    syncing: Cell::new(false),
+                });
+                self.partitions
+                    .borrow_mut()
+                    .entry(topic.name.clone())
+                    .or_default()
+                    .insert(index, part);
+            }
+            Err(e) => {
+                error!(shard = self.id, topic = %topic.name, partition = index, error = %e, "cannot open partition log")
+            }
+        }
+    }
+
+    /// Periodic work: notice a shutdown request, sync flush.policy=interval logs.
+    async fn ticker(self: Rc<Self>) {
+        loop {
+            glommio::timer::sleep(Duration::from_millis(50)).await;
+            if shutdown_requested() {
+                self.shutdown.fire();
+                return;
+            }
+            for part in self.all_partitions() {
+                if part.log.config().flush_policy != FlushPolicy::Interval || part.syncing.get() {
+                    continue;
+                }
+                if part.last_sync.get().elapsed() >= Duration::from_millis(part.flush_ms.get()) {
+                    part.syncing.set(true);
+                    let shard_id = self.id;
+                    glommio::spawn_local(async move {
+                        if let Err(e) = part.log.sync().await {
+                            error!(shard = shard_id, topic = %part.topic, partition = part.index, error = %e, "periodic sync failed");
+                        }
+                        part.last_sync.set(Instant::now());
+                        part.syncing.set(false);
+                    })
+                    .detach();
+                }
+            }
+        }
+    }
+}
+
+/// The body of one shard's executor.
+pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) {
+    let ShardBoot {
+        shard_id,
+        shard_count,
+        mesh,
+        receivers,
+    } = boot;
+    let controller = (shard_id == 0).then(|| Controller::new(&config));
+    let shard = Rc::new(BrokerShard {
+        id: shard_id,
+        count: shard_count,
+        mesh: mesh.clone(),
+        config: config.clone(),
+        image: RefCell::new(Arc::new(MetadataImage::default())),
+        partitions: RefCell::new(HashMap::new()),
+        shutdown: Shutdown::default(),
+        counters: ShardCounters::default(),
+        controller,
+        ready: Event::new(),
+    });
+    mesh.serve(receivers, shard.clone(), 4096);
+    glommio::spawn_local(shard.clone().ticker()).detach();
+
+    if shard_id == 0 {
+        if let Err(e) = crate::controller::bootstrap(&shard).await {
+            error!(error = %e, "metadata bootstrap failed; shutting down");
+            std::process::exit(1);
+        }
+        if let Some(addr) = config.admin {
+            crate::admin::start(shard.clone(), addr);
+        }
+    }
+    shard.ready.wait().await;
+
+    let listener = match TcpListener::bind(config.listen) {
+        Ok(l) => l,
+        Err(e) => {
+            error!(shard = shard_id, listen = %config.listen, error = %e, "cannot listen");
+            std::process::exit(1);
+        }
+    };
+    info!(shard = shard_id, listen = %config.listen, partitions = shard.partitions_owned(), "shard serving");
+    let active = Rc::new(Cell::new(0usize));
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            shard.shutdown.wait().await;
+            None
+        })
+        .await;
+        match accepted {
+            None => break,
+            Some(Ok(stream)) => {
+                let shard = shard.clone();
+                let active = active.clone();
+                active.set(active.get() + 1);
+                glommio::spawn_local(async move {
+                    crate::conn::serve(shard, stream).await;
+                    active.set(active.get() - 1);
+                })
+                .detach();
+            }
+            Some(Err(e)) => {
+                warn!(shard = shard_id, error = %e, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    drop(listener);
+    info!(
+        shard = shard_id,
+        connections = active.get(),
+        "shutting down: finishing in-flight requests"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while active.get() > 0 && Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+    DRAINED.fetch_add(1, Ordering::AcqRel);
+    while DRAINED.load(Ordering::Acquire) < shard_count && Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+    for part in shard.all_partitions() {
+        match part.log.close().await {
+            Ok(()) => {}
+            Err(e) => {
+                error!(shard = shard_id, topic = %part.topic, partition = part.index, error = %e, "closing log failed")
+            }
+        }
+    }
+    info!(shard = shard_id, "shard stopped; logs synced");
+}

@@ -1,0 +1,175 @@
+//! Launching the shards: one glommio executor per core, pinned, joined into a full mesh.
+//!
+//! Also raises RLIMIT_MEMLOCK, which glommio needs for its registered io_uring buffers
+//! (`io_memory` per executor).
+
+use std::future::Future;
+use std::rc::Rc;
+
+use glommio::channels::channel_mesh::{MeshBuilder, Receivers};
+use glommio::{LocalExecutorBuilder, Placement};
+
+use crate::mesh::{Job, Mesh};
+use crate::ShardError;
+
+/// How the runtime is laid out.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// Number of shards (executors). 0 = one per core this process may use.
+    pub smp: usize,
+    /// Bytes of io_uring registered memory per executor.
+    pub io_memory_bytes: usize,
+    /// Capacity of each mesh channel (jobs in flight between two shards).
+    pub mesh_channel_capacity: usize,
+    /// Pin executors to cores.
+    pub pin: bool,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            smp: 0,
+            io_memory_bytes: 4 << 20,
+            mesh_channel_capacity: 1024,
+            pin: true,
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// The cores this process may run on, per its affinity mask.
+    pub fn allowed_cores() -> Vec<usize> {
+        core_affinity::get_core_ids()
+            .map(|ids| ids.into_iter().map(|c| c.id).collect())
+            .unwrap_or_default()
+    }
+
+    /// Shard count after resolving `smp = 0`.
+    pub fn shard_count(&self) -> usize {
+        if self.smp > 0 {
+            self.smp
+        } else {
+            Self::allowed_cores().len().max(1)
+        }
+    }
+}
+
+/// What each shard's start function receives.
+pub struct ShardBoot<S: 'static> {
+    pub shard_id: usize,
+    pub shard_count: usize,
+    pub mesh: Rc<Mesh<S>>,
+    /// Hand these to [`Mesh::serve`] once the shard state exists.
+    pub receivers: Receivers<Job<S>>,
+}
+
+/// The current soft RLIMIT_MEMLOCK in bytes (`u64::MAX` when unlimited).
+pub fn memlock_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit with a valid pointer to a local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 {
+        return 0;
+    }
+    if lim.rlim_cur == libc::RLIM_INFINITY {
+        u64::MAX
+    } else {
+        lim.rlim_cur
+    }
+}
+
+/// Raises RLIMIT_MEMLOCK so that `bytes` can be locked. Returns the new soft limit, or an
+/// error that names the limit to raise.
+pub fn raise_memlock_limit(bytes: u64) -> Result<u64, ShardError> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        if lim.rlim_cur == libc::RLIM_INFINITY || lim.rlim_cur >= bytes {
+            return Ok(lim.rlim_cur);
+        }
+        let want = libc::rlimit {
+            rlim_cur: libc::RLIM_INFINITY,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        if libc::setrlimit(libc::RLIMIT_MEMLOCK, &want) == 0 {
+            return Ok(libc::RLIM_INFINITY);
+        }
+        if lim.rlim_max == libc::RLIM_INFINITY || lim.rlim_max >= bytes {
+            let want = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_MEMLOCK, &want) == 0 {
+                return Ok(lim.rlim_max);
+            }
+        }
+    }
+    Err(ShardError::Setup(format!(
+        "RLIMIT_MEMLOCK is {} bytes and could not be raised to the {bytes} bytes glommio needs \
+         (io_memory x shards); raise it (`ulimit -l unlimited`, or LimitMEMLOCK=infinity in \
+         systemd, or memlock in /etc/security/limits.conf) or lower --io-memory / --smp",
+        lim.rlim_cur
+    )))
+}
+
+/// Starts `config.shard_count()` executors, joins them into a mesh, runs `start` on each and
+/// blocks until all have returned. Any shard's setup failure is returned.
+pub fn launch<S, G, Fut>(config: &RuntimeConfig, start: G) -> Result<(), ShardError>
+where
+    S: 'static,
+    G: Fn(ShardBoot<S>) -> Fut + Send + Sync + Clone + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    let count = config.shard_count();
+    let cores = RuntimeConfig::allowed_cores();
+    let mesh_builder: MeshBuilder<Job<S>, _> =
+        MeshBuilder::full(count, config.mesh_channel_capacity);
+    let mut handles = Vec::with_capacity(count);
+    for shard_id in 0..count {
+        let placement = if config.pin && !cores.is_empty() {
+            Placement::Fixed(cores[shard_id % cores.len()])
+        } else {
+            Placement::Unbound
+        };
+        let builder = LocalExecutorBuilder::new(placement)
+            .name(&format!("keel-shard-{shard_id}"))
+            .io_memory(config.io_memory_bytes);
+        let mesh_builder = mesh_builder.clone();
+        let start = start.clone();
+        let handle = builder
+            .spawn(move || async move {
+                let (senders, receivers) = match mesh_builder.join().await {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        tracing::error!(shard_id, error = %e, "could not join the shard mesh");
+                        return;
+                    }
+                };
+                let mesh = Rc::new(Mesh::new(senders));
+                start(ShardBoot {
+                    shard_id,
+                    shard_count: count,
+                    mesh,
+                    receivers,
+                })
+                .await;
+            })
+            .map_err(|e| ShardError::Setup(format!("shard {shard_id}: {e}")))?;
+        handles.push(handle);
+    }
+    let mut first_err = None;
+    for (i, h) in handles.into_iter().enumerate() {
+        if let Err(e) = h.join() {
+            first_err.get_or_insert(ShardError::Setup(format!("shard {i}: {e}")));
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}

@@ -1,0 +1,82 @@
+//! Clean shutdown on SIGINT/SIGTERM.
+//!
+//! A dedicated thread waits for the signals (blocked in every other thread) and sets one
+//! process-wide flag. Each shard polls the flag from its own ticker and fires its local
+//! [`Shutdown`] event, which stops accept loops and idle connection reads; in-flight requests
+//! finish, then the shard syncs its logs. A second signal exits at once.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// True once SIGINT or SIGTERM arrived.
+pub fn shutdown_requested() -> bool {
+    REQUESTED.load(Ordering::Acquire)
+}
+
+/// Blocks SIGINT and SIGTERM in the calling thread (and so in threads it spawns later) and
+/// starts the thread that waits for them. Call before launching the executors.
+pub fn install_signal_handlers() -> std::io::Result<()> {
+    // SAFETY: plain libc calls on a locally owned sigset_t.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        set
+    };
+    std::thread::Builder::new()
+        .name("keel-signals".into())
+        .spawn(move || loop {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` is a valid, initialised sigset_t owned by this closure.
+            let rc = unsafe { libc::sigwait(&set, &mut sig) };
+            if rc != 0 {
+                continue;
+            }
+            if REQUESTED.swap(true, Ordering::AcqRel) {
+                tracing::warn!(signal = sig, "second signal: exiting now");
+                std::process::exit(130);
+            }
+            tracing::info!(signal = sig, "shutdown requested");
+        })?;
+    Ok(())
+}
+
+/// A shard-local shutdown event. Cheap to poll; `wait` resolves once `fire` was called.
+#[derive(Default)]
+pub struct Shutdown {
+    fired: Cell<bool>,
+    waiters: RefCell<Vec<futures_channel::oneshot::Sender<()>>>,
+}
+
+impl Shutdown {
+    pub fn is_fired(&self) -> bool {
+        self.fired.get()
+    }
+
+    pub fn fire(&self) {
+        if self.fired.replace(true) {
+            return;
+        }
+        let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
+        for w in waiters {
+            let _ = w.send(());
+        }
+    }
+
+    /// Resolves when the event fires (at once if it already has).
+    pub async fn wait(&self) {
+        if self.fired.get() {
+            return;
+        }
+        let (tx, rx) = futures_channel::oneshot::channel();
+        self.waiters.borrow_mut().push(tx);
+        let _ = rx.await;
+    }
+}
