@@ -84,7 +84,10 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream) {
         .await;
         match read {
             None => break,
-            Some(Err(_)) => break,
+            Some(Err(e)) => {
+                debug!(shard = shard.id, peer = %peer, error = %e, "connection closed by peer");
+                break;
+            }
             Some(Ok(())) => {}
         }
         let size = match check_frame_size(i32::from_be_bytes(size_buf), max) {
@@ -100,6 +103,7 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream) {
         }
         shard.counters.add_bytes_in(size + 4);
         let frame = frame.freeze();
+        debug!(shard = shard.id, peer = %peer, api = i16::from_be_bytes([frame[0], frame[1]]), "request");
         let task = glommio::spawn_local(handlers::handle_frame(shard.clone(), frame)).detach();
         if tx.send(task).await.is_err() {
             break; // the writer stopped: the connection is closing

@@ -131,6 +131,34 @@ fn main() {
     }
 }
 
+/// Shards bind with SO_REUSEPORT, which would let a second broker (or the listening socket
+/// of a crashed one that the kernel has not torn down yet: io_uring releases its files
+/// asynchronously) share the port and swallow connections. So first bind once without it:
+/// the port must be free. A port still held is retried for a while, then refused.
+fn wait_for_port(addr: std::net::SocketAddr, what: &str) -> Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut warned = false;
+    loop {
+        match std::net::TcpListener::bind(addr) {
+            Ok(probe) => {
+                drop(probe);
+                return Ok(());
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                if !warned {
+                    tracing::warn!(%addr, "{what} address is in use; waiting for it to be released");
+                    warned = true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot bind {what} address {addr}")),
+        }
+    }
+}
+
 fn run() -> Result<()> {
     let Some(config) = parse_args(std::env::args().skip(1).collect())? else {
         return Ok(());
@@ -171,6 +199,10 @@ fn run() -> Result<()> {
         "starting keel {}; RLIMIT_MEMLOCK: {memlock}",
         env!("CARGO_PKG_VERSION")
     );
+    wait_for_port(config.listen, "listen")?;
+    if let Some(admin) = config.admin {
+        wait_for_port(admin, "admin")?;
+    }
     install_signal_handlers().context("installing signal handlers")?;
     let config = Arc::new(config);
     launch(&runtime, move |boot| {

@@ -1,0 +1,194 @@
+//! Starts the real `keel` binary on free ports with a temp data dir, for integration tests.
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Broker {
+    pub port: u16,
+    pub admin_port: u16,
+    pub dir: tempfile::TempDir,
+    pub extra: Vec<String>,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Broker {
+    pub fn start(extra: &[&str]) -> Broker {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("keel.log");
+        let mut b = Broker {
+            port: free_port(),
+            admin_port: free_port(),
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            log,
+        };
+        b.spawn();
+        b
+    }
+
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn spawn(&mut self) {
+        let log_start = std::fs::metadata(&self.log)
+            .map(|m| m.len() as usize)
+            .unwrap_or(0);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .arg("serve")
+            .args(["--listen", &self.bootstrap()])
+            .args(["--admin", &format!("127.0.0.1:{}", self.admin_port)])
+            .args(["--data-dir", self.data_dir().to_str().unwrap()])
+            .args(["--smp", "2"])
+            .args(&self.extra)
+            .env(
+                "RUST_LOG",
+                std::env::var("TEST_KEEL_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start keel");
+        self.child = Some(child);
+        // Ready when both shards say they serve. (A successful connect alone is not proof:
+        // right after a kill -9 the dead process's listening socket can linger.)
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let text = self.log_text();
+            if text
+                .get(log_start..)
+                .unwrap_or("")
+                .matches("shard serving")
+                .count()
+                >= 2
+                && TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("keel exited with {status}; log:\n{text}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("keel did not start serving; log:\n{}", self.log_text());
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL, then start again on the same ports and data dir.
+    pub fn kill9_and_restart(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        self.spawn();
+    }
+
+    /// SIGTERM and wait for a clean exit; returns the exit status code.
+    pub fn stop(&mut self) -> Option<i32> {
+        let mut c = self.child.take()?;
+        unsafe_sigterm(c.id());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(status) = c.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        c.kill().unwrap();
+        c.wait().unwrap();
+        panic!(
+            "keel did not stop on SIGTERM within 20 s; log:\n{}",
+            self.log_text()
+        );
+    }
+
+    pub fn restart_after_stop(&mut self) {
+        self.spawn();
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// GET /metrics from the admin endpoint.
+    pub fn metrics(&self) -> String {
+        use std::io::Write;
+        let mut s = TcpStream::connect(("127.0.0.1", self.admin_port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    /// Sum per shard of a metric family: value for each `shard="N"` label.
+    pub fn metric_by_shard(&self, name: &str) -> Vec<u64> {
+        let text = self.metrics();
+        let mut out = Vec::new();
+        for line in text.lines().filter(|l| l.starts_with(&format!("{name}{{"))) {
+            let shard: usize = line
+                .split("shard=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let v: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+            if out.len() <= shard {
+                out.resize(shard + 1, 0);
+            }
+            out[shard] += v;
+        }
+        out
+    }
+}
+
+fn unsafe_sigterm(pid: u32) {
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("---- keel log ----\n{}", self.log_text());
+        }
+    }
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs every Keel test: installs what the tests need (Debian packages, the Python
+# requirements), builds the workspace, runs the Rust tests (unit, property, integration with
+# librdkafka) and the Python integration tests (kafka-python, kcat) against the real binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
+command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "== installing Debian packages: ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+echo "== installing Python requirements"
+python3 -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+
+export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-2}
+echo "== cargo build"
+cargo build --workspace --all-targets
+echo "== cargo test"
+cargo test --workspace -- --test-threads=2
+echo "== pytest"
+KEEL_BIN="$PWD/target/debug/keel" python3 -m pytest -q tests/python

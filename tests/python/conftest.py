@@ -1,0 +1,265 @@
+"""Fixtures that run the real `keel` binary for the Python integration tests.
+
+`keel` (session scope) is one broker shared by tests that only touch their own topics.
+`keel_factory` (function scope) starts dedicated brokers with extra `--set` settings, for tests
+that restart, kill or reconfigure the broker. Every wait loop here is bounded.
+"""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KEEL_BIN = os.environ.get("KEEL_BIN") or os.path.normpath(
+    os.path.join(HERE, "..", "..", "target", "debug", "keel"))
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+# Brokers currently running, so that a failing test can show their logs.
+_LIVE_BROKERS = []
+
+
+def free_port():
+    """A TCP port that nothing listens on right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def unique(prefix):
+    """A topic name no other test uses."""
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+
+
+class Metrics(dict):
+    """Parsed Prometheus text: {metric name: [(labels dict, value), ...]}."""
+
+    def sum(self, name, **labels):
+        return sum(v for l, v in self.get(name, []) if all(l.get(k) == str(x) for k, x in labels.items()))
+
+    def by_shard(self, name, **labels):
+        out = {}
+        for l, v in self.get(name, []):
+            if all(l.get(k) == str(x) for k, x in labels.items()):
+                out[int(l["shard"])] = out.get(int(l["shard"]), 0) + v
+        return out
+
+
+_LINE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+(\S+)')
+_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text):
+    m = Metrics()
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        mo = _LINE_RE.match(line)
+        if not mo:
+            continue
+        labels = dict(_LABEL_RE.findall(mo.group(3) or ""))
+        m.setdefault(mo.group(1), []).append((labels, float(mo.group(4))))
+    return m
+
+
+class KeelBroker:
+    def __init__(self, extra_settings=None, smp=2, name="keel"):
+        if not os.path.exists(KEEL_BIN):
+            raise RuntimeError("keel binary not found at %s (set KEEL_BIN)" % KEEL_BIN)
+        self.name = name
+        self.smp = smp
+        self.settings = dict(extra_settings or {})
+        self.data_dir = tempfile.mkdtemp(prefix="keel-data-")
+        self.log_path = os.path.join(tempfile.mkdtemp(prefix="keel-log-"), "keel.log")
+        self.port = free_port()
+        self.admin_port = free_port()
+        while self.admin_port == self.port:
+            self.admin_port = free_port()
+        self.proc = None
+        self.starts = 0
+
+    @property
+    def bootstrap(self):
+        return "127.0.0.1:%d" % self.port
+
+    @property
+    def admin_url(self):
+        return "http://127.0.0.1:%d" % self.admin_port
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self):
+        assert self.proc is None or self.proc.poll() is not None, "broker already running"
+        cmd = [KEEL_BIN, "--listen", self.bootstrap, "--data-dir", self.data_dir,
+               "--smp", str(self.smp), "--admin", "127.0.0.1:%d" % self.admin_port]
+        for k, v in self.settings.items():
+            cmd += ["--set", "%s=%s" % (k, v)]
+        # keel reads KEEL_* variables as settings, so the test's own (KEEL_BIN) must not leak.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+        env.setdefault("RUST_LOG", "info")
+        env.setdefault("NO_COLOR", "1")
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            log.write(("\n===== start #%d: %s\n" % (self.starts, " ".join(cmd))).encode())
+            log.flush()
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)
+        self._wait_ready()
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + START_TIMEOUT_S
+        last_err = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("keel exited with %s during start-up\n%s"
+                                   % (self.proc.returncode, self.log_tail()))
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1.0):
+                    pass
+                with urllib.request.urlopen(self.admin_url + "/metrics", timeout=2.0) as r:
+                    r.read()
+                return
+            except OSError as e:
+                last_err = e
+                time.sleep(0.05)
+        raise RuntimeError("keel did not accept connections on %s within %ss (%s)\n%s"
+                           % (self.bootstrap, START_TIMEOUT_S, last_err, self.log_tail()))
+
+    def stop(self, sig=signal.SIGTERM):
+        """Send `sig`, wait (bounded), kill -9 if still alive. Returns the exit status."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=STOP_TIMEOUT_S)
+            raise RuntimeError("keel did not exit within %ss of signal %s" % (STOP_TIMEOUT_S, sig))
+
+    def restart(self):
+        """Clean shutdown (SIGTERM) and start again on the same ports and data dir."""
+        rc = self.stop(signal.SIGTERM)
+        self.start()
+        return rc
+
+    def kill9_and_restart(self):
+        """Crash (SIGKILL) and start again on the same ports and data dir."""
+        self.stop(signal.SIGKILL)
+        self.start()
+
+    def close(self):
+        try:
+            self.stop(signal.SIGTERM)
+        finally:
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+
+    def cleanup_files(self):
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(self.log_path), ignore_errors=True)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    # -- observation -----------------------------------------------------------------------
+    def metrics_text(self):
+        with urllib.request.urlopen(self.admin_url + "/metrics", timeout=5.0) as r:
+            return r.read().decode()
+
+    def metrics(self):
+        return parse_metrics(self.metrics_text())
+
+    def log_text(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return ANSI_RE.sub("", f.read().decode("utf-8", "replace"))
+        except OSError:
+            return ""
+
+    def log_tail(self, lines=80):
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+def _make_broker(request, settings=None, name="keel"):
+    b = KeelBroker(settings, name=name)
+    _LIVE_BROKERS.append(b)
+    try:
+        b.start()
+    except Exception:
+        _LIVE_BROKERS.remove(b)
+        b.close()
+        raise
+    return b
+
+
+def _finish_broker(b, failed):
+    try:
+        b.close()
+    finally:
+        if b in _LIVE_BROKERS:
+            _LIVE_BROKERS.remove(b)
+        if failed:
+            sys.stdout.write("\n----- %s (%s) stderr tail (full log kept at %s) -----\n%s\n"
+                             % (b.name, b.bootstrap, b.log_path, b.log_tail(40)))
+        else:
+            b.cleanup_files()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+    if rep.failed:
+        item.session._keel_failed = True
+        for b in list(_LIVE_BROKERS):
+            rep.sections.append(("%s %s stderr tail" % (b.name, b.bootstrap), b.log_tail()))
+            if b.proc is not None and b.proc.poll() is not None:
+                rep.sections.append(("%s exit status" % b.name, str(b.proc.returncode)))
+
+
+def _test_failed(node):
+    return any(getattr(node, "rep_" + w, None) is not None and getattr(node, "rep_" + w).failed
+               for w in ("setup", "call"))
+
+
+@pytest.fixture(scope="session")
+def keel(request):
+    """One broker (--smp 2, defaults) shared by tests that use their own topics."""
+    b = _make_broker(request, name="keel-shared")
+    yield b
+    _finish_broker(b, getattr(request.session, "_keel_failed", False))
+
+
+@pytest.fixture
+def keel_factory(request):
+    """Start dedicated brokers: keel_factory({'num.partitions': 3}) -> KeelBroker."""
+    made = []
+
+    def make(settings=None, name="keel-dedicated"):
+        b = _make_broker(request, settings, name=name)
+        made.append(b)
+        return b
+
+    yield make
+    failed = _test_failed(request.node)
+    for b in made:
+        _finish_broker(b, failed)
+
+
+@pytest.fixture
+def fresh_keel(keel_factory):
+    """A dedicated broker with default settings."""
+    return keel_factory()
