@@ -49,14 +49,7 @@ pub async fn gather(shard: &Rc<BrokerShard>) -> Vec<CountersSnapshot> {
         let snap = if target == shard.id {
             snapshot(shard)
         } else {
-            match shard
-                .mesh
-                .call(target, |s| async move { snapshot(&s) })
-                .await
-            {
-                Ok(s) => s,
-                Err(_) => CountersSnapshot::default(),
-            }
+            shard.mesh.call(target, |s| async move { snapshot(&s) }).await.unwrap_or_default()
         };
         out.push(snap);
     }
