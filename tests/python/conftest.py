@@ -10,6 +10,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,22 @@ def free_port():
 def unique(prefix):
     """A topic name no other test uses."""
     return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+
+
+def api_versions_ok(port, timeout=1.0):
+    """True when an ApiVersions v0 request on the port gets its answer (error code 0)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.settimeout(timeout)
+        req = struct.pack(">hhih", 18, 0, 4242, 4) + b"wait"
+        s.sendall(struct.pack(">i", len(req)) + req)
+        buf = b""
+        while len(buf) < 10:
+            chunk = s.recv(4096)
+            if not chunk:
+                return False
+            buf += chunk
+        _size, corr, err = struct.unpack(">iih", buf[:10])
+        return corr == 4242 and err == 0
 
 
 class Metrics(dict):
@@ -124,11 +141,12 @@ class KeelBroker:
                 raise RuntimeError("keel exited with %s during start-up\n%s"
                                    % (self.proc.returncode, self.log_tail()))
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1.0):
-                    pass
-                with urllib.request.urlopen(self.admin_url + "/metrics", timeout=2.0) as r:
-                    r.read()
-                return
+                # A real ApiVersions round trip: right after a kill -9 the dead process's
+                # listening socket can linger (io_uring releases files asynchronously) and still
+                # accept connections that nobody answers. Only the Kafka port is probed: an HTTP
+                # request to the admin port leaves a server-side TIME_WAIT there.
+                if api_versions_ok(self.port):
+                    return
             except OSError as e:
                 last_err = e
                 time.sleep(0.05)
