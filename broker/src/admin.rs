@@ -49,7 +49,11 @@ pub async fn gather(shard: &Rc<BrokerShard>) -> Vec<CountersSnapshot> {
         let snap = if target == shard.id {
             snapshot(shard)
         } else {
-            shard.mesh.call(target, |s| async move { snapshot(&s) }).await.unwrap_or_default()
+            shard
+                .mesh
+                .call(target, |s| async move { snapshot(&s) })
+                .await
+                .unwrap_or_default()
         };
         out.push(snap);
     }

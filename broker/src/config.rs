@@ -316,6 +316,16 @@ impl BrokerConfig {
         c
     }
 
+    /// min.insync.replicas of a topic.
+    pub fn min_insync_replicas(&self, overrides: &BTreeMap<String, String>) -> i32 {
+        let key = topic_key("min.insync.replicas").expect("known topic key");
+        self.topic_value(overrides, key)
+            .0
+            .trim()
+            .parse()
+            .unwrap_or(1)
+    }
+
     /// flush.ms of a topic (interval policy sync period).
     pub fn flush_ms(&self, overrides: &BTreeMap<String, String>) -> u64 {
         let key = topic_key("flush.ms").expect("known topic key");

@@ -35,6 +35,8 @@ pub struct Partition {
     pub leader_epoch: Cell<i32>,
     /// Fetches waiting for the high watermark to move.
     pub waiters: DataWaiters,
+    /// min.insync.replicas of the topic: acks=all needs that many in-sync replicas.
+    pub min_insync_replicas: Cell<i32>,
     /// flush.policy=interval: sync period and last sync.
     flush_ms: Cell<u64>,
     last_sync: Cell<Instant>,
@@ -101,6 +103,9 @@ impl BrokerShard {
                         Some(existing) if existing.topic_id == topic.id => {
                             existing.log.set_config(log_config.clone());
                             existing.flush_ms.set(flush_ms);
+                            existing
+                                .min_insync_replicas
+                                .set(self.config.min_insync_replicas(&topic.configs));
                             existing.leader_epoch.set(p.leader_epoch);
                         }
                         _ => to_open.push((topic.clone(), p.index, p.leader_epoch)),
@@ -179,6 +184,7 @@ impl BrokerShard {
                     leader_epoch: Cell::new(leader_epoch),
                     waiters: DataWaiters::default(),
                     flush_ms: Cell::new(self.config.flush_ms(&topic.configs)),
+                    min_insync_replicas: Cell::new(self.config.min_insync_replicas(&topic.configs)),
                     last_sync: Cell::new(Instant::now()),
                     syncing: Cell::new(false),
                 });

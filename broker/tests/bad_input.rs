@@ -70,7 +70,10 @@ fn hostile_requests_close_only_their_connection() {
     for size in [-1i32, 0, 3, 2 * 1024 * 1024] {
         let mut s = connect(&b);
         s.write_all(&size.to_be_bytes()).unwrap();
-        assert!(closed(&mut s), "frame size {size} must close the connection");
+        assert!(
+            closed(&mut s),
+            "frame size {size} must close the connection"
+        );
     }
 
     // 2. Array counts that claim billions of elements (flexible and classic encodings).
@@ -78,7 +81,10 @@ fn hostile_requests_close_only_their_connection() {
     let mut req = header(3, 12, 7, true);
     req.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]); // compact array length 2^32-1
     send(&mut s, &req);
-    assert!(closed(&mut s), "huge compact array must close the connection");
+    assert!(
+        closed(&mut s),
+        "huge compact array must close the connection"
+    );
     let mut s = connect(&b);
     let mut req = header(0, 3, 8, false);
     req.extend_from_slice(&(-1i16).to_be_bytes()); // transactional id null

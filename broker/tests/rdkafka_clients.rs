@@ -217,3 +217,132 @@ fn acks_all_records_survive_kill_9() {
     let got = consume_all(&b, "durable", &all);
     check_same(&all, &got, 0);
 }
+
+fn create_topic_with(b: &Broker, name: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", b.bootstrap())
+        .create()
+        .unwrap();
+    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        topic = topic.set(k, v);
+    }
+    let res = block_on(admin.create_topics(&[topic], &AdminOptions::new())).unwrap();
+    assert!(res[0].is_ok(), "{res:?}");
+}
+
+#[test]
+fn interval_policy_is_synced_by_clean_shutdown() {
+    let mut b = Broker::start(&[]);
+    // flush.ms far away: only the shutdown sync makes these durable.
+    create_topic_with(
+        &b,
+        "paged",
+        PARTITIONS,
+        &[("flush.policy", "interval"), ("flush.ms", "3600000")],
+    );
+    let p = producer(&b, "snappy", "1");
+    let sent = produce_all(&p, "paged", 200, "interval");
+    drop(p);
+    assert_eq!(b.stop(), Some(0), "SIGTERM must exit 0");
+    assert!(b.log_text().contains("logs synced"), "{}", b.log_text());
+    b.restart_after_stop();
+    let got = consume_all(&b, "paged", &sent);
+    check_same(&sent, &got, 0);
+}
+
+#[test]
+fn log_append_time_topic_stamps_broker_time() {
+    let b = Broker::start(&[]);
+    create_topic_with(
+        &b,
+        "appendtime",
+        PARTITIONS,
+        &[("message.timestamp.type", "LogAppendTime")],
+    );
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let p = producer(&b, "zstd", "all");
+    let sent = produce_all(&p, "appendtime", 20, "lat");
+    let after = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let got = consume_all(&b, "appendtime", &sent);
+    for (part, recs) in &got {
+        for (i, (offset, rec)) in recs.iter().enumerate() {
+            assert_eq!(*offset, i as i64);
+            let want = &sent[part][i];
+            assert_eq!(
+                (&rec.key, &rec.value, &rec.headers),
+                (&want.key, &want.value, &want.headers)
+            );
+            assert!(
+                (before..=after).contains(&rec.timestamp),
+                "partition {part} offset {offset}: timestamp {} is not the broker's append time ({before}..={after})",
+                rec.timestamp
+            );
+        }
+    }
+}
+
+/// Records every delivery report.
+#[derive(Clone, Default)]
+struct Reports(
+    std::sync::Arc<std::sync::Mutex<Vec<Result<(i32, i64), rdkafka::error::KafkaError>>>>,
+);
+
+impl rdkafka::ClientContext for Reports {}
+
+impl rdkafka::producer::ProducerContext for Reports {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &rdkafka::producer::DeliveryResult<'_>, _: ()) {
+        let r = result
+            .as_ref()
+            .map(|m| (m.partition(), m.offset()))
+            .map_err(|(e, _)| e.clone());
+        self.0.lock().unwrap().push(r);
+    }
+}
+
+#[test]
+fn acks_all_needs_min_insync_replicas() {
+    let b = Broker::start(&[]);
+    create_topic_with(&b, "needs2", PARTITIONS, &[("min.insync.replicas", "2")]);
+    let reports = Reports::default();
+    let p: BaseProducer<Reports> = ClientConfig::new()
+        .set("bootstrap.servers", b.bootstrap())
+        .set("acks", "all")
+        .set("message.timeout.ms", "3000")
+        .set("retries", "0") // NOT_ENOUGH_REPLICAS is retriable: surface it at once
+        .set("enable.idempotence", "false")
+        .create_with_context(reports.clone())
+        .unwrap();
+    p.send(
+        BaseRecord::<[u8], [u8]>::to("needs2")
+            .partition(0)
+            .payload(b"x".as_slice()),
+    )
+    .map_err(|(e, _)| e)
+    .unwrap();
+    p.flush(Duration::from_secs(10)).ok();
+    let got = reports.0.lock().unwrap().clone();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let err = got[0].clone().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            rdkafka::error::KafkaError::MessageProduction(
+                rdkafka::types::RDKafkaErrorCode::NotEnoughReplicas
+            )
+        ),
+        "{err:?}"
+    );
+    // acks=1 does not need the ISR, and the refused record was not appended: offsets start at 0.
+    let p1 = producer(&b, "none", "1");
+    let sent = produce_all(&p1, "needs2", 5, "acks1");
+    let got = consume_all(&b, "needs2", &sent);
+    check_same(&sent, &got, 0);
+}

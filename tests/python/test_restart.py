@@ -144,3 +144,40 @@ def test_topics_and_configs_survive_restart(fresh_keel):
     finally:
         a.close()
     assert {k: v["value"] for k, v in cfg.items()} == {"retention.ms": "7200000", "flush.policy": "interval"}
+
+
+def _produce_one(bootstrap, topic):
+    return produce(bootstrap, topic, 0, NPART)
+
+
+def test_clean_restart_while_a_client_is_connected(fresh_keel):
+    """A SIGTERM restart with a client still connected (the usual case in production) must
+    come back on the same port. The broker closes that connection on shutdown, which leaves a
+    server-side TCP socket (FIN_WAIT2/TIME_WAIT) on the Kafka port for up to 60 s."""
+    b = fresh_keel
+    topic = unique("connected")
+    a = admin(b.bootstrap)
+    try:
+        a.create_topics({topic: {"num_partitions": NPART, "replication_factor": 1}})
+    finally:
+        a.close()
+    acked = _produce_one(b.bootstrap, topic)
+    with kwire.Conn(b.bootstrap) as idle:
+        assert kwire.metadata(b.bootstrap, [topic])["topics"][topic]["error_code"] == 0
+        idle.send(kwire.request(18, 0, 1, b""))
+        assert idle.recv_frame() is not None
+        rc = b.restart()          # the idle client is still connected here
+        assert rc == 0
+        assert idle.wait_closed(5), "the broker did not close the client's connection on shutdown"
+    assert read_all(b.bootstrap, topic)[0] == acked
+
+
+def test_clean_restart_after_a_metrics_scrape(fresh_keel):
+    """After GET /metrics (the admin endpoint closes the HTTP connection first, leaving a
+    server-side TIME_WAIT on the admin port), a restart must still bind the admin port."""
+    b = fresh_keel
+    m = b.metrics()
+    assert set(m.by_shard("keel_partitions_owned")) == {0, 1}
+    rc = b.restart()
+    assert rc == 0
+    assert set(b.metrics().by_shard("keel_partitions_owned")) == {0, 1}

@@ -24,6 +24,9 @@ pub const SUPPORT: ApiSupport = ApiSupport {
     max: 11,
 };
 
+/// In-sync replicas of every partition on this single-node broker.
+const ISR_SIZE: i32 = 1;
+
 /// The answer for one partition.
 #[derive(Debug, Clone)]
 pub struct PartResult {
@@ -145,6 +148,16 @@ async fn append_on_owner(
             results.push(r);
             continue;
         };
+        // One broker: the ISR is this broker alone.
+        if acks == -1 && part.min_insync_replicas.get() > ISR_SIZE {
+            let mut r = failed(code(ResponseError::NotEnoughReplicas));
+            r.message = Some(format!(
+                "min.insync.replicas is {} but the in-sync replica set has {ISR_SIZE} member",
+                part.min_insync_replicas.get()
+            ));
+            results.push(r);
+            continue;
+        }
         let buf = BytesMut::from(&records[..]);
         match part
             .log
