@@ -288,11 +288,12 @@ fn log_append_time_topic_stamps_broker_time() {
     }
 }
 
+/// A delivery report: partition and offset, or the error.
+type Report = Result<(i32, i64), rdkafka::error::KafkaError>;
+
 /// Records every delivery report.
 #[derive(Clone, Default)]
-struct Reports(
-    std::sync::Arc<std::sync::Mutex<Vec<Result<(i32, i64), rdkafka::error::KafkaError>>>>,
-);
+struct Reports(std::sync::Arc<std::sync::Mutex<Vec<Report>>>);
 
 impl rdkafka::ClientContext for Reports {}
 
