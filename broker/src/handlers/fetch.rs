@@ -192,7 +192,12 @@ pub async fn handle(
                 partition: p.partition,
                 payload: FetchPart {
                     fetch_offset: p.fetch_offset,
-                    partition_max_bytes: p.partition_max_bytes,
+                    // No partition may bring more than the whole response may hold.
+                    partition_max_bytes: if req.max_bytes > 0 {
+                        p.partition_max_bytes.min(req.max_bytes)
+                    } else {
+                        p.partition_max_bytes
+                    },
                     current_leader_epoch: p.current_leader_epoch,
                 },
             });

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod client;
+
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
