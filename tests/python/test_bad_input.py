@@ -167,6 +167,10 @@ def test_garbage_bodies_for_known_apis(kb):
         for (api, ver), body in valid.items():
             resp = c.call(api, ver, body, correlation_id=1, flexible=True)
             assert len(resp) > 4
+            if api == 1:  # Fetch v12: throttle, error_code, session_id (no fetch sessions: 0)
+                r = kwire.Reader(resp)
+                r.i32()
+                assert (r.i16(), r.i32()) == (0, 0)
     deadline = time.monotonic() + 120
     answered = closed = silent = 0
     conn = None

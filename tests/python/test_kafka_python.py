@@ -437,3 +437,51 @@ def test_auto_create_disabled(keel_factory):
     # Explicit creation still works.
     create_topic(b.bootstrap, topic, 1)
     assert produce_records(b.bootstrap, topic, [(0, b"k", b"v", [], BASE_TS)])[0].offset == 0
+
+
+def test_log_append_time_topic(keel):
+    """message.timestamp.type=LogAppendTime: the broker stamps records with its own clock; the
+    producer's timestamp is replaced, and consumers see timestamp type 1 (LogAppendTime)."""
+    topic = unique("lat")
+    create_topic(keel.bootstrap, topic, 2, {"message.timestamp.type": "LogAppendTime"})
+    t0 = int(time.time() * 1000)
+    recs = [(i % 2, b"k%d" % i, b"v%d" % i, [("i", b"%d" % i)], BASE_TS + i) for i in range(20)]
+    metas = produce_records(keel.bootstrap, topic, recs, compression_type="snappy")
+    t1 = int(time.time() * 1000)
+    for m in metas:
+        assert t0 - 1000 <= m.timestamp <= t1 + 1000, \
+            "producer ack timestamp %d is not the log append time (%d..%d)" % (m.timestamp, t0, t1)
+    got = consume_all(keel.bootstrap, topic, [0, 1])
+    for p in (0, 1):
+        assert [(r.key, r.value) for r in got[p]] == [(k, v) for (pp, k, v, _, _) in recs if pp == p]
+        for r in got[p]:
+            assert r.timestamp_type == 1, "record timestamp type %d, expected LogAppendTime" % r.timestamp_type
+            assert t0 - 1000 <= r.timestamp <= t1 + 1000, (r.timestamp, t0, t1)
+    # Offsets by time use the append time: nothing is at or after t1 + 60 s, offset 0 is at
+    # or after the old producer timestamps.
+    c = consumer(keel.bootstrap)
+    try:
+        tp = TopicPartition(topic, 0)
+        assert c.offsets_for_times({tp: t1 + 60_000})[tp] is None
+        assert c.offsets_for_times({tp: BASE_TS})[tp].offset == 0
+    finally:
+        c.close()
+
+
+def test_large_values_round_trip(keel):
+    topic = unique("large")
+    create_topic(keel.bootstrap, topic, 2)
+    sizes = [0, 1, 1000, 100_000, 500_000, 900_000]
+    recs = []
+    for i, n in enumerate(sizes):
+        val = bytes((j * 31 + i) % 256 for j in range(n)) if n < 200_000 else (b"%07d" % i) * (n // 7)
+        recs.append((i % 2, b"big-%d" % i, val, [("size", b"%d" % len(val))], BASE_TS + i))
+    for codec in (None, "zstd"):
+        metas = produce_records(keel.bootstrap, topic, recs, compression_type=codec,
+                                max_request_size=2_000_000, batch_size=1_000_000)
+        assert all(m.offset >= 0 for m in metas)
+    got = consume_all(keel.bootstrap, topic, [0, 1], max_partition_fetch_bytes=1_048_576)
+    for p in (0, 1):
+        mine = [r for r in recs if r[0] == p]
+        assert [(r.offset, r.key, r.value, r.headers) for r in got[p]] == \
+            [(i, k, v, h) for i, (_, k, v, h, _) in enumerate(mine + mine)]
