@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use glommio::net::{TcpListener, TcpStream};
+use glommio::net::TcpStream;
 use tracing::{info, warn};
 
 use crate::metrics::{render, CountersSnapshot};
@@ -15,7 +15,7 @@ use crate::server::BrokerShard;
 const HEAD_MAX: usize = 8192;
 
 pub fn start(shard: Rc<BrokerShard>, addr: SocketAddr) {
-    let listener = match TcpListener::bind(addr) {
+    let listener = match keel_shard::listen_reuseport(addr, 1024) {
         Ok(l) => l,
         Err(e) => {
             warn!(admin = %addr, error = %e, "admin endpoint disabled: cannot listen");

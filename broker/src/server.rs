@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use glommio::net::TcpListener;
 use keel_shard::{shutdown_requested, Mesh, ShardBoot, Shutdown};
 use keel_storage::{FlushPolicy, Log, LogConfig};
 use tracing::{error, info, warn};
@@ -264,7 +263,7 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
     }
     shard.ready.wait().await;
 
-    let listener = match TcpListener::bind(config.listen) {
+    let listener = match keel_shard::listen_reuseport(config.listen, 1024) {
         Ok(l) => l,
         Err(e) => {
             error!(shard = shard_id, listen = %config.listen, error = %e, "cannot listen");

@@ -6,12 +6,14 @@
 //! crate knows nothing of Kafka: the broker supplies the shard state type.
 
 mod error;
+mod listen;
 mod mesh;
 mod placement;
 mod runtime;
 mod shutdown;
 
 pub use error::ShardError;
+pub use listen::listen_reuseport;
 pub use mesh::{Mesh, MeshCounters};
 pub use placement::{shard_for_partition, ShardId};
 pub use runtime::{launch, memlock_limit, raise_memlock_limit, RuntimeConfig, ShardBoot};
