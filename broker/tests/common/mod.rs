@@ -15,6 +15,7 @@ pub struct Broker {
     pub admin_port: u16,
     pub dir: tempfile::TempDir,
     pub extra: Vec<String>,
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
     log: PathBuf,
 }
@@ -29,6 +30,11 @@ pub fn free_port() -> u16 {
 
 impl Broker {
     pub fn start(extra: &[&str]) -> Broker {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// Starts keel with extra flags and environment variables.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Broker {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("keel.log");
         let mut b = Broker {
@@ -36,6 +42,10 @@ impl Broker {
             admin_port: free_port(),
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             child: None,
             log,
         };
@@ -67,6 +77,7 @@ impl Broker {
             .args(["--data-dir", self.data_dir().to_str().unwrap()])
             .args(["--smp", "2"])
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env(
                 "RUST_LOG",
                 std::env::var("TEST_KEEL_LOG").unwrap_or_else(|_| "info".into()),
