@@ -144,7 +144,7 @@ fn locked_memory_is_fitted_or_named() {
 
     // 1 MiB: io_memory is sized down to fit (3 registrations x 2 shards), and the log says so.
     let port = common::free_port();
-    let mut child = with_memlock(
+    let child = with_memlock(
         keel()
             .env("RUST_LOG", "info")
             .args([
