@@ -21,6 +21,9 @@ use crate::metadata::{validate_topic_name, MetadataImage, PartitionMeta, TopicMe
 use crate::notify::join_all;
 use crate::server::BrokerShard;
 
+/// Most partitions a topic may have.
+const MAX_PARTITIONS: i32 = 100_000;
+
 pub struct Controller {
     lock: Semaphore,
     path: PathBuf,
@@ -172,7 +175,7 @@ fn check_spec(
     } else {
         spec.num_partitions
     };
-    if !(1..=100_000).contains(&partitions) {
+    if !(1..=MAX_PARTITIONS).contains(&partitions) {
         return Err(OpError::new(
             ResponseError::InvalidPartitions,
             "Number of partitions must be between 1 and 100000.",
@@ -202,118 +205,17 @@ fn check_spec(
     Ok((partitions, rf))
 }
 
-/// Creates topics; each result is the new topic or why not. Nothing changes when
-/// `validate_only`.
-pub async fn create_topics(
-    shard: Rc<BrokerShard>,
-    specs: Vec<TopicSpec>,
-    validate_only: bool,
-) -> Vec<Result<Arc<TopicMeta>, OpError>> {
-    let ctl = controller(&shard);
+/// Runs one metadata change over `items` under the controller lock: `apply` edits a copy of
+/// the image per item and says whether it changed anything; if any did, the new image is
+/// persisted and installed on every shard before the answers go back.
+async fn mutate<I, T>(
+    shard: &Rc<BrokerShard>,
+    items: &[I],
+    mut apply: impl FnMut(&mut MetadataImage, &I) -> Result<(T, bool), OpError>,
+) -> Vec<Result<T, OpError>> {
+    let ctl = controller(shard);
     let Ok(_permit) = ctl.lock.acquire_permit(1).await else {
-        return specs
-            .iter()
-            .map(|_| {
-                Err(OpError::new(
-                    ResponseError::UnknownServerError,
-                    "controller closed",
-                ))
-            })
-            .collect();
-    };
-    let mut image = (*shard.image()).clone();
-    let mut results = Vec::with_capacity(specs.len());
-    let mut created = 0;
-    for spec in &specs {
-        match check_spec(&shard.config, &image, spec) {
-            Err(e) => results.push(Err(e)),
-            Ok((partitions, rf)) => {
-                let id = new_topic_id();
-                let topic = Arc::new(TopicMeta {
-                    name: spec.name.clone(),
-                    id,
-                    partitions: (0..partitions)
-                        .map(|index| PartitionMeta {
-                            index,
-                            shard: shard_for_partition(id, index, shard.count).0,
-                            leader_epoch: 0,
-                        })
-                        .collect(),
-                    replication_factor: rf,
-                    configs: spec.configs.clone(),
-                });
-                if !validate_only {
-                    image.topics.insert(spec.name.clone(), topic.clone());
-                    created += 1;
-                }
-                results.push(Ok(topic));
-            }
-        }
-    }
-    if created > 0 {
-        image.version += 1;
-        image.reindex();
-        if let Err(e) = publish(&shard, image).await {
-            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
-        }
-        for r in results.iter().flatten() {
-            info!(topic = %r.name, partitions = r.partitions.len(), "topic created");
-        }
-    }
-    results
-}
-
-/// Deletes topics by name.
-pub async fn delete_topics(
-    shard: Rc<BrokerShard>,
-    names: Vec<String>,
-) -> Vec<Result<Arc<TopicMeta>, OpError>> {
-    let ctl = controller(&shard);
-    let Ok(_permit) = ctl.lock.acquire_permit(1).await else {
-        return names
-            .iter()
-            .map(|_| {
-                Err(OpError::new(
-                    ResponseError::UnknownServerError,
-                    "controller closed",
-                ))
-            })
-            .collect();
-    };
-    let mut image = (*shard.image()).clone();
-    let results: Vec<_> = names
-        .iter()
-        .map(|n| {
-            image.topics.remove(n).ok_or_else(|| {
-                OpError::new(
-                    ResponseError::UnknownTopicOrPartition,
-                    "This server does not host this topic-partition.",
-                )
-            })
-        })
-        .collect();
-    if results.iter().any(Result::is_ok) {
-        image.version += 1;
-        image.reindex();
-        if let Err(e) = publish(&shard, image).await {
-            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
-        }
-        for r in results.iter().flatten() {
-            info!(topic = %r.name, "topic deleted");
-        }
-    }
-    results
-}
-
-/// Grows a topic to `count` partitions.
-pub async fn create_partitions(
-    shard: Rc<BrokerShard>,
-    requests: Vec<(String, i32)>,
-    validate_only: bool,
-) -> Vec<Result<(), OpError>> {
-    let ctl = controller(&shard);
-    let Ok(_permit) = ctl.lock.acquire_permit(1).await else {
-        return requests
+        return items
             .iter()
             .map(|_| {
                 Err(OpError::new(
@@ -325,15 +227,99 @@ pub async fn create_partitions(
     };
     let mut image = (*shard.image()).clone();
     let mut changed = false;
-    let mut results = Vec::with_capacity(requests.len());
-    for (name, count) in &requests {
-        let Some(topic) = image.topics.get_mut(name) else {
-            results.push(Err(OpError::new(
+    let results: Vec<Result<T, OpError>> = items
+        .iter()
+        .map(|item| {
+            apply(&mut image, item).map(|(t, c)| {
+                changed |= c;
+                t
+            })
+        })
+        .collect();
+    if changed {
+        image.version += 1;
+        image.reindex();
+        if let Err(e) = publish(shard, image).await {
+            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
+        }
+    }
+    results
+}
+
+/// Creates topics; each result is the new topic or why not. Nothing changes when
+/// `validate_only`.
+pub async fn create_topics(
+    shard: Rc<BrokerShard>,
+    specs: Vec<TopicSpec>,
+    validate_only: bool,
+) -> Vec<Result<Arc<TopicMeta>, OpError>> {
+    let shard_count = shard.count;
+    let config = shard.config.clone();
+    let results = mutate(&shard, &specs, |image, spec| {
+        let (partitions, rf) = check_spec(&config, image, spec)?;
+        let id = new_topic_id();
+        let topic = Arc::new(TopicMeta {
+            name: spec.name.clone(),
+            id,
+            partitions: (0..partitions)
+                .map(|index| PartitionMeta {
+                    index,
+                    shard: shard_for_partition(id, index, shard_count).0,
+                    leader_epoch: 0,
+                })
+                .collect(),
+            replication_factor: rf,
+            configs: spec.configs.clone(),
+        });
+        if !validate_only {
+            image.topics.insert(spec.name.clone(), topic.clone());
+        }
+        Ok((topic, !validate_only))
+    })
+    .await;
+    if !validate_only {
+        for t in results.iter().flatten() {
+            info!(topic = %t.name, partitions = t.partitions.len(), "topic created");
+        }
+    }
+    results
+}
+
+/// Deletes topics by name.
+pub async fn delete_topics(
+    shard: Rc<BrokerShard>,
+    names: Vec<String>,
+) -> Vec<Result<Arc<TopicMeta>, OpError>> {
+    let results = mutate(&shard, &names, |image, name| {
+        let topic = image.topics.remove(name).ok_or_else(|| {
+            OpError::new(
+                ResponseError::UnknownTopicOrPartition,
+                "This server does not host this topic-partition.",
+            )
+        })?;
+        Ok((topic, true))
+    })
+    .await;
+    for t in results.iter().flatten() {
+        info!(topic = %t.name, "topic deleted");
+    }
+    results
+}
+
+/// Grows each named topic to the given partition count.
+pub async fn create_partitions(
+    shard: Rc<BrokerShard>,
+    requests: Vec<(String, i32)>,
+    validate_only: bool,
+) -> Vec<Result<(), OpError>> {
+    let shard_count = shard.count;
+    mutate(&shard, &requests, |image, (name, count)| {
+        let topic = image.topics.get_mut(name).ok_or_else(|| {
+            OpError::new(
                 ResponseError::UnknownTopicOrPartition,
                 format!("The topic '{name}' does not exist."),
-            )));
-            continue;
-        };
+            )
+        })?;
         let current = topic.partitions.len() as i32;
         if *count <= current {
             let msg = if *count == current {
@@ -341,37 +327,50 @@ pub async fn create_partitions(
             } else {
                 format!("Topic currently has {current} partitions, which is higher than the requested {count}.")
             };
-            results.push(Err(OpError::new(ResponseError::InvalidPartitions, msg)));
-            continue;
+            return Err(OpError::new(ResponseError::InvalidPartitions, msg));
         }
-        if *count > 100_000 {
-            results.push(Err(OpError::new(
+        if *count > MAX_PARTITIONS {
+            return Err(OpError::new(
                 ResponseError::InvalidPartitions,
-                "Number of partitions must be at most 100000.",
-            )));
-            continue;
+                format!("Number of partitions must be at most {MAX_PARTITIONS}."),
+            ));
         }
         if !validate_only {
             let t = Arc::make_mut(topic);
             for index in current..*count {
                 t.partitions.push(PartitionMeta {
                     index,
-                    shard: shard_for_partition(t.id, index, shard.count).0,
+                    shard: shard_for_partition(t.id, index, shard_count).0,
                     leader_epoch: 0,
                 });
             }
-            changed = true;
         }
-        results.push(Ok(()));
-    }
-    if changed {
-        image.version += 1;
-        image.reindex();
-        if let Err(e) = publish(&shard, image).await {
-            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
+        Ok(((), !validate_only))
+    })
+    .await
+}
+
+/// Changes topic config overrides.
+pub async fn alter_topic_configs(
+    shard: Rc<BrokerShard>,
+    changes: Vec<(String, ConfigChange)>,
+    validate_only: bool,
+) -> Vec<Result<(), OpError>> {
+    mutate(&shard, &changes, |image, (name, change)| {
+        let topic = image.topics.get_mut(name).ok_or_else(|| {
+            OpError::new(
+                ResponseError::UnknownTopicOrPartition,
+                format!("The topic '{name}' does not exist."),
+            )
+        })?;
+        let next = apply_change(&topic.configs, change)?;
+        let changed = !validate_only && next != topic.configs;
+        if changed {
+            Arc::make_mut(topic).configs = next;
         }
-    }
-    results
+        Ok(((), changed))
+    })
+    .await
 }
 
 fn apply_change(
@@ -438,56 +437,6 @@ fn apply_change(
         validate_topic_config(k, v).map_err(|e| invalid(format!("{e:#}")))?;
     }
     Ok(next)
-}
-
-/// Changes topic config overrides.
-pub async fn alter_topic_configs(
-    shard: Rc<BrokerShard>,
-    changes: Vec<(String, ConfigChange)>,
-    validate_only: bool,
-) -> Vec<Result<(), OpError>> {
-    let ctl = controller(&shard);
-    let Ok(_permit) = ctl.lock.acquire_permit(1).await else {
-        return changes
-            .iter()
-            .map(|_| {
-                Err(OpError::new(
-                    ResponseError::UnknownServerError,
-                    "controller closed",
-                ))
-            })
-            .collect();
-    };
-    let mut image = (*shard.image()).clone();
-    let mut changed = false;
-    let mut results = Vec::with_capacity(changes.len());
-    for (name, change) in &changes {
-        let Some(topic) = image.topics.get_mut(name) else {
-            results.push(Err(OpError::new(
-                ResponseError::UnknownTopicOrPartition,
-                format!("The topic '{name}' does not exist."),
-            )));
-            continue;
-        };
-        match apply_change(&topic.configs, change) {
-            Err(e) => results.push(Err(e)),
-            Ok(next) => {
-                if !validate_only && next != topic.configs {
-                    Arc::make_mut(topic).configs = next;
-                    changed = true;
-                }
-                results.push(Ok(()));
-            }
-        }
-    }
-    if changed {
-        image.version += 1;
-        image.reindex();
-        if let Err(e) = publish(&shard, image).await {
-            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
-        }
-    }
-    results
 }
 
 #[cfg(test)]

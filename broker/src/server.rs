@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use keel_shard::{shutdown_requested, Mesh, ShardBoot, Shutdown};
+use keel_shard::{shutdown_requested, Event, Mesh, ShardBoot};
 use keel_storage::{FlushPolicy, Log, LogConfig};
 use tracing::{error, info, warn};
 
@@ -20,7 +20,7 @@ use crate::config::BrokerConfig;
 use crate::controller::Controller;
 use crate::metadata::{partition_dir, MetadataImage, TopicMeta};
 use crate::metrics::ShardCounters;
-use crate::notify::{DataWaiters, Event};
+use crate::notify::DataWaiters;
 
 /// Shards that have drained their connections during shutdown.
 static DRAINED: AtomicUsize = AtomicUsize::new(0);
@@ -49,7 +49,7 @@ pub struct BrokerShard {
     pub config: Arc<BrokerConfig>,
     image: RefCell<Arc<MetadataImage>>,
     partitions: RefCell<HashMap<String, HashMap<i32, Rc<Partition>>>>,
-    pub shutdown: Shutdown,
+    pub shutdown: Event,
     pub counters: ShardCounters,
     /// Present on shard 0 only.
     pub controller: Option<Controller>,
@@ -244,7 +244,7 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
         config: config.clone(),
         image: RefCell::new(Arc::new(MetadataImage::default())),
         partitions: RefCell::new(HashMap::new()),
-        shutdown: Shutdown::default(),
+        shutdown: Event::default(),
         counters: ShardCounters::default(),
         controller,
         ready: Event::new(),

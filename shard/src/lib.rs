@@ -6,6 +6,7 @@
 //! crate knows nothing of Kafka: the broker supplies the shard state type.
 
 mod error;
+mod event;
 mod listen;
 mod mesh;
 mod placement;
@@ -13,8 +14,9 @@ mod runtime;
 mod shutdown;
 
 pub use error::ShardError;
+pub use event::Event;
 pub use listen::listen_reuseport;
 pub use mesh::{Mesh, MeshCounters};
 pub use placement::{shard_for_partition, ShardId};
 pub use runtime::{launch, memlock_limit, raise_memlock_limit, RuntimeConfig, ShardBoot};
-pub use shutdown::{install_signal_handlers, shutdown_requested, Shutdown};
+pub use shutdown::{install_signal_handlers, shutdown_requested};

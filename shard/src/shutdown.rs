@@ -2,10 +2,10 @@
 //!
 //! A dedicated thread waits for the signals (blocked in every other thread) and sets one
 //! process-wide flag. Each shard polls the flag from its own ticker and fires its local
-//! [`Shutdown`] event, which stops accept loops and idle connection reads; in-flight requests
+//! shutdown event, which stops accept loops and idle connection reads; in-flight requests
 //! finish, then the shard syncs its logs. A second signal exits at once.
+//! The shard-local side is an [`crate::Event`].
 
-use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static REQUESTED: AtomicBool = AtomicBool::new(false);
@@ -46,37 +46,4 @@ pub fn install_signal_handlers() -> std::io::Result<()> {
             tracing::info!(signal = sig, "shutdown requested");
         })?;
     Ok(())
-}
-
-/// A shard-local shutdown event. Cheap to poll; `wait` resolves once `fire` was called.
-#[derive(Default)]
-pub struct Shutdown {
-    fired: Cell<bool>,
-    waiters: RefCell<Vec<futures_channel::oneshot::Sender<()>>>,
-}
-
-impl Shutdown {
-    pub fn is_fired(&self) -> bool {
-        self.fired.get()
-    }
-
-    pub fn fire(&self) {
-        if self.fired.replace(true) {
-            return;
-        }
-        let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
-        for w in waiters {
-            let _ = w.send(());
-        }
-    }
-
-    /// Resolves when the event fires (at once if it already has).
-    pub async fn wait(&self) {
-        if self.fired.get() {
-            return;
-        }
-        let (tx, rx) = futures_channel::oneshot::channel();
-        self.waiters.borrow_mut().push(tx);
-        let _ = rx.await;
-    }
 }

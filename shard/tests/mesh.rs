@@ -4,12 +4,12 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use keel_shard::{launch, RuntimeConfig, ShardBoot, Shutdown};
+use keel_shard::{launch, Event, RuntimeConfig, ShardBoot};
 
 #[derive(Default)]
 struct State {
     served: Cell<u64>,
-    done: Shutdown,
+    done: Event,
 }
 
 #[test]

@@ -20,9 +20,9 @@ use keel_storage::{Offset, StorageError};
 
 use super::ApiSupport;
 use crate::errors::{code, storage_code, NONE};
-use crate::notify::Event;
 use crate::route::{on_owners, Item};
 use crate::server::BrokerShard;
+use keel_shard::Event;
 
 pub const SUPPORT: ApiSupport = ApiSupport {
     key: ApiKey::Fetch,
