@@ -1,0 +1,13 @@
+//! keel-bench: a Kafka-protocol load generator and latency recorder for any
+//! Kafka-compatible broker, with side-by-side comparison and machine probes.
+
+pub mod hist;
+pub mod keys;
+pub mod payload;
+pub mod probe;
+pub mod report;
+pub mod result;
+pub mod schedule;
+pub mod scrape;
+pub mod verify;
+pub mod workload;

@@ -1,0 +1,143 @@
+//! The result of one benchmark run, as written to the JSON file and read by the reports.
+//! Latencies are in milliseconds (f64), rates per second, sizes in bytes.
+
+use serde::{Deserialize, Serialize};
+
+/// Percentiles of one latency histogram.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub p9999_ms: f64,
+    pub max_ms: f64,
+}
+
+/// One point of an HDR percentile plot: the percentile (0..100) and the latency there.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct PercentilePoint {
+    pub percentile: f64,
+    pub latency_ms: f64,
+}
+
+/// Throughput and latency over one reporting interval.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TimelinePoint {
+    /// Seconds since the measured phase began (end of the interval).
+    pub t_s: f64,
+    pub produce_records_per_s: f64,
+    pub produce_mb_per_s: f64,
+    pub consume_records_per_s: f64,
+    pub consume_mb_per_s: f64,
+    pub publish_p99_ms: f64,
+}
+
+/// What `--verify` found.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct VerifySummary {
+    /// Messages the broker acknowledged.
+    pub acked: u64,
+    /// Distinct acknowledged messages seen by every consumer group.
+    pub consumed: u64,
+    /// Acknowledged but never consumed (summed over consumer groups).
+    pub lost: u64,
+    /// Consumed more than once by one group.
+    pub duplicated: u64,
+    /// Consumed out of per-partition send order.
+    pub reordered: u64,
+}
+
+/// Per-shard counters from Keel's /metrics, the difference between after and before the run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ShardDelta {
+    pub shard: u32,
+    pub requests: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub cross_shard_hops: u64,
+    pub partitions_owned: u64,
+    /// Seconds the shard's executor was busy (not parked), when the target reports it.
+    pub busy_s: f64,
+}
+
+/// The machine's own limits (`keel-bench probe`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProbeResult {
+    /// Directory probed (the data disk).
+    pub dir: String,
+    /// Sequential O_DIRECT write bandwidth.
+    pub disk_write_mb_per_s: f64,
+    /// 4 KiB write + fdatasync latency.
+    pub fdatasync: LatencySummary,
+    /// Loopback TCP bandwidth, one stream.
+    pub loopback_mb_per_s: f64,
+    /// Loopback TCP round trip of a small message.
+    pub loopback_rtt: LatencySummary,
+}
+
+/// The workload as run, for the report header.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct WorkloadSummary {
+    pub name: String,
+    pub topics: u32,
+    pub partitions_per_topic: u32,
+    pub message_size: u32,
+    pub producers_per_topic: u32,
+    pub consumers_per_topic: u32,
+    pub acks: i16,
+    pub compression: String,
+    pub batch_size: u32,
+    pub linger_ms: u64,
+    /// Records per second over all producers; 0 = as fast as possible.
+    pub target_rate: u64,
+    pub warmup_s: f64,
+    pub duration_s: f64,
+}
+
+/// One run against one target.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RunResult {
+    /// The target's name (`compare NAME=HOST:PORT`), or "target".
+    pub target: String,
+    pub bootstrap: String,
+    pub workload: WorkloadSummary,
+    /// Unix time the measured phase started, in ms.
+    pub started_unix_ms: u64,
+    /// Length of the measured phase.
+    pub measured_s: f64,
+    pub produced_records: u64,
+    pub produced_bytes: u64,
+    pub consumed_records: u64,
+    pub consumed_bytes: u64,
+    pub produce_records_per_s: f64,
+    pub produce_mb_per_s: f64,
+    pub consume_records_per_s: f64,
+    pub consume_mb_per_s: f64,
+    pub errors: u64,
+    /// A few error messages, for the report.
+    pub error_samples: Vec<String>,
+    pub publish_latency: LatencySummary,
+    pub e2e_latency: LatencySummary,
+    pub publish_percentiles: Vec<PercentilePoint>,
+    pub e2e_percentiles: Vec<PercentilePoint>,
+    pub timeline: Vec<TimelinePoint>,
+    pub verify: Option<VerifySummary>,
+    pub shards: Option<Vec<ShardDelta>>,
+    pub probe: Option<ProbeResult>,
+    /// Cores of the machine the benchmark ran on.
+    pub machine_cores: u32,
+}
+
+/// A `compare` run: the same workload against several targets, in rounds.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct CompareResult {
+    pub workload: WorkloadSummary,
+    pub rounds: u32,
+    /// Every run, in the order they ran (target names repeat, one per round).
+    pub runs: Vec<RunResult>,
+    pub probe: Option<ProbeResult>,
+    pub machine_cores: u32,
+}
