@@ -66,6 +66,9 @@ fn snapshot(shard: &BrokerShard) -> CountersSnapshot {
     s.cross_shard_hops = mesh.hops_out;
     s.cross_shard_jobs = mesh.jobs_in;
     s.partitions_owned = shard.partitions_owned() as u64;
+    let stats = glommio::executor().executor_stats();
+    s.busy_s = stats.total_runtime().as_secs_f64();
+    s.tasks_executed = stats.tasks_executed();
     s
 }
 

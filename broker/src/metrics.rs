@@ -97,6 +97,9 @@ pub struct CountersSnapshot {
     pub cross_shard_hops: u64,
     pub cross_shard_jobs: u64,
     pub partitions_owned: u64,
+    /// Seconds the shard's executor spent running tasks and polling I/O (not parked).
+    pub busy_s: f64,
+    pub tasks_executed: u64,
 }
 
 /// Renders every shard's counters in Prometheus text format.
@@ -171,11 +174,28 @@ pub fn render(shards: &[CountersSnapshot]) -> String {
         &|s| s.fetch_bytes,
     );
     family(
+        "keel_shard_tasks_total",
+        "counter",
+        "Tasks the shard's executor ran.",
+        &|s| s.tasks_executed,
+    );
+    family(
         "keel_requests_unknown_api_total",
         "counter",
         "Requests with an unknown API key.",
         &|s| s.requests_unknown_api,
     );
+    let _ = writeln!(
+        out,
+        "# HELP keel_shard_busy_seconds_total Time the shard's executor ran tasks or polled I/O (not parked).\n# TYPE keel_shard_busy_seconds_total counter"
+    );
+    for (i, s) in shards.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "keel_shard_busy_seconds_total{{shard=\"{i}\"}} {:.6}",
+            s.busy_s
+        );
+    }
     let _ = writeln!(
         out,
         "# HELP keel_requests_total Kafka requests received, by API.\n# TYPE keel_requests_total counter"
