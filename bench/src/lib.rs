@@ -8,6 +8,7 @@ pub mod payload;
 pub mod probe;
 pub mod report;
 pub mod result;
+pub mod run;
 pub mod schedule;
 pub mod scrape;
 pub mod verify;

@@ -1,6 +1,325 @@
-//! `keel-bench`: run, compare, probe.
+//! `keel-bench`: drive any Kafka-compatible broker with a workload and report honest
+//! latency and throughput; compare several targets side by side; probe the machine.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use keel_bench::result::{CompareResult, ProbeResult, RunResult};
+use keel_bench::run::{run, RunOptions};
+use keel_bench::workload::Workload;
+use keel_bench::{probe, report};
+
+const USAGE: &str = "\
+keel-bench: latency and throughput of any Kafka-compatible broker
+
+usage:
+  keel-bench run --bootstrap HOST:PORT [--workload FILE] [options]
+  keel-bench compare NAME=HOST:PORT NAME=HOST:PORT ... [--workload FILE] [--rounds N] [options]
+  keel-bench probe [--dir DIR] [--quick] [--out DIR]
+
+options:
+  --workload FILE        workload TOML (see bench/workloads/); default: built-in defaults
+  --set KEY=VALUE        override a workload field (repeatable), e.g. --set message_size=100
+  --partitions N         partitions per topic (same as --set partitions_per_topic=N)
+  --rate N               total records/s over all producers, 0 = as fast as possible
+  --duration S           measured seconds;  --warmup S  warm-up seconds
+  --threads N            executor threads for the tool's producers and consumers (default 1)
+  --metrics HOST:PORT    Keel admin address: per-shard profile from /metrics (run);
+                         compare takes NAME=HOST:PORT
+  --verify               check every acknowledged message was consumed once, in order
+  --probe-dir DIR        probe this directory's disk first and report ratios to it
+  --quick-probe          a shorter probe
+  --out DIR              where result.json and report.html go (default ./keel-bench-results/<time>)
+  --name NAME            the target's name in reports (run)
+  --quiet                no live line
+";
+
+#[derive(Default)]
+struct Common {
+    workload: Option<PathBuf>,
+    sets: Vec<(String, String)>,
+    threads: usize,
+    metrics: Vec<String>,
+    verify: bool,
+    probe_dir: Option<PathBuf>,
+    quick_probe: bool,
+    out: Option<PathBuf>,
+    name: Option<String>,
+    quiet: bool,
+    rounds: u32,
+    bootstrap: Option<String>,
+    targets: Vec<(String, String)>,
+    dir: Option<PathBuf>,
+}
+
+fn parse(args: &[String], positional_targets: bool) -> Result<Common> {
+    let mut c = Common {
+        threads: 1,
+        rounds: 3,
+        ..Default::default()
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = |flag: &str| {
+            it.next()
+                .cloned()
+                .with_context(|| format!("{flag} needs a value"))
+        };
+        match a.as_str() {
+            "--workload" => c.workload = Some(val("--workload")?.into()),
+            "--set" => {
+                let kv = val("--set")?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .with_context(|| format!("--set needs KEY=VALUE, got {kv:?}"))?;
+                c.sets.push((k.trim().into(), v.trim().into()));
+            }
+            "--partitions" => c
+                .sets
+                .push(("partitions_per_topic".into(), val("--partitions")?)),
+            "--rate" => c.sets.push(("producer_rate".into(), val("--rate")?)),
+            "--duration" => c.sets.push(("duration_s".into(), val("--duration")?)),
+            "--warmup" => c.sets.push(("warmup_s".into(), val("--warmup")?)),
+            "--threads" => c.threads = val("--threads")?.parse().context("--threads")?,
+            "--metrics" => c.metrics.push(val("--metrics")?),
+            "--verify" => c.verify = true,
+            "--probe-dir" => c.probe_dir = Some(val("--probe-dir")?.into()),
+            "--quick-probe" => c.quick_probe = true,
+            "--out" => c.out = Some(val("--out")?.into()),
+            "--name" => c.name = Some(val("--name")?),
+            "--quiet" => c.quiet = true,
+            "--rounds" => c.rounds = val("--rounds")?.parse().context("--rounds")?,
+            "--bootstrap" => c.bootstrap = Some(val("--bootstrap")?),
+            "--dir" => c.dir = Some(val("--dir")?.into()),
+            "--quick" => c.quick_probe = true,
+            "-h" | "--help" => {
+                print!("{USAGE}");
+                std::process::exit(0);
+            }
+            other if positional_targets && !other.starts_with("--") => {
+                let (n, a) = other
+                    .split_once('=')
+                    .with_context(|| format!("a target is NAME=HOST:PORT, got {other:?}"))?;
+                c.targets.push((n.into(), a.into()));
+            }
+            other => bail!("unknown argument {other:?}; see keel-bench --help"),
+        }
+    }
+    Ok(c)
+}
+
+fn workload(c: &Common) -> Result<Workload> {
+    let mut w = match &c.workload {
+        Some(p) => Workload::from_file(p)?,
+        None => Workload::default(),
+    };
+    for (k, v) in &c.sets {
+        w.set(k, v).with_context(|| format!("--set {k}={v}"))?;
+    }
+    w.validate()?;
+    Ok(w)
+}
+
+fn out_dir(c: &Common) -> Result<PathBuf> {
+    let dir = match &c.out {
+        Some(d) => d.clone(),
+        None => {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_secs();
+            PathBuf::from("keel-bench-results").join(secs.to_string())
+        }
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn maybe_probe(c: &Common) -> Result<Option<ProbeResult>> {
+    let Some(dir) = &c.probe_dir else {
+        return Ok(None);
+    };
+    eprintln!("probing {} (disk, fdatasync, loopback) ...", dir.display());
+    let p = probe::run(dir, c.quick_probe)?;
+    Ok(Some(p))
+}
+
+fn options(
+    c: &Common,
+    target: &str,
+    bootstrap: &str,
+    metrics: Option<String>,
+    w: &Workload,
+    probe: Option<ProbeResult>,
+) -> RunOptions {
+    RunOptions {
+        target: target.to_string(),
+        bootstrap: bootstrap.to_string(),
+        workload: w.clone(),
+        threads: c.threads,
+        metrics,
+        verify: c.verify,
+        probe,
+        live: !c.quiet,
+        live_every: Duration::from_secs(2),
+    }
+}
+
+fn cmd_run(args: &[String]) -> Result<i32> {
+    let c = parse(args, false)?;
+    let bootstrap = c
+        .bootstrap
+        .clone()
+        .context("run needs --bootstrap HOST:PORT")?;
+    let w = workload(&c)?;
+    let out = out_dir(&c)?;
+    let probe = maybe_probe(&c)?;
+    let name = c.name.clone().unwrap_or_else(|| "target".into());
+    let r: RunResult = run(&options(
+        &c,
+        &name,
+        &bootstrap,
+        c.metrics.first().cloned(),
+        &w,
+        probe,
+    ))?;
+    println!("{}", report::run_table(&r));
+    report::write_json(&out.join("result.json"), &r)?;
+    report::write_html(&out.join("report.html"), &report::html_run(&r))?;
+    println!(
+        "wrote {}/result.json and {}/report.html",
+        out.display(),
+        out.display()
+    );
+    Ok(exit_code(std::slice::from_ref(&r)))
+}
+
+/// Non-zero when --verify found problems or the run had errors.
+fn exit_code(runs: &[RunResult]) -> i32 {
+    let bad_verify = runs.iter().any(|r| {
+        r.verify
+            .as_ref()
+            .is_some_and(|v| v.lost + v.duplicated + v.reordered > 0)
+    });
+    if bad_verify {
+        3
+    } else {
+        0
+    }
+}
+
+fn cmd_compare(args: &[String]) -> Result<i32> {
+    let c = parse(args, true)?;
+    if c.targets.len() < 2 {
+        bail!("compare needs at least two targets: NAME=HOST:PORT NAME=HOST:PORT");
+    }
+    let w = workload(&c)?;
+    let out = out_dir(&c)?;
+    let probe = maybe_probe(&c)?;
+    let metrics_for = |name: &str| -> Option<String> {
+        c.metrics.iter().find_map(|m| {
+            m.split_once('=')
+                .filter(|(n, _)| *n == name)
+                .map(|(_, a)| a.to_string())
+        })
+    };
+    let mut runs = Vec::new();
+    for round in 0..c.rounds.max(1) {
+        // Rotate the order each round so drift and warm caches hit every target alike.
+        let n = c.targets.len();
+        for i in 0..n {
+            let (name, addr) = &c.targets[(i + round as usize) % n];
+            eprintln!(
+                "== round {}/{}: {name} ({addr})",
+                round + 1,
+                c.rounds.max(1)
+            );
+            let r = run(&options(
+                &c,
+                name,
+                addr,
+                metrics_for(name),
+                &w,
+                probe.clone(),
+            ))?;
+            eprintln!(
+                "   {name}: {:.0} rec/s, {:.1} MB/s, publish p99 {:.2} ms, errors {}",
+                r.produce_records_per_s, r.produce_mb_per_s, r.publish_latency.p99_ms, r.errors
+            );
+            runs.push(r);
+        }
+    }
+    let result = CompareResult {
+        workload: w.summary(),
+        rounds: c.rounds.max(1),
+        runs,
+        probe,
+        machine_cores: std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1),
+    };
+    println!("{}", report::compare_table(&result));
+    report::write_json(&out.join("compare.json"), &result)?;
+    report::write_html(&out.join("report.html"), &report::html_compare(&result))?;
+    println!(
+        "wrote {}/compare.json and {}/report.html",
+        out.display(),
+        out.display()
+    );
+    Ok(exit_code(&result.runs))
+}
+
+fn cmd_probe(args: &[String]) -> Result<i32> {
+    let c = parse(args, false)?;
+    let dir = c.dir.clone().unwrap_or_else(|| PathBuf::from("."));
+    let p = probe::run(Path::new(&dir), c.quick_probe)?;
+    println!(
+        "probe of {} ({} cores)\n  sequential O_DIRECT write  {:>10.1} MB/s\n  4 KiB write+fdatasync      p50 {:.3} ms  p99 {:.3} ms  p99.9 {:.3} ms  max {:.3} ms\n  loopback TCP               {:>10.1} MB/s\n  loopback round trip        p50 {:.3} ms  p99 {:.3} ms  p99.9 {:.3} ms",
+        p.dir,
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        p.disk_write_mb_per_s,
+        p.fdatasync.p50_ms,
+        p.fdatasync.p99_ms,
+        p.fdatasync.p999_ms,
+        p.fdatasync.max_ms,
+        p.loopback_mb_per_s,
+        p.loopback_rtt.p50_ms,
+        p.loopback_rtt.p99_ms,
+        p.loopback_rtt.p999_ms,
+    );
+    if c.out.is_some() {
+        let out = out_dir(&c)?;
+        report::write_json(&out.join("probe.json"), &p)?;
+    }
+    Ok(0)
+}
 
 fn main() {
-    eprintln!("keel-bench: not wired yet");
-    std::process::exit(2);
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("run") => cmd_run(&args[1..]),
+        Some("compare") => cmd_compare(&args[1..]),
+        Some("probe") => cmd_probe(&args[1..]),
+        Some("-h" | "--help") | None => {
+            print!("{USAGE}");
+            Ok(if args.is_empty() { 2 } else { 0 })
+        }
+        Some(other) => Err(anyhow::anyhow!(
+            "unknown command {other:?}; see keel-bench --help"
+        )),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("keel-bench: {e:#}");
+            std::process::exit(2);
+        }
+    }
 }
