@@ -1,0 +1,236 @@
+//! keel-bench against the real `keel` binary: a short workload with --verify loses,
+//! duplicates and reorders nothing; `compare` of two Keel instances yields both rows.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The keel binary next to keel-bench (the workspace build puts both in target/<profile>).
+fn keel_bin() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_BIN_EXE_keel-bench")).with_file_name("keel");
+    assert!(
+        p.exists(),
+        "{} is missing: build the workspace first (cargo build --workspace)",
+        p.display()
+    );
+    p
+}
+
+struct Keel {
+    child: Child,
+    port: u16,
+    admin: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Keel {
+    fn start() -> Keel {
+        let dir = tempfile::tempdir().unwrap();
+        let (port, admin) = (free_port(), free_port());
+        let log = std::fs::File::create(dir.path().join("keel.log")).unwrap();
+        let child = Command::new(keel_bin())
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--admin",
+                &format!("127.0.0.1:{admin}"),
+            ])
+            .args([
+                "--data-dir",
+                dir.path().join("data").to_str().unwrap(),
+                "--smp",
+                "2",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let log = std::fs::read_to_string(dir.path().join("keel.log")).unwrap_or_default();
+            if log.matches("shard serving").count() >= 2
+                && TcpStream::connect(("127.0.0.1", port)).is_ok()
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "keel did not start: {log}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Keel {
+            child,
+            port,
+            admin,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Keel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_keel-bench"))
+}
+
+#[test]
+fn verify_finds_nothing_lost_duplicated_or_reordered() {
+    let keel = Keel::start();
+    let out = tempfile::tempdir().unwrap();
+    let result = bench()
+        .args([
+            "run",
+            "--bootstrap",
+            &format!("127.0.0.1:{}", keel.port),
+            "--verify",
+            "--quiet",
+        ])
+        .args(["--metrics", &format!("127.0.0.1:{}", keel.admin)])
+        .args([
+            "--set",
+            "partitions_per_topic=6",
+            "--set",
+            "producers_per_topic=2",
+            "--set",
+            "consumers_per_topic=2",
+        ])
+        .args([
+            "--set",
+            "compression=lz4",
+            "--set",
+            "key_distribution=random",
+            "--set",
+            "message_size=200",
+        ])
+        .args(["--rate", "3000", "--warmup", "1", "--duration", "3"])
+        .args(["--out", out.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        result.status.success(),
+        "keel-bench failed: {stdout}\n{stderr}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("result.json")).unwrap())
+            .unwrap();
+    let v = &json["verify"];
+    assert!(v["acked"].as_u64().unwrap() > 5000, "{v}");
+    assert_eq!(v["acked"], v["consumed"], "{v}");
+    assert_eq!(
+        (
+            v["lost"].as_u64(),
+            v["duplicated"].as_u64(),
+            v["reordered"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0))
+    );
+    assert_eq!(
+        json["errors"].as_u64(),
+        Some(0),
+        "{}",
+        json["error_samples"]
+    );
+    // At 3000 rec/s for 3 s the measured count is about 9000.
+    let produced = json["produced_records"].as_u64().unwrap();
+    assert!((7000..=11000).contains(&produced), "produced {produced}");
+    assert!(json["publish_latency"]["p99_ms"].as_f64().unwrap() > 0.0);
+    assert!(json["e2e_latency"]["count"].as_u64().unwrap() > 0);
+    let shards = json["shards"]
+        .as_array()
+        .expect("per-shard profile from /metrics");
+    assert_eq!(shards.len(), 2);
+    assert!(shards.iter().all(|s| s["requests"].as_u64().unwrap() > 0));
+    let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
+    assert!(
+        html.matches("<svg").count() >= 2,
+        "the report has the two plots"
+    );
+    assert!(stdout.contains("lost"), "{stdout}");
+}
+
+#[test]
+fn compare_two_keels_gives_both_rows() {
+    let (a, b) = (Keel::start(), Keel::start());
+    let out = tempfile::tempdir().unwrap();
+    let result = bench()
+        .args([
+            "compare",
+            &format!("alpha=127.0.0.1:{}", a.port),
+            &format!("beta=127.0.0.1:{}", b.port),
+        ])
+        .args([
+            "--rounds",
+            "2",
+            "--rate",
+            "2000",
+            "--warmup",
+            "1",
+            "--duration",
+            "2",
+            "--quiet",
+        ])
+        .args(["--set", "message_size=100"])
+        .args(["--out", out.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(
+        result.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let table: Vec<&str> = stdout.lines().collect();
+    assert!(
+        table.iter().any(|l| l.contains("alpha")) && table.iter().any(|l| l.contains("beta")),
+        "{stdout}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("compare.json")).unwrap())
+            .unwrap();
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4, "2 rounds x 2 targets");
+    let names: Vec<&str> = runs.iter().map(|r| r["target"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        vec!["alpha", "beta", "beta", "alpha"],
+        "rounds alternate the order"
+    );
+    for r in runs {
+        assert!(r["produced_records"].as_u64().unwrap() > 1000, "{r}");
+    }
+    let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
+    assert!(html.contains("alpha") && html.contains("beta"));
+}
+
+#[test]
+fn clear_errors_for_an_unreachable_target() {
+    let port = free_port();
+    let result = bench()
+        .args([
+            "run",
+            "--bootstrap",
+            &format!("127.0.0.1:{port}"),
+            "--quiet",
+            "--duration",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(result.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&result.stderr);
+    assert!(err.contains("cannot connect to 127.0.0.1"), "{err}");
+}
