@@ -1,1 +1,1534 @@
-//! (in progress)
+//! Reports of a run or a comparison: plain-text tables for the terminal, one self-contained
+//! HTML file (inline CSS and SVG, nothing fetched) for a browser, and the JSON writer.
+//!
+//! Both forms come from one list of blocks (headings, lines, tables), so the terminal and the
+//! HTML always say the same thing. A comparison aggregates each target's rounds by the median
+//! of the per-round values and states every ratio against the first target named.
+//!
+//! Pure functions of the result types, run once at the end on the caller's thread. Nothing here
+//! panics on empty or odd data (no points, zero durations, NaN): a missing figure prints "-".
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::result::{
+    CompareResult, LatencySummary, PercentilePoint, ProbeResult, RunResult, ShardDelta,
+    TimelinePoint, WorkloadSummary,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Public API
+
+/// The final plain-text report of one run.
+pub fn run_table(r: &RunResult) -> String {
+    blocks_text(&run_blocks(r))
+}
+
+/// The plain-text report of a comparison: one row per target (medians over its rounds), the
+/// same rows relative to the first target, and one line per round.
+pub fn compare_table(c: &CompareResult) -> String {
+    blocks_text(&compare_blocks(c))
+}
+
+/// Writes `value` as pretty-printed JSON to `path`.
+pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value).context("serialising the result")?;
+    bytes.push(b'\n');
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Writes an HTML report produced by [`html_run`] or [`html_compare`] to `path`.
+pub fn write_html(path: &Path, html: &str) -> anyhow::Result<()> {
+    std::fs::write(path, html).with_context(|| format!("writing {}", path.display()))
+}
+
+/// One self-contained HTML page for a run: the tables, an HDR percentile plot of publish and
+/// end-to-end latency, and throughput over time.
+pub fn html_run(r: &RunResult) -> String {
+    let title = format!("keel-bench run: {}", r.target);
+    let mut body = String::new();
+    blocks_html(&run_blocks(r), &mut body);
+    body.push_str("<h2>Latency by percentile</h2>\n");
+    body.push_str(&svg_plot(
+        "Latency by percentile",
+        XAxis::Percentile,
+        "latency (ms)",
+        &[
+            Series::percentiles("publish", 0, false, &r.publish_percentiles),
+            Series::percentiles("end-to-end", 1, false, &r.e2e_percentiles),
+        ],
+    ));
+    body.push_str("<h2>Throughput over time</h2>\n");
+    body.push_str(&svg_plot(
+        "Throughput over time",
+        XAxis::Seconds,
+        "MB/s",
+        &[
+            Series::timeline("produce MB/s", 0, false, &r.timeline, |p| {
+                p.produce_mb_per_s
+            }),
+            Series::timeline("consume MB/s", 1, false, &r.timeline, |p| {
+                p.consume_mb_per_s
+            }),
+        ],
+    ));
+    html_page(&title, &body)
+}
+
+/// One self-contained HTML page for a comparison: the tables, HDR plots of publish and of
+/// end-to-end latency (one line per target, from its first round) and throughput over time.
+pub fn html_compare(c: &CompareResult) -> String {
+    let targets = group_by_target(c);
+    let names: Vec<&str> = targets.iter().map(|t| t.name).collect();
+    let title = format!("keel-bench compare: {}", names.join(" vs "));
+    let mut body = String::new();
+    blocks_html(&compare_blocks(c), &mut body);
+    let first_runs: Vec<(usize, &RunResult)> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (i, t.runs[0]))
+        .collect();
+    let publish: Vec<Series> = first_runs
+        .iter()
+        .map(|(i, r)| Series::percentiles(&r.target, *i, false, &r.publish_percentiles))
+        .collect();
+    let e2e: Vec<Series> = first_runs
+        .iter()
+        .map(|(i, r)| Series::percentiles(&r.target, *i, false, &r.e2e_percentiles))
+        .collect();
+    let mut throughput = Vec::new();
+    for (i, r) in &first_runs {
+        let produce = format!("{} produce", r.target);
+        let consume = format!("{} consume", r.target);
+        throughput.push(Series::timeline(&produce, *i, false, &r.timeline, |p| {
+            p.produce_mb_per_s
+        }));
+        throughput.push(Series::timeline(&consume, *i, true, &r.timeline, |p| {
+            p.consume_mb_per_s
+        }));
+    }
+    body.push_str("<h2>Publish latency by percentile (first round)</h2>\n");
+    body.push_str(&svg_plot(
+        "Publish latency",
+        XAxis::Percentile,
+        "latency (ms)",
+        &publish,
+    ));
+    body.push_str("<h2>End-to-end latency by percentile (first round)</h2>\n");
+    body.push_str(&svg_plot(
+        "End-to-end latency",
+        XAxis::Percentile,
+        "latency (ms)",
+        &e2e,
+    ));
+    body.push_str("<h2>Throughput over time (first round)</h2>\n");
+    body.push_str(&svg_plot(
+        "Throughput over time (solid: produce, dashed: consume)",
+        XAxis::Seconds,
+        "MB/s",
+        &throughput,
+    ));
+    html_page(&title, &body)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Number formatting: every figure goes through one of these, so "-" stands for "no figure".
+
+fn finite(v: f64) -> Option<f64> {
+    v.is_finite().then_some(v)
+}
+
+/// Milliseconds with precision that keeps ~4 significant digits.
+fn fmt_ms(v: f64) -> String {
+    match finite(v) {
+        None => "-".into(),
+        Some(v) if v.abs() < 10.0 => format!("{v:.3}"),
+        Some(v) if v.abs() < 1000.0 => format!("{v:.2}"),
+        Some(v) => format!("{v:.1}"),
+    }
+}
+
+fn fmt_mb(v: f64) -> String {
+    finite(v).map_or("-".into(), |v| format!("{v:.2}"))
+}
+
+fn fmt_rate(v: f64) -> String {
+    finite(v).map_or("-".into(), |v| format!("{v:.0}"))
+}
+
+fn fmt_s(v: f64) -> String {
+    finite(v).map_or("-".into(), |v| format!("{v:.2}"))
+}
+
+/// `num / den` as "x1.23"; "-" when the ratio means nothing.
+fn fmt_ratio(num: f64, den: f64) -> String {
+    match finite(num / den) {
+        Some(x) if den != 0.0 => format!("x{x:.2}"),
+        _ => "-".into(),
+    }
+}
+
+/// `num / den` as a percentage; "-" when the ratio means nothing.
+fn fmt_pct(num: f64, den: f64) -> String {
+    match finite(num / den * 100.0) {
+        Some(p) if den != 0.0 => format!("{p:.1}%"),
+        _ => "-".into(),
+    }
+}
+
+/// The median, or NaN for no values. NaNs in the input are ignored.
+fn median(values: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.into_iter().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Blocks: what a report says, independent of how it is rendered.
+
+enum Block {
+    Heading(String),
+    Line(String),
+    Table(Table),
+}
+
+struct Table {
+    title: String,
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(title: impl Into<String>, header: &[&str]) -> Table {
+        Table {
+            title: title.into(),
+            header: header.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// First column left-aligned (names), the rest right-aligned (figures).
+    fn text(&self, out: &mut String) {
+        let columns = self
+            .rows
+            .iter()
+            .map(Vec::len)
+            .chain([self.header.len()])
+            .max()
+            .unwrap_or(0);
+        let mut widths = vec![0usize; columns];
+        for row in std::iter::once(&self.header).chain(&self.rows) {
+            for (i, cell) in row.iter().enumerate() {
+                widths[i] = widths[i].max(cell.chars().count());
+            }
+        }
+        if !self.title.is_empty() {
+            let _ = writeln!(out, "{}", self.title);
+        }
+        for row in std::iter::once(&self.header).chain(&self.rows) {
+            let mut line = String::new();
+            for (i, cell) in row.iter().enumerate() {
+                let w = widths[i];
+                if i == 0 {
+                    let _ = write!(line, "  {cell:<w$}");
+                } else {
+                    let _ = write!(line, "  {cell:>w$}");
+                }
+            }
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+    }
+
+    fn html(&self, out: &mut String) {
+        out.push_str("<table>\n");
+        if !self.title.is_empty() {
+            let _ = writeln!(out, "<caption>{}</caption>", esc(&self.title));
+        }
+        out.push_str("<thead><tr>");
+        for h in &self.header {
+            let _ = write!(out, "<th>{}</th>", esc(h));
+        }
+        out.push_str("</tr></thead>\n<tbody>\n");
+        for row in &self.rows {
+            out.push_str("<tr>");
+            for (i, cell) in row.iter().enumerate() {
+                if i == 0 {
+                    let _ = write!(out, "<th scope=\"row\">{}</th>", esc(cell));
+                } else {
+                    let _ = write!(out, "<td>{}</td>", esc(cell));
+                }
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</tbody>\n</table>\n");
+    }
+}
+
+fn blocks_text(blocks: &[Block]) -> String {
+    let mut out = String::new();
+    for (i, block) in blocks.iter().enumerate() {
+        match block {
+            Block::Heading(h) => {
+                if i > 0 {
+                    out.push('\n');
+                }
+                let _ = writeln!(out, "{h}");
+            }
+            Block::Line(l) => {
+                let _ = writeln!(out, "{l}");
+            }
+            Block::Table(t) => {
+                out.push('\n');
+                t.text(&mut out);
+            }
+        }
+    }
+    out
+}
+
+fn blocks_html(blocks: &[Block], out: &mut String) {
+    for (i, block) in blocks.iter().enumerate() {
+        match block {
+            Block::Heading(h) if i == 0 => {
+                let _ = writeln!(out, "<h1>{}</h1>", esc(h));
+            }
+            Block::Heading(h) => {
+                let _ = writeln!(out, "<h2>{}</h2>", esc(h));
+            }
+            Block::Line(l) if l.trim().is_empty() => {}
+            Block::Line(l) => {
+                let _ = writeln!(out, "<p>{}</p>", esc(l.trim_start()));
+            }
+            Block::Table(t) => t.html(out),
+        }
+    }
+}
+
+fn workload_line(w: &WorkloadSummary) -> String {
+    let rate = if w.target_rate == 0 {
+        "max".to_string()
+    } else {
+        format!("{} records/s", w.target_rate)
+    };
+    let compression = if w.compression.is_empty() {
+        "none"
+    } else {
+        &w.compression
+    };
+    format!(
+        "workload {name}: {topics} topic(s) x {parts} partition(s), {size} B messages, \
+         {prod} producer(s) and {cons} consumer(s) per topic, acks={acks}, compression {compression}, \
+         batch {batch} B, linger {linger} ms, rate {rate}, warmup {warmup} s, duration {duration} s",
+        name = w.name,
+        topics = w.topics,
+        parts = w.partitions_per_topic,
+        size = w.message_size,
+        prod = w.producers_per_topic,
+        cons = w.consumers_per_topic,
+        acks = w.acks,
+        batch = w.batch_size,
+        linger = w.linger_ms,
+        warmup = w.warmup_s,
+        duration = w.duration_s,
+    )
+}
+
+fn latency_row(name: &str, l: &LatencySummary) -> Vec<String> {
+    vec![
+        name.to_string(),
+        l.count.to_string(),
+        fmt_ms(l.p50_ms),
+        fmt_ms(l.p90_ms),
+        fmt_ms(l.p99_ms),
+        fmt_ms(l.p999_ms),
+        fmt_ms(l.p9999_ms),
+        fmt_ms(l.max_ms),
+        fmt_ms(l.mean_ms),
+    ]
+}
+
+fn probe_line(p: &ProbeResult) -> String {
+    format!(
+        "machine probe of {}: disk write {} MB/s, 4 KiB write+fdatasync p50 {} ms p99 {} ms, \
+         loopback {} MB/s, loopback round trip p50 {} ms p99 {} ms",
+        p.dir,
+        fmt_mb(p.disk_write_mb_per_s),
+        fmt_ms(p.fdatasync.p50_ms),
+        fmt_ms(p.fdatasync.p99_ms),
+        fmt_mb(p.loopback_mb_per_s),
+        fmt_ms(p.loopback_rtt.p50_ms),
+        fmt_ms(p.loopback_rtt.p99_ms),
+    )
+}
+
+fn run_blocks(r: &RunResult) -> Vec<Block> {
+    let mut blocks = vec![
+        Block::Heading(format!("keel-bench run: {} ({})", r.target, r.bootstrap)),
+        Block::Line(workload_line(&r.workload)),
+        Block::Line(format!(
+            "measured {} s from unix ms {}, on a machine with {} cores",
+            fmt_s(r.measured_s),
+            r.started_unix_ms,
+            r.machine_cores
+        )),
+    ];
+
+    let mut t = Table::new("throughput", &["", "records/s", "MB/s", "records", "bytes"]);
+    t.row(vec![
+        "produce".into(),
+        fmt_rate(r.produce_records_per_s),
+        fmt_mb(r.produce_mb_per_s),
+        r.produced_records.to_string(),
+        r.produced_bytes.to_string(),
+    ]);
+    t.row(vec![
+        "consume".into(),
+        fmt_rate(r.consume_records_per_s),
+        fmt_mb(r.consume_mb_per_s),
+        r.consumed_records.to_string(),
+        r.consumed_bytes.to_string(),
+    ]);
+    blocks.push(Block::Table(t));
+
+    let mut t = Table::new(
+        "latency (ms)",
+        &[
+            "", "count", "p50", "p90", "p99", "p99.9", "p99.99", "max", "mean",
+        ],
+    );
+    t.row(latency_row("publish", &r.publish_latency));
+    t.row(latency_row("end-to-end", &r.e2e_latency));
+    blocks.push(Block::Table(t));
+
+    blocks.push(Block::Line(String::new()));
+    blocks.push(Block::Line(format!("errors: {}", r.errors)));
+    for sample in r.error_samples.iter().take(3) {
+        blocks.push(Block::Line(format!("  e.g. {sample}")));
+    }
+
+    if let Some(v) = &r.verify {
+        let mut t = Table::new(
+            "verify",
+            &["", "acked", "consumed", "lost", "duplicated", "reordered"],
+        );
+        t.row(vec![
+            "messages".into(),
+            v.acked.to_string(),
+            v.consumed.to_string(),
+            v.lost.to_string(),
+            v.duplicated.to_string(),
+            v.reordered.to_string(),
+        ]);
+        blocks.push(Block::Table(t));
+    }
+
+    if let Some(shards) = &r.shards {
+        blocks.push(Block::Table(shard_table(shards, r.measured_s)));
+    }
+
+    if let Some(p) = &r.probe {
+        blocks.push(Block::Line(String::new()));
+        blocks.push(Block::Line(probe_line(p)));
+        blocks.push(Block::Table(probe_ratio_table(r, p)));
+    }
+    blocks
+}
+
+fn shard_table(shards: &[ShardDelta], measured_s: f64) -> Table {
+    let mut t = Table::new(
+        "per shard (target's /metrics, after minus before)",
+        &[
+            "shard",
+            "requests",
+            "bytes in",
+            "bytes out",
+            "cross-shard hops",
+            "partitions owned",
+            "busy s",
+            "busy %",
+        ],
+    );
+    let mut total = ShardDelta::default();
+    for s in shards {
+        t.row(vec![
+            s.shard.to_string(),
+            s.requests.to_string(),
+            s.bytes_in.to_string(),
+            s.bytes_out.to_string(),
+            s.cross_shard_hops.to_string(),
+            s.partitions_owned.to_string(),
+            fmt_s(s.busy_s),
+            fmt_pct(s.busy_s, measured_s),
+        ]);
+        total.requests = total.requests.saturating_add(s.requests);
+        total.bytes_in = total.bytes_in.saturating_add(s.bytes_in);
+        total.bytes_out = total.bytes_out.saturating_add(s.bytes_out);
+        total.cross_shard_hops = total.cross_shard_hops.saturating_add(s.cross_shard_hops);
+        total.partitions_owned = total.partitions_owned.saturating_add(s.partitions_owned);
+        total.busy_s += s.busy_s;
+    }
+    if shards.len() > 1 {
+        t.row(vec![
+            "all".into(),
+            total.requests.to_string(),
+            total.bytes_in.to_string(),
+            total.bytes_out.to_string(),
+            total.cross_shard_hops.to_string(),
+            total.partitions_owned.to_string(),
+            fmt_s(total.busy_s),
+            // Busy share of all shards together: the mean over shards.
+            fmt_pct(total.busy_s, measured_s * shards.len() as f64),
+        ]);
+    }
+    t
+}
+
+fn probe_ratio_table(r: &RunResult, p: &ProbeResult) -> Table {
+    let mut t = Table::new(
+        "against the machine probe",
+        &["", "this run", "machine", "ratio"],
+    );
+    t.row(vec![
+        "produce MB/s vs disk write bandwidth".into(),
+        fmt_mb(r.produce_mb_per_s),
+        fmt_mb(p.disk_write_mb_per_s),
+        fmt_pct(r.produce_mb_per_s, p.disk_write_mb_per_s),
+    ]);
+    t.row(vec![
+        "produce MB/s vs loopback bandwidth".into(),
+        fmt_mb(r.produce_mb_per_s),
+        fmt_mb(p.loopback_mb_per_s),
+        fmt_pct(r.produce_mb_per_s, p.loopback_mb_per_s),
+    ]);
+    t.row(vec![
+        "publish p99 ms vs fdatasync p99 ms".into(),
+        fmt_ms(r.publish_latency.p99_ms),
+        fmt_ms(p.fdatasync.p99_ms),
+        fmt_ratio(r.publish_latency.p99_ms, p.fdatasync.p99_ms),
+    ]);
+    t
+}
+
+/// One target's runs of a comparison, in the order they ran.
+struct TargetRuns<'a> {
+    name: &'a str,
+    runs: Vec<&'a RunResult>,
+}
+
+/// Runs grouped by target name, targets in order of first appearance. Never holds an empty group.
+fn group_by_target(c: &CompareResult) -> Vec<TargetRuns<'_>> {
+    let mut groups: Vec<TargetRuns<'_>> = Vec::new();
+    for run in &c.runs {
+        match groups.iter_mut().find(|g| g.name == run.target) {
+            Some(g) => g.runs.push(run),
+            None => groups.push(TargetRuns {
+                name: &run.target,
+                runs: vec![run],
+            }),
+        }
+    }
+    groups
+}
+
+/// A target's figures: the median over its rounds of each per-round value.
+struct Medians {
+    records_per_s: f64,
+    mb_per_s: f64,
+    publish_p50_ms: f64,
+    publish_p99_ms: f64,
+    publish_p999_ms: f64,
+    e2e_p99_ms: f64,
+}
+
+impl Medians {
+    fn of(runs: &[&RunResult]) -> Medians {
+        let m = |f: fn(&RunResult) -> f64| median(runs.iter().map(|r| f(r)));
+        Medians {
+            records_per_s: m(|r| r.produce_records_per_s),
+            mb_per_s: m(|r| r.produce_mb_per_s),
+            publish_p50_ms: m(|r| r.publish_latency.p50_ms),
+            publish_p99_ms: m(|r| r.publish_latency.p99_ms),
+            publish_p999_ms: m(|r| r.publish_latency.p999_ms),
+            e2e_p99_ms: m(|r| r.e2e_latency.p99_ms),
+        }
+    }
+}
+
+fn compare_blocks(c: &CompareResult) -> Vec<Block> {
+    let targets = group_by_target(c);
+    let names: Vec<&str> = targets.iter().map(|t| t.name).collect();
+    let mut blocks = vec![
+        Block::Heading(format!(
+            "keel-bench compare: {} ({} round(s) planned, {} run(s))",
+            names.join(" vs "),
+            c.rounds,
+            c.runs.len()
+        )),
+        Block::Line(workload_line(&c.workload)),
+        Block::Line(format!("machine: {} cores", c.machine_cores)),
+    ];
+    if let Some(p) = &c.probe {
+        blocks.push(Block::Line(probe_line(p)));
+    }
+    if targets.is_empty() {
+        blocks.push(Block::Line("no runs".into()));
+        return blocks;
+    }
+
+    let any_verify = c.runs.iter().any(|r| r.verify.is_some());
+    let mut header = vec![
+        "target",
+        "rounds",
+        "records/s",
+        "MB/s",
+        "publish p50 ms",
+        "publish p99 ms",
+        "publish p99.9 ms",
+        "e2e p99 ms",
+        "errors",
+    ];
+    if any_verify {
+        header.extend(["lost", "duplicated", "reordered"]);
+    }
+    let mut table = Table::new(
+        "produce throughput and latency, median over rounds",
+        &header,
+    );
+    let medians: Vec<Medians> = targets.iter().map(|t| Medians::of(&t.runs)).collect();
+    for (t, m) in targets.iter().zip(&medians) {
+        let mut row = vec![
+            t.name.to_string(),
+            t.runs.len().to_string(),
+            fmt_rate(m.records_per_s),
+            fmt_mb(m.mb_per_s),
+            fmt_ms(m.publish_p50_ms),
+            fmt_ms(m.publish_p99_ms),
+            fmt_ms(m.publish_p999_ms),
+            fmt_ms(m.e2e_p99_ms),
+            t.runs
+                .iter()
+                .map(|r| r.errors)
+                .fold(0u64, u64::saturating_add)
+                .to_string(),
+        ];
+        if any_verify {
+            // Totals over rounds: a single lost message in any round matters.
+            let sum = |f: fn(&crate::result::VerifySummary) -> u64| {
+                let vs: Vec<u64> = t
+                    .runs
+                    .iter()
+                    .filter_map(|r| r.verify.as_ref().map(f))
+                    .collect();
+                if vs.is_empty() {
+                    "-".to_string()
+                } else {
+                    vs.into_iter().fold(0u64, u64::saturating_add).to_string()
+                }
+            };
+            row.extend([sum(|v| v.lost), sum(|v| v.duplicated), sum(|v| v.reordered)]);
+        }
+        table.row(row);
+    }
+    blocks.push(Block::Table(table));
+
+    let base = &medians[0];
+    let mut ratios = Table::new(
+        format!(
+            "relative to {} (throughput: higher is better; latency: lower is better)",
+            names[0]
+        ),
+        &[
+            "target",
+            "records/s",
+            "MB/s",
+            "publish p50",
+            "publish p99",
+            "publish p99.9",
+            "e2e p99",
+        ],
+    );
+    for (t, m) in targets.iter().zip(&medians) {
+        ratios.row(vec![
+            t.name.to_string(),
+            fmt_ratio(m.records_per_s, base.records_per_s),
+            fmt_ratio(m.mb_per_s, base.mb_per_s),
+            fmt_ratio(m.publish_p50_ms, base.publish_p50_ms),
+            fmt_ratio(m.publish_p99_ms, base.publish_p99_ms),
+            fmt_ratio(m.publish_p999_ms, base.publish_p999_ms),
+            fmt_ratio(m.e2e_p99_ms, base.e2e_p99_ms),
+        ]);
+    }
+    blocks.push(Block::Table(ratios));
+
+    blocks.push(Block::Heading("rounds".into()));
+    let rounds = targets.iter().map(|t| t.runs.len()).max().unwrap_or(0);
+    for round in 0..rounds {
+        let parts: Vec<String> = targets
+            .iter()
+            .filter_map(|t| t.runs.get(round).map(|r| (t.name, r)))
+            .map(|(name, r)| {
+                format!(
+                    "{name} {} records/s {} MB/s publish p99 {} ms e2e p99 {} ms errors {}",
+                    fmt_rate(r.produce_records_per_s),
+                    fmt_mb(r.produce_mb_per_s),
+                    fmt_ms(r.publish_latency.p99_ms),
+                    fmt_ms(r.e2e_latency.p99_ms),
+                    r.errors
+                )
+            })
+            .collect();
+        blocks.push(Block::Line(format!(
+            "  round {}: {}",
+            round + 1,
+            parts.join("; ")
+        )));
+    }
+    blocks
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTML and SVG
+
+/// Escapes text for HTML element content and quoted attribute values alike.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+const CSS: &str = "\
+body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;background:#fafafa;color:#222}
+main{max-width:1100px;margin:0 auto;padding:16px 24px 48px}
+h1{font-size:22px;margin:8px 0 12px}
+h2{font-size:17px;margin:28px 0 8px}
+p{margin:4px 0;font-size:14px;line-height:1.45}
+table{border-collapse:collapse;margin:14px 0;font-size:13px;background:#fff;box-shadow:0 0 0 1px #ddd}
+caption{text-align:left;font-weight:600;padding:4px 0;font-size:14px}
+th,td{padding:4px 10px;border-bottom:1px solid #eee;white-space:nowrap}
+thead th{background:#f0f0f0;text-align:right;font-weight:600}
+thead th:first-child,tbody th{text-align:left}
+tbody th{font-weight:500}
+td{text-align:right;font-variant-numeric:tabular-nums}
+tbody tr:nth-child(even){background:#f8f8f8}
+svg{display:block;width:100%;max-width:980px;height:auto;background:#fff;box-shadow:0 0 0 1px #ddd;margin:8px 0}
+svg text{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif}
+";
+
+fn html_page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{}</title>\n<style>\n{CSS}</style>\n</head>\n<body>\n<main>\n{body}</main>\n</body>\n</html>\n",
+        esc(title)
+    )
+}
+
+const COLORS: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+];
+
+/// One line of a plot, in data coordinates (x already transformed for the axis kind).
+struct Series {
+    name: String,
+    color: usize,
+    dashed: bool,
+    points: Vec<(f64, f64)>,
+}
+
+/// Largest percentile x the plot shows: 1/(1-p) = 10^6, i.e. 99.9999%.
+const PERCENTILE_DECADES_MAX: f64 = 6.0;
+
+/// The percentile plot's x: log10(1/(1-p)), so 90% is 1, 99% is 2, 99.9% is 3, …
+/// 100% (the maximum) would be infinite and is drawn at the plot's right end.
+fn percentile_x(percentile: f64) -> f64 {
+    let p = if percentile.is_nan() {
+        0.0
+    } else {
+        percentile.clamp(0.0, 100.0)
+    };
+    let tail = (1.0 - p / 100.0).max(10f64.powf(-PERCENTILE_DECADES_MAX));
+    -tail.log10()
+}
+
+fn or_zero(v: f64) -> f64 {
+    if v.is_finite() {
+        v
+    } else {
+        0.0
+    }
+}
+
+impl Series {
+    fn percentiles(name: &str, color: usize, dashed: bool, points: &[PercentilePoint]) -> Series {
+        Series {
+            name: name.to_string(),
+            color,
+            dashed,
+            points: points
+                .iter()
+                .map(|p| (percentile_x(p.percentile), or_zero(p.latency_ms)))
+                .collect(),
+        }
+    }
+
+    fn timeline(
+        name: &str,
+        color: usize,
+        dashed: bool,
+        points: &[TimelinePoint],
+        y: fn(&TimelinePoint) -> f64,
+    ) -> Series {
+        Series {
+            name: name.to_string(),
+            color,
+            dashed,
+            points: points
+                .iter()
+                .map(|p| (or_zero(p.t_s), or_zero(y(p))))
+                .collect(),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum XAxis {
+    /// x is log10(1/(1-p)); ticks at 0%, 90%, 99%, …
+    Percentile,
+    /// x is seconds, linear.
+    Seconds,
+}
+
+/// The data maximum an axis must reach; an axis with no positive data spans 0..1.
+fn axis_max(max: f64) -> f64 {
+    if max.is_finite() && max > 0.0 {
+        max
+    } else {
+        1.0
+    }
+}
+
+/// A "nice" tick step (1, 2 or 5 times a power of ten) giving about five intervals up to `max`.
+fn nice_step(max: f64) -> f64 {
+    let max = axis_max(max);
+    let raw = max / 5.0;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let norm = raw / magnitude;
+    let nice = if norm <= 1.0 {
+        1.0
+    } else if norm <= 2.0 {
+        2.0
+    } else if norm <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    nice * magnitude
+}
+
+/// Ticks 0, step, 2·step, … up to the first at or above `max` (at most 12).
+fn nice_ticks(max: f64) -> Vec<f64> {
+    let max = axis_max(max);
+    let step = nice_step(max);
+    let mut ticks = vec![0.0];
+    for i in 1..=12 {
+        let v = step * i as f64;
+        ticks.push(v);
+        if v >= max * (1.0 - 1e-9) {
+            break;
+        }
+    }
+    ticks
+}
+
+fn fmt_tick(v: f64, step: f64) -> String {
+    let decimals = if step >= 1.0 {
+        0
+    } else {
+        (-step.log10().floor()).clamp(0.0, 6.0) as usize
+    };
+    format!("{v:.decimals$}")
+}
+
+const PERCENTILE_LABELS: [&str; 7] = ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%", "99.9999%"];
+
+// Plot geometry, in SVG user units.
+const SVG_W: f64 = 960.0;
+const PLOT_LEFT: f64 = 80.0;
+const PLOT_RIGHT: f64 = 930.0;
+const PLOT_TOP: f64 = 44.0;
+const PLOT_BOTTOM: f64 = 364.0;
+const LEGEND_TOP: f64 = 420.0;
+const LEGEND_ROW: f64 = 22.0;
+/// Rough width of one character of 13px text, for laying out the legend.
+const CHAR_W: f64 = 7.5;
+
+/// An SVG line plot with axes, grid, ticks, axis labels and a legend under the x axis.
+fn svg_plot(title: &str, x_axis: XAxis, y_label: &str, series: &[Series]) -> String {
+    let all = || series.iter().flat_map(|s| s.points.iter());
+    let y_max = all().map(|p| p.1).fold(0.0f64, f64::max);
+    let x_data_max = all().map(|p| p.0).fold(0.0f64, f64::max);
+    let x_min = match x_axis {
+        XAxis::Percentile => 0.0,
+        XAxis::Seconds => all().map(|p| p.0).fold(0.0f64, f64::min),
+    };
+    let (x_ticks, x_labels): (Vec<f64>, Vec<String>) = match x_axis {
+        XAxis::Percentile => {
+            let decades = x_data_max.ceil().clamp(5.0, PERCENTILE_DECADES_MAX) as usize;
+            (0..=decades)
+                .map(|d| (d as f64, PERCENTILE_LABELS[d].to_string()))
+                .unzip()
+        }
+        XAxis::Seconds => {
+            let step = nice_step(x_data_max);
+            nice_ticks(x_data_max)
+                .into_iter()
+                .map(|t| (t, fmt_tick(t, step)))
+                .unzip()
+        }
+    };
+    let x_max = x_ticks.last().copied().unwrap_or(1.0).max(x_min + 1e-9);
+    let y_ticks = nice_ticks(y_max);
+    let y_step = nice_step(y_max);
+    let y_top = y_ticks.last().copied().unwrap_or(1.0);
+
+    let sx = |x: f64| PLOT_LEFT + (x - x_min) / (x_max - x_min) * (PLOT_RIGHT - PLOT_LEFT);
+    let sy = |y: f64| PLOT_BOTTOM - (y.clamp(0.0, y_top) / y_top) * (PLOT_BOTTOM - PLOT_TOP);
+
+    // Legend layout: entries left to right, wrapping at the plot's width.
+    let mut legend = Vec::new();
+    let (mut lx, mut ly) = (PLOT_LEFT, LEGEND_TOP);
+    for s in series {
+        let w = 34.0 + CHAR_W * s.name.chars().count() as f64 + 24.0;
+        if lx > PLOT_LEFT && lx + w > PLOT_RIGHT {
+            lx = PLOT_LEFT;
+            ly += LEGEND_ROW;
+        }
+        legend.push((lx, ly));
+        lx += w;
+    }
+    let height = if series.is_empty() {
+        LEGEND_TOP
+    } else {
+        ly + LEGEND_ROW
+    };
+
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {SVG_W} {height}\" \
+         width=\"{SVG_W}\" height=\"{height}\" role=\"img\" aria-label=\"{}\">",
+        esc(title)
+    );
+    let _ = writeln!(
+        svg,
+        "<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"600\" text-anchor=\"middle\">{}</text>",
+        (PLOT_LEFT + PLOT_RIGHT) / 2.0,
+        esc(title)
+    );
+
+    // Grid and ticks.
+    svg.push_str("<g stroke=\"#e4e4e4\" stroke-width=\"1\">\n");
+    for &t in &y_ticks {
+        let y = sy(t);
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{PLOT_LEFT}\" y1=\"{y:.1}\" x2=\"{PLOT_RIGHT}\" y2=\"{y:.1}\"/>"
+        );
+    }
+    for &t in &x_ticks {
+        let x = sx(t);
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{x:.1}\" y1=\"{PLOT_TOP}\" x2=\"{x:.1}\" y2=\"{PLOT_BOTTOM}\"/>"
+        );
+    }
+    svg.push_str("</g>\n");
+    let _ = writeln!(
+        svg,
+        "<rect x=\"{PLOT_LEFT}\" y=\"{PLOT_TOP}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888\"/>",
+        PLOT_RIGHT - PLOT_LEFT,
+        PLOT_BOTTOM - PLOT_TOP
+    );
+    svg.push_str("<g font-size=\"12\" fill=\"#444\">\n");
+    for &t in &y_ticks {
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            PLOT_LEFT - 8.0,
+            sy(t) + 4.0,
+            esc(&fmt_tick(t, y_step))
+        );
+    }
+    for (&t, label) in x_ticks.iter().zip(&x_labels) {
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+            sx(t),
+            PLOT_BOTTOM + 18.0,
+            esc(label)
+        );
+    }
+    svg.push_str("</g>\n");
+    let x_label = match x_axis {
+        XAxis::Percentile => "percentile",
+        XAxis::Seconds => "seconds",
+    };
+    let _ = writeln!(
+        svg,
+        "<text x=\"{}\" y=\"{}\" font-size=\"13\" text-anchor=\"middle\">{x_label}</text>",
+        (PLOT_LEFT + PLOT_RIGHT) / 2.0,
+        PLOT_BOTTOM + 40.0
+    );
+    let mid_y = (PLOT_TOP + PLOT_BOTTOM) / 2.0;
+    let _ = writeln!(
+        svg,
+        "<text x=\"22\" y=\"{mid_y}\" font-size=\"13\" text-anchor=\"middle\" \
+         transform=\"rotate(-90 22 {mid_y})\">{}</text>",
+        esc(y_label)
+    );
+
+    // Data.
+    let mut drawn = 0;
+    for s in series {
+        if s.points.is_empty() {
+            continue;
+        }
+        drawn += 1;
+        let color = COLORS[s.color % COLORS.len()];
+        let dash = if s.dashed {
+            " stroke-dasharray=\"7 4\""
+        } else {
+            ""
+        };
+        let points: Vec<String> = s
+            .points
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y)))
+            .collect();
+        let _ = writeln!(
+            svg,
+            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" stroke-linejoin=\"round\"{dash} points=\"{}\"><title>{}</title></polyline>",
+            points.join(" "),
+            esc(&s.name)
+        );
+        if let [(x, y)] = s.points[..] {
+            let _ = writeln!(
+                svg,
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{color}\"/>",
+                sx(x),
+                sy(y)
+            );
+        }
+    }
+    if drawn == 0 {
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"{mid_y}\" font-size=\"14\" fill=\"#888\" text-anchor=\"middle\">no data</text>",
+            (PLOT_LEFT + PLOT_RIGHT) / 2.0
+        );
+    }
+
+    // Legend.
+    svg.push_str("<g font-size=\"13\" fill=\"#222\">\n");
+    for (s, &(x, y)) in series.iter().zip(&legend) {
+        let color = COLORS[s.color % COLORS.len()];
+        let dash = if s.dashed {
+            " stroke-dasharray=\"7 4\""
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{x:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"{color}\" stroke-width=\"3\"{dash}/>",
+            x + 26.0
+        );
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+            x + 32.0,
+            y + 4.5,
+            esc(&s.name)
+        );
+    }
+    svg.push_str("</g>\n</svg>\n");
+    svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::result::{ProbeResult, VerifySummary};
+
+    fn latency(p50: f64, p99: f64) -> LatencySummary {
+        LatencySummary {
+            count: 1000,
+            mean_ms: p50 * 1.1,
+            p50_ms: p50,
+            p90_ms: p50 * 1.5,
+            p99_ms: p99,
+            p999_ms: p99 * 2.0,
+            p9999_ms: p99 * 3.0,
+            max_ms: p99 * 4.0,
+        }
+    }
+
+    fn percentiles(n: usize, scale: f64) -> Vec<PercentilePoint> {
+        (0..n)
+            .map(|i| {
+                let percentile = 100.0 * (1.0 - 0.5f64.powi(i as i32));
+                PercentilePoint {
+                    percentile,
+                    latency_ms: scale * (1.0 + i as f64 * 0.3),
+                }
+            })
+            .collect()
+    }
+
+    fn timeline(n: usize, mb: f64) -> Vec<TimelinePoint> {
+        (0..n)
+            .map(|i| TimelinePoint {
+                t_s: (i + 1) as f64,
+                produce_records_per_s: mb * 1000.0,
+                produce_mb_per_s: mb + (i % 3) as f64,
+                consume_records_per_s: mb * 990.0,
+                consume_mb_per_s: mb - 1.0 + (i % 2) as f64,
+                publish_p99_ms: 2.0,
+            })
+            .collect()
+    }
+
+    fn run(target: &str, mb: f64, p99: f64) -> RunResult {
+        RunResult {
+            target: target.to_string(),
+            bootstrap: "127.0.0.1:9092".into(),
+            workload: WorkloadSummary {
+                name: "steady".into(),
+                topics: 1,
+                partitions_per_topic: 16,
+                message_size: 1024,
+                producers_per_topic: 2,
+                consumers_per_topic: 1,
+                acks: -1,
+                compression: "lz4".into(),
+                batch_size: 16384,
+                linger_ms: 5,
+                target_rate: 0,
+                warmup_s: 5.0,
+                duration_s: 60.0,
+            },
+            started_unix_ms: 1_700_000_000_000,
+            measured_s: 60.0,
+            produced_records: 6_000_000,
+            produced_bytes: 6_144_000_000,
+            consumed_records: 5_999_000,
+            consumed_bytes: 6_142_976_000,
+            produce_records_per_s: mb * 1000.0,
+            produce_mb_per_s: mb,
+            consume_records_per_s: mb * 990.0,
+            consume_mb_per_s: mb * 0.99,
+            errors: 0,
+            error_samples: vec![],
+            publish_latency: latency(1.25, p99),
+            e2e_latency: latency(2.5, p99 * 2.0),
+            publish_percentiles: percentiles(20, p99 / 4.0),
+            e2e_percentiles: percentiles(17, p99 / 2.0),
+            timeline: timeline(30, mb),
+            verify: None,
+            shards: None,
+            probe: None,
+            machine_cores: 16,
+        }
+    }
+
+    fn full_run() -> RunResult {
+        let mut r = run("keel", 102.4, 7.5);
+        r.errors = 5;
+        r.error_samples = (1..=5).map(|i| format!("error number {i}")).collect();
+        r.verify = Some(VerifySummary {
+            acked: 1000,
+            consumed: 998,
+            lost: 2,
+            duplicated: 3,
+            reordered: 4,
+        });
+        r.shards = Some(vec![
+            ShardDelta {
+                shard: 0,
+                requests: 1111,
+                bytes_in: 2222,
+                bytes_out: 3333,
+                cross_shard_hops: 44,
+                partitions_owned: 8,
+                busy_s: 30.0,
+            },
+            ShardDelta {
+                shard: 1,
+                requests: 5555,
+                bytes_in: 6666,
+                bytes_out: 7777,
+                cross_shard_hops: 88,
+                partitions_owned: 8,
+                busy_s: 15.0,
+            },
+        ]);
+        r.probe = Some(ProbeResult {
+            dir: "/data".into(),
+            disk_write_mb_per_s: 409.6,
+            fdatasync: latency(0.5, 2.5),
+            loopback_mb_per_s: 2048.0,
+            loopback_rtt: latency(0.02, 0.05),
+        });
+        r
+    }
+
+    fn compare(runs: Vec<RunResult>) -> CompareResult {
+        let workload = runs.first().map(|r| r.workload.clone()).unwrap_or_default();
+        CompareResult {
+            workload,
+            rounds: 3,
+            runs,
+            probe: None,
+            machine_cores: 16,
+        }
+    }
+
+    /// Point counts of every `<polyline ... points="...">`, in document order.
+    fn polyline_point_counts(html: &str) -> Vec<usize> {
+        html.split("<polyline")
+            .skip(1)
+            .map(|rest| {
+                let start = rest.find("points=\"").unwrap() + "points=\"".len();
+                let end = start + rest[start..].find('"').unwrap();
+                rest[start..end].split_whitespace().count()
+            })
+            .collect()
+    }
+
+    fn assert_balanced_svg(html: &str, plots: usize) {
+        assert_eq!(html.matches("<svg").count(), plots, "{html}");
+        assert_eq!(html.matches("</svg>").count(), plots);
+        let mut depth = 0i32;
+        for piece in html.split("<svg").skip(1) {
+            depth += 1;
+            assert!(
+                piece.contains("</svg>"),
+                "an <svg> is not closed before the next opens"
+            );
+            depth -= piece.matches("</svg>").count() as i32;
+            assert_eq!(depth, 0);
+        }
+        for tag in [
+            "html", "head", "body", "main", "table", "tbody", "thead", "g", "style",
+        ] {
+            let open = html.matches(&format!("<{tag}>")).count()
+                + html.matches(&format!("<{tag} ")).count();
+            assert_eq!(
+                open,
+                html.matches(&format!("</{tag}>")).count(),
+                "<{tag}> unbalanced"
+            );
+        }
+    }
+
+    #[test]
+    fn run_table_has_the_numbers() {
+        let r = full_run();
+        let text = run_table(&r);
+        for needle in [
+            "keel",
+            "steady",
+            "102400", // records/s
+            "102.40", // produce MB/s
+            "101.38", // consume MB/s
+            "1.250",  // publish p50
+            "7.500",  // publish p99
+            "15.00",  // publish p99.9
+            "22.50",  // publish p99.99
+            "30.00",  // publish max
+            "1.375",  // publish mean
+            "errors: 5",
+            "error number 1",
+            "error number 3",
+            "acked",
+            "998",
+            "1111",
+            "7777",
+            "88",
+            "50.0%", // shard 0 busy
+            "25.0%", // shard 1 busy
+            "25.0%", // produce 102.4 MB/s of 409.6 MB/s disk
+            "5.0%",  // of 2048 MB/s loopback
+            "x3.00", // publish p99 7.5 / fdatasync p99 2.5
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        assert!(
+            !text.contains("error number 4"),
+            "only three error samples:\n{text}"
+        );
+        // Every table row of a block lines up: same width per column.
+        let latency_rows: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("publish  ") || l.contains("end-to-end"))
+            .collect();
+        assert_eq!(latency_rows.len(), 2, "{text}");
+        assert_eq!(latency_rows[0].len(), latency_rows[1].len(), "{text}");
+    }
+
+    #[test]
+    fn compare_table_medians_and_ratios() {
+        // Two targets, three rounds, interleaved as compare runs them.
+        let runs = vec![
+            run("fast", 100.0, 2.0),
+            run("slow", 50.0, 8.0),
+            run("fast", 90.0, 4.0),
+            run("slow", 45.0, 6.0),
+            run("fast", 110.0, 3.0),
+            run("slow", 55.0, 100.0),
+        ];
+        let text = compare_table(&compare(runs));
+        let fast = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("fast"))
+            .unwrap();
+        let slow = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("slow"))
+            .unwrap();
+        // Medians: fast 100 MB/s, p99 3; slow 50 MB/s, p99 8.
+        assert!(fast.contains("100.00") && fast.contains("3.000"), "{fast}");
+        assert!(slow.contains("50.00") && slow.contains("8.000"), "{slow}");
+        assert!(fast.contains(" 3 "), "round count: {fast}");
+        let fast_ratio = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("fast"))
+            .nth(1)
+            .unwrap();
+        let slow_ratio = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("slow"))
+            .nth(1)
+            .unwrap();
+        assert!(fast_ratio.contains("x1.00"), "{fast_ratio}");
+        assert!(!fast_ratio.contains("x0."), "{fast_ratio}");
+        assert!(
+            slow_ratio.contains("x0.50"),
+            "throughput ratio: {slow_ratio}"
+        );
+        assert!(
+            slow_ratio.contains("x2.67"),
+            "publish p99 ratio 8/3: {slow_ratio}"
+        );
+        assert!(text.contains("round 1: fast"), "{text}");
+        assert!(
+            text.contains("round 3: fast 110000 records/s 110.00 MB/s"),
+            "{text}"
+        );
+        assert!(
+            text.contains("slow 55000 records/s 55.00 MB/s publish p99 100.00 ms"),
+            "{text}"
+        );
+        // First-appearance order: fast before slow.
+        assert!(text.find("fast").unwrap() < text.find("slow").unwrap());
+        assert!(
+            !text.contains("lost"),
+            "no verify column without verify data"
+        );
+    }
+
+    #[test]
+    fn compare_table_even_rounds_and_verify() {
+        let mut a1 = run("a", 100.0, 2.0);
+        let mut a2 = run("a", 200.0, 4.0);
+        a1.verify = Some(VerifySummary {
+            lost: 1,
+            duplicated: 2,
+            reordered: 3,
+            ..Default::default()
+        });
+        a2.verify = Some(VerifySummary {
+            lost: 10,
+            duplicated: 20,
+            reordered: 30,
+            ..Default::default()
+        });
+        a2.errors = 7;
+        let b = run("b", 300.0, 1.0);
+        let text = compare_table(&compare(vec![a1, b, a2]));
+        let a = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("a "))
+            .unwrap();
+        assert!(
+            a.contains("150.00"),
+            "median of two rounds is their mean: {a}"
+        );
+        assert!(
+            a.contains(" 11 ") && a.contains(" 22 ") && a.trim_end().ends_with("33"),
+            "{a}"
+        );
+        assert!(a.contains(" 7 "), "errors: {a}");
+        let b_ratio = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("b "))
+            .nth(1)
+            .unwrap();
+        assert!(b_ratio.contains("x2.00"), "{b_ratio}");
+        assert!(b_ratio.contains("x0.33"), "{b_ratio}");
+    }
+
+    #[test]
+    fn html_run_has_plots_and_tables() {
+        let r = full_run();
+        let html = html_run(&r);
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        assert_balanced_svg(&html, 2);
+        assert_eq!(polyline_point_counts(&html), vec![20, 17, 30, 30]);
+        for needle in [
+            "<table>", "102.40", "7.500", "99.99%", "99.999%", "90%", "seconds", "MB/s",
+        ] {
+            assert!(html.contains(needle), "missing {needle:?}");
+        }
+        assert!(!html.contains("<script"), "self-contained, no scripts");
+        // The SVG namespace is the only URL: nothing is fetched.
+        assert!(!html
+            .replace("http://www.w3.org/2000/svg", "")
+            .contains("http"));
+    }
+
+    #[test]
+    fn html_compare_has_three_plots_and_escapes_names() {
+        let mut evil = run("<b>&", 50.0, 8.0);
+        evil.timeline = timeline(12, 50.0);
+        evil.e2e_percentiles = vec![];
+        let runs = vec![run("keel", 100.0, 2.0), evil, run("keel", 100.0, 3.0)];
+        let html = html_compare(&compare(runs));
+        assert_balanced_svg(&html, 3);
+        // Publish: keel 20, evil 20; e2e: keel 17 (evil has none); throughput: 30,30,12,12.
+        assert_eq!(
+            polyline_point_counts(&html),
+            vec![20, 20, 17, 30, 30, 12, 12]
+        );
+        assert!(!html.contains("<b>&"), "target name not escaped");
+        assert!(html.contains("&lt;b&gt;&amp;"));
+        assert!(html.contains("x0.50"));
+    }
+
+    #[test]
+    fn empty_inputs_do_not_panic() {
+        let r = RunResult::default();
+        let text = run_table(&r);
+        assert!(text.contains("errors: 0"));
+        let html = html_run(&r);
+        assert_balanced_svg(&html, 2);
+        assert!(polyline_point_counts(&html).is_empty());
+        assert!(html.contains("no data"));
+
+        let c = CompareResult::default();
+        assert!(compare_table(&c).contains("no runs"));
+        let html = html_compare(&c);
+        assert_balanced_svg(&html, 3);
+
+        // Zeros and NaNs everywhere: ratios print "-", nothing panics.
+        let mut z = RunResult {
+            target: "z".into(),
+            ..Default::default()
+        };
+        z.produce_mb_per_s = f64::NAN;
+        z.publish_percentiles = vec![PercentilePoint {
+            percentile: 100.0,
+            latency_ms: f64::INFINITY,
+        }];
+        z.timeline = vec![TimelinePoint {
+            t_s: f64::NAN,
+            ..Default::default()
+        }];
+        z.shards = Some(vec![ShardDelta::default()]);
+        z.probe = Some(ProbeResult::default());
+        let text = run_table(&z);
+        assert!(text.contains('-'));
+        let html = html_run(&z);
+        assert_eq!(polyline_point_counts(&html), vec![1, 1, 1]);
+        let c = compare(vec![z.clone(), run("y", 1.0, 1.0)]);
+        let _ = compare_table(&c);
+        let _ = html_compare(&c);
+    }
+
+    #[test]
+    fn percentile_axis_and_ticks() {
+        assert_eq!(percentile_x(0.0), 0.0);
+        assert!((percentile_x(90.0) - 1.0).abs() < 1e-9);
+        assert!((percentile_x(99.9) - 3.0).abs() < 1e-9);
+        assert!((percentile_x(100.0) - PERCENTILE_DECADES_MAX).abs() < 1e-9);
+        assert_eq!(nice_ticks(7.3), vec![0.0, 2.0, 4.0, 6.0, 8.0]);
+        assert_eq!(nice_ticks(100.0), vec![0.0, 20.0, 40.0, 60.0, 80.0, 100.0]);
+        let empty = nice_ticks(0.0);
+        assert_eq!((empty.len(), empty[5]), (6, 1.0));
+        assert_eq!(fmt_tick(0.4, 0.2), "0.4");
+        assert_eq!(median([3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median([4.0, 1.0]), 2.5);
+        assert!(median([]).is_nan());
+        assert_eq!(fmt_ratio(50.0, 100.0), "x0.50");
+        assert_eq!(fmt_ratio(1.0, 0.0), "-");
+    }
+
+    #[test]
+    fn write_json_and_html() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = full_run();
+        let json = dir.path().join("r.json");
+        write_json(&json, &r).unwrap();
+        let back: RunResult = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        // Floats may differ in the last bit through JSON text; the structure must not.
+        assert_eq!(back.target, r.target);
+        assert_eq!(back.error_samples, r.error_samples);
+        assert_eq!(back.shards, r.shards);
+        assert_eq!(back.publish_percentiles.len(), r.publish_percentiles.len());
+        let html = dir.path().join("r.html");
+        write_html(&html, &html_run(&r)).unwrap();
+        assert!(std::fs::read_to_string(&html).unwrap().contains("</html>"));
+        assert!(write_json(&dir.path().join("no/such/dir.json"), &r).is_err());
+    }
+
+    /// Not a check: writes sample reports for a look in a browser
+    /// (`KEEL_BENCH_SAMPLE_HTML=/tmp cargo test -p keel-bench --lib report::tests::sample`).
+    #[test]
+    fn sample_html() {
+        let Some(dir) = std::env::var_os("KEEL_BENCH_SAMPLE_HTML") else {
+            return;
+        };
+        let dir = std::path::PathBuf::from(dir);
+        write_html(&dir.join("report.html"), &html_run(&full_run())).unwrap();
+        let mut runs = Vec::new();
+        for round in 0..3 {
+            let k = round as f64;
+            runs.push(run("keel", 100.0 + k, 2.0 + k / 10.0));
+            runs.push(run("redpanda", 80.0 + k, 3.0 + k / 10.0));
+            runs.push(run("kafka <b>&", 60.0 + k, 9.0 + k / 10.0));
+        }
+        write_html(&dir.join("compare.html"), &html_compare(&compare(runs))).unwrap();
+    }
+}
