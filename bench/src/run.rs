@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use glommio::sync::Semaphore;
 use glommio::{LocalExecutorBuilder, Placement};
 use kafka_protocol::messages::*;
@@ -216,87 +216,114 @@ impl ProducerCtx {
             .clone()
     }
 
-    /// Sends partition `p`'s batch; waits for an in-flight slot first (backpressure).
-    async fn dispatch(self: &Rc<Self>, p: i32, pending: &mut Pending) -> Result<()> {
-        if pending.builder.is_empty() {
-            return Ok(());
-        }
-        let records = pending.builder.finish(self.codec)?;
-        let meta = std::mem::take(&mut pending.meta);
-        pending.created = None;
+    /// Sends one request to the leader of partition `p` holding the pending batch of every
+    /// partition that broker leads (as Kafka's sender drains a ready node), after waiting for
+    /// an in-flight slot on that connection (backpressure).
+    async fn dispatch(self: &Rc<Self>, p: i32, pending: &mut [Pending]) -> Result<()> {
         let addr = self
             .cluster
             .leader_addr(&self.spec.topic, p)
             .ok_or_else(|| anyhow!("no leader for {}/{p}", self.spec.topic))?
             .to_string();
+        let mut parts = Vec::new();
+        let mut metas = Vec::new();
+        for (i, b) in pending.iter_mut().enumerate() {
+            let i = i as i32;
+            if b.builder.is_empty()
+                || self.cluster.leader_addr(&self.spec.topic, i) != Some(addr.as_str())
+            {
+                continue;
+            }
+            let records = b.builder.finish(self.codec)?;
+            b.created = None;
+            metas.push((i, std::mem::take(&mut b.meta)));
+            parts.push(
+                produce_request::PartitionProduceData::default()
+                    .with_index(i)
+                    .with_records(Some(records)),
+            );
+        }
+        if parts.is_empty() {
+            return Ok(());
+        }
         let conn = self.conns.get(&addr).await?;
         let sem = self.semaphore(&addr);
         let permit = sem
             .acquire_static_permit(1)
             .await
             .map_err(|e| anyhow!("{e}"))?;
-        let bytes = (meta.len() as u64) * u64::from(self.w.message_size);
         let req = ProduceRequest::default()
             .with_acks(self.w.acks)
             .with_timeout_ms(30_000)
             .with_topic_data(vec![produce_request::TopicProduceData::default()
                 .with_name(admin::topic_name(&self.spec.topic))
-                .with_partition_data(vec![
-                    produce_request::PartitionProduceData::default()
-                        .with_index(p)
-                        .with_records(Some(records)),
-                ])]);
+                .with_partition_data(parts)]);
         let version = conn.version(ApiKey::Produce)?;
         let this = self.clone();
         self.outstanding.set(self.outstanding.get() + 1);
         if self.w.acks == 0 {
-            let sent = conn.send(ApiKey::Produce, version, &req, false).await;
+            let sent = conn
+                .send(ApiKey::Produce, version, &req, false)
+                .await
+                .map(|_| ());
             drop(permit);
             self.outstanding.set(self.outstanding.get() - 1);
-            self.account(&meta, bytes, sent.map(|_| ()), p);
+            let err = sent.err().map(|e| format!("{e:#}"));
+            for (p, meta) in &metas {
+                self.account(meta, err.clone(), *p);
+            }
             return Ok(());
         }
         let rx = conn.send(ApiKey::Produce, version, &req, true).await;
         glommio::spawn_local(async move {
-            let outcome: Result<()> = async {
+            let outcome: Result<ProduceResponse> = async {
                 let rx = rx?.ok_or_else(|| anyhow!("no response waiter"))?;
                 let mut body = rx.await.map_err(|_| anyhow!("connection closed"))??;
                 use kafka_protocol::protocol::{Decodable, HeaderVersion};
                 ResponseHeader::decode(&mut body, ProduceResponse::header_version(version))?;
-                let resp = ProduceResponse::decode(&mut body, version)?;
-                let part = resp
-                    .responses
-                    .first()
-                    .and_then(|t| t.partition_responses.first())
-                    .ok_or_else(|| anyhow!("empty produce response"))?;
-                if part.error_code != 0 {
-                    bail!(
-                        "produce to {}/{p}: error {} {}",
-                        this.spec.topic,
-                        part.error_code,
-                        part.error_message
-                            .as_ref()
-                            .map(|m| m.as_str())
-                            .unwrap_or("")
-                    );
-                }
-                Ok(())
+                Ok(ProduceResponse::decode(&mut body, version)?)
             }
             .await;
             drop(permit);
             this.outstanding.set(this.outstanding.get() - 1);
-            this.account(&meta, bytes, outcome, p);
+            for (p, meta) in &metas {
+                let err = match &outcome {
+                    Err(e) => Some(format!("produce to {}: {e:#}", this.spec.topic)),
+                    Ok(resp) => {
+                        let part = resp
+                            .responses
+                            .iter()
+                            .flat_map(|t| t.partition_responses.iter())
+                            .find(|r| r.index == *p);
+                        match part {
+                            None => Some(format!(
+                                "produce to {}/{p}: no answer for the partition",
+                                this.spec.topic
+                            )),
+                            Some(r) if r.error_code != 0 => Some(format!(
+                                "produce to {}/{p}: error {} {}",
+                                this.spec.topic,
+                                r.error_code,
+                                r.error_message.as_ref().map(|m| m.as_str()).unwrap_or("")
+                            )),
+                            Some(_) => None,
+                        }
+                    }
+                };
+                this.account(meta, err, *p);
+            }
         })
         .detach();
         Ok(())
     }
 
-    fn account(&self, meta: &[(u64, Instant)], bytes: u64, outcome: Result<()>, p: i32) {
+    fn account(&self, meta: &[(u64, Instant)], error: Option<String>, p: i32) {
         let now = Instant::now();
         let measured_first = meta.first().is_some_and(|m| self.clock.measured(m.1));
-        match outcome {
-            Err(e) => self.shared.error(measured_first, format!("{e:#}")),
-            Ok(()) => {
+        let bytes_each = u64::from(self.w.message_size);
+        match error {
+            Some(e) => self.shared.error(measured_first, e),
+            None => {
                 self.shared
                     .acked_total
                     .fetch_add(meta.len() as u64, Ordering::Relaxed);
@@ -326,11 +353,19 @@ impl ProducerCtx {
                     self.shared.produced_records.fetch_add(n, Ordering::Relaxed);
                     self.shared
                         .produced_bytes
-                        .fetch_add(bytes * n / meta.len() as u64, Ordering::Relaxed);
+                        .fetch_add(bytes_each * n, Ordering::Relaxed);
                 }
             }
         }
     }
+}
+
+fn oldest_pending(pending: &[Pending]) -> Option<(Instant, i32)> {
+    pending
+        .iter()
+        .enumerate()
+        .filter_map(|(p, b)| b.created.map(|c| (c, p as i32)))
+        .min()
 }
 
 async fn producer(ctx: Rc<ProducerCtx>) -> Result<()> {
@@ -367,6 +402,8 @@ async fn producer(ctx: Rc<ProducerCtx>) -> Result<()> {
     let mut sticky = (ctx.spec.id as i32) % n;
     let mut seq: u64 = 0;
     let end = ctx.clock.end;
+    // The oldest non-empty batch: when its linger expires, its leader's batches go out.
+    let mut oldest: Option<(Instant, i32)> = None;
     while !ctx.shared.stop.load(Ordering::Relaxed) {
         if w.max_messages > 0 && seq >= w.max_messages {
             break;
@@ -381,22 +418,17 @@ async fn producer(ctx: Rc<ProducerCtx>) -> Result<()> {
         // Wait for the intended time, sending lingering batches meanwhile.
         loop {
             let now = Instant::now();
-            let mut next_linger = None::<Instant>;
-            for (p, b) in pending.iter_mut().enumerate() {
-                if let Some(created) = b.created {
-                    if now >= created + linger {
-                        ctx.dispatch(p as i32, b).await?;
-                    } else {
-                        let due = created + linger;
-                        next_linger = Some(next_linger.map_or(due, |d: Instant| d.min(due)));
-                    }
+            if let Some((created, p)) = oldest {
+                if now >= created + linger {
+                    ctx.dispatch(p, &mut pending).await?;
+                    oldest = oldest_pending(&pending);
+                    continue;
                 }
             }
-            let now = Instant::now();
             if now >= intended {
                 break;
             }
-            let wake = next_linger.map_or(intended, |d| d.min(intended));
+            let wake = oldest.map_or(intended, |(c, _)| (c + linger).min(intended));
             glommio::timer::sleep(wake.saturating_duration_since(now)).await;
         }
         let has_key = keys.next_key(&mut key);
@@ -413,7 +445,11 @@ async fn producer(ctx: Rc<ProducerCtx>) -> Result<()> {
         payload.fill(&header, &mut value);
         let b = &mut pending[p as usize];
         if b.created.is_none() {
-            b.created = Some(Instant::now());
+            let now = Instant::now();
+            b.created = Some(now);
+            if oldest.is_none() {
+                oldest = Some((now, p));
+            }
         }
         b.builder.push(
             (ctx.clock.unix_us(intended) / 1000) as i64,
@@ -423,7 +459,8 @@ async fn producer(ctx: Rc<ProducerCtx>) -> Result<()> {
         b.meta.push((seq, intended));
         seq += 1;
         if b.builder.size() >= w.batch_size as usize || w.linger_ms == 0 {
-            ctx.dispatch(p, b).await?;
+            ctx.dispatch(p, &mut pending).await?;
+            oldest = oldest_pending(&pending);
             if !has_key {
                 sticky = (sticky + 1) % n;
             }
@@ -433,8 +470,8 @@ async fn producer(ctx: Rc<ProducerCtx>) -> Result<()> {
             glommio::executor().yield_if_needed().await;
         }
     }
-    for (p, b) in pending.iter_mut().enumerate() {
-        ctx.dispatch(p as i32, b).await?;
+    for p in 0..n {
+        ctx.dispatch(p, &mut pending).await?;
     }
     // Wait for outstanding acks (bounded).
     let deadline = Instant::now() + Duration::from_secs(30);
