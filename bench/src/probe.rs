@@ -357,6 +357,7 @@ mod tests {
     fn quick_probe_measures_everything() {
         let dir = tempfile::tempdir().unwrap();
         let p = run(dir.path(), true).unwrap();
+        eprintln!("{p:#?}");
         assert!(p.disk_write_mb_per_s > 0.0, "{p:?}");
         assert!(p.loopback_mb_per_s > 0.0, "{p:?}");
         for (what, l) in [("fdatasync", &p.fdatasync), ("rtt", &p.loopback_rtt)] {
