@@ -8,6 +8,8 @@
 //! - one-stream loopback TCP bandwidth;
 //! - loopback TCP round trip of a 64-byte message with TCP_NODELAY.
 //!
+//! MB is 10^6 bytes, as in the run results, so the report's ratios compare like with like.
+//!
 //! Runs on the caller's thread except the disk bandwidth probe, which gets its own thread so
 //! its glommio executor never nests inside one the caller may be running. The executor's
 //! io_memory stays small because RLIMIT_MEMLOCK may be as low as 8 MiB; buffers beyond it come

@@ -1522,6 +1522,7 @@ mod tests {
         };
         let dir = std::path::PathBuf::from(dir);
         write_html(&dir.join("report.html"), &html_run(&full_run())).unwrap();
+        std::fs::write(dir.join("report.txt"), run_table(&full_run())).unwrap();
         let mut runs = Vec::new();
         for round in 0..3 {
             let k = round as f64;
@@ -1529,6 +1530,7 @@ mod tests {
             runs.push(run("redpanda", 80.0 + k, 3.0 + k / 10.0));
             runs.push(run("kafka <b>&", 60.0 + k, 9.0 + k / 10.0));
         }
+        std::fs::write(dir.join("compare.txt"), compare_table(&compare(runs.clone()))).unwrap();
         write_html(&dir.join("compare.html"), &html_compare(&compare(runs))).unwrap();
     }
 }
