@@ -1530,7 +1530,11 @@ mod tests {
             runs.push(run("redpanda", 80.0 + k, 3.0 + k / 10.0));
             runs.push(run("kafka <b>&", 60.0 + k, 9.0 + k / 10.0));
         }
-        std::fs::write(dir.join("compare.txt"), compare_table(&compare(runs.clone()))).unwrap();
+        std::fs::write(
+            dir.join("compare.txt"),
+            compare_table(&compare(runs.clone())),
+        )
+        .unwrap();
         write_html(&dir.join("compare.html"), &html_compare(&compare(runs))).unwrap();
     }
 }
