@@ -32,13 +32,20 @@ impl ClusterMap {
 }
 
 pub async fn metadata(conn: &Conn, topics: Option<&[String]>) -> Result<ClusterMap> {
-    let req = MetadataRequest::default().with_allow_auto_topic_creation(false).with_topics(topics.map(|ts| {
-        ts.iter().map(|t| metadata_request::MetadataRequestTopic::default().with_name(Some(topic_name(t)))).collect()
-    }));
+    let req = MetadataRequest::default()
+        .with_allow_auto_topic_creation(false)
+        .with_topics(topics.map(|ts| {
+            ts.iter()
+                .map(|t| {
+                    metadata_request::MetadataRequestTopic::default().with_name(Some(topic_name(t)))
+                })
+                .collect()
+        }));
     let resp: MetadataResponse = conn.request(ApiKey::Metadata, &req).await?;
     let mut map = ClusterMap::default();
     for b in resp.brokers {
-        map.brokers.insert(b.node_id.0, format!("{}:{}", b.host.as_str(), b.port));
+        map.brokers
+            .insert(b.node_id.0, format!("{}:{}", b.host.as_str(), b.port));
     }
     for t in resp.topics {
         let Some(name) = t.name else { continue };
@@ -65,31 +72,37 @@ pub async fn create_topics(
     configs: &BTreeMap<String, String>,
 ) -> Result<ClusterMap> {
     let existing = metadata(conn, Some(names)).await?;
-    let stale: Vec<String> = names.iter().filter(|n| existing.leaders.contains_key(*n)).cloned().collect();
+    let stale: Vec<String> = names
+        .iter()
+        .filter(|n| existing.leaders.contains_key(*n))
+        .cloned()
+        .collect();
     if !stale.is_empty() {
         delete_topics(conn, &stale).await?;
     }
-    let req = CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(
-        names
-            .iter()
-            .map(|n| {
-                create_topics_request::CreatableTopic::default()
-                    .with_name(topic_name(n))
-                    .with_num_partitions(partitions)
-                    .with_replication_factor(-1)
-                    .with_configs(
-                        configs
-                            .iter()
-                            .map(|(k, v)| {
-                                create_topics_request::CreatableTopicConfig::default()
-                                    .with_name(StrBytes::from_string(k.clone()))
-                                    .with_value(Some(StrBytes::from_string(v.clone())))
-                            })
-                            .collect(),
-                    )
-            })
-            .collect(),
-    );
+    let req = CreateTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(
+            names
+                .iter()
+                .map(|n| {
+                    create_topics_request::CreatableTopic::default()
+                        .with_name(topic_name(n))
+                        .with_num_partitions(partitions)
+                        .with_replication_factor(-1)
+                        .with_configs(
+                            configs
+                                .iter()
+                                .map(|(k, v)| {
+                                    create_topics_request::CreatableTopicConfig::default()
+                                        .with_name(StrBytes::from_string(k.clone()))
+                                        .with_value(Some(StrBytes::from_string(v.clone())))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
     let mut version = conn.version(ApiKey::CreateTopics)?;
     if version < 4 {
         // replication factor -1 (broker default) needs v4.
@@ -120,7 +133,9 @@ pub async fn create_topics(
     loop {
         let map = metadata(conn, Some(names)).await?;
         let ready = names.iter().all(|n| {
-            map.leaders.get(n).is_some_and(|l| l.len() == partitions as usize && l.iter().all(|&x| x >= 0))
+            map.leaders
+                .get(n)
+                .is_some_and(|l| l.len() == partitions as usize && l.iter().all(|&x| x >= 0))
         });
         if ready {
             return Ok(map);
@@ -139,27 +154,38 @@ pub async fn delete_topics(conn: &Conn, names: &[String]) -> Result<()> {
     let resp: DeleteTopicsResponse = conn.request(ApiKey::DeleteTopics, &req).await?;
     for r in resp.responses {
         if r.error_code != 0 && r.error_code != 3 {
-            bail!("deleting topic {:?}: error {}", r.name.map(|n| n.0.to_string()), r.error_code);
+            bail!(
+                "deleting topic {:?}: error {}",
+                r.name.map(|n| n.0.to_string()),
+                r.error_code
+            );
         }
     }
     Ok(())
 }
 
 /// Latest (-1) or earliest (-2) offset of each partition, on the leader `conn`.
-pub async fn list_offsets(conn: &Conn, topic: &str, partitions: &[i32], timestamp: i64) -> Result<Vec<i64>> {
-    let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
-        list_offsets_request::ListOffsetsTopic::default().with_name(topic_name(topic)).with_partitions(
-            partitions
-                .iter()
-                .map(|&p| {
-                    list_offsets_request::ListOffsetsPartition::default()
-                        .with_partition_index(p)
-                        .with_current_leader_epoch(-1)
-                        .with_timestamp(timestamp)
-                })
-                .collect(),
-        ),
-    ]);
+pub async fn list_offsets(
+    conn: &Conn,
+    topic: &str,
+    partitions: &[i32],
+    timestamp: i64,
+) -> Result<Vec<i64>> {
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
+            .with_name(topic_name(topic))
+            .with_partitions(
+                partitions
+                    .iter()
+                    .map(|&p| {
+                        list_offsets_request::ListOffsetsPartition::default()
+                            .with_partition_index(p)
+                            .with_current_leader_epoch(-1)
+                            .with_timestamp(timestamp)
+                    })
+                    .collect(),
+            )]);
     let resp: ListOffsetsResponse = conn.request(ApiKey::ListOffsets, &req).await?;
     let mut out = Vec::with_capacity(partitions.len());
     for &p in partitions {

@@ -78,7 +78,12 @@ impl Default for BatchBuilder {
 
 impl BatchBuilder {
     pub fn new() -> Self {
-        BatchBuilder { records: BytesMut::with_capacity(16 * 1024), count: 0, base_timestamp: 0, max_timestamp: 0 }
+        BatchBuilder {
+            records: BytesMut::with_capacity(16 * 1024),
+            count: 0,
+            base_timestamp: 0,
+            max_timestamp: 0,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -265,7 +270,9 @@ pub fn for_each_record(data: &[u8], mut f: impl FnMut(RecordView<'_>)) -> Result
             let offset_delta = get_varint(&records, &mut p)?;
             let key_len = get_varint(&records, &mut p)?;
             let key = if key_len >= 0 {
-                let k = records.get(p..p + key_len as usize).context("key overruns record")?;
+                let k = records
+                    .get(p..p + key_len as usize)
+                    .context("key overruns record")?;
                 p += key_len as usize;
                 Some(k)
             } else {
@@ -273,11 +280,20 @@ pub fn for_each_record(data: &[u8], mut f: impl FnMut(RecordView<'_>)) -> Result
             };
             let value_len = get_varint(&records, &mut p)?;
             let value = if value_len >= 0 {
-                Some(records.get(p..p + value_len as usize).context("value overruns record")?)
+                Some(
+                    records
+                        .get(p..p + value_len as usize)
+                        .context("value overruns record")?,
+                )
             } else {
                 None
             };
-            f(RecordView { offset: base_offset + offset_delta, timestamp_ms: base_ts + ts_delta, key, value });
+            f(RecordView {
+                offset: base_offset + offset_delta,
+                timestamp_ms: base_ts + ts_delta,
+                key,
+                value,
+            });
             p = end;
         }
     }
@@ -290,11 +306,21 @@ mod tests {
 
     #[test]
     fn every_codec_round_trips() {
-        for codec in [Codec::None, Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
+        for codec in [
+            Codec::None,
+            Codec::Gzip,
+            Codec::Snappy,
+            Codec::Lz4,
+            Codec::Zstd,
+        ] {
             let mut b = BatchBuilder::new();
             for i in 0..100 {
                 let key = format!("k{i}");
-                b.push(1_000 + i, (i % 3 != 0).then_some(key.as_bytes()), format!("value-{i}").repeat(10).as_bytes());
+                b.push(
+                    1_000 + i,
+                    (i % 3 != 0).then_some(key.as_bytes()),
+                    format!("value-{i}").repeat(10).as_bytes(),
+                );
             }
             let batch = b.finish(codec).unwrap();
             assert!(b.is_empty());
@@ -305,7 +331,12 @@ mod tests {
             stored[0..8].copy_from_slice(&500i64.to_be_bytes());
             let mut seen = Vec::new();
             let next = for_each_record(&stored, |r| {
-                seen.push((r.offset, r.timestamp_ms, r.key.map(<[u8]>::to_vec), r.value.unwrap().to_vec()))
+                seen.push((
+                    r.offset,
+                    r.timestamp_ms,
+                    r.key.map(<[u8]>::to_vec),
+                    r.value.unwrap().to_vec(),
+                ))
             })
             .unwrap();
             assert_eq!(next, Some(600), "{codec:?}");

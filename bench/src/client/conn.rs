@@ -14,7 +14,9 @@ use futures_lite::io::{ReadHalf, WriteHalf};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use glommio::sync::Semaphore;
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
 /// The newest version of each API this client can speak (it names topics, never topic ids).
@@ -45,12 +47,14 @@ fn client_min_version(api: ApiKey) -> i16 {
 }
 
 type Waiter = oneshot::Sender<Result<Bytes>>;
+/// Requests written and not yet answered, oldest first: correlation id, API, version, waiter.
+type PendingQueue = Rc<RefCell<VecDeque<(i32, ApiKey, i16, Option<Waiter>)>>>;
 
 pub struct Conn {
     pub addr: String,
     writer: RefCell<Option<WriteHalf<TcpStream>>>,
     write_lock: Semaphore,
-    pending: Rc<RefCell<VecDeque<(i32, ApiKey, i16, Option<Waiter>)>>>,
+    pending: PendingQueue,
     next_correlation_id: Cell<i32>,
     versions: RefCell<HashMap<i16, (i16, i16)>>,
     broken: Rc<Cell<bool>>,
@@ -59,8 +63,9 @@ pub struct Conn {
 impl Conn {
     /// Connects and negotiates versions.
     pub async fn connect(addr: &str) -> Result<Rc<Conn>> {
-        let stream =
-            TcpStream::connect(addr).await.map_err(|e| anyhow!("cannot connect to {addr}: {e}"))?;
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| anyhow!("cannot connect to {addr}: {e}"))?;
         stream.set_nodelay(true).map_err(|e| anyhow!("{e}"))?;
         let (reader, writer) = futures_lite::io::split(stream);
         let conn = Rc::new(Conn {
@@ -72,18 +77,33 @@ impl Conn {
             versions: RefCell::new(HashMap::new()),
             broken: Rc::new(Cell::new(false)),
         });
-        glommio::spawn_local(read_loop(reader, conn.pending.clone(), conn.broken.clone(), addr.to_string())).detach();
+        glommio::spawn_local(read_loop(
+            reader,
+            conn.pending.clone(),
+            conn.broken.clone(),
+            addr.to_string(),
+        ))
+        .detach();
         let resp: ApiVersionsResponse = conn
-            .request_at(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()
-                .with_client_software_name(StrBytes::from_static_str("keel-bench"))
-                .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION"))))
+            .request_at(
+                ApiKey::ApiVersions,
+                3,
+                &ApiVersionsRequest::default()
+                    .with_client_software_name(StrBytes::from_static_str("keel-bench"))
+                    .with_client_software_version(StrBytes::from_static_str(env!(
+                        "CARGO_PKG_VERSION"
+                    ))),
+            )
             .await
             .with_context(|| format!("ApiVersions to {addr}"))?;
         if resp.error_code != 0 {
             bail!("{addr} answered ApiVersions with error {}", resp.error_code);
         }
-        *conn.versions.borrow_mut() =
-            resp.api_keys.iter().map(|k| (k.api_key, (k.min_version, k.max_version))).collect();
+        *conn.versions.borrow_mut() = resp
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect();
         Ok(conn)
     }
 
@@ -96,7 +116,12 @@ impl Conn {
             .ok_or_else(|| anyhow!("{} does not support {api:?}", self.addr))?;
         let v = max.min(client_max_version(api));
         if v < min.max(client_min_version(api)) {
-            bail!("{} supports {api:?} v{min}-{max}; keel-bench needs v{}-{}", self.addr, client_min_version(api), client_max_version(api));
+            bail!(
+                "{} supports {api:?} v{min}-{max}; keel-bench needs v{}-{}",
+                self.addr,
+                client_min_version(api),
+                client_max_version(api)
+            );
         }
         Ok(v)
     }
@@ -122,9 +147,12 @@ impl Conn {
         Resp: Decodable + HeaderVersion,
     {
         let rx = self.send(api, version, req, true).await?.expect("a waiter");
-        let mut body = rx.await.map_err(|_| anyhow!("connection to {} closed", self.addr))??;
+        let mut body = rx
+            .await
+            .map_err(|_| anyhow!("connection to {} closed", self.addr))??;
         ResponseHeader::decode(&mut body, Resp::header_version(version))?;
-        Resp::decode(&mut body, version).with_context(|| format!("decoding {api:?} v{version} response"))
+        Resp::decode(&mut body, version)
+            .with_context(|| format!("decoding {api:?} v{version} response"))
     }
 
     /// Writes the request; returns the waiter for its response (None without a response).
@@ -151,7 +179,11 @@ impl Conn {
         req.encode(&mut buf, version)?;
         let size = (buf.len() - 4) as i32;
         buf[0..4].copy_from_slice(&size.to_be_bytes());
-        let _permit = self.write_lock.acquire_permit(1).await.map_err(|e| anyhow!("{e}"))?;
+        let _permit = self
+            .write_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| anyhow!("{e}"))?;
         let (tx, rx) = if expect_response {
             let (tx, rx) = oneshot::channel();
             (Some(tx), Some(rx))
@@ -159,9 +191,15 @@ impl Conn {
             (None, None)
         };
         if expect_response {
-            self.pending.borrow_mut().push_back((correlation_id, api, version, tx));
+            self.pending
+                .borrow_mut()
+                .push_back((correlation_id, api, version, tx));
         }
-        let mut writer = self.writer.borrow_mut().take().ok_or_else(|| anyhow!("connection to {} is closed", self.addr))?;
+        let mut writer = self
+            .writer
+            .borrow_mut()
+            .take()
+            .ok_or_else(|| anyhow!("connection to {} is closed", self.addr))?;
         let written = writer.write_all(&buf).await;
         *self.writer.borrow_mut() = Some(writer);
         if let Err(e) = written {
@@ -174,7 +212,7 @@ impl Conn {
 
 async fn read_loop(
     mut reader: ReadHalf<TcpStream>,
-    pending: Rc<RefCell<VecDeque<(i32, ApiKey, i16, Option<Waiter>)>>>,
+    pending: PendingQueue,
     broken: Rc<Cell<bool>>,
     addr: String,
 ) {
