@@ -213,7 +213,7 @@ fn random_pool(body_len: usize, compressibility: f64, seed: u64) -> Vec<u8> {
     let cap = (POOL_BYTES_MAX / body_len).max(2);
     let bodies = by_bytes.max(POOL_BODIES_MIN).min(cap);
     let mut pool = vec![0u8; bodies * body_len];
-    let mut rng = Rng::new(seed ^ 0x5041_594C_4F41_44);
+    let mut rng = Rng::new(seed ^ 0x0050_4159_4C4F_4144);
     fill_mixed(&mut pool, compressibility, &mut rng);
     pool
 }
