@@ -189,9 +189,10 @@ fn compress(codec: Codec, raw: &[u8]) -> Result<Vec<u8>> {
     })
 }
 
-fn decompress(codec: i16, data: &[u8]) -> Result<Vec<u8>> {
-    Ok(match codec {
-        0 => data.to_vec(),
+fn decompress(codec: i16, data: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>> {
+    use std::borrow::Cow;
+    Ok(Cow::Owned(match codec {
+        0 => return Ok(Cow::Borrowed(data)),
         1 => {
             let mut out = Vec::new();
             flate2::read::GzDecoder::new(data).read_to_end(&mut out)?;
@@ -221,7 +222,7 @@ fn decompress(codec: i16, data: &[u8]) -> Result<Vec<u8>> {
         }
         4 => zstd::stream::decode_all(data)?,
         other => bail!("unknown codec {other}"),
-    })
+    }))
 }
 
 /// One record as the consumer sees it.
