@@ -173,7 +173,6 @@ impl Workload {
     /// `topic_configs=a=1,b=2` replaces them all (empty clears). Does not validate: call
     /// [`Workload::validate`] after the last override.
     pub fn set(&mut self, key: &str, value: &str) -> anyhow::Result<()> {
-        let raw = value;
         let value = value.trim();
         let key = key.trim();
         let config = ["topic_configs.", "topic-configs."]
@@ -198,7 +197,7 @@ impl Workload {
             "message_size" => self.message_size = parse_num(&key, value)?,
             "payload_compressibility" => self.payload_compressibility = parse_num(&key, value)?,
             "payload_file" => {
-                self.payload_file = (!value.is_empty() && value != "none").then(|| raw.to_owned());
+                self.payload_file = (!value.is_empty() && value != "none").then(|| value.to_owned());
             }
             "key_distribution" => self.key_distribution = value.to_owned(),
             "key_count" => self.key_count = parse_num(&key, value)?,
