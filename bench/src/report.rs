@@ -460,8 +460,18 @@ fn shard_table(shards: &[ShardDelta], measured_s: f64) -> Table {
             "partitions owned",
             "busy s",
             "busy %",
+            "appends",
+            "append µs/each",
+            "commit ms/each",
         ],
     );
+    let per = |secs: f64, n: u64, scale: f64| {
+        if n == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.2}", secs * scale / n as f64)
+        }
+    };
     let mut total = ShardDelta::default();
     for s in shards {
         t.row(vec![
@@ -473,7 +483,13 @@ fn shard_table(shards: &[ShardDelta], measured_s: f64) -> Table {
             s.partitions_owned.to_string(),
             fmt_s(s.busy_s),
             fmt_pct(s.busy_s, measured_s),
+            s.produce_appends.to_string(),
+            per(s.produce_append_s, s.produce_appends, 1e6),
+            per(s.produce_commit_s, s.produce_appends, 1e3),
         ]);
+        total.produce_appends = total.produce_appends.saturating_add(s.produce_appends);
+        total.produce_append_s += s.produce_append_s;
+        total.produce_commit_s += s.produce_commit_s;
         total.requests = total.requests.saturating_add(s.requests);
         total.bytes_in = total.bytes_in.saturating_add(s.bytes_in);
         total.bytes_out = total.bytes_out.saturating_add(s.bytes_out);
@@ -492,6 +508,9 @@ fn shard_table(shards: &[ShardDelta], measured_s: f64) -> Table {
             fmt_s(total.busy_s),
             // Busy share of all shards together: the mean over shards.
             fmt_pct(total.busy_s, measured_s * shards.len() as f64),
+            total.produce_appends.to_string(),
+            per(total.produce_append_s, total.produce_appends, 1e6),
+            per(total.produce_commit_s, total.produce_appends, 1e3),
         ]);
     }
     t
@@ -1183,6 +1202,7 @@ mod tests {
                 cross_shard_hops: 44,
                 partitions_owned: 8,
                 busy_s: 30.0,
+                ..Default::default()
             },
             ShardDelta {
                 shard: 1,
@@ -1192,6 +1212,7 @@ mod tests {
                 cross_shard_hops: 88,
                 partitions_owned: 8,
                 busy_s: 15.0,
+                ..Default::default()
             },
         ]);
         r.probe = Some(ProbeResult {

@@ -61,6 +61,14 @@ pub struct ShardDelta {
     pub partitions_owned: u64,
     /// Seconds the shard's executor was busy (not parked), when the target reports it.
     pub busy_s: f64,
+    /// Produce stages on the owner shard (Keel only): partition appends, seconds spent
+    /// validating + appending, and seconds requests waited for their commit (write + fsync).
+    #[serde(default)]
+    pub produce_appends: u64,
+    #[serde(default)]
+    pub produce_append_s: f64,
+    #[serde(default)]
+    pub produce_commit_s: f64,
 }
 
 /// The machine's own limits (`keel-bench probe`).

@@ -35,6 +35,9 @@ pub struct ShardCounters {
     /// A gauge, not a counter.
     pub partitions_owned: u64,
     pub busy_s: f64,
+    pub produce_appends: u64,
+    pub produce_append_s: f64,
+    pub produce_commit_s: f64,
 }
 
 /// Parses Prometheus text into per-shard counters, sorted by shard.
@@ -58,17 +61,22 @@ pub fn parse(text: &str) -> Vec<ShardCounters> {
             "keel_bytes_out_total" => entry.bytes_out = as_u64(value),
             "keel_cross_shard_hops_total" => entry.cross_shard_hops = as_u64(value),
             "keel_partitions_owned" => entry.partitions_owned = as_u64(value),
-            "keel_shard_busy_seconds_total" => {
-                entry.busy_s = if value.is_finite() && value > 0.0 {
-                    value
-                } else {
-                    0.0
-                }
-            }
+            "keel_shard_busy_seconds_total" => entry.busy_s = as_seconds(value),
+            "keel_produce_appends_total" => entry.produce_appends = as_u64(value),
+            "keel_produce_append_seconds_total" => entry.produce_append_s = as_seconds(value),
+            "keel_produce_commit_seconds_total" => entry.produce_commit_s = as_seconds(value),
             _ => {}
         }
     }
     shards.into_values().collect()
+}
+
+fn as_seconds(value: f64) -> f64 {
+    if value.is_finite() && value > 0.0 {
+        value
+    } else {
+        0.0
+    }
 }
 
 /// Fetches and parses `http://{admin}/metrics`. `admin` is "HOST:PORT".
@@ -87,6 +95,7 @@ pub fn delta(before: &[ShardCounters], after: &[ShardCounters]) -> Vec<ShardDelt
             let zero = ShardCounters::default();
             let b = before.iter().find(|b| b.shard == a.shard).unwrap_or(&zero);
             let busy_s = a.busy_s - b.busy_s;
+            let secs = |x: f64| if x.is_finite() && x > 0.0 { x } else { 0.0 };
             ShardDelta {
                 shard: a.shard,
                 requests: a.requests.saturating_sub(b.requests),
@@ -94,11 +103,10 @@ pub fn delta(before: &[ShardCounters], after: &[ShardCounters]) -> Vec<ShardDelt
                 bytes_out: a.bytes_out.saturating_sub(b.bytes_out),
                 cross_shard_hops: a.cross_shard_hops.saturating_sub(b.cross_shard_hops),
                 partitions_owned: a.partitions_owned,
-                busy_s: if busy_s.is_finite() && busy_s > 0.0 {
-                    busy_s
-                } else {
-                    0.0
-                },
+                busy_s: secs(busy_s),
+                produce_appends: a.produce_appends.saturating_sub(b.produce_appends),
+                produce_append_s: secs(a.produce_append_s - b.produce_append_s),
+                produce_commit_s: secs(a.produce_commit_s - b.produce_commit_s),
             }
         })
         .collect();
@@ -343,6 +351,7 @@ keel_up 1
                     cross_shard_hops: 2,
                     partitions_owned: 1,
                     busy_s: 1.25,
+                    ..Default::default()
                 },
                 ShardCounters {
                     shard: 1,
@@ -421,6 +430,7 @@ keel_up 1
                 cross_shard_hops: 3,
                 partitions_owned: 4,
                 busy_s: 2.5,
+                ..Default::default()
             }
         );
         assert_eq!(d[1].bytes_in, 0);

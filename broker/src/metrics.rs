@@ -17,6 +17,11 @@ pub struct ShardCounters {
     pub produce_records: Cell<u64>,
     pub produce_batches: Cell<u64>,
     pub fetch_bytes: Cell<u64>,
+    /// Produce work on the owner shard: partition appends, time validating and appending
+    /// (CPU), and time waiting for the commit (write + fdatasync under flush.policy=group).
+    pub produce_appends: Cell<u64>,
+    pub produce_append_ns: Cell<u64>,
+    pub produce_commit_ns: Cell<u64>,
 }
 
 impl Default for ShardCounters {
@@ -31,6 +36,9 @@ impl Default for ShardCounters {
             produce_records: Cell::new(0),
             produce_batches: Cell::new(0),
             fetch_bytes: Cell::new(0),
+            produce_appends: Cell::new(0),
+            produce_append_ns: Cell::new(0),
+            produce_commit_ns: Cell::new(0),
         }
     }
 }
@@ -78,6 +86,9 @@ impl ShardCounters {
             produce_records: self.produce_records.get(),
             produce_batches: self.produce_batches.get(),
             fetch_bytes: self.fetch_bytes.get(),
+            produce_appends: self.produce_appends.get(),
+            produce_append_s: self.produce_append_ns.get() as f64 / 1e9,
+            produce_commit_s: self.produce_commit_ns.get() as f64 / 1e9,
             ..Default::default()
         }
     }
@@ -100,6 +111,9 @@ pub struct CountersSnapshot {
     /// Seconds the shard's executor spent running tasks and polling I/O (not parked).
     pub busy_s: f64,
     pub tasks_executed: u64,
+    pub produce_appends: u64,
+    pub produce_append_s: f64,
+    pub produce_commit_s: f64,
 }
 
 /// Renders every shard's counters in Prometheus text format.
@@ -107,7 +121,7 @@ pub fn render(shards: &[CountersSnapshot]) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let mut family =
-        |name: &str, kind: &str, help: &str, value: &dyn Fn(&CountersSnapshot) -> u64| {
+        |name: &str, kind: &str, help: &str, value: &dyn Fn(&CountersSnapshot) -> f64| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             for (i, s) in shards.iter().enumerate() {
                 let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", value(s));
@@ -117,85 +131,98 @@ pub fn render(shards: &[CountersSnapshot]) -> String {
         "keel_bytes_in_total",
         "counter",
         "Request bytes read from clients.",
-        &|s| s.bytes_in,
+        &|s| s.bytes_in as f64,
     );
     family(
         "keel_bytes_out_total",
         "counter",
         "Response bytes written to clients.",
-        &|s| s.bytes_out,
+        &|s| s.bytes_out as f64,
     );
     family(
         "keel_cross_shard_hops_total",
         "counter",
         "Calls this shard sent to the owner shard of a partition (or to the controller).",
-        &|s| s.cross_shard_hops,
+        &|s| s.cross_shard_hops as f64,
     );
     family(
         "keel_cross_shard_jobs_total",
         "counter",
         "Calls this shard ran for other shards.",
-        &|s| s.cross_shard_jobs,
+        &|s| s.cross_shard_jobs as f64,
     );
     family(
         "keel_partitions_owned",
         "gauge",
         "Partitions whose log this shard owns.",
-        &|s| s.partitions_owned,
+        &|s| s.partitions_owned as f64,
     );
     family(
         "keel_connections",
         "gauge",
         "Open client connections.",
-        &|s| s.connections_open,
+        &|s| s.connections_open as f64,
     );
     family(
         "keel_connections_total",
         "counter",
         "Client connections accepted.",
-        &|s| s.connections_total,
+        &|s| s.connections_total as f64,
     );
     family(
         "keel_produce_records_total",
         "counter",
         "Records appended.",
-        &|s| s.produce_records,
+        &|s| s.produce_records as f64,
     );
     family(
         "keel_produce_batches_total",
         "counter",
         "Record batches appended.",
-        &|s| s.produce_batches,
+        &|s| s.produce_batches as f64,
     );
     family(
         "keel_fetch_bytes_total",
         "counter",
         "Record bytes returned by Fetch.",
-        &|s| s.fetch_bytes,
+        &|s| s.fetch_bytes as f64,
     );
     family(
         "keel_shard_tasks_total",
         "counter",
         "Tasks the shard's executor ran.",
-        &|s| s.tasks_executed,
+        &|s| s.tasks_executed as f64,
     );
     family(
         "keel_requests_unknown_api_total",
         "counter",
         "Requests with an unknown API key.",
-        &|s| s.requests_unknown_api,
+        &|s| s.requests_unknown_api as f64,
     );
-    let _ = writeln!(
-        out,
-        "# HELP keel_shard_busy_seconds_total Time the shard's executor ran tasks or polled I/O (not parked).\n# TYPE keel_shard_busy_seconds_total counter"
+    family(
+        "keel_shard_busy_seconds_total",
+        "counter",
+        "Time the shard's executor ran tasks or polled I/O (not parked).",
+        &|s| s.busy_s,
     );
-    for (i, s) in shards.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "keel_shard_busy_seconds_total{{shard=\"{i}\"}} {:.6}",
-            s.busy_s
-        );
-    }
+    family(
+        "keel_produce_append_seconds_total",
+        "counter",
+        "Owner-shard time validating and appending produced batches.",
+        &|s| s.produce_append_s,
+    );
+    family(
+        "keel_produce_commit_seconds_total",
+        "counter",
+        "Owner-shard time produce requests waited for their commit (write, and fdatasync under flush.policy=group).",
+        &|s| s.produce_commit_s,
+    );
+    family(
+        "keel_produce_appends_total",
+        "counter",
+        "Partition appends of produce requests (owner shard).",
+        &|s| s.produce_appends as f64,
+    );
     let _ = writeln!(
         out,
         "# HELP keel_requests_total Kafka requests received, by API.\n# TYPE keel_requests_total counter"

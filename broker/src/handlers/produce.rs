@@ -135,6 +135,7 @@ async fn append_on_owner(
     acks: i16,
 ) -> Vec<PartResult> {
     let now = now_ms();
+    let append_started = std::time::Instant::now();
     let mut results = Vec::with_capacity(items.len());
     let mut commits = Vec::new();
     for (i, item) in items.into_iter().enumerate() {
@@ -190,6 +191,12 @@ async fn append_on_owner(
             }
         }
     }
+    let c = &shard.counters;
+    c.produce_appends
+        .set(c.produce_appends.get() + commits.len() as u64);
+    c.produce_append_ns
+        .set(c.produce_append_ns.get() + append_started.elapsed().as_nanos() as u64);
+    let commit_started = std::time::Instant::now();
     let commit_all = commits.into_iter().map(|(i, part, upto)| async move {
         let r = part.log.commit(upto).await;
         part.waiters.notify();
@@ -207,7 +214,11 @@ async fn append_on_owner(
         }
         return results;
     }
-    for (i, r) in join_all(commit_all.collect()).await {
+    let committed = join_all(commit_all.collect()).await;
+    let c = &shard.counters;
+    c.produce_commit_ns
+        .set(c.produce_commit_ns.get() + commit_started.elapsed().as_nanos() as u64);
+    for (i, r) in committed {
         if let Err(e) = r {
             tracing::error!(error = %e, "commit failed");
             let mut f = failed(storage_code(&e));
