@@ -438,6 +438,10 @@ fn run_blocks(r: &RunResult) -> Vec<Block> {
 
     if let Some(shards) = &r.shards {
         blocks.push(Block::Table(shard_table(shards, r.measured_s)));
+        blocks.push(Block::Line(String::new()));
+        for line in where_the_time_goes(r, shards) {
+            blocks.push(Block::Line(line));
+        }
     }
 
     if let Some(p) = &r.probe {
@@ -446,6 +450,43 @@ fn run_blocks(r: &RunResult) -> Vec<Block> {
         blocks.push(Block::Table(probe_ratio_table(r, p)));
     }
     blocks
+}
+
+/// Where a produce's time and the machine's CPU went: the commit (write + fdatasync) per
+/// append against the disk's own fdatasync, and the cores the broker and the tool kept busy.
+fn where_the_time_goes(r: &RunResult, shards: &[ShardDelta]) -> Vec<String> {
+    let mut out = vec!["where the time goes".to_string()];
+    let appends: u64 = shards.iter().map(|s| s.produce_appends).sum();
+    if appends > 0 {
+        let commit_ms =
+            shards.iter().map(|s| s.produce_commit_s).sum::<f64>() * 1e3 / appends as f64;
+        let append_us =
+            shards.iter().map(|s| s.produce_append_s).sum::<f64>() * 1e6 / appends as f64;
+        let mut line = format!(
+            "  produce, per partition append: validate+append {append_us:.1} µs, commit wait {commit_ms:.2} ms; publish p50 {:.2} ms",
+            r.publish_latency.p50_ms
+        );
+        if let Some(p) = &r.probe {
+            line.push_str(&format!(
+                " (the disk's 4 KiB fdatasync p50 is {:.2} ms)",
+                p.fdatasync.p50_ms
+            ));
+        }
+        out.push(line);
+    }
+    let secs = r.measured_s.max(1e-9);
+    let broker_cores = shards.iter().map(|s| s.busy_s).sum::<f64>() / secs;
+    let tool_cores = r.tool_cpu_s / secs;
+    out.push(format!(
+        "  CPU: broker shards busy {broker_cores:.2} cores, keel-bench {tool_cores:.2} cores, of {} on the machine{}",
+        r.machine_cores,
+        if broker_cores + tool_cores > 0.85 * f64::from(r.machine_cores.max(1)) {
+            ": the machine's cores are saturated, so throughput is bounded by CPU (broker and tool together), not by the disk"
+        } else {
+            ""
+        }
+    ));
+    out
 }
 
 fn shard_table(shards: &[ShardDelta], measured_s: f64) -> Table {
@@ -1179,6 +1220,7 @@ mod tests {
             shards: None,
             probe: None,
             machine_cores: 16,
+            tool_cpu_s: 4.0,
         }
     }
 
@@ -1557,5 +1599,52 @@ mod tests {
         )
         .unwrap();
         write_html(&dir.join("compare.html"), &html_compare(&compare(runs))).unwrap();
+    }
+
+    #[test]
+    fn where_the_time_goes_names_commit_and_cpu() {
+        let mut r = RunResult {
+            measured_s: 10.0,
+            machine_cores: 2,
+            tool_cpu_s: 8.0,
+            ..Default::default()
+        };
+        r.publish_latency.p50_ms = 7.5;
+        let shards = vec![
+            ShardDelta {
+                shard: 0,
+                busy_s: 5.0,
+                produce_appends: 100,
+                produce_append_s: 0.003,
+                produce_commit_s: 0.4,
+                ..Default::default()
+            },
+            ShardDelta {
+                shard: 1,
+                busy_s: 6.0,
+                produce_appends: 100,
+                produce_append_s: 0.003,
+                produce_commit_s: 0.2,
+                ..Default::default()
+            },
+        ];
+        let lines = where_the_time_goes(&r, &shards).join("\n");
+        assert!(
+            lines.contains("validate+append 30.0 µs, commit wait 3.00 ms; publish p50 7.50 ms"),
+            "{lines}"
+        );
+        assert!(
+            lines.contains("broker shards busy 1.10 cores, keel-bench 0.80 cores, of 2"),
+            "{lines}"
+        );
+        assert!(lines.contains("saturated"), "{lines}");
+        r.tool_cpu_s = 1.0;
+        let shards: Vec<ShardDelta> = shards
+            .into_iter()
+            .map(|s| ShardDelta { busy_s: 1.0, ..s })
+            .collect();
+        assert!(!where_the_time_goes(&r, &shards)
+            .join("\n")
+            .contains("saturated"));
     }
 }

@@ -137,6 +137,10 @@ pub struct RunResult {
     pub probe: Option<ProbeResult>,
     /// Cores of the machine the benchmark ran on.
     pub machine_cores: u32,
+    /// CPU seconds (user + system) keel-bench itself used during the measured phase: on a
+    /// small machine the tool shares the cores with the broker.
+    #[serde(default)]
+    pub tool_cpu_s: f64,
 }
 
 /// A `compare` run: the same workload against several targets, in rounds.

@@ -108,6 +108,17 @@ impl Clock {
     }
 }
 
+/// CPU seconds (user + system) this process has used so far.
+fn process_cpu_s() -> f64 {
+    // SAFETY: getrusage with a valid pointer to a zeroed local struct.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
 fn now_unix_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -856,10 +867,14 @@ fn run_phase(
     let mut timeline = Vec::new();
     let mut last = (Instant::now(), 0u64, 0u64, 0u64, 0u64);
     let backlog_release = start + Duration::from_secs_f64(w.backlog_s.max(0.0));
+    let mut cpu_at_measure_start: Option<f64> = None;
     loop {
         let now = Instant::now();
         if now >= clock.end {
             break;
+        }
+        if cpu_at_measure_start.is_none() && now >= clock.measure_start {
+            cpu_at_measure_start = Some(process_cpu_s());
         }
         if !shared.consumers_go.load(Ordering::Relaxed) && now >= backlog_release {
             shared.consumers_go.store(true, Ordering::Relaxed);
@@ -925,6 +940,7 @@ fn run_phase(
             timeline.push(point);
         }
     }
+    let tool_cpu_s = process_cpu_s() - cpu_at_measure_start.unwrap_or_else(process_cpu_s);
     shared.consumers_go.store(true, Ordering::Relaxed);
     shared.stop.store(true, Ordering::Relaxed);
     let measured_s = Instant::now()
@@ -980,6 +996,7 @@ fn run_phase(
         machine_cores: std::thread::available_parallelism()
             .map(|n| n.get() as u32)
             .unwrap_or(1),
+        tool_cpu_s,
     })
 }
 
