@@ -1011,7 +1011,6 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
         probe.producer_rate = 0;
         probe.warmup_s = 1.0;
         probe.duration_s = 5.0;
-        probe.consumers_per_topic = 0;
         probe.max_messages = 0;
         probe.backlog_s = 0.0;
         if opts.live {
