@@ -898,7 +898,11 @@ fn run_phase(
             shared.consumed_bytes.load(Ordering::Relaxed),
         );
         // Counters count only the measured phase: the first interval starts at its start.
-        let dt = cur.0.duration_since(last.0.max(clock.measure_start)).as_secs_f64().max(1e-9);
+        let dt = cur
+            .0
+            .duration_since(last.0.max(clock.measure_start))
+            .as_secs_f64()
+            .max(1e-9);
         let p99 = {
             let mut h = shared.interval.lock().unwrap_or_else(|e| e.into_inner());
             let p = h.interval_p99_ms();

@@ -23,22 +23,10 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A /metrics answer larger than this is refused rather than buffered.
 const RESPONSE_BYTES_MAX: usize = 16 * 1024 * 1024;
 
-/// One shard's counters as read from /metrics (cumulative since the broker started).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ShardCounters {
-    pub shard: u32,
-    /// Requests handled, summed over every `api` label.
-    pub requests: u64,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    pub cross_shard_hops: u64,
-    /// A gauge, not a counter.
-    pub partitions_owned: u64,
-    pub busy_s: f64,
-    pub produce_appends: u64,
-    pub produce_append_s: f64,
-    pub produce_commit_s: f64,
-}
+/// One shard's counters as read from /metrics: cumulative since the broker started (a
+/// [`delta`] of two of them is what a run did). `requests` is summed over every `api` label;
+/// `partitions_owned` is a gauge.
+pub type ShardCounters = ShardDelta;
 
 /// Parses Prometheus text into per-shard counters, sorted by shard.
 /// Only samples carrying a `shard` label that parses as a u32 are counted.
