@@ -20,10 +20,13 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
 /// The newest version of each API this client can speak (it names topics, never topic ids).
+/// Fetch stops at v11, the last non-flexible version: some brokers put tagged fields into
+/// v12 responses that only later versions define, which `kafka-protocol`'s strict decoder
+/// refuses (real clients skip them); v11 carries everything a consumer needs.
 pub fn client_max_version(api: ApiKey) -> i16 {
     match api {
         ApiKey::Produce => 11,
-        ApiKey::Fetch => 12,
+        ApiKey::Fetch => 11,
         ApiKey::ListOffsets => 7,
         ApiKey::Metadata => 12,
         ApiKey::ApiVersions => 3,
