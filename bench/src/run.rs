@@ -748,6 +748,7 @@ fn setup(bootstrap: &str, w: &Workload) -> Result<ClusterMap> {
     let names = w.topic_names();
     let partitions = w.partitions_per_topic as i32;
     let configs = w.topic_configs.clone();
+    let create = w.create_topics;
     on_executor(move || {
         Box::pin(async move {
             let conn = crate::client::conn::Conn::connect(&bootstrap).await?;
@@ -756,10 +757,13 @@ fn setup(bootstrap: &str, w: &Workload) -> Result<ClusterMap> {
                 ApiKey::Fetch,
                 ApiKey::Metadata,
                 ApiKey::ListOffsets,
-                ApiKey::CreateTopics,
             ] {
                 conn.version(api)?;
             }
+            if !create {
+                return admin::existing_topics(&conn, &names, partitions).await;
+            }
+            conn.version(ApiKey::CreateTopics)?;
             admin::create_topics(&conn, &names, partitions, &configs).await
         })
     })?
@@ -1054,7 +1058,7 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
             result.shards = Some(crate::scrape::delta(&before, &after));
         }
     }
-    if w.delete_topics_after {
+    if w.delete_topics_after && w.create_topics {
         teardown(&opts.bootstrap, &w)?;
     }
     Ok(result)

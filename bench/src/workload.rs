@@ -80,6 +80,9 @@ pub struct Workload {
     /// Topic configs passed to CreateTopics (e.g. retention.bytes).
     pub topic_configs: BTreeMap<String, String>,
     pub delete_topics_after: bool,
+    /// Create the topics (deleting leftovers first). When false the topics must already
+    /// exist with `partitions_per_topic` partitions, and are left in place.
+    pub create_topics: bool,
     /// Seed of keys and payload bodies.
     pub seed: u64,
 }
@@ -112,6 +115,7 @@ impl Default for Workload {
             backlog_s: 0.0,
             topic_configs: BTreeMap::new(),
             delete_topics_after: true,
+            create_topics: true,
             seed: 1,
         }
     }
@@ -217,6 +221,7 @@ impl Workload {
             "backlog_s" => self.backlog_s = parse_num(&key, value)?,
             "topic_configs" => self.topic_configs = parse_config_list(value)?,
             "delete_topics_after" => self.delete_topics_after = parse_bool(&key, value)?,
+            "create_topics" => self.create_topics = parse_bool(&key, value)?,
             "seed" => self.seed = parse_num(&key, value)?,
             _ => bail!("--set {key}: unknown workload field (see bench/workloads/*.toml for the field names)"),
         }

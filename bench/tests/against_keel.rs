@@ -234,3 +234,31 @@ fn clear_errors_for_an_unreachable_target() {
     let err = String::from_utf8_lossy(&result.stderr);
     assert!(err.contains("cannot connect to 127.0.0.1"), "{err}");
 }
+
+#[test]
+fn clear_error_for_a_missing_topic() {
+    let keel = Keel::start();
+    let result = bench()
+        .args([
+            "run",
+            "--bootstrap",
+            &format!("127.0.0.1:{}", keel.port),
+            "--quiet",
+            "--duration",
+            "1",
+        ])
+        .args([
+            "--set",
+            "create_topics=false",
+            "--set",
+            "topic_prefix=absent",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(result.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        err.contains("topic \"absent-custom-0\" does not exist"),
+        "{err}"
+    );
+}

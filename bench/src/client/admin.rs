@@ -147,6 +147,31 @@ pub async fn create_topics(
     }
 }
 
+/// Checks that the topics exist with `partitions` partitions each, all led by some broker.
+pub async fn existing_topics(conn: &Conn, names: &[String], partitions: i32) -> Result<ClusterMap> {
+    let map = metadata(conn, Some(names)).await?;
+    for n in names {
+        match map.leaders.get(n) {
+            None => bail!(
+                "topic {n:?} does not exist on {} (create_topics = false)",
+                conn.addr
+            ),
+            Some(l) if l.len() != partitions as usize => {
+                bail!(
+                    "topic {n:?} has {} partitions on {}, the workload says {partitions}",
+                    l.len(),
+                    conn.addr
+                )
+            }
+            Some(l) if l.iter().any(|&x| x < 0) => {
+                bail!("topic {n:?} has partitions without a leader")
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(map)
+}
+
 pub async fn delete_topics(conn: &Conn, names: &[String]) -> Result<()> {
     let req = DeleteTopicsRequest::default()
         .with_timeout_ms(30_000)
