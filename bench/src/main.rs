@@ -28,8 +28,9 @@ options:
   --metrics HOST:PORT    Keel admin address: per-shard profile from /metrics (run);
                          compare takes NAME=HOST:PORT
   --verify               check every acknowledged message was consumed once, in order
-  --probe-dir DIR        probe this directory's disk first and report ratios to it
-  --quick-probe          a shorter probe
+  --probe-dir DIR        probe this directory's disk first (full probe) and report ratios to it;
+                         without it a quick probe of the temp directory runs
+  --quick-probe          a shorter probe;   --no-probe  no probe, no ratios
   --out DIR              where result.json and report.html go (default ./keel-bench-results/<time>)
   --name NAME            the target's name in reports (run)
   --quiet                no live line
@@ -44,6 +45,7 @@ struct Common {
     verify: bool,
     probe_dir: Option<PathBuf>,
     quick_probe: bool,
+    no_probe: bool,
     out: Option<PathBuf>,
     name: Option<String>,
     quiet: bool,
@@ -86,6 +88,7 @@ fn parse(args: &[String], positional_targets: bool) -> Result<Common> {
             "--verify" => c.verify = true,
             "--probe-dir" => c.probe_dir = Some(val("--probe-dir")?.into()),
             "--quick-probe" => c.quick_probe = true,
+            "--no-probe" => c.no_probe = true,
             "--out" => c.out = Some(val("--out")?.into()),
             "--name" => c.name = Some(val("--name")?),
             "--quiet" => c.quiet = true,
@@ -135,13 +138,24 @@ fn out_dir(c: &Common) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// Every report carries the machine's own limits, so its figures read as ratios to them:
+/// a full probe of `--probe-dir`, or a quick one of the temp directory by default.
 fn maybe_probe(c: &Common) -> Result<Option<ProbeResult>> {
-    let Some(dir) = &c.probe_dir else {
+    if c.no_probe {
         return Ok(None);
+    }
+    let (dir, quick) = match &c.probe_dir {
+        Some(d) => (d.clone(), c.quick_probe),
+        None => (std::env::temp_dir(), true),
     };
-    eprintln!("probing {} (disk, fdatasync, loopback) ...", dir.display());
-    let p = probe::run(dir, c.quick_probe)?;
-    Ok(Some(p))
+    if !c.quiet {
+        let kind = if quick { "quick" } else { "full" };
+        eprintln!(
+            "probing {} ({kind}: disk, fdatasync, loopback) ...",
+            dir.display()
+        );
+    }
+    Ok(Some(probe::run(&dir, quick)?))
 }
 
 fn options(

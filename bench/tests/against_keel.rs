@@ -160,6 +160,13 @@ fn verify_finds_nothing_lost_duplicated_or_reordered() {
         "the report has the two plots"
     );
     assert!(stdout.contains("lost"), "{stdout}");
+    // Every report carries the machine probe (a quick one by default) and ratios to it.
+    assert!(
+        json["probe"]["disk_write_mb_per_s"].as_f64().unwrap() > 0.0,
+        "{}",
+        json["probe"]
+    );
+    assert!(stdout.contains("against the machine probe"), "{stdout}");
 }
 
 #[test]
