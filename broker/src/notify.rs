@@ -1,31 +1,32 @@
 //! Fetch long-poll waiters per partition, and running futures side by side on a shard.
 
 use std::cell::RefCell;
-use std::rc::Rc;
 
-use keel_shard::Event;
+/// A fetch waiting for new data, possibly on another shard: a `Send` sender that the
+/// partition's owner signals once. The fetch holds the receiver; when it finishes (data,
+/// deadline or shutdown) it drops it, and the owner prunes the closed sender.
+pub type DataWaiter = futures_channel::mpsc::UnboundedSender<()>;
 
 /// Waiters for "the high watermark moved" on one partition. Each notify wakes everyone
-/// registered so far; a waiter registers a fresh [`Event`].
+/// registered so far. The list is bounded by pruning waiters whose fetch has moved on.
 #[derive(Default)]
 pub struct DataWaiters {
-    waiters: RefCell<Vec<Rc<Event>>>,
+    waiters: RefCell<Vec<DataWaiter>>,
 }
 
 impl DataWaiters {
-    pub fn register(&self, event: Rc<Event>) {
+    pub fn register(&self, waiter: DataWaiter) {
         let mut w = self.waiters.borrow_mut();
-        // Bound the list: drop events that already fired (their fetch has moved on).
         if w.len() >= 64 {
-            w.retain(|e| !e.is_fired());
+            w.retain(|tx| !tx.is_closed());
         }
-        w.push(event);
+        w.push(waiter);
     }
 
     pub fn notify(&self) {
         let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
-        for e in waiters {
-            e.fire();
+        for tx in waiters {
+            let _ = tx.unbounded_send(());
         }
     }
 }

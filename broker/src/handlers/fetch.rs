@@ -20,9 +20,9 @@ use keel_storage::{Offset, StorageError};
 
 use super::ApiSupport;
 use crate::errors::{code, storage_code, NONE};
+use crate::notify::DataWaiter;
 use crate::route::{on_owners, Item};
 use crate::server::BrokerShard;
-use keel_shard::Event;
 
 pub const SUPPORT: ApiSupport = ApiSupport {
     key: ApiKey::Fetch,
@@ -118,25 +118,25 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
     out
 }
 
-/// On the owner: resolves when any of the partitions' high watermark passes its fetch
-/// offset, or after `timeout`.
-async fn wait_on_owner(shard: Rc<BrokerShard>, parts: Vec<(String, i32, i64)>, timeout: Duration) {
-    let event = Event::new();
-    for (topic, index, offset) in &parts {
+/// On the owner: registers `waiter` with each partition, or signals it at once when a
+/// partition already has data past its fetch offset (or moved away). Returns at once: a
+/// waiting fetch holds no mesh slot on the owner.
+fn wait_on_owner(shard: &BrokerShard, parts: &[(String, i32, i64)], waiter: &DataWaiter) {
+    for (topic, index, offset) in parts {
         match shard.partition(topic, *index) {
             Some(p) if p.log.offsets().high_watermark.0 <= *offset => {
-                p.waiters.register(event.clone())
+                p.waiters.register(waiter.clone())
             }
-            // Data already there, or the partition moved/vanished: let the caller re-read.
-            _ => return,
+            _ => {
+                let _ = waiter.unbounded_send(());
+                return;
+            }
         }
     }
-    event.wait_timeout(timeout).await;
 }
 
 /// Waits until any owner reports new data, the deadline passes or shutdown begins.
 async fn wait_any(shard: &Rc<BrokerShard>, parts: Vec<(String, i32, i64)>, deadline: Instant) {
-    let timeout = deadline.saturating_duration_since(Instant::now());
     let image = shard.image();
     let mut by_shard: BTreeMap<usize, Vec<(String, i32, i64)>> = BTreeMap::new();
     for p in parts {
@@ -144,28 +144,35 @@ async fn wait_any(shard: &Rc<BrokerShard>, parts: Vec<(String, i32, i64)>, deadl
             by_shard.entry(meta.shard as usize).or_default().push(p);
         }
     }
-    let done = Event::new();
+    let (waiter, mut woken) = futures_channel::mpsc::unbounded::<()>();
     for (target, parts) in by_shard {
-        let shard = shard.clone();
-        let done = done.clone();
-        glommio::spawn_local(async move {
-            if target == shard.id {
-                wait_on_owner(shard, parts, timeout).await;
-            } else {
-                let _ = shard
-                    .mesh
-                    .call(target, move |s| wait_on_owner(s, parts, timeout))
-                    .await;
+        if target == shard.id {
+            wait_on_owner(shard, &parts, &waiter);
+        } else {
+            let waiter = waiter.clone();
+            let registered = shard
+                .mesh
+                .call(target, move |s| async move {
+                    wait_on_owner(&s, &parts, &waiter)
+                })
+                .await;
+            if registered.is_err() {
+                return; // the owner is going away: let the caller re-read now
             }
-            done.fire();
-        })
-        .detach();
+        }
     }
-    futures_lite::future::or(done.wait_timeout(timeout), async {
+    drop(waiter);
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    let woke = async {
+        futures_lite::StreamExt::next(&mut woken).await;
+    };
+    let expired = async {
+        glommio::timer::sleep(timeout).await;
+    };
+    let stopping = async {
         shard.shutdown.wait().await;
-        false
-    })
-    .await;
+    };
+    futures_lite::future::or(woke, futures_lite::future::or(expired, stopping)).await;
 }
 
 pub async fn handle(
