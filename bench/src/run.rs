@@ -65,6 +65,8 @@ struct Shared {
     /// Messages acknowledged (or sent, for acks=0), all phases.
     acked_total: AtomicU64,
     producers_done: AtomicU64,
+    /// Producers in the run: consumers drain until all of them are done.
+    producers_total: AtomicU64,
     /// Messages consumed per group, all phases.
     consumed_by_group: Vec<AtomicU64>,
     // Measured phase only:
@@ -545,7 +547,8 @@ async fn consumer(
             let deadline = *drain_deadline.get_or_insert_with(|| Instant::now() + DRAIN_MAX);
             let producers_done = shared.producers_done.load(Ordering::Relaxed);
             let acked = shared.acked_total.load(Ordering::Relaxed);
-            if (producers_done > 0 && group_count.load(Ordering::Relaxed) >= acked)
+            let all_done = producers_done >= shared.producers_total.load(Ordering::Relaxed);
+            if (all_done && group_count.load(Ordering::Relaxed) >= acked)
                 || Instant::now() >= deadline
             {
                 break;
@@ -811,6 +814,7 @@ fn run_phase(
             .map(|_| AtomicU64::new(0))
             .collect(),
         consumers_go: AtomicBool::new(w.backlog_s <= 0.0),
+        producers_total: AtomicU64::new(topics.len() as u64 * u64::from(w.producers_per_topic)),
         ..Default::default()
     });
     // Lay producers and consumers over the threads.

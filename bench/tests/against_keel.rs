@@ -102,7 +102,7 @@ fn verify_finds_nothing_lost_duplicated_or_reordered() {
             "--set",
             "partitions_per_topic=6",
             "--set",
-            "producers_per_topic=2",
+            "producers_per_topic=8",
             "--set",
             "consumers_per_topic=2",
         ])
