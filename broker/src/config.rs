@@ -184,6 +184,8 @@ pub struct BrokerConfig {
     pub default_replication_factor: i16,
     pub auto_create_topics_enable: bool,
     pub socket_request_max_bytes: usize,
+    /// Tail-cache budget of one shard, split over the partitions it owns.
+    pub tail_cache_shard_bytes: usize,
     /// Every key with its effective value (defaults filled in).
     pub values: BTreeMap<String, String>,
     /// Keys set explicitly by env, file or flag (DescribeConfigs reports them as static).
@@ -253,6 +255,10 @@ impl BrokerConfig {
             socket_request_max_bytes: parse(
                 "socket.request.max.bytes",
                 &get("socket.request.max.bytes"),
+            )?,
+            tail_cache_shard_bytes: parse(
+                "log.tail.cache.shard.bytes",
+                &get("log.tail.cache.shard.bytes"),
             )?,
             values: values.clone(),
             explicit,
