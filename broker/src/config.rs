@@ -45,6 +45,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "min.insync.replicas", default: "1", doc: "ISR size needed for acks=all" },
     BrokerKey { name: "log.flush.policy", default: "group", doc: "group: fdatasync before ack; interval: ack after write, sync every flush.ms (topic: flush.policy)" },
     BrokerKey { name: "log.flush.interval.ms", default: "1000", doc: "sync period of flush.policy=interval (topic: flush.ms)" },
+    BrokerKey { name: "log.tail.cache.shard.bytes", default: "268435456", doc: "memory per shard for recent batches, split over its partitions (64 KiB to 4 MiB each)" },
 ];
 
 /// A topic-level setting and the broker setting it inherits.
