@@ -2,13 +2,16 @@
 
 use std::cell::RefCell;
 
-/// A fetch waiting for new data, possibly on another shard: a `Send` sender that the
-/// partition's owner signals once. The fetch holds the receiver; when it finishes (data,
-/// deadline or shutdown) it drops it, and the owner prunes the closed sender.
-pub type DataWaiter = futures_channel::mpsc::UnboundedSender<()>;
+/// A fetch waiting for new data: the shard it waits on and its token there. The owner
+/// wakes it with a mesh notification (never a cross-thread waker).
+pub type DataWaiter = (usize, u64);
+
+/// Most waiters one partition keeps; past that the oldest are dropped (their fetches still
+/// end at their deadline and re-read, so nothing is lost but a prompt wake-up).
+const WAITERS_MAX: usize = 1024;
 
 /// Waiters for "the high watermark moved" on one partition. Each notify wakes everyone
-/// registered so far. The list is bounded by pruning waiters whose fetch has moved on.
+/// registered so far.
 #[derive(Default)]
 pub struct DataWaiters {
     waiters: RefCell<Vec<DataWaiter>>,
@@ -17,17 +20,15 @@ pub struct DataWaiters {
 impl DataWaiters {
     pub fn register(&self, waiter: DataWaiter) {
         let mut w = self.waiters.borrow_mut();
-        if w.len() >= 64 {
-            w.retain(|tx| !tx.is_closed());
+        if w.len() >= WAITERS_MAX {
+            w.drain(..WAITERS_MAX / 2);
         }
         w.push(waiter);
     }
 
-    pub fn notify(&self) {
-        let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
-        for tx in waiters {
-            let _ = tx.unbounded_send(());
-        }
+    /// Takes every waiter registered so far; the caller wakes them.
+    pub fn take(&self) -> Vec<DataWaiter> {
+        std::mem::take(&mut *self.waiters.borrow_mut())
     }
 }
 

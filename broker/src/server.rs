@@ -55,6 +55,9 @@ pub struct BrokerShard {
     pub controller: Option<Controller>,
     /// Fires once the first metadata image is installed.
     pub ready: Rc<Event>,
+    /// Fetches of this shard waiting for data, by token (see `handlers::fetch`).
+    fetch_waits: RefCell<HashMap<u64, Rc<Event>>>,
+    next_fetch_wait: Cell<u64>,
 }
 
 impl BrokerShard {
@@ -68,6 +71,57 @@ impl BrokerShard {
             .get(topic)
             .and_then(|m| m.get(&index))
             .cloned()
+    }
+
+    /// Registers a waiting fetch; its token goes to the owners of the partitions it reads.
+    pub fn add_fetch_wait(&self) -> (u64, Rc<Event>) {
+        let token = self.next_fetch_wait.get();
+        self.next_fetch_wait.set(token.wrapping_add(1));
+        let event = Event::new();
+        self.fetch_waits.borrow_mut().insert(token, event.clone());
+        (token, event)
+    }
+
+    pub fn remove_fetch_wait(&self, token: u64) {
+        self.fetch_waits.borrow_mut().remove(&token);
+    }
+
+    /// Wakes a waiting fetch of this shard (an owner saw new data).
+    pub fn wake_fetch(&self, token: u64) {
+        let event = self.fetch_waits.borrow().get(&token).cloned();
+        if let Some(e) = event {
+            e.fire();
+        }
+    }
+
+    /// New data on `part`: wake every fetch waiting for it, here or (by mesh
+    /// notification) on other shards.
+    pub fn notify_data(self: &Rc<Self>, part: &Partition) {
+        let waiters = part.waiters.take();
+        if waiters.is_empty() {
+            return;
+        }
+        let mut remote: HashMap<usize, Vec<u64>> = HashMap::new();
+        for (shard, token) in waiters {
+            if shard == self.id {
+                self.wake_fetch(token);
+            } else {
+                remote.entry(shard).or_default().push(token);
+            }
+        }
+        for (target, tokens) in remote {
+            let mesh = self.mesh.clone();
+            glommio::spawn_local(async move {
+                let _ = mesh
+                    .notify(target, move |s: Rc<BrokerShard>| {
+                        for t in tokens {
+                            s.wake_fetch(t);
+                        }
+                    })
+                    .await;
+            })
+            .detach();
+        }
     }
 
     pub fn partitions_owned(&self) -> usize {
@@ -144,7 +198,7 @@ impl BrokerShard {
             if let Err(e) = part.log.close().await {
                 warn!(shard = self.id, topic = %part.topic, partition = part.index, error = %e, "closing log failed");
             }
-            part.waiters.notify();
+            self.notify_data(&part);
             if deleted {
                 let dir = part.log.dir();
                 if let Err(e) = std::fs::remove_dir_all(&dir) {
@@ -271,6 +325,8 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
         counters: ShardCounters::default(),
         controller,
         ready: Event::new(),
+        fetch_waits: RefCell::new(HashMap::new()),
+        next_fetch_wait: Cell::new(0),
     });
     mesh.serve(receivers, shard.clone(), 4096);
     glommio::spawn_local(shard.clone().ticker()).detach();

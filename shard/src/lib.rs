@@ -16,7 +16,7 @@ mod shutdown;
 pub use error::ShardError;
 pub use event::Event;
 pub use listen::listen_reuseport;
-pub use mesh::{Mesh, MeshCounters};
+pub use mesh::{Job, Mesh, MeshCounters, Message, Reply};
 pub use placement::{shard_for_partition, ShardId};
 pub use runtime::{launch, memlock_limit, raise_memlock_limit, RuntimeConfig, ShardBoot};
 pub use shutdown::{install_signal_handlers, shutdown_requested};

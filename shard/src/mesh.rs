@@ -1,10 +1,15 @@
 //! Cross-shard calls over glommio's channel mesh.
 //!
-//! A call is a `Send` closure that runs on the target shard against that shard's state and
-//! returns its answer over a oneshot. The mesh channels are bounded: a full channel makes the
-//! caller wait (backpressure), never drops. Jobs a shard accepted run as tasks, at most
-//! `max_inflight_jobs` at a time; past that the shard stops draining its channels, so the
-//! senders wait in turn.
+//! A call is a `Send` closure that runs on the target shard against that shard's state. Its
+//! answer comes back over the mesh too, as a [`Message::Reply`] that completes a oneshot on
+//! the caller's own thread. Nothing wakes a task from another thread: glommio's foreign-waker
+//! path double-freed under load (a process abort seen in benchmarks), and STYLE keeps
+//! cross-core traffic on the mesh anyway.
+//!
+//! The mesh channels are bounded: a full channel makes the sender wait (backpressure), never
+//! drops. Calls a shard accepted run as tasks, at most `max_inflight_jobs` at a time; past that
+//! the shard stops draining its channels, so the senders wait in turn. Replies run inline on
+//! the receiving shard and need no slot, so answers always get through.
 //!
 //! If the caller's future is dropped midway the job still runs on the target (it may already
 //! have appended); only its answer is discarded.
@@ -20,8 +25,17 @@ use glommio::sync::Semaphore;
 use crate::ShardError;
 
 type JobFuture = Pin<Box<dyn Future<Output = ()>>>;
-/// A unit of work sent to a shard: runs there against its state `S`.
-pub type Job<S> = Box<dyn FnOnce(Rc<S>) -> JobFuture + Send>;
+/// A unit of work sent to a shard: runs there as a task against its state `S`, with that
+/// shard's mesh to answer through.
+pub type Job<S> = Box<dyn FnOnce(Rc<S>, Rc<Mesh<S>>) -> JobFuture + Send>;
+/// A short completion run inline on the receiving shard (an answer, a wake-up).
+pub type Reply<S> = Box<dyn FnOnce(Rc<S>) + Send>;
+
+/// What travels between shards.
+pub enum Message<S: 'static> {
+    Call(Job<S>),
+    Reply(Reply<S>),
+}
 
 /// Plain per-shard counters of mesh traffic (summed by whoever reads metrics).
 #[derive(Default, Debug, Clone, Copy)]
@@ -36,13 +50,13 @@ pub struct MeshCounters {
 pub struct Mesh<S: 'static> {
     shard_id: usize,
     shard_count: usize,
-    senders: Senders<Job<S>>,
+    senders: Senders<Message<S>>,
     hops_out: Cell<u64>,
     jobs_in: Cell<u64>,
 }
 
 impl<S: 'static> Mesh<S> {
-    pub fn new(senders: Senders<Job<S>>) -> Self {
+    pub fn new(senders: Senders<Message<S>>) -> Self {
         Mesh {
             shard_id: senders.peer_id(),
             shard_count: senders.nr_consumers(),
@@ -67,6 +81,17 @@ impl<S: 'static> Mesh<S> {
         }
     }
 
+    fn check_target(&self, target: usize) -> Result<(), ShardError> {
+        if target >= self.shard_count {
+            return Err(ShardError::NoSuchShard {
+                target,
+                count: self.shard_count,
+            });
+        }
+        assert_ne!(target, self.shard_id, "a shard does not message itself");
+        Ok(())
+    }
+
     /// Runs `f` on shard `target` with that shard's state and returns its answer. Must not be
     /// called with `target == shard_id()`: local work runs inline, the caller decides.
     pub async fn call<R, F, Fut>(&self, target: usize, f: F) -> Result<R, ShardError>
@@ -75,31 +100,56 @@ impl<S: 'static> Mesh<S> {
         F: FnOnce(Rc<S>) -> Fut + Send + 'static,
         Fut: Future<Output = R> + 'static,
     {
-        if target >= self.shard_count {
-            return Err(ShardError::NoSuchShard {
-                target,
-                count: self.shard_count,
-            });
-        }
-        assert_ne!(target, self.shard_id, "a shard does not call itself");
+        self.check_target(target)?;
+        let caller = self.shard_id;
+        // Completed on this thread only, by the Reply the target sends back.
         let (tx, rx) = futures_channel::oneshot::channel();
-        let job: Job<S> = Box::new(move |state: Rc<S>| {
+        let job: Job<S> = Box::new(move |state: Rc<S>, mesh: Rc<Mesh<S>>| {
             Box::pin(async move {
                 let answer = f(state).await;
-                let _ = tx.send(answer);
+                let reply: Reply<S> = Box::new(move |_| {
+                    let _ = tx.send(answer);
+                });
+                if mesh
+                    .senders
+                    .send_to(caller, Message::Reply(reply))
+                    .await
+                    .is_err()
+                {
+                    tracing::debug!(caller, "caller shard gone; answer dropped");
+                }
             })
         });
         self.hops_out.set(self.hops_out.get() + 1);
-        if self.senders.send_to(target, job).await.is_err() {
+        if self
+            .senders
+            .send_to(target, Message::Call(job))
+            .await
+            .is_err()
+        {
             return Err(ShardError::PeerClosed(target));
         }
         rx.await.map_err(|_| ShardError::Canceled(target))
     }
 
-    /// Starts one task per peer that drains its channel and runs the jobs against `state`.
+    /// Runs `f` inline on shard `target` (no answer): a notification.
+    pub async fn notify(
+        &self,
+        target: usize,
+        f: impl FnOnce(Rc<S>) + Send + 'static,
+    ) -> Result<(), ShardError> {
+        self.check_target(target)?;
+        self.senders
+            .send_to(target, Message::Reply(Box::new(f)))
+            .await
+            .map_err(|_| ShardError::PeerClosed(target))
+    }
+
+    /// Starts one task per peer that drains its channel: calls run as tasks against `state`
+    /// (at most `max_inflight_jobs` at once), replies run inline.
     pub fn serve(
         self: &Rc<Self>,
-        mut receivers: Receivers<Job<S>>,
+        mut receivers: Receivers<Message<S>>,
         state: Rc<S>,
         max_inflight_jobs: u64,
     ) {
@@ -109,17 +159,22 @@ impl<S: 'static> Mesh<S> {
             let limit = limit.clone();
             let mesh = self.clone();
             glommio::spawn_local(async move {
-                while let Some(job) = receiver.recv().await {
-                    let Ok(permit) = limit.acquire_static_permit(1).await else {
-                        break;
-                    };
-                    mesh.jobs_in.set(mesh.jobs_in.get() + 1);
-                    let fut = job(state.clone());
-                    glommio::spawn_local(async move {
-                        fut.await;
-                        drop(permit);
-                    })
-                    .detach();
+                while let Some(msg) = receiver.recv().await {
+                    match msg {
+                        Message::Reply(f) => f(state.clone()),
+                        Message::Call(job) => {
+                            let Ok(permit) = limit.acquire_static_permit(1).await else {
+                                break;
+                            };
+                            mesh.jobs_in.set(mesh.jobs_in.get() + 1);
+                            let fut = job(state.clone(), mesh.clone());
+                            glommio::spawn_local(async move {
+                                fut.await;
+                                drop(permit);
+                            })
+                            .detach();
+                        }
+                    }
                 }
                 tracing::debug!(peer, "mesh channel closed");
             })

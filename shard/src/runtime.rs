@@ -9,7 +9,7 @@ use std::rc::Rc;
 use glommio::channels::channel_mesh::{MeshBuilder, Receivers};
 use glommio::{LocalExecutorBuilder, Placement};
 
-use crate::mesh::{Job, Mesh};
+use crate::mesh::{Mesh, Message};
 use crate::ShardError;
 
 /// How the runtime is laid out.
@@ -60,7 +60,7 @@ pub struct ShardBoot<S: 'static> {
     pub shard_count: usize,
     pub mesh: Rc<Mesh<S>>,
     /// Hand these to [`Mesh::serve`] once the shard state exists.
-    pub receivers: Receivers<Job<S>>,
+    pub receivers: Receivers<Message<S>>,
 }
 
 /// The current soft RLIMIT_MEMLOCK in bytes (`u64::MAX` when unlimited).
@@ -130,7 +130,7 @@ where
 {
     let count = config.shard_count();
     let cores = RuntimeConfig::allowed_cores();
-    let mesh_builder: MeshBuilder<Job<S>, _> =
+    let mesh_builder: MeshBuilder<Message<S>, _> =
         MeshBuilder::full(count, config.mesh_channel_capacity);
     let mut handles = Vec::with_capacity(count);
     for shard_id in 0..count {

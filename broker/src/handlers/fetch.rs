@@ -118,21 +118,17 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
     out
 }
 
-/// On the owner: registers `waiter` with each partition, or signals it at once when a
-/// partition already has data past its fetch offset (or moved away). Returns at once: a
-/// waiting fetch holds no mesh slot on the owner.
-fn wait_on_owner(shard: &BrokerShard, parts: &[(String, i32, i64)], waiter: &DataWaiter) {
+/// On the owner: registers `waiter` with each partition; true when a partition already has
+/// data past its fetch offset (or moved away), so the caller should re-read now. Returns at
+/// once: a waiting fetch holds no mesh slot on the owner.
+fn wait_on_owner(shard: &BrokerShard, parts: &[(String, i32, i64)], waiter: DataWaiter) -> bool {
     for (topic, index, offset) in parts {
         match shard.partition(topic, *index) {
-            Some(p) if p.log.offsets().high_watermark.0 <= *offset => {
-                p.waiters.register(waiter.clone())
-            }
-            _ => {
-                let _ = waiter.unbounded_send(());
-                return;
-            }
+            Some(p) if p.log.offsets().high_watermark.0 <= *offset => p.waiters.register(waiter),
+            _ => return true,
         }
     }
+    false
 }
 
 /// Waits until any owner reports new data, the deadline passes or shutdown begins.
@@ -144,35 +140,41 @@ async fn wait_any(shard: &Rc<BrokerShard>, parts: Vec<(String, i32, i64)>, deadl
             by_shard.entry(meta.shard as usize).or_default().push(p);
         }
     }
-    let (waiter, mut woken) = futures_channel::mpsc::unbounded::<()>();
+    let (token, woken) = shard.add_fetch_wait();
+    let waiter = (shard.id, token);
+    let mut data_now = false;
     for (target, parts) in by_shard {
-        if target == shard.id {
-            wait_on_owner(shard, &parts, &waiter);
+        let ready = if target == shard.id {
+            wait_on_owner(shard, &parts, waiter)
         } else {
-            let waiter = waiter.clone();
-            let registered = shard
+            // Unreachable owner (shutting down): re-read now.
+            shard
                 .mesh
-                .call(target, move |s| async move {
-                    wait_on_owner(&s, &parts, &waiter)
-                })
-                .await;
-            if registered.is_err() {
-                return; // the owner is going away: let the caller re-read now
-            }
+                .call(
+                    target,
+                    move |s| async move { wait_on_owner(&s, &parts, waiter) },
+                )
+                .await
+                .unwrap_or(true)
+        };
+        if ready {
+            data_now = true;
+            break;
         }
     }
-    drop(waiter);
-    let timeout = deadline.saturating_duration_since(Instant::now());
-    let woke = async {
-        futures_lite::StreamExt::next(&mut woken).await;
-    };
-    let expired = async {
-        glommio::timer::sleep(timeout).await;
-    };
-    let stopping = async {
-        shard.shutdown.wait().await;
-    };
-    futures_lite::future::or(woke, futures_lite::future::or(expired, stopping)).await;
+    if !data_now {
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        futures_lite::future::or(
+            async {
+                woken.wait_timeout(timeout).await;
+            },
+            async {
+                shard.shutdown.wait().await;
+            },
+        )
+        .await;
+    }
+    shard.remove_fetch_wait(token);
 }
 
 pub async fn handle(

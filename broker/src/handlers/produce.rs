@@ -197,10 +197,13 @@ async fn append_on_owner(
     c.produce_append_ns
         .set(c.produce_append_ns.get() + append_started.elapsed().as_nanos() as u64);
     let commit_started = std::time::Instant::now();
-    let commit_all = commits.into_iter().map(|(i, part, upto)| async move {
-        let r = part.log.commit(upto).await;
-        part.waiters.notify();
-        (i, r)
+    let commit_all = commits.into_iter().map(|(i, part, upto)| {
+        let shard = shard.clone();
+        async move {
+            let r = part.log.commit(upto).await;
+            shard.notify_data(&part);
+            (i, r)
+        }
     });
     if acks == 0 {
         for c in commit_all {
