@@ -24,6 +24,7 @@ OUT=keel-bench-results
 mkdir -p "$OUT"
 pids=()
 cleanup() {
+  [ -f "$WORK/keel.log" ] && cp "$WORK/keel.log" "$OUT/keel.log"
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   if [ -n "${TANSU_MEM:-}" ]; then "$PEERS/tansu-stop.sh" "$WORK/tansu-mem" >/dev/null 2>&1 || true; fi
   if [ -n "${TANSU_SQL:-}" ]; then "$PEERS/tansu-stop.sh" "$WORK/tansu-sql" >/dev/null 2>&1 || true; fi
