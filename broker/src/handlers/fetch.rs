@@ -221,7 +221,8 @@ pub async fn handle(
     } else {
         req.max_bytes as usize
     };
-    let results = loop {
+    // One read of every asked partition from its owner.
+    let read_all = || {
         let batch: Vec<Item<FetchPart>> = items
             .iter()
             .map(|i| Item {
@@ -230,7 +231,10 @@ pub async fn handle(
                 payload: i.payload,
             })
             .collect();
-        let results = on_owners(shard, batch, failed, read_on_owner).await;
+        on_owners(shard, batch, failed, read_on_owner)
+    };
+    let results = loop {
+        let results = read_all().await;
         let total: usize = results.iter().map(|r| r.records.len()).sum();
         let any_error = results.iter().any(|r| r.error != NONE);
         if total >= min_bytes
@@ -247,15 +251,7 @@ pub async fn handle(
         wait_any(shard, waits, deadline).await;
         if Instant::now() >= deadline {
             // One last read so data that arrived with the deadline is not missed.
-            let batch = items
-                .iter()
-                .map(|i| Item {
-                    topic: i.topic.clone(),
-                    partition: i.partition,
-                    payload: i.payload,
-                })
-                .collect();
-            break on_owners(shard, batch, failed, read_on_owner).await;
+            break read_all().await;
         }
     };
     // Response-level max_bytes: whole partitions in request order; the first partition with
