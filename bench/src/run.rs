@@ -33,6 +33,8 @@ use crate::workload::Workload;
 
 /// Longest the consumers keep draining after the producers stopped.
 const DRAIN_MAX: Duration = Duration::from_secs(15);
+/// With linger.ms = 0, how often a producer waiting for a free in-flight slot looks again.
+const SLOT_POLL: Duration = Duration::from_micros(100);
 /// Io_uring registered memory per bench executor (the tool does no direct I/O).
 const IO_MEMORY: usize = 64 * 1024;
 /// Kafka consumer defaults.
@@ -227,6 +229,13 @@ impl ProducerCtx {
             .entry(addr.to_string())
             .or_insert_with(|| Rc::new(Semaphore::new(u64::from(self.w.max_in_flight.max(1)))))
             .clone()
+    }
+
+    /// Whether the connection to partition `p`'s leader has a free in-flight slot now.
+    fn slot_free(&self, p: i32) -> bool {
+        self.cluster
+            .leader_addr(&self.spec.topic, p)
+            .is_some_and(|addr| self.semaphore(addr).available() > 0)
     }
 
     /// Sends one request to the leader of partition `p` holding the pending batch of every
@@ -432,16 +441,30 @@ async fn producer(ctx: Rc<ProducerCtx>) -> Result<()> {
         loop {
             let now = Instant::now();
             if let Some((created, p)) = oldest {
-                if now >= created + linger {
+                // linger.ms = 0 sends as soon as the connection has a free slot, as Kafka's
+                // sender does; records accumulate into the batch while every slot is busy.
+                let ready = if w.linger_ms == 0 {
+                    ctx.slot_free(p)
+                } else {
+                    now >= created + linger
+                };
+                if ready {
                     ctx.dispatch(p, &mut pending).await?;
                     oldest = oldest_pending(&pending);
+                    if p == sticky {
+                        sticky = (sticky + 1) % n;
+                    }
                     continue;
                 }
             }
             if now >= intended {
                 break;
             }
-            let wake = oldest.map_or(intended, |(c, _)| (c + linger).min(intended));
+            let wake = match oldest {
+                None => intended,
+                Some(_) if w.linger_ms == 0 => (now + SLOT_POLL).min(intended),
+                Some((c, _)) => (c + linger).min(intended),
+            };
             glommio::timer::sleep(wake.saturating_duration_since(now)).await;
         }
         let has_key = keys.next_key(&mut key);
@@ -471,7 +494,7 @@ async fn producer(ctx: Rc<ProducerCtx>) -> Result<()> {
         );
         b.meta.push((seq, intended));
         seq += 1;
-        if b.builder.size() >= w.batch_size as usize || w.linger_ms == 0 {
+        if b.builder.size() >= w.batch_size as usize || (w.linger_ms == 0 && ctx.slot_free(p)) {
             ctx.dispatch(p, &mut pending).await?;
             oldest = oldest_pending(&pending);
             if !has_key {
