@@ -9,6 +9,9 @@ need_apt=()
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+# The flatc crate (raft's generated-code freshness test) builds flatbuffers' compiler.
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

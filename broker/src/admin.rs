@@ -1,5 +1,7 @@
 //! Admin HTTP endpoint on shard 0 (default 127.0.0.1:9644): `GET /metrics` renders every
-//! shard's counters in Prometheus text format, gathered over the mesh. A tiny HTTP/1.1
+//! shard's counters in Prometheus text format, gathered over the mesh, and the metadata
+//! quorum's gauges; `GET /quorum` shows the quorum as JSON: voters, learners, leader, term,
+//! last log, committed and applied index, snapshot, and on the leader each member's lag. A tiny HTTP/1.1
 //! reader: one request per connection, head bounded to 8 KiB, anything else gets 404/400.
 
 use std::net::SocketAddr;
@@ -91,11 +93,28 @@ async fn serve(shard: Rc<BrokerShard>, mut stream: TcpStream) {
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     match (method, path) {
         ("GET", "/metrics") => {
-            let body = render(&gather(&shard).await);
+            let mut body = render(&gather(&shard).await);
+            if let Some(c) = &shard.controller {
+                body.push_str(&render_quorum(&c.handle.quorum()));
+            }
+            let _ = respond(&mut stream, "200 OK", &body).await;
+        }
+        ("GET", "/quorum") => {
+            let body = match &shard.controller {
+                Some(c) => {
+                    serde_json::to_string_pretty(&c.handle.quorum()).unwrap_or_default() + "\n"
+                }
+                None => "{}\n".to_string(),
+            };
             let _ = respond(&mut stream, "200 OK", &body).await;
         }
         ("GET", _) => {
-            let _ = respond(&mut stream, "404 Not Found", "not found; try /metrics\n").await;
+            let _ = respond(
+                &mut stream,
+                "404 Not Found",
+                "not found; try /metrics or /quorum\n",
+            )
+            .await;
         }
         _ => {
             let _ = respond(&mut stream, "400 Bad Request", "only GET is supported\n").await;
@@ -111,4 +130,64 @@ async fn respond(stream: &mut TcpStream, status: &str, body: &str) -> std::io::R
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body.as_bytes()).await?;
     stream.close().await
+}
+
+/// The metadata quorum as Prometheus gauges.
+fn render_quorum(q: &keel_raft::node::QuorumStatus) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let gauge = |out: &mut String, name: &str, help: &str, v: Option<u64>| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        let _ = writeln!(out, "{name} {}", v.map_or(-1, |v| v as i64));
+    };
+    gauge(
+        &mut out,
+        "keel_quorum_leader",
+        "node id of the metadata quorum leader (-1 none)",
+        q.leader,
+    );
+    gauge(
+        &mut out,
+        "keel_quorum_term",
+        "current Raft term",
+        Some(q.term),
+    );
+    gauge(
+        &mut out,
+        "keel_quorum_voters",
+        "voters in the metadata quorum",
+        Some(q.voters.len() as u64),
+    );
+    gauge(
+        &mut out,
+        "keel_quorum_last_log_index",
+        "last index in this node's metadata log",
+        q.last_log_index,
+    );
+    gauge(
+        &mut out,
+        "keel_quorum_committed_index",
+        "committed index (leader: majority-matched; others: applied)",
+        q.committed_index,
+    );
+    gauge(
+        &mut out,
+        "keel_quorum_applied_index",
+        "index applied to this node's metadata image",
+        q.applied_index,
+    );
+    let _ = writeln!(
+        out,
+        "# HELP keel_quorum_lag entries a member is behind the leader's log (leader only)\n# TYPE keel_quorum_lag gauge"
+    );
+    for r in &q.replication {
+        let _ = writeln!(
+            out,
+            "keel_quorum_lag{{node=\"{}\",voter=\"{}\"}} {}",
+            r.node_id,
+            r.voter,
+            r.lag.map_or(-1, |l| l as i64)
+        );
+    }
+    out
 }

@@ -28,7 +28,14 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "data.dir", default: "./keel-data", doc: "directory holding partition logs and metadata" },
     BrokerKey { name: "smp", default: "0", doc: "shards (one per core); 0 = every core the process may use" },
     BrokerKey { name: "admin", default: "127.0.0.1:9644", doc: "admin HTTP address (/metrics)" },
-    BrokerKey { name: "node.id", default: "0", doc: "this broker's id" },
+    BrokerKey { name: "node.id", default: "0", doc: "this broker's id (flag --node-id)" },
+    BrokerKey { name: "controller.quorum.voters", default: "", doc: "metadata quorum voters ID@HOST:PORT,... (flag --controller-quorum); empty = this node alone" },
+    BrokerKey { name: "controller.listen", default: "", doc: "controller (Raft) listener HOST:PORT (flag --controller-listen); needed in a multi-node cluster" },
+    BrokerKey { name: "broker.rack", default: "", doc: "this broker's rack, for rack-aware replica placement (flag --rack)" },
+    BrokerKey { name: "broker.session.timeout.ms", default: "9000", doc: "a broker without heartbeats for this long is fenced" },
+    BrokerKey { name: "broker.heartbeat.interval.ms", default: "2000", doc: "how often a broker heartbeats to the controller" },
+    BrokerKey { name: "metadata.log.max.snapshot.interval.ms", default: "3600000", doc: "snapshot the metadata image at least this often when it changed" },
+    BrokerKey { name: "metadata.log.snapshot.entries", default: "1000", doc: "snapshot the metadata image after this many Raft entries" },
     BrokerKey { name: "cluster.id", default: "keel-single-node", doc: "cluster id reported to clients" },
     BrokerKey { name: "io.memory.bytes", default: "4194304", doc: "io_uring registered memory per shard" },
     BrokerKey { name: "num.partitions", default: "1", doc: "partitions of an auto-created topic" },
@@ -169,6 +176,27 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<()> {
     (key.check)(value).with_context(|| format!("invalid value for {name}"))
 }
 
+/// Parses Kafka's `controller.quorum.voters`: `ID@HOST:PORT,ID@HOST:PORT`.
+pub fn parse_quorum(v: &str) -> Result<BTreeMap<u64, String>> {
+    let mut out = BTreeMap::new();
+    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (id, addr) = item.split_once('@').ok_or_else(|| {
+            anyhow!("controller.quorum.voters entry {item:?} is not ID@HOST:PORT")
+        })?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| anyhow!("controller.quorum.voters: bad node id in {item:?}"))?;
+        if !addr.contains(':') {
+            bail!("controller.quorum.voters entry {item:?} is not ID@HOST:PORT");
+        }
+        if out.insert(id, addr.trim().to_string()).is_some() {
+            bail!("controller.quorum.voters names node {id} twice");
+        }
+    }
+    Ok(out)
+}
+
 /// The resolved broker configuration. Built once at start, shared read-only by all shards.
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
@@ -179,6 +207,14 @@ pub struct BrokerConfig {
     pub smp: usize,
     pub admin: Option<SocketAddr>,
     pub node_id: i32,
+    /// Metadata quorum voters: node id -> controller address.
+    pub controller_quorum: BTreeMap<u64, String>,
+    pub controller_listen: Option<SocketAddr>,
+    pub rack: Option<String>,
+    pub broker_session_timeout_ms: u64,
+    pub broker_heartbeat_interval_ms: u64,
+    pub metadata_snapshot_interval_ms: u64,
+    pub metadata_snapshot_entries: u64,
     pub cluster_id: String,
     pub io_memory_bytes: usize,
     pub num_partitions: i32,
@@ -242,6 +278,28 @@ impl BrokerConfig {
             smp: parse("smp", &get("smp"))?,
             admin,
             node_id: parse("node.id", &get("node.id"))?,
+            controller_quorum: parse_quorum(&get("controller.quorum.voters"))?,
+            controller_listen: match get("controller.listen").as_str() {
+                "" => None,
+                v => Some(parse("controller.listen", v)?),
+            },
+            rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
+            broker_session_timeout_ms: parse(
+                "broker.session.timeout.ms",
+                &get("broker.session.timeout.ms"),
+            )?,
+            broker_heartbeat_interval_ms: parse(
+                "broker.heartbeat.interval.ms",
+                &get("broker.heartbeat.interval.ms"),
+            )?,
+            metadata_snapshot_interval_ms: parse(
+                "metadata.log.max.snapshot.interval.ms",
+                &get("metadata.log.max.snapshot.interval.ms"),
+            )?,
+            metadata_snapshot_entries: parse(
+                "metadata.log.snapshot.entries",
+                &get("metadata.log.snapshot.entries"),
+            )?,
             cluster_id: get("cluster.id"),
             io_memory_bytes: parse("io.memory.bytes", &get("io.memory.bytes"))?,
             num_partitions: parse("num.partitions", &get("num.partitions"))?,
@@ -266,6 +324,21 @@ impl BrokerConfig {
         };
         if cfg.num_partitions < 1 {
             bail!("num.partitions must be >= 1");
+        }
+        if cfg.node_id < 0 {
+            bail!("node.id must be >= 0");
+        }
+        let others = cfg
+            .controller_quorum
+            .keys()
+            .any(|id| *id != cfg.node_id as u64);
+        if others && cfg.controller_listen.is_none() {
+            bail!("controller.listen (--controller-listen) is required when the quorum has other voters");
+        }
+        if cfg.broker_heartbeat_interval_ms == 0
+            || cfg.broker_heartbeat_interval_ms >= cfg.broker_session_timeout_ms
+        {
+            bail!("broker.heartbeat.interval.ms must be > 0 and below broker.session.timeout.ms");
         }
         for tk in TOPIC_CONFIGS {
             let v = values

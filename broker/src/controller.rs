@@ -1,32 +1,55 @@
-//! The metadata controller, on shard 0. It alone changes the metadata image: each change
-//! builds a new image, persists it (`keel-metadata.json`), then installs it on every shard
-//! and waits for all of them, so when a CreateTopics answers, every shard can serve the
-//! topic. Changes are serialised by one semaphore. Handlers on other shards reach it with
-//! [`call`]. The Raft issue replaces the file with a replicated log; this interface stays.
+//! The broker's side of the metadata controller, on shard 0.
+//!
+//! Metadata changes are proposed as record batches to the Raft quorum (crate `keel-raft`,
+//! through [`MetadataHandle`]); the quorum's leader commits them, and every broker applies
+//! them to its image. Here, shard 0: checks a request against the current image, places
+//! partitions on live brokers, builds the records, proposes them (each topic as its own batch,
+//! all concurrently), and answers once the committed change is installed on every shard of
+//! this broker, so a client that created a topic here can use it here at once. The image is
+//! checked again when the batch is applied (`ClusterImage::apply`), so two brokers creating
+//! one name at once get one winner and one TOPIC_ALREADY_EXISTS.
+//!
+//! Committed images arrive through the handle's event queue; a task reads its doorbell
+//! socket (io_uring), builds this broker's view of the newest image and installs it on every
+//! shard, in order. Handlers on other shards reach the controller with [`call`].
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::Result;
-use glommio::sync::Semaphore;
+use anyhow::{Context, Result};
+use futures_channel::oneshot;
+use futures_lite::AsyncReadExt;
 use kafka_protocol::ResponseError;
-use keel_shard::shard_for_partition;
-use tracing::info;
+use keel_raft::network::BrokerRegistration;
+use keel_raft::node::{Event, MetadataHandle, NodeConfig};
+use keel_raft::records::RESOURCE_TOPIC;
+use keel_raft::{ApplyOutcome, ClusterImage, Record};
+use tracing::{info, warn};
 
 use crate::config::{validate_topic_config, BrokerConfig};
 use crate::errors::code;
-use crate::metadata::{validate_topic_name, MetadataImage, PartitionMeta, TopicMeta};
+use crate::metadata::{validate_topic_name, LegacyImage, MetadataImage, TopicMeta};
 use crate::notify::join_all;
 use crate::server::BrokerShard;
 
 /// Most partitions a topic may have.
 const MAX_PARTITIONS: i32 = 100_000;
+/// The metadata file of the single-node version before Raft.
+const LEGACY_FILE: &str = "keel-metadata.json";
 
 pub struct Controller {
-    lock: Semaphore,
-    path: PathBuf,
+    pub handle: Arc<MetadataHandle>,
+    /// This run's broker incarnation: serving starts once the quorum registered it.
+    incarnation_id: [u8; 16],
+    /// Proposals awaiting their answer, by ticket.
+    tickets: RefCell<HashMap<u64, oneshot::Sender<Result<keel_raft::Applied, String>>>>,
+    /// The Raft index of the image installed on every shard.
+    installed: Cell<u64>,
+    install_waiters: RefCell<Vec<(u64, oneshot::Sender<()>)>>,
 }
 
 /// A controller failure for one item: Kafka error code and message.
@@ -54,6 +77,8 @@ pub struct TopicSpec {
     /// -1 = broker default.
     pub replication_factor: i16,
     pub configs: BTreeMap<String, String>,
+    /// Manual replica assignment per partition (empty = placed by the controller).
+    pub assignments: Vec<Vec<i32>>,
 }
 
 /// How a config change applies.
@@ -65,12 +90,39 @@ pub enum ConfigChange {
     Incremental(Vec<(String, i8, Option<String>)>),
 }
 
-impl Controller {
-    pub fn new(config: &BrokerConfig) -> Self {
-        Controller {
-            lock: Semaphore::new(1),
-            path: config.data_dir.join("keel-metadata.json"),
-        }
+/// The metadata node's settings from the broker's.
+fn node_config(config: &BrokerConfig) -> NodeConfig {
+    let node_id = config.node_id as u64;
+    let mut voters = config.controller_quorum.clone();
+    if voters.is_empty() {
+        // A lone broker is a one-voter quorum; it needs no listener.
+        voters.insert(
+            node_id,
+            config
+                .controller_listen
+                .map_or_else(|| "127.0.0.1:0".to_string(), |a| a.to_string()),
+        );
+    }
+    NodeConfig {
+        node_id,
+        dir: config.data_dir.join("__cluster_metadata-0"),
+        voters,
+        controller_listen: config.controller_listen,
+        broker: BrokerRegistration {
+            broker_id: config.node_id,
+            incarnation_id: *uuid::Uuid::new_v4().as_bytes(),
+            host: config.advertise_host.clone(),
+            port: i32::from(config.advertise_port),
+            rack: config.rack.clone(),
+            controller_addr: config.controller_listen.map(|a| a.to_string()),
+        },
+        heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
+        session_timeout: Duration::from_millis(config.broker_session_timeout_ms),
+        election_timeout_min: Duration::from_millis(500),
+        election_timeout_max: Duration::from_millis(1000),
+        snapshot_entries: config.metadata_snapshot_entries,
+        snapshot_interval: Duration::from_millis(config.metadata_snapshot_interval_ms),
+        propose_timeout: Duration::from_secs(10),
     }
 }
 
@@ -98,38 +150,127 @@ fn controller(shard: &BrokerShard) -> &Controller {
         .expect("controller runs on shard 0")
 }
 
-/// Loads the image, starts a new leader epoch for every partition, places partitions on
-/// shards for this run's shard count, persists and installs it.
-pub async fn bootstrap(shard: &Rc<BrokerShard>) -> Result<()> {
-    std::fs::create_dir_all(&shard.config.data_dir)?;
-    let ctl = controller(shard);
-    let mut image = MetadataImage::load(&ctl.path)?.unwrap_or_default();
-    for topic in image.topics.values_mut() {
-        let t = Arc::make_mut(topic);
-        for p in &mut t.partitions {
-            p.leader_epoch += 1;
-            p.shard = shard_for_partition(t.id, p.index, shard.count).0;
-        }
-    }
-    image.version += 1;
-    image.reindex();
+/// Starts the metadata node and returns the controller for shard 0.
+pub fn start(config: &BrokerConfig) -> Result<(Controller, std::os::unix::net::UnixStream)> {
+    std::fs::create_dir_all(&config.data_dir)?;
+    let (reader, writer) = std::os::unix::net::UnixStream::pair().context("doorbell socket")?;
+    let cfg = node_config(config);
+    let incarnation_id = cfg.broker.incarnation_id;
     info!(
-        topics = image.topics.len(),
-        version = image.version,
-        "metadata loaded"
+        node_id = cfg.node_id,
+        voters = ?cfg.voters,
+        controller_listen = ?cfg.controller_listen,
+        "starting the metadata quorum node"
     );
-    publish(shard, image)
-        .await
-        .map_err(|e| anyhow::anyhow!(e.message))
+    let handle = MetadataHandle::start(cfg, writer).context("starting the metadata node")?;
+    Ok((
+        Controller {
+            handle: Arc::new(handle),
+            incarnation_id,
+            tickets: RefCell::new(HashMap::new()),
+            installed: Cell::new(0),
+            install_waiters: RefCell::new(Vec::new()),
+        },
+        reader,
+    ))
 }
 
+/// On shard 0: follows the metadata node's events, waits until this broker is registered,
+/// migrates a pre-Raft data dir, then lets every shard serve.
+pub async fn bootstrap(
+    shard: &Rc<BrokerShard>,
+    doorbell: std::os::unix::net::UnixStream,
+) -> Result<()> {
+    // SAFETY: the fd is owned by `doorbell`, which we give up here.
+    let stream = unsafe { glommio::net::UnixStream::from_raw_fd(doorbell.into_raw_fd()) };
+    glommio::spawn_local(follow_events(shard.clone(), stream)).detach();
+    let node_id = shard.config.node_id;
+    let started = std::time::Instant::now();
+    let mut warned = false;
+    let registered = |image: &MetadataImage| {
+        image
+            .cluster
+            .brokers
+            .get(&node_id)
+            .is_some_and(|b| b.incarnation_id == controller(shard).incarnation_id && !b.fenced)
+    };
+    while !registered(&shard.image()) {
+        if !warned && started.elapsed() > Duration::from_secs(5) {
+            warn!("waiting for the metadata quorum to register this broker");
+            warned = true;
+        }
+        if shard.shutdown.is_fired() {
+            return Ok(());
+        }
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+    }
+    migrate_legacy(shard).await?;
+    info!(
+        version = shard.image().version,
+        topics = shard.image().topics.len(),
+        brokers = shard.image().brokers.len(),
+        "metadata ready"
+    );
+    for target in 0..shard.count {
+        if target == shard.id {
+            shard.ready.fire();
+        } else {
+            shard
+                .mesh
+                .call(target, |s| async move { s.ready.fire() })
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads the doorbell and handles the metadata node's events until shutdown.
+async fn follow_events(shard: Rc<BrokerShard>, mut doorbell: glommio::net::UnixStream) {
+    let ctl = controller(&shard);
+    let mut buf = [0u8; 256];
+    loop {
+        let mut newest: Option<Arc<ClusterImage>> = None;
+        for event in ctl.handle.drain_events() {
+            match event {
+                Event::Image(img) => newest = Some(img),
+                Event::Done { ticket, result } => {
+                    if let Some(tx) = ctl.tickets.borrow_mut().remove(&ticket) {
+                        let _ = tx.send(result);
+                    }
+                }
+            }
+        }
+        if let Some(cluster) = newest {
+            if cluster.applied_index >= ctl.installed.get() || ctl.installed.get() == 0 {
+                let index = cluster.applied_index;
+                let image = MetadataImage::from_cluster(cluster, &shard.image(), shard.count);
+                if let Err(e) = publish(&shard, image).await {
+                    warn!(error = %e.message, "installing metadata image failed");
+                }
+                ctl.installed.set(index);
+                let ready: Vec<oneshot::Sender<()>> = {
+                    let mut waiters = ctl.install_waiters.borrow_mut();
+                    let (done, wait): (Vec<_>, Vec<_>) =
+                        waiters.drain(..).partition(|(i, _)| *i <= index);
+                    *waiters = wait;
+                    done.into_iter().map(|(_, tx)| tx).collect()
+                };
+                for tx in ready {
+                    let _ = tx.send(());
+                }
+            }
+            continue;
+        }
+        match doorbell.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Installs `image` on every shard and waits for all of them.
 async fn publish(shard: &Rc<BrokerShard>, image: MetadataImage) -> Result<(), OpError> {
-    image.store(&controller(shard).path).map_err(|e| {
-        OpError::new(
-            ResponseError::KafkaStorageError,
-            format!("persisting metadata: {e:#}"),
-        )
-    })?;
     let image = Arc::new(image);
     let mut installs = Vec::new();
     for target in 0..shard.count {
@@ -150,6 +291,88 @@ async fn publish(shard: &Rc<BrokerShard>, image: MetadataImage) -> Result<(), Op
     for r in join_all(installs).await {
         r.map_err(|e| OpError::new(ResponseError::UnknownServerError, e.to_string()))?;
     }
+    Ok(())
+}
+
+/// Proposes one record batch and waits until it is committed and (if applied) installed here.
+async fn propose(shard: &Rc<BrokerShard>, records: Vec<Record>) -> Result<(), OpError> {
+    let ctl = controller(shard);
+    let (tx, rx) = oneshot::channel();
+    let ticket = ctl.handle.propose(&records);
+    ctl.tickets.borrow_mut().insert(ticket, tx);
+    let applied = match rx.await {
+        Ok(Ok(a)) => a,
+        Ok(Err(e)) => {
+            return Err(OpError::new(
+                ResponseError::RequestTimedOut,
+                format!("metadata change not committed: {e}"),
+            ))
+        }
+        Err(_) => {
+            return Err(OpError::new(
+                ResponseError::UnknownServerError,
+                "metadata node stopped",
+            ))
+        }
+    };
+    if ctl.installed.get() < applied.index {
+        let (tx, rx) = oneshot::channel();
+        ctl.install_waiters.borrow_mut().push((applied.index, tx));
+        let _ = rx.await;
+    }
+    match applied.outcome {
+        ApplyOutcome::Applied => Ok(()),
+        ApplyOutcome::Rejected { code, message } => Err(OpError { code, message }),
+    }
+}
+
+/// Moves the topics of a pre-Raft data dir (`keel-metadata.json`) into the Raft log, keeping
+/// their ids, partitions, leader epochs (+1: a new term) and configs, then renames the file.
+async fn migrate_legacy(shard: &Rc<BrokerShard>) -> Result<()> {
+    let path = shard.config.data_dir.join(LEGACY_FILE);
+    let Some(legacy) = LegacyImage::load(&path)? else {
+        return Ok(());
+    };
+    let node = shard.config.node_id;
+    for t in legacy.topics.values() {
+        let mut records = vec![Record::TopicCreated {
+            name: t.name.clone(),
+            topic_id: t.id,
+        }];
+        for p in &t.partitions {
+            records.push(Record::PartitionCreated {
+                topic_id: t.id,
+                partition: p.index,
+                replicas: vec![node],
+                isr: vec![node],
+                leader: node,
+                leader_epoch: p.leader_epoch + 1,
+            });
+        }
+        for (k, v) in &t.configs {
+            records.push(Record::ConfigChanged {
+                resource_type: RESOURCE_TOPIC,
+                resource_name: t.name.clone(),
+                name: k.clone(),
+                value: Some(v.clone()),
+            });
+        }
+        match propose(shard, records).await {
+            Ok(()) => {
+                info!(topic = %t.name, partitions = t.partitions.len(), "migrated topic into the metadata log")
+            }
+            Err(e) if e.code == code(ResponseError::TopicAlreadyExists) => {}
+            Err(e) => anyhow::bail!(
+                "migrating topic {} from {}: {}",
+                t.name,
+                path.display(),
+                e.message
+            ),
+        }
+    }
+    let done = path.with_extension("json.migrated");
+    std::fs::rename(&path, &done)?;
+    info!(from = %path.display(), to = %done.display(), "pre-Raft metadata migrated");
     Ok(())
 }
 
@@ -181,11 +404,22 @@ fn check_spec(
             "Number of partitions must be between 1 and 100000.",
         ));
     }
-    let rf = if spec.replication_factor == -1 {
+    let rf = if !spec.assignments.is_empty() {
+        spec.assignments[0].len() as i16
+    } else if spec.replication_factor == -1 {
         config.default_replication_factor
     } else {
         spec.replication_factor
     };
+    check_replication_factor(image, rf)?;
+    for (k, v) in &spec.configs {
+        validate_topic_config(k, v)
+            .map_err(|e| OpError::new(ResponseError::InvalidConfig, format!("{e:#}")))?;
+    }
+    Ok((partitions, rf))
+}
+
+fn check_replication_factor(image: &MetadataImage, rf: i16) -> Result<(), OpError> {
     if rf < 1 {
         return Err(OpError::new(
             ResponseError::InvalidReplicationFactor,
@@ -195,56 +429,102 @@ fn check_spec(
     if rf > 1 {
         return Err(OpError::new(
             ResponseError::InvalidReplicationFactor,
-            format!("Replication factor: {rf} larger than available brokers: 1."),
+            format!(
+                "Replication factor {rf} is not supported yet: Keel does not replicate partition data yet, so every partition has exactly one replica (use replication factor 1)."
+            ),
         ));
     }
-    for (k, v) in &spec.configs {
-        validate_topic_config(k, v)
-            .map_err(|e| OpError::new(ResponseError::InvalidConfig, format!("{e:#}")))?;
+    let live = image.brokers.len();
+    if live < rf as usize {
+        return Err(OpError::new(
+            ResponseError::InvalidReplicationFactor,
+            format!("Replication factor: {rf} larger than available brokers: {live}."),
+        ));
     }
-    Ok((partitions, rf))
+    Ok(())
 }
 
-/// Runs one metadata change over `items` under the controller lock: `apply` edits a copy of
-/// the image per item and says whether it changed anything; if any did, the new image is
-/// persisted and installed on every shard before the answers go back.
-async fn mutate<I, T>(
-    shard: &Rc<BrokerShard>,
-    items: &[I],
-    mut apply: impl FnMut(&mut MetadataImage, &I) -> Result<(T, bool), OpError>,
-) -> Vec<Result<T, OpError>> {
-    let ctl = controller(shard);
-    let Ok(_permit) = ctl.lock.acquire_permit(1).await else {
-        return items
-            .iter()
-            .map(|_| {
-                Err(OpError::new(
-                    ResponseError::UnknownServerError,
-                    "controller closed",
-                ))
-            })
-            .collect();
-    };
-    let mut image = (*shard.image()).clone();
-    let mut changed = false;
-    let results: Vec<Result<T, OpError>> = items
-        .iter()
-        .map(|item| {
-            apply(&mut image, item).map(|(t, c)| {
-                changed |= c;
-                t
-            })
-        })
-        .collect();
-    if changed {
-        image.version += 1;
-        image.reindex();
-        if let Err(e) = publish(shard, image).await {
-            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
+/// Places `count` new partitions of `rf` replicas on live brokers: each partition's leader
+/// is the live broker leading the fewest partitions so far (existing and new), its followers
+/// the next brokers in a rack-alternating order (so replicas spread over racks when brokers
+/// have them).
+pub fn place_replicas(image: &MetadataImage, count: i32, rf: i16) -> Vec<Vec<i32>> {
+    let mut by_rack: BTreeMap<Option<String>, Vec<i32>> = BTreeMap::new();
+    for b in image.brokers.values() {
+        by_rack.entry(b.rack.clone()).or_default().push(b.id);
+    }
+    // Rack-alternating order: first broker of each rack, then the second of each, ...
+    let mut order: Vec<i32> = Vec::new();
+    let depth = by_rack.values().map(Vec::len).max().unwrap_or(0);
+    for i in 0..depth {
+        for ids in by_rack.values() {
+            if let Some(id) = ids.get(i) {
+                order.push(*id);
+            }
         }
     }
-    results
+    if order.is_empty() {
+        return Vec::new();
+    }
+    let mut led: HashMap<i32, usize> = order.iter().map(|id| (*id, 0)).collect();
+    for t in image.topics.values() {
+        for p in &t.partitions {
+            if let Some(n) = led.get_mut(&p.leader) {
+                *n += 1;
+            }
+        }
+    }
+    (0..count)
+        .map(|_| {
+            let (pos, leader) = order
+                .iter()
+                .enumerate()
+                .min_by_key(|(pos, id)| (led[id], *pos))
+                .map(|(pos, id)| (pos, *id))
+                .expect("order is not empty");
+            *led.get_mut(&leader).expect("leader is live") += 1;
+            (0..rf as usize)
+                .map(|k| order[(pos + k) % order.len()])
+                .collect()
+        })
+        .collect()
 }
+
+fn partition_records(topic_id: [u8; 16], first: i32, replicas: Vec<Vec<i32>>) -> Vec<Record> {
+    replicas
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| Record::PartitionCreated {
+            topic_id,
+            partition: first + i as i32,
+            leader: r.first().copied().unwrap_or(-1),
+            isr: r.clone(),
+            replicas: r,
+            leader_epoch: 0,
+        })
+        .collect()
+}
+
+/// Checks a manual assignment: every replica a live broker, no duplicates.
+fn check_assignments(image: &MetadataImage, assignments: &[Vec<i32>]) -> Result<(), OpError> {
+    for a in assignments {
+        let mut seen = a.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != a.len() || a.iter().any(|b| !image.brokers.contains_key(b)) {
+            return Err(OpError::new(
+                ResponseError::InvalidReplicaAssignment,
+                format!(
+                    "replica assignment {a:?} names a broker that is not live or names one twice"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A topic as it will be created, and the records that create it.
+type TopicPlan = (Arc<TopicMeta>, Vec<Record>);
 
 /// Creates topics; each result is the new topic or why not. Nothing changes when
 /// `validate_only`.
@@ -253,36 +533,70 @@ pub async fn create_topics(
     specs: Vec<TopicSpec>,
     validate_only: bool,
 ) -> Vec<Result<Arc<TopicMeta>, OpError>> {
-    let shard_count = shard.count;
-    let config = shard.config.clone();
-    let results = mutate(&shard, &specs, |image, spec| {
-        let (partitions, rf) = check_spec(&config, image, spec)?;
-        let id = new_topic_id();
-        let topic = Arc::new(TopicMeta {
-            name: spec.name.clone(),
-            id,
-            partitions: (0..partitions)
-                .map(|index| PartitionMeta {
-                    index,
-                    shard: shard_for_partition(id, index, shard_count).0,
-                    leader_epoch: 0,
-                })
-                .collect(),
-            replication_factor: rf,
-            configs: spec.configs.clone(),
-        });
-        if !validate_only {
-            image.topics.insert(spec.name.clone(), topic.clone());
-        }
-        Ok((topic, !validate_only))
-    })
-    .await;
-    if !validate_only {
-        for t in results.iter().flatten() {
-            info!(topic = %t.name, partitions = t.partitions.len(), "topic created");
-        }
+    let image = shard.image();
+    let mut plans: Vec<Result<TopicPlan, OpError>> = Vec::new();
+    for spec in &specs {
+        plans.push((|| {
+            let (partitions, rf) = check_spec(&shard.config, &image, spec)?;
+            let replicas = if spec.assignments.is_empty() {
+                place_replicas(&image, partitions, rf)
+            } else {
+                check_assignments(&image, &spec.assignments)?;
+                spec.assignments.clone()
+            };
+            let id = new_topic_id();
+            let mut records = vec![Record::TopicCreated {
+                name: spec.name.clone(),
+                topic_id: id,
+            }];
+            records.extend(partition_records(id, 0, replicas.clone()));
+            for (k, v) in &spec.configs {
+                records.push(Record::ConfigChanged {
+                    resource_type: RESOURCE_TOPIC,
+                    resource_name: spec.name.clone(),
+                    name: k.clone(),
+                    value: Some(v.clone()),
+                });
+            }
+            let planned = Arc::new(TopicMeta {
+                name: spec.name.clone(),
+                id,
+                partitions: replicas
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| crate::metadata::PartitionMeta {
+                        index: i as i32,
+                        shard: keel_shard::shard_for_partition(id, i as i32, shard.count).0,
+                        leader_epoch: 0,
+                        leader: r[0],
+                        replicas: r.clone(),
+                        isr: r.clone(),
+                    })
+                    .collect(),
+                replication_factor: rf,
+                configs: spec.configs.clone(),
+            });
+            Ok((planned, records))
+        })());
     }
-    results
+    if validate_only {
+        return plans.into_iter().map(|p| p.map(|(t, _)| t)).collect();
+    }
+    let runs = plans.into_iter().map(|plan| {
+        let shard = shard.clone();
+        async move {
+            let (planned, records) = plan?;
+            propose(&shard, records).await?;
+            let topic = shard
+                .image()
+                .topic(&planned.name)
+                .cloned()
+                .unwrap_or(planned);
+            info!(topic = %topic.name, partitions = topic.partitions.len(), "topic created");
+            Ok(topic)
+        }
+    });
+    join_all(runs.collect::<Vec<_>>()).await
 }
 
 /// Deletes topics by name.
@@ -290,20 +604,30 @@ pub async fn delete_topics(
     shard: Rc<BrokerShard>,
     names: Vec<String>,
 ) -> Vec<Result<Arc<TopicMeta>, OpError>> {
-    let results = mutate(&shard, &names, |image, name| {
-        let topic = image.topics.remove(name).ok_or_else(|| {
-            OpError::new(
-                ResponseError::UnknownTopicOrPartition,
-                "This server does not host this topic-partition.",
+    let image = shard.image();
+    let runs = names.into_iter().map(|name| {
+        let shard = shard.clone();
+        let topic = image.topic(&name).cloned();
+        async move {
+            let topic = topic.ok_or_else(|| {
+                OpError::new(
+                    ResponseError::UnknownTopicOrPartition,
+                    "This server does not host this topic-partition.",
+                )
+            })?;
+            propose(
+                &shard,
+                vec![Record::TopicDeleted {
+                    name: topic.name.clone(),
+                    topic_id: topic.id,
+                }],
             )
-        })?;
-        Ok((topic, true))
-    })
-    .await;
-    for t in results.iter().flatten() {
-        info!(topic = %t.name, "topic deleted");
-    }
-    results
+            .await?;
+            info!(topic = %topic.name, "topic deleted");
+            Ok(topic)
+        }
+    });
+    join_all(runs.collect::<Vec<_>>()).await
 }
 
 /// Grows each named topic to the given partition count.
@@ -312,42 +636,42 @@ pub async fn create_partitions(
     requests: Vec<(String, i32)>,
     validate_only: bool,
 ) -> Vec<Result<(), OpError>> {
-    let shard_count = shard.count;
-    mutate(&shard, &requests, |image, (name, count)| {
-        let topic = image.topics.get_mut(name).ok_or_else(|| {
-            OpError::new(
-                ResponseError::UnknownTopicOrPartition,
-                format!("The topic '{name}' does not exist."),
-            )
-        })?;
-        let current = topic.partitions.len() as i32;
-        if *count <= current {
-            let msg = if *count == current {
-                format!("Topic already has {current} partitions.")
-            } else {
-                format!("Topic currently has {current} partitions, which is higher than the requested {count}.")
-            };
-            return Err(OpError::new(ResponseError::InvalidPartitions, msg));
-        }
-        if *count > MAX_PARTITIONS {
-            return Err(OpError::new(
-                ResponseError::InvalidPartitions,
-                format!("Number of partitions must be at most {MAX_PARTITIONS}."),
-            ));
-        }
-        if !validate_only {
-            let t = Arc::make_mut(topic);
-            for index in current..*count {
-                t.partitions.push(PartitionMeta {
-                    index,
-                    shard: shard_for_partition(t.id, index, shard_count).0,
-                    leader_epoch: 0,
-                });
+    let image = shard.image();
+    let runs = requests.into_iter().map(|(name, count)| {
+        let shard = shard.clone();
+        let image = image.clone();
+        async move {
+            let topic = image.topic(&name).ok_or_else(|| {
+                OpError::new(
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("The topic '{name}' does not exist."),
+                )
+            })?;
+            let current = topic.partitions.len() as i32;
+            if count <= current {
+                let msg = if count == current {
+                    format!("Topic already has {current} partitions.")
+                } else {
+                    format!("Topic currently has {current} partitions, which is higher than the requested {count}.")
+                };
+                return Err(OpError::new(ResponseError::InvalidPartitions, msg));
             }
+            if count > MAX_PARTITIONS {
+                return Err(OpError::new(
+                    ResponseError::InvalidPartitions,
+                    format!("Number of partitions must be at most {MAX_PARTITIONS}."),
+                ));
+            }
+            let rf = topic.replication_factor.max(1);
+            check_replication_factor(&image, rf)?;
+            if validate_only {
+                return Ok(());
+            }
+            let replicas = place_replicas(&image, count - current, rf);
+            propose(&shard, partition_records(topic.id, current, replicas)).await
         }
-        Ok(((), !validate_only))
-    })
-    .await
+    });
+    join_all(runs.collect::<Vec<_>>()).await
 }
 
 /// Changes topic config overrides.
@@ -356,21 +680,44 @@ pub async fn alter_topic_configs(
     changes: Vec<(String, ConfigChange)>,
     validate_only: bool,
 ) -> Vec<Result<(), OpError>> {
-    mutate(&shard, &changes, |image, (name, change)| {
-        let topic = image.topics.get_mut(name).ok_or_else(|| {
-            OpError::new(
-                ResponseError::UnknownTopicOrPartition,
-                format!("The topic '{name}' does not exist."),
-            )
-        })?;
-        let next = apply_change(&topic.configs, change)?;
-        let changed = !validate_only && next != topic.configs;
-        if changed {
-            Arc::make_mut(topic).configs = next;
+    let image = shard.image();
+    let runs = changes.into_iter().map(|(name, change)| {
+        let shard = shard.clone();
+        let image = image.clone();
+        async move {
+            let topic = image.topic(&name).ok_or_else(|| {
+                OpError::new(
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("The topic '{name}' does not exist."),
+                )
+            })?;
+            let next = apply_change(&topic.configs, &change)?;
+            if validate_only || next == topic.configs {
+                return Ok(());
+            }
+            let mut records = Vec::new();
+            for (k, v) in &next {
+                if topic.configs.get(k) != Some(v) {
+                    records.push(Record::ConfigChanged {
+                        resource_type: RESOURCE_TOPIC,
+                        resource_name: name.clone(),
+                        name: k.clone(),
+                        value: Some(v.clone()),
+                    });
+                }
+            }
+            for k in topic.configs.keys().filter(|k| !next.contains_key(*k)) {
+                records.push(Record::ConfigChanged {
+                    resource_type: RESOURCE_TOPIC,
+                    resource_name: name.clone(),
+                    name: k.clone(),
+                    value: None,
+                });
+            }
+            propose(&shard, records).await
         }
-        Ok(((), changed))
-    })
-    .await
+    });
+    join_all(runs.collect::<Vec<_>>()).await
 }
 
 fn apply_change(

@@ -1,6 +1,7 @@
 //! `keel`: a Kafka-compatible, thread-per-core streaming log broker.
 //!
-//! `keel` (or `keel serve`) starts a single-node broker. Settings come from built-in
+//! `keel` (or `keel serve`) starts a broker: alone by default (a one-voter metadata quorum),
+//! or one node of a cluster with `--node-id`, `--controller-quorum` and `--controller-listen`. Settings come from built-in
 //! defaults, `KEEL_*` environment variables, a TOML file (`--config FILE`) and flags, each
 //! overriding the one before.
 
@@ -41,6 +42,13 @@ options:
   --data-dir DIR         partition logs and metadata (default ./keel-data)
   --smp N                shards, one per core (default: every core the process may use)
   --admin HOST:PORT      admin HTTP endpoint with /metrics (default 127.0.0.1:9644; 'off' disables)
+  --node-id N            this broker's id (default 0)
+  --controller-quorum 1@HOST:PORT,2@HOST:PORT,...
+                         the metadata quorum's voters and their controller addresses
+                         (default: this node alone, a one-voter quorum)
+  --controller-listen HOST:PORT
+                         this node's controller (Raft) listener; needed in a multi-node cluster
+  --rack RACK            this broker's rack (rack-aware replica placement)
   --config FILE          TOML file of settings (Kafka names, e.g. \"num.partitions\" = 3)
   --set KEY=VALUE        any setting by its Kafka name (repeatable)
   --help                 this text and the list of settings
@@ -92,6 +100,15 @@ fn parse_args(args: Vec<String>) -> Result<Option<BrokerConfig>> {
             "--data-dir" => flags.push(("data.dir".into(), value("--data-dir")?)),
             "--smp" => flags.push(("smp".into(), value("--smp")?)),
             "--admin" => flags.push(("admin".into(), value("--admin")?)),
+            "--node-id" => flags.push(("node.id".into(), value("--node-id")?)),
+            "--controller-quorum" => flags.push((
+                "controller.quorum.voters".into(),
+                value("--controller-quorum")?,
+            )),
+            "--controller-listen" => {
+                flags.push(("controller.listen".into(), value("--controller-listen")?))
+            }
+            "--rack" => flags.push(("broker.rack".into(), value("--rack")?)),
             "--config" => config_file = Some(value("--config")?),
             "--set" => {
                 let kv = args.next().context("--set needs KEY=VALUE")?;
@@ -121,7 +138,7 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
         )
         .with_writer(std::io::stderr)
         .init();

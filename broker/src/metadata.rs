@@ -1,29 +1,40 @@
-//! The cluster metadata image: topics, their ids, partitions, owner shards, leader epochs and
-//! config overrides.
+//! The broker's view of the cluster metadata: topics, their ids, partitions (replicas,
+//! leader, leader epoch, ISR, and the shard that owns each here), config overrides, and the
+//! live brokers.
 //!
-//! Every shard holds the current image as an immutable `Arc<MetadataImage>`, swapped whole
-//! on change. Shard 0 runs the controller (see `controller.rs`): it alone builds new images,
-//! persists them to `<data.dir>/keel-metadata.json` (write temp, fsync, rename) and installs
-//! them on every shard. Until the Raft issue lands this file is the metadata log.
+//! The metadata itself is the Raft-replicated [`ClusterImage`] (crate `keel-raft`); this view
+//! adds what is local to this broker (shard placement) and is rebuilt on shard 0 from each
+//! committed image, then installed whole on every shard as an immutable
+//! `Arc<MetadataImage>`. Topics that did not change keep their `Arc<TopicMeta>`.
+//!
+//! `LegacyImage` reads `keel-metadata.json`, the metadata file of the single-node version
+//! before Raft, so its topics can be migrated into the Raft log on first start.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use keel_raft::image::TopicInfo;
+use keel_raft::ClusterImage;
+use keel_shard::shard_for_partition;
+use serde::Deserialize;
 
 /// One partition of a topic.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionMeta {
     pub index: i32,
     /// The shard that owns this partition's log on this broker.
     pub shard: u32,
-    /// Bumped on every broker start (a new leadership term), so clients revalidate offsets.
+    /// Bumped on every leadership change (a broker restart, fencing, unfencing).
     pub leader_epoch: i32,
+    /// The leading broker; -1 = none.
+    pub leader: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicMeta {
     pub name: String,
     /// Topic id (UUID) as 16 bytes.
@@ -38,19 +49,97 @@ impl TopicMeta {
     pub fn uuid(&self) -> uuid::Uuid {
         uuid::Uuid::from_bytes(self.id)
     }
+
+    fn from_info(t: &TopicInfo, shard_count: usize) -> TopicMeta {
+        TopicMeta {
+            name: t.name.clone(),
+            id: t.topic_id,
+            partitions: t
+                .partitions
+                .iter()
+                .map(|p| PartitionMeta {
+                    index: p.partition,
+                    shard: shard_for_partition(t.topic_id, p.partition, shard_count).0,
+                    leader_epoch: p.leader_epoch,
+                    leader: p.leader,
+                    replicas: p.replicas.clone(),
+                    isr: p.isr.clone(),
+                })
+                .collect(),
+            replication_factor: t.replication_factor(),
+            configs: t.configs.clone(),
+        }
+    }
 }
 
-/// An immutable snapshot of the cluster metadata.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+/// A live (registered, unfenced) broker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerMeta {
+    pub id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
+/// An immutable snapshot of the cluster metadata as this broker serves it.
+#[derive(Clone, Debug, Default)]
 pub struct MetadataImage {
-    /// Incremented on every change.
+    /// The Raft log index this image reflects.
     pub version: u64,
     pub topics: BTreeMap<String, Arc<TopicMeta>>,
-    #[serde(skip)]
+    /// Live brokers by id.
+    pub brokers: BTreeMap<i32, BrokerMeta>,
+    pub cluster: Arc<ClusterImage>,
     by_id: HashMap<[u8; 16], String>,
 }
 
 impl MetadataImage {
+    /// Builds the view of `cluster`, reusing `prev`'s topics whose source did not change.
+    pub fn from_cluster(
+        cluster: Arc<ClusterImage>,
+        prev: &MetadataImage,
+        shard_count: usize,
+    ) -> MetadataImage {
+        let topics: BTreeMap<String, Arc<TopicMeta>> = cluster
+            .topics
+            .iter()
+            .map(|(name, info)| {
+                let unchanged = prev
+                    .cluster
+                    .topics
+                    .get(name)
+                    .is_some_and(|old| Arc::ptr_eq(old, info));
+                let meta = match (unchanged, prev.topics.get(name)) {
+                    (true, Some(m)) => m.clone(),
+                    _ => Arc::new(TopicMeta::from_info(info, shard_count)),
+                };
+                (name.clone(), meta)
+            })
+            .collect();
+        let brokers = cluster
+            .live_brokers()
+            .map(|b| {
+                (
+                    b.broker_id,
+                    BrokerMeta {
+                        id: b.broker_id,
+                        host: b.host.clone(),
+                        port: b.port,
+                        rack: b.rack.clone(),
+                    },
+                )
+            })
+            .collect();
+        let by_id = topics.values().map(|t| (t.id, t.name.clone())).collect();
+        MetadataImage {
+            version: cluster.applied_index,
+            topics,
+            brokers,
+            cluster,
+            by_id,
+        }
+    }
+
     pub fn topic(&self, name: &str) -> Option<&Arc<TopicMeta>> {
         self.topics.get(name)
     }
@@ -66,44 +155,38 @@ impl MetadataImage {
             .ok()
             .and_then(|p| t.partitions.get(p))
     }
+}
 
-    /// Rebuilds derived indexes; call after changing `topics`.
-    pub fn reindex(&mut self) {
-        self.by_id = self
-            .topics
-            .values()
-            .map(|t| (t.id, t.name.clone()))
-            .collect();
-    }
+/// The metadata file of the single-node version before Raft (`keel-metadata.json`).
+#[derive(Debug, Deserialize)]
+pub struct LegacyImage {
+    pub topics: BTreeMap<String, LegacyTopic>,
+}
 
-    pub fn load(path: &Path) -> Result<Option<MetadataImage>> {
+#[derive(Debug, Deserialize)]
+pub struct LegacyTopic {
+    pub name: String,
+    pub id: [u8; 16],
+    pub partitions: Vec<LegacyPartition>,
+    pub configs: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LegacyPartition {
+    pub index: i32,
+    pub leader_epoch: i32,
+}
+
+impl LegacyImage {
+    pub fn load(path: &Path) -> Result<Option<LegacyImage>> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
         };
-        let mut image: MetadataImage =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-        image.reindex();
-        Ok(Some(image))
-    }
-
-    /// Durably replaces the file: write a temp file, fsync it, rename, fsync the directory.
-    pub fn store(&self, path: &Path) -> Result<()> {
-        use std::io::Write;
-        let tmp = path.with_extension("json.tmp");
-        let text = serde_json::to_vec_pretty(self)?;
-        {
-            let mut f = std::fs::File::create(&tmp)
-                .with_context(|| format!("creating {}", tmp.display()))?;
-            f.write_all(&text)?;
-            f.sync_data()?;
-        }
-        std::fs::rename(&tmp, path)?;
-        if let Some(dir) = path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
+        serde_json::from_str(&text)
+            .map(Some)
+            .with_context(|| format!("parsing {}", path.display()))
     }
 }
 
@@ -149,35 +232,22 @@ mod tests {
     }
 
     #[test]
-    fn store_and_load_round_trip() {
+    fn legacy_file_parses() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("keel-metadata.json");
-        let mut image = MetadataImage {
-            version: 3,
-            ..Default::default()
-        };
-        image.topics.insert(
-            "t".into(),
-            Arc::new(TopicMeta {
-                name: "t".into(),
-                id: [9; 16],
-                partitions: vec![PartitionMeta {
-                    index: 0,
-                    shard: 1,
-                    leader_epoch: 4,
-                }],
-                replication_factor: 1,
-                configs: [("retention.ms".to_string(), "1000".to_string())].into(),
-            }),
-        );
-        image.reindex();
-        image.store(&path).unwrap();
-        let back = MetadataImage::load(&path).unwrap().unwrap();
-        assert_eq!(back.version, 3);
-        assert_eq!(
-            back.topic("t").unwrap().as_ref(),
-            image.topic("t").unwrap().as_ref()
-        );
-        assert_eq!(back.topic_by_id(&[9; 16]).unwrap().name, "t");
+        std::fs::write(
+            &path,
+            r#"{"version": 7, "topics": {"t": {"name": "t", "id": [9,9,9,9,9,9,9,9,9,9,9,9,9,9,9,9],
+               "partitions": [{"index": 0, "shard": 1, "leader_epoch": 4}],
+               "replication_factor": 1, "configs": {"retention.ms": "1000"}}}}"#,
+        )
+        .unwrap();
+        let legacy = LegacyImage::load(&path).unwrap().unwrap();
+        let t = &legacy.topics["t"];
+        assert_eq!((t.id, t.partitions[0].leader_epoch), ([9; 16], 4));
+        assert_eq!(t.configs["retention.ms"], "1000");
+        assert!(LegacyImage::load(&dir.path().join("none"))
+            .unwrap()
+            .is_none());
     }
 }

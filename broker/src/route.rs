@@ -3,7 +3,8 @@
 //! Items are grouped by the shard that owns their partition (from the metadata image).
 //! The local group runs inline, the others travel over the mesh, all concurrently; the
 //! answers come back in the items' original order. Items of unknown partitions are answered
-//! with UNKNOWN_TOPIC_OR_PARTITION without leaving the shard.
+//! with UNKNOWN_TOPIC_OR_PARTITION, and those of partitions another broker leads (or none
+//! does) with NOT_LEADER_OR_FOLLOWER, without leaving the shard.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -43,6 +44,9 @@ where
     let mut groups: BTreeMap<usize, (Vec<usize>, Vec<Item<P>>)> = BTreeMap::new();
     for (i, item) in items.into_iter().enumerate() {
         match image.partition(&item.topic, item.partition) {
+            Some(p) if p.leader != shard.config.node_id => {
+                results[i] = Some(fail(code(ResponseError::NotLeaderOrFollower)))
+            }
             Some(p) => {
                 let g = groups.entry(p.shard as usize).or_default();
                 g.0.push(i);

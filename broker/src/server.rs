@@ -140,6 +140,7 @@ impl BrokerShard {
     /// config changes, closes and deletes logs of deleted topics. Answers once done, so a
     /// controller that awaited every shard knows the topic is usable everywhere.
     pub async fn install_image(self: &Rc<Self>, image: Arc<MetadataImage>) {
+        let node = self.config.node_id;
         let mut to_open: Vec<(Arc<TopicMeta>, i32, i32)> = Vec::new();
         let mut to_close: Vec<Rc<Partition>> = Vec::new();
         {
@@ -150,7 +151,7 @@ impl BrokerShard {
                 for p in topic
                     .partitions
                     .iter()
-                    .filter(|p| p.shard as usize == self.id)
+                    .filter(|p| p.shard as usize == self.id && p.replicas.contains(&node))
                 {
                     match owned.get(&topic.name).and_then(|m| m.get(&p.index)) {
                         Some(existing) if existing.topic_id == topic.id => {
@@ -173,7 +174,9 @@ impl BrokerShard {
                             .topic(name)
                             .filter(|t| t.id == part.topic_id)
                             .and_then(|t| t.partitions.get(**idx as usize))
-                            .is_some_and(|p| p.shard as usize == self.id)
+                            .is_some_and(|p| {
+                                p.shard as usize == self.id && p.replicas.contains(&node)
+                            })
                     })
                     .map(|(idx, _)| *idx)
                     .collect();
@@ -212,7 +215,6 @@ impl BrokerShard {
             self.open_partition(&topic, index, epoch).await;
         }
         self.share_tail_cache();
-        self.ready.fire();
     }
 
     /// Splits the shard's tail-cache budget over the partitions it owns (at most the storage
@@ -313,7 +315,17 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
         mesh,
         receivers,
     } = boot;
-    let controller = (shard_id == 0).then(|| Controller::new(&config));
+    let (controller, doorbell) = if shard_id == 0 {
+        match crate::controller::start(&config) {
+            Ok((c, d)) => (Some(c), Some(d)),
+            Err(e) => {
+                error!(error = %format!("{e:#}"), "metadata node failed to start; shutting down");
+                std::process::exit(1);
+            }
+        }
+    } else {
+        (None, None)
+    };
     let shard = Rc::new(BrokerShard {
         id: shard_id,
         count: shard_count,
@@ -331,8 +343,8 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
     mesh.serve(receivers, shard.clone(), 4096);
     glommio::spawn_local(shard.clone().ticker()).detach();
 
-    if shard_id == 0 {
-        if let Err(e) = crate::controller::bootstrap(&shard).await {
+    if let Some(doorbell) = doorbell {
+        if let Err(e) = crate::controller::bootstrap(&shard, doorbell).await {
             error!(error = %e, "metadata bootstrap failed; shutting down");
             std::process::exit(1);
         }
@@ -340,7 +352,7 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
             crate::admin::start(shard.clone(), addr);
         }
     }
-    shard.ready.wait().await;
+    futures_lite::future::or(shard.ready.wait(), shard.shutdown.wait()).await;
 
     let listener = match keel_shard::listen_reuseport(config.listen, 1024) {
         Ok(l) => l,
@@ -396,6 +408,9 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
                 error!(shard = shard_id, topic = %part.topic, partition = part.index, error = %e, "closing log failed")
             }
         }
+    }
+    if let Some(c) = &shard.controller {
+        c.handle.shutdown();
     }
     info!(shard = shard_id, "shard stopped; logs synced");
 }

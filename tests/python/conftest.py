@@ -124,7 +124,7 @@ class KeelBroker:
             cmd += ["--set", "%s=%s" % (k, v)]
         # keel reads KEEL_* variables as settings, so the test's own (KEEL_BIN) must not leak.
         env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-        env.setdefault("RUST_LOG", "info")
+        env.setdefault("RUST_LOG", "info,openraft=warn")
         env.setdefault("NO_COLOR", "1")
         self.starts += 1
         with open(self.log_path, "ab") as log:

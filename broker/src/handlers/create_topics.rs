@@ -48,17 +48,32 @@ pub async fn handle(
                 }
             }
         }
+        let mut assignments: Vec<Vec<i32>> = Vec::new();
         if !t.assignments.is_empty() {
-            let ok = t
-                .assignments
+            let mut sorted: Vec<_> = t.assignments.iter().collect();
+            sorted.sort_by_key(|a| a.partition_index);
+            let dense = sorted
                 .iter()
-                .all(|a| a.broker_ids.len() == 1 && a.broker_ids[0].0 == shard.config.node_id);
-            if !ok {
+                .enumerate()
+                .all(|(i, a)| a.partition_index == i as i32);
+            let same_size = sorted.iter().all(|a| {
+                !a.broker_ids.is_empty() && a.broker_ids.len() == sorted[0].broker_ids.len()
+            });
+            if !dense || !same_size {
                 err = Some(OpError::new(
                     ResponseError::InvalidReplicaAssignment,
-                    "replicas must be this broker only",
+                    "assignments must cover partitions 0..N, each with the same number of replicas",
+                ));
+            } else if t.num_partitions != -1 || t.replication_factor != -1 {
+                err = Some(OpError::new(
+                    ResponseError::InvalidRequest,
+                    "with assignments, numPartitions and replicationFactor must be -1",
                 ));
             }
+            assignments = sorted
+                .iter()
+                .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+                .collect();
         }
         let num_partitions = if t.assignments.is_empty() {
             t.num_partitions
@@ -77,6 +92,7 @@ pub async fn handle(
             num_partitions,
             replication_factor: t.replication_factor,
             configs,
+            assignments,
         });
     }
     let to_create: Vec<TopicSpec> = specs

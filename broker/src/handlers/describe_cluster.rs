@@ -22,12 +22,22 @@ pub async fn handle(
     req: DescribeClusterRequest,
 ) -> DescribeClusterResponse {
     let c = &shard.config;
+    let image = shard.image();
     DescribeClusterResponse::default()
         .with_endpoint_type(req.endpoint_type)
         .with_cluster_id(str_bytes(c.cluster_id.clone()))
         .with_controller_id(BrokerId(c.node_id))
-        .with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(BrokerId(c.node_id))
-            .with_host(str_bytes(c.advertise_host.clone()))
-            .with_port(i32::from(c.advertise_port))])
+        .with_brokers(
+            image
+                .brokers
+                .values()
+                .map(|b| {
+                    DescribeClusterBroker::default()
+                        .with_broker_id(BrokerId(b.id))
+                        .with_host(str_bytes(b.host.clone()))
+                        .with_port(b.port)
+                        .with_rack(b.rack.clone().map(str_bytes))
+                })
+                .collect(),
+        )
 }

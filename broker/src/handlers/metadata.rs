@@ -1,6 +1,8 @@
-//! Metadata (key 3), v0-12: brokers, controller, topics with partitions and leader epochs.
-//! One broker: it leads every partition; replicas and ISR are itself. Unknown topics are
-//! created when both the request and `auto.create.topics.enable` allow it.
+//! Metadata (key 3), v0-12: the live brokers, a controller id, topics with each partition's
+//! leader, leader epoch, replicas and ISR, from this broker's copy of the committed metadata
+//! image. As KRaft brokers do, the controller id given to clients is a live broker (this
+//! one): clients send admin requests to it and it forwards them to the quorum. Unknown topics
+//! are created when both the request and `auto.create.topics.enable` allow it.
 
 use std::rc::Rc;
 
@@ -35,6 +37,7 @@ pub async fn auto_create(shard: &Rc<BrokerShard>, names: &[String]) {
             num_partitions: -1,
             replication_factor: -1,
             configs: Default::default(),
+            assignments: Vec::new(),
         })
         .collect();
     if missing.is_empty() {
@@ -52,8 +55,8 @@ pub async fn auto_create(shard: &Rc<BrokerShard>, names: &[String]) {
     }
 }
 
-pub fn topic_response(shard: &BrokerShard, t: &TopicMeta, version: i16) -> MetadataResponseTopic {
-    let node = BrokerId(shard.config.node_id);
+pub fn topic_response(t: &TopicMeta, version: i16) -> MetadataResponseTopic {
+    let ids = |v: &[i32]| v.iter().map(|b| BrokerId(*b)).collect::<Vec<_>>();
     MetadataResponseTopic::default()
         .with_name(Some(topic_name(&t.name)))
         // topic_id exists from v10, leader_epoch from v7.
@@ -68,11 +71,16 @@ pub fn topic_response(shard: &BrokerShard, t: &TopicMeta, version: i16) -> Metad
                 .iter()
                 .map(|p| {
                     MetadataResponsePartition::default()
+                        .with_error_code(if p.leader < 0 {
+                            code(ResponseError::LeaderNotAvailable)
+                        } else {
+                            0
+                        })
                         .with_partition_index(p.index)
-                        .with_leader_id(node)
+                        .with_leader_id(BrokerId(p.leader))
                         .with_leader_epoch(if version >= 7 { p.leader_epoch } else { -1 })
-                        .with_replica_nodes(vec![node])
-                        .with_isr_nodes(vec![node])
+                        .with_replica_nodes(ids(&p.replicas))
+                        .with_isr_nodes(ids(&p.isr))
                 })
                 .collect(),
         )
@@ -102,10 +110,24 @@ pub async fn handle(
     }
     let image = shard.image();
     let mut resp = MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(BrokerId(shard.config.node_id))
-            .with_host(str_bytes(shard.config.advertise_host.clone()))
-            .with_port(i32::from(shard.config.advertise_port))])
+        .with_brokers(
+            image
+                .brokers
+                .values()
+                .map(|b| {
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(b.id))
+                        .with_host(str_bytes(b.host.clone()))
+                        .with_port(b.port)
+                        // rack exists from v1.
+                        .with_rack(if version >= 1 {
+                            b.rack.clone().map(str_bytes)
+                        } else {
+                            None
+                        })
+                })
+                .collect(),
+        )
         // cluster_id exists from v2.
         .with_cluster_id((version >= 2).then(|| str_bytes(shard.config.cluster_id.clone())))
         .with_controller_id(BrokerId(shard.config.node_id));
@@ -114,7 +136,7 @@ pub async fn handle(
             resp.topics = image
                 .topics
                 .values()
-                .map(|t| topic_response(shard, t, version))
+                .map(|t| topic_response(t, version))
                 .collect()
         }
         Some(w) => {
@@ -124,7 +146,7 @@ pub async fn handle(
                     None => image.topic_by_id(id.as_bytes()),
                 };
                 let t = match found {
-                    Some(t) => topic_response(shard, t, version),
+                    Some(t) => topic_response(t, version),
                     None => {
                         let err = match &name {
                             Some(n) if validate_topic_name(n).is_err() => {

@@ -61,7 +61,28 @@ impl Broker {
         self.dir.path().join("data")
     }
 
+    /// A broker on free ports with a temp data dir, not started yet.
+    pub fn prepare(extra: &[&str]) -> Broker {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("keel.log");
+        Broker {
+            port: free_port(),
+            admin_port: free_port(),
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
+            child: None,
+            log,
+        }
+    }
+
     fn spawn(&mut self) {
+        let log_start = self.spawn_nowait();
+        self.wait_serving(log_start);
+    }
+
+    /// Starts the process; returns the log position to wait from.
+    pub fn spawn_nowait(&mut self) -> usize {
         let log_start = std::fs::metadata(&self.log)
             .map(|m| m.len() as usize)
             .unwrap_or(0);
@@ -80,13 +101,18 @@ impl Broker {
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env(
                 "RUST_LOG",
-                std::env::var("TEST_KEEL_LOG").unwrap_or_else(|_| "info".into()),
+                std::env::var("TEST_KEEL_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
             )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start keel");
         self.child = Some(child);
+        log_start
+    }
+
+    /// Waits until the process started at `log_start` serves.
+    pub fn wait_serving(&mut self, log_start: usize) {
         // Ready when both shards say they serve. (A successful connect alone is not proof:
         // right after a kill -9 the dead process's listening socket can linger.)
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -108,6 +134,41 @@ impl Broker {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("keel did not start serving; log:\n{}", self.log_text());
+    }
+
+    /// SIGKILL, no restart.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Sends a signal by name (STOP, CONT, ...).
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status()
+            .unwrap();
+    }
+
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// GET `path` from the admin endpoint; the body.
+    pub fn admin_get(&self, path: &str) -> String {
+        use std::io::Write;
+        let mut s = TcpStream::connect(("127.0.0.1", self.admin_port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default()
     }
 
     pub fn log_text(&self) -> String {

@@ -1,0 +1,279 @@
+//! The controller transport: Raft RPCs between voters and learners, and brokers' requests to
+//! the controller leader, over TCP on each node's controller listener.
+//!
+//! A frame is `[len u32 BE][JSON]`; requests and responses alternate on one connection. Frames
+//! over `FRAME_BYTES_MAX` close the connection. A client keeps one connection per peer and
+//! drops it on any error; the next call reconnects. Every call has a deadline. Runs on the
+//! `keel-metadata` thread (tokio).
+
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::{Applied, NodeId, Proposal, TypeConfig};
+
+/// Largest frame read from a peer.
+pub const FRAME_BYTES_MAX: usize = 128 << 20;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A broker's registration: who it is and where clients and controllers reach it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRegistration {
+    pub broker_id: i32,
+    pub incarnation_id: [u8; 16],
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+    /// This node's controller listener, so the leader can add it as a learner.
+    pub controller_addr: Option<String>,
+}
+
+/// Requests to the controller leader.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum ControllerRequest {
+    /// Commit this record batch.
+    Propose(Proposal),
+    Register(BrokerRegistration),
+    Heartbeat {
+        broker_id: i32,
+        broker_epoch: i64,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum ControllerResponse {
+    Applied(Applied),
+    Registered {
+        broker_epoch: i64,
+    },
+    /// The heartbeat was accepted; `fenced` says whether the broker is still fenced.
+    HeartbeatOk {
+        fenced: bool,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, thiserror::Error)]
+pub enum ControllerError {
+    #[error("not the controller; leader is {leader:?}")]
+    NotLeader {
+        leader: Option<NodeId>,
+        leader_addr: Option<String>,
+    },
+    /// The broker must register again (unknown broker or an old broker epoch).
+    #[error("broker is not registered with this epoch")]
+    StaleBrokerEpoch,
+    #[error("{0}")]
+    Failed(String),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum RpcRequest {
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    Controller(ControllerRequest),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum RpcResponse {
+    AppendEntries(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    InstallSnapshot(
+        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+    ),
+    Controller(Result<ControllerResponse, ControllerError>),
+}
+
+/// Reads one frame; `Ok(None)` on a clean end of stream.
+pub async fn read_frame<T: serde::de::DeserializeOwned>(
+    stream: &mut TcpStream,
+) -> std::io::Result<Option<T>> {
+    let mut len = [0u8; 4];
+    match stream.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > FRAME_BYTES_MAX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("controller frame of {len} bytes exceeds {FRAME_BYTES_MAX}"),
+        ));
+    }
+    let mut buf = vec![0u8; len];
+    stream.read_exact(&mut buf).await?;
+    serde_json::from_slice(&buf)
+        .map(Some)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+pub async fn write_frame<T: Serialize>(stream: &mut TcpStream, msg: &T) -> std::io::Result<()> {
+    let body = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
+    let mut out = Vec::with_capacity(body.len() + 4);
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    stream.write_all(&out).await
+}
+
+/// One peer's connection, opened on demand.
+pub struct PeerClient {
+    pub addr: String,
+    stream: Option<TcpStream>,
+}
+
+/// Why a call failed: unreachable (connect failed) or broken mid-call.
+#[derive(Debug)]
+pub enum CallError {
+    Unreachable(std::io::Error),
+    Network(std::io::Error),
+}
+
+impl CallError {
+    fn io(&self) -> &std::io::Error {
+        match self {
+            CallError::Unreachable(e) | CallError::Network(e) => e,
+        }
+    }
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.io())
+    }
+}
+
+impl PeerClient {
+    pub fn new(addr: String) -> Self {
+        PeerClient { addr, stream: None }
+    }
+
+    /// Sends `req` and reads the answer within `timeout`.
+    pub async fn call(
+        &mut self,
+        req: &RpcRequest,
+        timeout: Duration,
+    ) -> Result<RpcResponse, CallError> {
+        if self.stream.is_none() {
+            let s =
+                tokio::time::timeout(CONNECT_TIMEOUT.min(timeout), TcpStream::connect(&self.addr))
+                    .await
+                    .map_err(|_| {
+                        CallError::Unreachable(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("connecting to {}", self.addr),
+                        ))
+                    })?
+                    .map_err(CallError::Unreachable)?;
+            let _ = s.set_nodelay(true);
+            self.stream = Some(s);
+        }
+        let stream = self.stream.as_mut().expect("connected above");
+        let result = tokio::time::timeout(timeout, async {
+            write_frame(stream, req).await?;
+            read_frame::<RpcResponse>(stream).await?.ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "peer closed")
+            })
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("call to {} timed out", self.addr),
+            ))
+        });
+        if result.is_err() {
+            self.stream = None;
+        }
+        result.map_err(CallError::Network)
+    }
+}
+
+/// Creates a [`PeerClient`] per replication target.
+pub struct Network;
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, _target: NodeId, node: &BasicNode) -> PeerClient {
+        PeerClient::new(node.addr.clone())
+    }
+}
+
+fn rpc_error<E: std::error::Error>(e: CallError) -> RPCError<NodeId, BasicNode, E> {
+    match e {
+        CallError::Unreachable(e) => RPCError::Unreachable(Unreachable::new(&e)),
+        CallError::Network(e) => RPCError::Network(NetworkError::new(&e)),
+    }
+}
+
+fn unexpected<E: std::error::Error>() -> RPCError<NodeId, BasicNode, E> {
+    RPCError::Network(NetworkError::new(&std::io::Error::other(
+        "peer answered a different RPC",
+    )))
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        match self
+            .call(&RpcRequest::AppendEntries(rpc), option.hard_ttl())
+            .await
+            .map_err(rpc_error)?
+        {
+            RpcResponse::AppendEntries(r) => {
+                r.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(0, e)))
+            }
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        match self
+            .call(&RpcRequest::InstallSnapshot(rpc), option.hard_ttl())
+            .await
+            .map_err(rpc_error)?
+        {
+            RpcResponse::InstallSnapshot(r) => {
+                r.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(0, e)))
+            }
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        match self
+            .call(&RpcRequest::Vote(rpc), option.hard_ttl())
+            .await
+            .map_err(rpc_error)?
+        {
+            RpcResponse::Vote(r) => {
+                r.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(0, e)))
+            }
+            _ => Err(unexpected()),
+        }
+    }
+}

@@ -1,0 +1,835 @@
+//! One node of the metadata quorum, on its own thread `keel-metadata` (tokio current-thread
+//! runtime): the openraft instance, the controller listener, the controller's leader-side
+//! logic (registration, heartbeats, fencing) and this broker's own lifecycle (register, then
+//! heartbeat).
+//!
+//! The broker's shard 0 drives it through [`MetadataHandle`]: `propose` queues a record batch
+//! and returns a ticket; the answer (`Event::Done`) and every newly applied image
+//! (`Event::Image`) come back through an event queue, and one byte on the doorbell socket says
+//! there is something to drain. The shard never blocks on this thread and this thread never
+//! wakes a shard task directly.
+//!
+//! Fencing: the leader remembers when each broker last heartbeated (in memory; a new leader
+//! starts every broker's clock afresh) and fences a broker silent for longer than
+//! `session_timeout`: its partitions lose their leader (epoch + 1). A heartbeat from a fenced
+//! broker of the same epoch unfences it and gives its partitions back (epoch + 1). A broker
+//! that registers again (a restart) gets a new broker epoch and its partitions a new leader
+//! epoch.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use openraft::error::{ClientWriteError, RaftError as OpenRaftError};
+use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::codec::encode_batch;
+use crate::image::ClusterImage;
+use crate::log_store::LogStore;
+use crate::network::{
+    read_frame, write_frame, BrokerRegistration, ControllerError, ControllerRequest,
+    ControllerResponse, Network, PeerClient, RpcRequest, RpcResponse,
+};
+use crate::records::Record;
+use crate::state_machine::StateMachine;
+use crate::{Applied, ApplyOutcome, NodeId, Proposal, RaftError, TypeConfig};
+
+/// How a node is set up.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub node_id: NodeId,
+    /// `<data.dir>/__cluster_metadata-0`.
+    pub dir: PathBuf,
+    /// The voters and their controller addresses (`--controller-quorum`).
+    pub voters: BTreeMap<NodeId, String>,
+    /// Where this node accepts controller traffic; `None` for a lone voter.
+    pub controller_listen: Option<SocketAddr>,
+    pub broker: BrokerRegistration,
+    pub heartbeat_interval: Duration,
+    pub session_timeout: Duration,
+    pub election_timeout_min: Duration,
+    pub election_timeout_max: Duration,
+    /// Snapshot after this many entries since the last one.
+    pub snapshot_entries: u64,
+    /// And at least this often when anything was applied since.
+    pub snapshot_interval: Duration,
+    /// How long a proposal may wait for a controller leader.
+    pub propose_timeout: Duration,
+}
+
+/// What comes back to the broker.
+#[derive(Debug)]
+pub enum Event {
+    /// A newly applied image.
+    Image(Arc<ClusterImage>),
+    /// The answer to `propose` ticket: applied (possibly rejected) or failed.
+    Done {
+        ticket: u64,
+        result: Result<Applied, String>,
+    },
+}
+
+/// The quorum as this node sees it (admin HTTP).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct QuorumStatus {
+    pub node_id: NodeId,
+    pub state: String,
+    pub voters: Vec<NodeId>,
+    pub learners: Vec<NodeId>,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub last_log_index: Option<u64>,
+    pub committed_index: Option<u64>,
+    pub applied_index: Option<u64>,
+    pub snapshot_index: Option<u64>,
+    pub purged_index: Option<u64>,
+    /// On the leader: each member's matched index and its lag behind the leader's log.
+    pub replication: Vec<ReplicaLag>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ReplicaLag {
+    pub node_id: NodeId,
+    pub voter: bool,
+    pub matched_index: Option<u64>,
+    pub lag: Option<u64>,
+}
+
+struct Bell {
+    events: Mutex<VecDeque<Event>>,
+    doorbell: UnixStream,
+}
+
+impl Bell {
+    fn push(&self, event: Event) {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(event);
+        // Non-blocking: when the socket buffer is full, the reader has bytes to wake it anyway.
+        let _ = (&self.doorbell).write(&[1]);
+    }
+}
+
+enum Command {
+    Propose { ticket: u64, batch: Vec<u8> },
+    Shutdown(std::sync::mpsc::Sender<()>),
+}
+
+/// The broker's side of the metadata node.
+pub struct MetadataHandle {
+    commands: mpsc::UnboundedSender<Command>,
+    bell: Arc<Bell>,
+    quorum: Arc<Mutex<QuorumStatus>>,
+    next_ticket: AtomicU64,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl MetadataHandle {
+    /// Starts the node's thread. `doorbell` is the writing end of a socket pair whose other
+    /// end the caller reads. Returns once the log, vote and snapshot are loaded and Raft runs.
+    pub fn start(cfg: NodeConfig, doorbell: UnixStream) -> Result<MetadataHandle, RaftError> {
+        doorbell.set_nonblocking(true)?;
+        let bell = Arc::new(Bell {
+            events: Mutex::new(VecDeque::new()),
+            doorbell,
+        });
+        let quorum = Arc::new(Mutex::new(QuorumStatus {
+            node_id: cfg.node_id,
+            ..Default::default()
+        }));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = {
+            let bell = bell.clone();
+            let quorum = quorum.clone();
+            std::thread::Builder::new()
+                .name("keel-metadata".into())
+                .spawn(move || {
+                    let rt = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(RaftError::Io(e)));
+                            return;
+                        }
+                    };
+                    rt.block_on(run(cfg, bell, quorum, rx, ready_tx));
+                })?
+        };
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(MetadataHandle {
+                commands: tx,
+                bell,
+                quorum,
+                next_ticket: AtomicU64::new(1),
+                thread: Mutex::new(Some(thread)),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(RaftError::Stopped)
+            }
+        }
+    }
+
+    /// Queues a record batch for the controller; the answer comes as `Event::Done` with the
+    /// returned ticket.
+    pub fn propose(&self, records: &[Record]) -> u64 {
+        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        let batch = encode_batch(records);
+        if self
+            .commands
+            .send(Command::Propose { ticket, batch })
+            .is_err()
+        {
+            self.bell.push(Event::Done {
+                ticket,
+                result: Err("metadata node stopped".into()),
+            });
+        }
+        ticket
+    }
+
+    /// Takes every queued event.
+    pub fn drain_events(&self) -> Vec<Event> {
+        self.bell
+            .events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect()
+    }
+
+    pub fn quorum(&self) -> QuorumStatus {
+        self.quorum
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Stops Raft and joins the thread (bounded wait).
+    pub fn shutdown(&self) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        if self.commands.send(Command::Shutdown(tx)).is_ok() {
+            let _ = rx.recv_timeout(Duration::from_secs(5));
+        }
+        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Shared by the node's tasks.
+struct Ctx {
+    cfg: NodeConfig,
+    raft: Raft<TypeConfig>,
+    sm: StateMachine,
+    /// Leader side: when each broker last heartbeated.
+    last_seen: Mutex<HashMap<i32, Instant>>,
+    /// Clients to other nodes' controller listeners, by address.
+    peers: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<PeerClient>>>>,
+}
+
+async fn run(
+    cfg: NodeConfig,
+    bell: Arc<Bell>,
+    quorum: Arc<Mutex<QuorumStatus>>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    ready: std::sync::mpsc::Sender<Result<(), RaftError>>,
+) {
+    let ctx = match setup(&cfg, bell.clone()).await {
+        Ok(ctx) => Arc::new(ctx),
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    if let Some(addr) = cfg.controller_listen {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => {
+                info!(%addr, "controller listener bound");
+                tokio::spawn(serve(listener, ctx.clone()));
+            }
+            Err(e) => {
+                let _ = ready.send(Err(RaftError::Config(format!(
+                    "cannot listen for controller traffic on {addr}: {e}"
+                ))));
+                return;
+            }
+        }
+    }
+    let _ = ready.send(Ok(()));
+    tokio::spawn(watch_metrics(ctx.clone(), quorum));
+    tokio::spawn(fence_silent_brokers(ctx.clone()));
+    tokio::spawn(broker_lifecycle(ctx.clone()));
+    tokio::spawn(snapshot_by_time(ctx.clone()));
+    while let Some(cmd) = commands.recv().await {
+        match cmd {
+            Command::Propose { ticket, batch } => {
+                let ctx = ctx.clone();
+                let bell = bell.clone();
+                tokio::spawn(async move {
+                    let deadline = Instant::now() + ctx.cfg.propose_timeout;
+                    let result = controller_call(
+                        &ctx,
+                        ControllerRequest::Propose(Proposal { batch }),
+                        deadline,
+                    )
+                    .await;
+                    let result = match result {
+                        Ok(ControllerResponse::Applied(a)) => Ok(a),
+                        Ok(other) => Err(format!("unexpected controller answer {other:?}")),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    bell.push(Event::Done { ticket, result });
+                });
+            }
+            Command::Shutdown(done) => {
+                let _ = ctx.raft.shutdown().await;
+                let _ = done.send(());
+                break;
+            }
+        }
+    }
+}
+
+async fn setup(cfg: &NodeConfig, bell: Arc<Bell>) -> Result<Ctx, RaftError> {
+    let log = LogStore::open(&cfg.dir)?;
+    let sink_bell = bell.clone();
+    let sm = StateMachine::open(
+        &cfg.dir,
+        Arc::new(move |image| sink_bell.push(Event::Image(image))),
+    )?;
+    let config = openraft::Config {
+        cluster_name: "keel".into(),
+        heartbeat_interval: 100,
+        election_timeout_min: cfg.election_timeout_min.as_millis() as u64,
+        election_timeout_max: cfg.election_timeout_max.as_millis() as u64,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_entries.max(1)),
+        max_in_snapshot_log_to_keep: 100,
+        purge_batch_size: 1,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| RaftError::Config(e.to_string()))?;
+    let raft = Raft::new(cfg.node_id, Arc::new(config), Network, log, sm.clone())
+        .await
+        .map_err(|e| RaftError::Config(format!("starting raft: {e}")))?;
+    if cfg.voters.contains_key(&cfg.node_id)
+        && !raft
+            .is_initialized()
+            .await
+            .map_err(|e| RaftError::Config(e.to_string()))?
+    {
+        let members: BTreeMap<NodeId, BasicNode> = cfg
+            .voters
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode::new(addr)))
+            .collect();
+        match raft.initialize(members).await {
+            Ok(()) => {
+                info!(voters = ?cfg.voters.keys().collect::<Vec<_>>(), "metadata quorum initialized")
+            }
+            Err(e) => info!(error = %e, "metadata quorum already initialized"),
+        }
+    }
+    Ok(Ctx {
+        cfg: cfg.clone(),
+        raft,
+        sm,
+        last_seen: Mutex::new(HashMap::new()),
+        peers: tokio::sync::Mutex::new(HashMap::new()),
+    })
+}
+
+/// Accepts controller connections; each is served request by request.
+async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
+    loop {
+        let Ok((mut stream, peer)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            loop {
+                let req = match read_frame::<RpcRequest>(&mut stream).await {
+                    Ok(Some(r)) => r,
+                    Ok(None) => return,
+                    Err(e) => {
+                        warn!(%peer, error = %e, "bad controller frame; closing connection");
+                        return;
+                    }
+                };
+                let resp = match req {
+                    RpcRequest::AppendEntries(r) => {
+                        RpcResponse::AppendEntries(ctx.raft.append_entries(r).await)
+                    }
+                    RpcRequest::Vote(r) => RpcResponse::Vote(ctx.raft.vote(r).await),
+                    RpcRequest::InstallSnapshot(r) => {
+                        RpcResponse::InstallSnapshot(ctx.raft.install_snapshot(r).await)
+                    }
+                    RpcRequest::Controller(r) => {
+                        RpcResponse::Controller(handle_controller(&ctx, r).await)
+                    }
+                };
+                if write_frame(&mut stream, &resp).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+fn leader_hint(ctx: &Ctx) -> ControllerError {
+    let m = ctx.raft.metrics().borrow().clone();
+    let leader = m.current_leader;
+    let leader_addr = leader.and_then(|l| {
+        m.membership_config
+            .membership()
+            .get_node(&l)
+            .map(|n| n.addr.clone())
+            .or_else(|| ctx.cfg.voters.get(&l).cloned())
+    });
+    ControllerError::NotLeader {
+        leader,
+        leader_addr,
+    }
+}
+
+fn is_leader(ctx: &Ctx) -> bool {
+    ctx.raft.metrics().borrow().current_leader == Some(ctx.cfg.node_id)
+}
+
+/// Commits `records` through Raft on this (leader) node.
+async fn write(ctx: &Ctx, batch: Vec<u8>) -> Result<Applied, ControllerError> {
+    match ctx.raft.client_write(Proposal { batch }).await {
+        Ok(resp) => Ok(resp.data),
+        Err(OpenRaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(leader_hint(ctx)),
+        Err(e) => Err(ControllerError::Failed(e.to_string())),
+    }
+}
+
+async fn write_records(ctx: &Ctx, records: &[Record]) -> Result<Applied, ControllerError> {
+    write(ctx, encode_batch(records)).await
+}
+
+/// Leader side of a broker's request.
+async fn handle_controller(
+    ctx: &Ctx,
+    req: ControllerRequest,
+) -> Result<ControllerResponse, ControllerError> {
+    if !is_leader(ctx) {
+        return Err(leader_hint(ctx));
+    }
+    match req {
+        ControllerRequest::Propose(p) => write(ctx, p.batch).await.map(ControllerResponse::Applied),
+        ControllerRequest::Register(reg) => {
+            let node_id = reg.broker_id as NodeId;
+            if let Some(addr) = &reg.controller_addr {
+                let known = ctx
+                    .raft
+                    .metrics()
+                    .borrow()
+                    .membership_config
+                    .membership()
+                    .get_node(&node_id)
+                    .is_some();
+                if !known {
+                    info!(node_id, %addr, "adding broker as a metadata learner");
+                    ctx.raft
+                        .add_learner(node_id, BasicNode::new(addr), false)
+                        .await
+                        .map_err(|e| ControllerError::Failed(format!("adding learner: {e}")))?;
+                }
+            }
+            let image = ctx.sm.image();
+            let records = registration_records(&image, &reg);
+            let applied = write_records(ctx, &records).await?;
+            if let ApplyOutcome::Rejected { message, .. } = applied.outcome {
+                return Err(ControllerError::Failed(message));
+            }
+            ctx.last_seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(reg.broker_id, Instant::now());
+            info!(
+                broker_id = reg.broker_id,
+                broker_epoch = applied.index,
+                "broker registered"
+            );
+            Ok(ControllerResponse::Registered {
+                broker_epoch: applied.index as i64,
+            })
+        }
+        ControllerRequest::Heartbeat {
+            broker_id,
+            broker_epoch,
+        } => {
+            let image = ctx.sm.image();
+            let fenced = match image.brokers.get(&broker_id) {
+                Some(b) if b.broker_epoch == broker_epoch => b.fenced,
+                _ => return Err(ControllerError::StaleBrokerEpoch),
+            };
+            ctx.last_seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(broker_id, Instant::now());
+            if fenced {
+                let records = unfence_records(&image, broker_id);
+                let applied = write_records(ctx, &records).await?;
+                if applied.outcome == ApplyOutcome::Applied {
+                    info!(broker_id, "broker unfenced");
+                }
+            }
+            Ok(ControllerResponse::HeartbeatOk { fenced: false })
+        }
+    }
+}
+
+/// Records for a (re)registration: the broker, unfenced, leading again every partition it is
+/// a replica of that has no other leader, each with a new leader epoch.
+pub fn registration_records(image: &ClusterImage, reg: &BrokerRegistration) -> Vec<Record> {
+    let mut records = vec![
+        Record::BrokerRegistered {
+            broker_id: reg.broker_id,
+            incarnation_id: reg.incarnation_id,
+            host: reg.host.clone(),
+            port: reg.port,
+            rack: reg.rack.clone(),
+        },
+        Record::BrokerUnfenced {
+            broker_id: reg.broker_id,
+        },
+    ];
+    records.extend(take_leadership(image, reg.broker_id, true));
+    records
+}
+
+fn unfence_records(image: &ClusterImage, broker_id: i32) -> Vec<Record> {
+    let mut records = vec![Record::BrokerUnfenced { broker_id }];
+    records.extend(take_leadership(image, broker_id, false));
+    records
+}
+
+/// Partition changes that make `broker_id` leader where it is a replica and there is no
+/// leader (or, on a new incarnation, where it led before).
+fn take_leadership(image: &ClusterImage, broker_id: i32, new_incarnation: bool) -> Vec<Record> {
+    let mut out = Vec::new();
+    for t in image.topics.values() {
+        for p in &t.partitions {
+            let takes = p.replicas.contains(&broker_id)
+                && (p.leader == -1 || (new_incarnation && p.leader == broker_id));
+            if takes {
+                out.push(Record::PartitionChanged {
+                    topic_id: t.topic_id,
+                    partition: p.partition,
+                    leader: Some(broker_id),
+                    leader_epoch: Some(p.leader_epoch + 1),
+                    isr: p.isr.is_empty().then(|| vec![broker_id]),
+                    replicas: None,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Records that fence `broker_id`: its partitions lose their leader.
+pub fn fence_records(image: &ClusterImage, broker_id: i32) -> Vec<Record> {
+    let mut records = vec![Record::BrokerFenced { broker_id }];
+    for t in image.topics.values() {
+        for p in &t.partitions {
+            if p.leader == broker_id {
+                records.push(Record::PartitionChanged {
+                    topic_id: t.topic_id,
+                    partition: p.partition,
+                    leader: Some(-1),
+                    leader_epoch: Some(p.leader_epoch + 1),
+                    isr: None,
+                    replicas: None,
+                });
+            }
+        }
+    }
+    records
+}
+
+/// On the leader: fences brokers whose heartbeats stopped.
+async fn fence_silent_brokers(ctx: Arc<Ctx>) {
+    let mut was_leader = false;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let leader = is_leader(&ctx);
+        if !leader {
+            was_leader = false;
+            continue;
+        }
+        let image = ctx.sm.image();
+        let now = Instant::now();
+        let silent: Vec<i32> = {
+            let mut seen = ctx.last_seen.lock().unwrap_or_else(|p| p.into_inner());
+            if !was_leader {
+                // A new leader gives every broker a full session from now.
+                seen.clear();
+                for id in image.brokers.keys() {
+                    seen.insert(*id, now);
+                }
+            }
+            image
+                .live_brokers()
+                .filter(|b| {
+                    seen.get(&b.broker_id)
+                        .is_none_or(|t| now.duration_since(*t) > ctx.cfg.session_timeout)
+                })
+                .map(|b| b.broker_id)
+                .collect()
+        };
+        was_leader = true;
+        for broker_id in silent {
+            let records = fence_records(&image, broker_id);
+            match write_records(&ctx, &records).await {
+                Ok(_) => warn!(
+                    broker_id,
+                    session_timeout_ms = ctx.cfg.session_timeout.as_millis() as u64,
+                    "broker fenced: no heartbeat within the session timeout"
+                ),
+                Err(e) => warn!(broker_id, error = %e, "fencing failed"),
+            }
+        }
+    }
+}
+
+/// Sends `req` to the controller leader (itself when leading), following leader hints and
+/// retrying until `deadline`.
+async fn controller_call(
+    ctx: &Ctx,
+    req: ControllerRequest,
+    deadline: Instant,
+) -> Result<ControllerResponse, ControllerError> {
+    let mut hint: Option<String> = None;
+    let mut last_err = ControllerError::NotLeader {
+        leader: None,
+        leader_addr: None,
+    };
+    while Instant::now() < deadline {
+        if is_leader(ctx) {
+            match handle_controller(ctx, req.clone()).await {
+                Err(e @ ControllerError::NotLeader { .. }) => last_err = e,
+                other => return other,
+            }
+        }
+        let mut targets: Vec<String> = Vec::new();
+        if let ControllerError::NotLeader {
+            leader_addr: Some(a),
+            ..
+        } = leader_hint(ctx)
+        {
+            targets.push(a);
+        }
+        if let Some(h) = hint.take() {
+            targets.push(h);
+        }
+        targets.extend(
+            ctx.cfg
+                .voters
+                .iter()
+                .filter(|(id, _)| **id != ctx.cfg.node_id)
+                .map(|(_, a)| a.clone()),
+        );
+        targets.dedup();
+        for addr in targets {
+            let timeout = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(100));
+            let client = peer(ctx, &addr).await;
+            let answer = client
+                .lock()
+                .await
+                .call(&RpcRequest::Controller(req.clone()), timeout)
+                .await;
+            match answer {
+                Ok(RpcResponse::Controller(Err(ControllerError::NotLeader {
+                    leader_addr,
+                    leader,
+                }))) => {
+                    if let Some(a) = leader_addr.clone() {
+                        hint = Some(a);
+                    }
+                    last_err = ControllerError::NotLeader {
+                        leader,
+                        leader_addr,
+                    };
+                    if hint.is_some() {
+                        break;
+                    }
+                }
+                Ok(RpcResponse::Controller(r)) => return r,
+                Ok(_) => last_err = ControllerError::Failed("unexpected answer".into()),
+                Err(e) => last_err = ControllerError::Failed(format!("{addr}: {e}")),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(match last_err {
+        ControllerError::NotLeader { .. } => {
+            ControllerError::Failed("no metadata quorum leader answered in time".into())
+        }
+        e => e,
+    })
+}
+
+async fn peer(ctx: &Ctx, addr: &str) -> Arc<tokio::sync::Mutex<PeerClient>> {
+    ctx.peers
+        .lock()
+        .await
+        .entry(addr.to_string())
+        .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(PeerClient::new(addr.to_string()))))
+        .clone()
+}
+
+/// This broker's registration and heartbeats, for as long as the node runs.
+async fn broker_lifecycle(ctx: Arc<Ctx>) {
+    let mut reg = ctx.cfg.broker.clone();
+    if ctx.cfg.voters.contains_key(&ctx.cfg.node_id) {
+        // Voters are members already; only learners need adding.
+        reg.controller_addr = None;
+    }
+    let mut warned = Instant::now() - Duration::from_secs(60);
+    loop {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let epoch =
+            match controller_call(&ctx, ControllerRequest::Register(reg.clone()), deadline).await {
+                Ok(ControllerResponse::Registered { broker_epoch }) => broker_epoch,
+                other => {
+                    if warned.elapsed() > Duration::from_secs(10) {
+                        warn!(answer = ?other, "broker registration not accepted yet; retrying");
+                        warned = Instant::now();
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+        loop {
+            tokio::time::sleep(ctx.cfg.heartbeat_interval).await;
+            let deadline = Instant::now() + ctx.cfg.heartbeat_interval.max(Duration::from_secs(1));
+            let hb = ControllerRequest::Heartbeat {
+                broker_id: reg.broker_id,
+                broker_epoch: epoch,
+            };
+            match controller_call(&ctx, hb, deadline).await {
+                Ok(_) => {}
+                Err(ControllerError::StaleBrokerEpoch) => {
+                    warn!("controller does not know this broker epoch; registering again");
+                    break;
+                }
+                Err(e) => {
+                    if warned.elapsed() > Duration::from_secs(10) {
+                        warn!(error = %e, "heartbeat failed");
+                        warned = Instant::now();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Snapshots at least every `snapshot_interval` when anything was applied since the last.
+async fn snapshot_by_time(ctx: Arc<Ctx>) {
+    loop {
+        tokio::time::sleep(ctx.cfg.snapshot_interval).await;
+        let applied = ctx.sm.image().applied_index;
+        if applied > ctx.sm.snapshot_index().unwrap_or(0) {
+            let _ = ctx.raft.trigger().snapshot().await;
+        }
+    }
+}
+
+/// Keeps `QuorumStatus` current and logs leader changes.
+async fn watch_metrics(ctx: Arc<Ctx>, quorum: Arc<Mutex<QuorumStatus>>) {
+    let mut rx = ctx.raft.metrics();
+    let mut last_leader = None;
+    loop {
+        let m = rx.borrow_and_update().clone();
+        if m.current_leader != last_leader {
+            info!(leader = ?m.current_leader, term = m.current_term, "metadata quorum leader");
+            last_leader = m.current_leader;
+        }
+        let membership = m.membership_config.membership();
+        let voters: Vec<NodeId> = membership.voter_ids().collect();
+        let learners: Vec<NodeId> = membership.learner_ids().collect();
+        let last = m.last_log_index;
+        let replication: Vec<ReplicaLag> = m
+            .replication
+            .as_ref()
+            .map(|r| {
+                r.iter()
+                    .map(|(id, matched)| {
+                        let matched_index = matched.map(|l| l.index);
+                        ReplicaLag {
+                            node_id: *id,
+                            voter: voters.contains(id),
+                            matched_index,
+                            lag: last.map(|l| l.saturating_sub(matched_index.unwrap_or(0))),
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        // openraft 0.9 does not publish the commit index: on the leader it is what a majority
+        // of voters has matched; elsewhere the applied index is the best lower bound.
+        let committed_index = if replication.is_empty() {
+            m.last_applied.map(|l| l.index)
+        } else {
+            let mut matched: Vec<u64> = replication
+                .iter()
+                .filter(|r| r.voter)
+                .map(|r| r.matched_index.unwrap_or(0))
+                .collect();
+            matched.sort_unstable_by(|a, b| b.cmp(a));
+            matched.get(voters.len() / 2).copied()
+        };
+        {
+            let mut q = quorum.lock().unwrap_or_else(|p| p.into_inner());
+            *q = QuorumStatus {
+                node_id: ctx.cfg.node_id,
+                state: match m.state {
+                    ServerState::Leader => "leader",
+                    ServerState::Follower => "follower",
+                    ServerState::Candidate => "candidate",
+                    ServerState::Learner => "learner",
+                    ServerState::Shutdown => "shutdown",
+                }
+                .into(),
+                voters,
+                learners,
+                leader: m.current_leader,
+                term: m.current_term,
+                last_log_index: m.last_log_index,
+                committed_index,
+                applied_index: m.last_applied.map(|l| l.index),
+                snapshot_index: m.snapshot.map(|l| l.index),
+                purged_index: m.purged.map(|l| l.index),
+                replication,
+            };
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
