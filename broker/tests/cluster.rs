@@ -468,3 +468,75 @@ fn fencing_and_full_restart_keep_metadata() {
     };
     assert_eq!(fetched, vec![(0, b"after-fence".to_vec())]);
 }
+
+#[test]
+fn a_broker_outside_the_quorum_follows_as_a_learner() {
+    let _serial = serial();
+    let (c1, c2) = (free_port(), free_port());
+    let quorum = format!("1@127.0.0.1:{c1}");
+    let mut voter = Broker::prepare(&[
+        "--node-id",
+        "1",
+        "--controller-quorum",
+        &quorum,
+        "--controller-listen",
+        &format!("127.0.0.1:{c1}"),
+        "--rack",
+        "r1",
+    ]);
+    let mut learner = Broker::prepare(&[
+        "--node-id",
+        "2",
+        "--controller-quorum",
+        &quorum,
+        "--controller-listen",
+        &format!("127.0.0.1:{c2}"),
+        "--rack",
+        "r2",
+    ]);
+    let (s1, s2) = (voter.spawn_nowait(), learner.spawn_nowait());
+    voter.wait_serving(s1);
+    learner.wait_serving(s2);
+    let q = quorum_of(&voter);
+    assert_eq!(q["voters"], serde_json::json!([1]), "{q}");
+    assert_eq!(q["learners"], serde_json::json!([2]), "{q}");
+    assert_eq!(quorum_of(&learner)["state"], "learner");
+    let racks: Vec<(i32, String)> = metadata(&learner)
+        .brokers
+        .iter()
+        .map(|b| (b.node_id.0, b.rack.as_ref().unwrap().to_string()))
+        .collect();
+    assert_eq!(racks, vec![(1, "r1".to_string()), (2, "r2".to_string())]);
+    // Created through the learner (forwarded to the leader), led by both brokers.
+    create_topic(&mut Client::connect(&learner.bootstrap()), "shared", 4);
+    for b in [&voter, &learner] {
+        wait_until("the topic is visible", Duration::from_secs(10), || {
+            topics(b).contains_key("shared")
+        });
+        let leaders: Vec<i32> = topics(b)["shared"].1.iter().map(|(l, _)| *l).collect();
+        assert_eq!(
+            leaders.iter().filter(|l| **l == 1).count(),
+            2,
+            "{leaders:?}"
+        );
+        assert_eq!(
+            leaders.iter().filter(|l| **l == 2).count(),
+            2,
+            "{leaders:?}"
+        );
+    }
+    let p = topics(&learner)["shared"]
+        .1
+        .iter()
+        .position(|(l, _)| *l == 2)
+        .unwrap() as i32;
+    let mut c = Client::connect(&learner.bootstrap());
+    assert_eq!(
+        common::client::produce(&mut c, "shared", p, batch(&[b"on-the-learner"])),
+        0
+    );
+}
+
+fn quorum_of(b: &Broker) -> serde_json::Value {
+    quorum(b)
+}

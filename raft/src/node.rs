@@ -321,7 +321,9 @@ async fn setup(cfg: &NodeConfig, bell: Arc<Bell>) -> Result<Ctx, RaftError> {
         election_timeout_min: cfg.election_timeout_min.as_millis() as u64,
         election_timeout_max: cfg.election_timeout_max.as_millis() as u64,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_entries.max(1)),
-        max_in_snapshot_log_to_keep: 100,
+        // Keep some entries after a snapshot for slow followers, never more than a
+        // snapshot's worth.
+        max_in_snapshot_log_to_keep: cfg.snapshot_entries.clamp(1, 100),
         purge_batch_size: 1,
         ..Default::default()
     }
