@@ -507,6 +507,23 @@ fn a_broker_outside_the_quorum_follows_as_a_learner() {
         .map(|b| (b.node_id.0, b.rack.as_ref().unwrap().to_string()))
         .collect();
     assert_eq!(racks, vec![(1, "r1".to_string()), (2, "r2".to_string())]);
+    // Hostile bytes on the controller listener close that connection only.
+    for junk in [
+        &b"\x00\x00\x00\x05hello"[..],
+        b"\xff\xff\xff\xff",
+        b"\x00\x00\x00\x02{}",
+    ] {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", c1)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(junk).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(
+            s.read(&mut buf).unwrap_or(0),
+            0,
+            "connection closed without an answer"
+        );
+    }
     // Created through the learner (forwarded to the leader), led by both brokers.
     create_topic(&mut Client::connect(&learner.bootstrap()), "shared", 4);
     for b in [&voter, &learner] {

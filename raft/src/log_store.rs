@@ -162,6 +162,8 @@ impl LogStore {
         }
         use std::io::Seek;
         file.seek(std::io::SeekFrom::Start(valid))?;
+        // The log file's directory entry must survive a crash too.
+        sync_dir(dir)?;
         tracing::info!(
             dir = %dir.display(),
             entries = entries.len(),
