@@ -390,6 +390,44 @@ fn paused_voter_neither_blocks_the_quorum_nor_loses_its_log() {
             t.contains_key("first") && t.contains_key("while-paused")
         },
     );
+    // Paused past its session timeout (3 s), it is fenced; resumed, its next heartbeat
+    // unfences it (same registration, no restart) and it leads its partitions again.
+    create_topic(
+        &mut Client::connect(&nodes[other].bootstrap()),
+        "fence-me",
+        3,
+    );
+    let paused_id = paused as i32 + 1;
+    let led: Vec<usize> = topics(&nodes[other])["fence-me"]
+        .1
+        .iter()
+        .enumerate()
+        .filter(|(_, (l, _))| *l == paused_id)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(led.len(), 1);
+    nodes[paused].signal("STOP");
+    wait_until(
+        "the paused broker is fenced",
+        Duration::from_secs(15),
+        || {
+            metadata(&nodes[other]).brokers.len() == 2
+                && topics(&nodes[other])["fence-me"].1[led[0]] == (-1, 1)
+        },
+    );
+    nodes[paused].signal("CONT");
+    wait_until(
+        "the resumed broker is unfenced and leads again",
+        Duration::from_secs(15),
+        || {
+            metadata(&nodes[other]).brokers.len() == 3
+                && topics(&nodes[other])["fence-me"].1[led[0]] == (paused_id, 2)
+        },
+    );
+    assert!(
+        !nodes[paused].log_text().contains("registering again"),
+        "unfenced by heartbeat, not by a new registration"
+    );
     let q = quorum(&nodes[leader]);
     let lags: Vec<u64> = q["replication"]
         .as_array()
