@@ -48,6 +48,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.retention.ms", default: "604800000", doc: "retention by time (topic: retention.ms)" },
     BrokerKey { name: "log.retention.bytes", default: "-1", doc: "retention by size (topic: retention.bytes)" },
     BrokerKey { name: "log.cleanup.policy", default: "delete", doc: "delete or compact (topic: cleanup.policy)" },
+    BrokerKey { name: "log.retention.check.interval.ms", default: "300000", doc: "how often each shard applies retention to its partitions" },
     BrokerKey { name: "log.message.timestamp.type", default: "CreateTime", doc: "CreateTime or LogAppendTime (topic: message.timestamp.type)" },
     BrokerKey { name: "min.insync.replicas", default: "1", doc: "ISR size needed for acks=all" },
     BrokerKey { name: "log.flush.policy", default: "group", doc: "group: fdatasync before ack; interval: ack after write, sync every flush.ms (topic: flush.policy)" },
@@ -393,7 +394,25 @@ impl BrokerConfig {
         if let Ok(v) = TimestampType::from_str(&value("message.timestamp.type")) {
             c.message_timestamp_type = v;
         }
+        if let Ok(v) = value("retention.ms").parse::<i64>() {
+            c.retention_ms = v;
+        }
+        if let Ok(v) = value("retention.bytes").parse::<i64>() {
+            c.retention_bytes = v;
+        }
+        c.cleanup_delete = value("cleanup.policy")
+            .split(',')
+            .any(|p| p.trim() == "delete");
         c
+    }
+
+    /// How often each shard runs retention (`log.retention.check.interval.ms`).
+    pub fn retention_check_interval_ms(&self) -> u64 {
+        self.values
+            .get("log.retention.check.interval.ms")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(300_000)
+            .max(1)
     }
 
     /// min.insync.replicas of a topic.

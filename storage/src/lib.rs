@@ -29,5 +29,5 @@ pub use error::StorageError;
 pub use log::Log;
 pub use types::{
     AppendInfo, BatchesSummary, FlushPolicy, LeaderEpoch, LogConfig, LogOffsets, Offset,
-    ReadResult, TimestampType,
+    ReadResult, RetentionOutcome, TimestampType,
 };

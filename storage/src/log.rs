@@ -31,9 +31,13 @@ use crate::records::find_record;
 use crate::recovery::scan_segment;
 use crate::segment::{align_down, align_up, segment_path, Segment};
 use crate::types::{
-    AppendInfo, LeaderEpoch, LogConfig, LogOffsets, Offset, ReadResult, TimestampType,
+    AppendInfo, LeaderEpoch, LogConfig, LogOffsets, Offset, ReadResult, RetentionOutcome,
+    TimestampType,
 };
 
+/// The log start offset moved by DeleteRecords (Kafka keeps it in
+/// `log-start-offset-checkpoint`; Keel keeps one file per partition).
+const LOG_START_FILE: &str = "log-start-offset";
 /// Most bytes handed to one `write_at` (bounds the DMA buffer of a flush).
 const WRITE_BYTES_MAX: u64 = 1024 * 1024;
 /// Bytes read per I/O when walking batch headers in a segment.
@@ -266,8 +270,14 @@ impl Log {
             let file = open_log_file(&segment_path(dir, Offset(0), "log"), true).await?;
             segments.push(Segment::new(Offset(0), Some(Rc::new(file))));
         }
-        let log_start_offset = segments[0].base_offset;
         let log_end_offset = segments[segments.len() - 1].next_offset;
+        let checkpointed = read_file(&dir.join(LOG_START_FILE))
+            .await?
+            .and_then(|b| std::str::from_utf8(&b).ok()?.trim().parse::<i64>().ok())
+            .unwrap_or(0);
+        let log_start_offset = Offset(checkpointed)
+            .max(segments[0].base_offset)
+            .min(log_end_offset);
         epochs.truncate_from_end(log_end_offset);
         if epochs != checkpoint_before {
             write_file_atomic(&dir.join(CHECKPOINT_FILE), epochs.encode().into_bytes()).await?;
@@ -331,6 +341,135 @@ impl Log {
 
     pub fn segment_count(&self) -> usize {
         self.inner.state.borrow().segments.len()
+    }
+
+    /// Bytes of all segments, staged bytes included.
+    pub fn size_bytes(&self) -> u64 {
+        self.inner
+            .state
+            .borrow()
+            .segments
+            .iter()
+            .map(|g| g.size)
+            .sum()
+    }
+
+    /// DeleteRecords: moves the log start offset up to `before` (-1 = the high watermark),
+    /// persists it, and deletes the segments wholly below it. An offset above the high
+    /// watermark is out of range. Returns the new log start offset.
+    pub async fn delete_records(&self, before: Offset) -> Result<Offset, StorageError> {
+        let target = {
+            let s = self.inner.state.borrow();
+            s.check_poisoned()?;
+            let target = if before.0 == -1 {
+                s.high_watermark
+            } else {
+                before
+            };
+            if target.0 < 0 || target > s.high_watermark {
+                return Err(StorageError::OffsetOutOfRange {
+                    requested: before,
+                    log_start_offset: s.log_start_offset,
+                    log_end_offset: s.high_watermark,
+                });
+            }
+            if target <= s.log_start_offset {
+                return Ok(s.log_start_offset);
+            }
+            target
+        };
+        write_file_atomic(
+            &self.inner.dir.join(LOG_START_FILE),
+            format!("{}\n", target.0).into_bytes(),
+        )
+        .await?;
+        {
+            let mut s = self.inner.state.borrow_mut();
+            s.log_start_offset = s.log_start_offset.max(target);
+            assert!(s.log_start_offset <= s.high_watermark);
+        }
+        self.remove_segments(|_, _| false, false).await?;
+        Ok(self.offsets().log_start_offset)
+    }
+
+    /// One retention pass (`cleanup.policy` with `delete`): deletes, oldest first, closed and
+    /// finalized segments wholly below the high watermark whose newest timestamp is older than
+    /// `retention.ms`, or without which the log is still at least `retention.bytes`, and any
+    /// wholly below the log start offset. The active segment is never deleted.
+    pub async fn enforce_retention(&self, now_ms: i64) -> Result<RetentionOutcome, StorageError> {
+        self.remove_segments(
+            |c, g| {
+                c.cleanup_delete
+                    && c.retention_ms >= 0
+                    && g.max_timestamp_ms >= 0
+                    && now_ms.saturating_sub(g.max_timestamp_ms) > c.retention_ms
+            },
+            true,
+        )
+        .await
+    }
+
+    /// Removes the longest prefix of segments that are closed, finalized, wholly below the
+    /// high watermark and either wholly below the log start offset, or `by_time`, or over
+    /// `retention.bytes` (when `by_size`). Holds the flush lock, so no flush writes them.
+    async fn remove_segments(
+        &self,
+        by_time: impl Fn(&LogConfig, &Segment) -> bool,
+        by_size: bool,
+    ) -> Result<RetentionOutcome, StorageError> {
+        let _permit = self.inner.flush_lock.acquire_permit(1).await?;
+        let removed: Vec<Segment> = {
+            let mut s = self.inner.state.borrow_mut();
+            let c = s.config.clone();
+            let mut total: u64 = s.segments.iter().map(|g| g.size).sum();
+            let mut n = 0;
+            for g in &s.segments[..s.segments.len() - 1] {
+                if !(g.closed && g.finalized) || g.next_offset > s.high_watermark {
+                    break;
+                }
+                let below_start = g.next_offset <= s.log_start_offset;
+                let over_size = by_size
+                    && c.cleanup_delete
+                    && c.retention_bytes >= 0
+                    && total.saturating_sub(g.size) >= c.retention_bytes as u64;
+                if !(below_start || over_size || by_time(&c, g)) {
+                    break;
+                }
+                total -= g.size;
+                n += 1;
+            }
+            let removed: Vec<Segment> = s.segments.drain(..n).collect();
+            let first = s.segments[0].base_offset;
+            s.log_start_offset = s.log_start_offset.max(first);
+            assert!(s.log_start_offset <= s.high_watermark && s.high_watermark <= s.log_end_offset);
+            removed
+        };
+        let mut outcome = RetentionOutcome {
+            segments_deleted: removed.len(),
+            bytes_deleted: removed.iter().map(|g| g.size).sum(),
+            log_start_offset: self.offsets().log_start_offset,
+        };
+        for g in removed {
+            if let Some(file) = g.file {
+                let _ = file.close_rc().await;
+            }
+            for ext in ["log", "index", "timeindex"] {
+                let path = segment_path(&self.inner.dir, g.base_offset, ext);
+                match glommio::io::remove(&path).await {
+                    Ok(()) => {}
+                    Err(e) if path.exists() => return Err(e.into()),
+                    Err(_) => {}
+                }
+            }
+            tracing::info!(
+                dir = %self.inner.dir.display(),
+                base_offset = g.base_offset.0,
+                bytes = g.size,
+                "deleted segment"
+            );
+        }
+        outcome.log_start_offset = self.offsets().log_start_offset;
+        Ok(outcome)
     }
 
     /// Validates every batch, then assigns offsets, stamps, stages and caches them (no I/O).

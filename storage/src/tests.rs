@@ -642,3 +642,119 @@ fn failed_write_poisons_the_log() {
         log.commit(Offset(3)).await.unwrap();
     });
 }
+
+/// Ten segments of one 1-record batch each (timestamps 1000, 2000, ...), committed.
+async fn ten_segments(log: &Log) -> usize {
+    let one = batch(1, 0, 500).len();
+    for i in 0..10i64 {
+        log.append(batch(1, (i + 1) * 1000, 500), LeaderEpoch(0), 0)
+            .unwrap();
+        log.commit(Offset(i + 1)).await.unwrap();
+    }
+    one
+}
+
+#[test]
+fn retention_by_time_and_size_deletes_closed_segments_only() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let cfg = LogConfig {
+            segment_bytes: 600,
+            retention_ms: -1,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), cfg).await.unwrap();
+        let one = ten_segments(&log).await;
+        assert_eq!(log.segment_count(), 10);
+        // retention.ms = -1 keeps everything.
+        let out = log.enforce_retention(1_000_000).await.unwrap();
+        assert_eq!(out.segments_deleted, 0);
+        // By time: segments whose newest record is older than now - retention.ms.
+        let mut c = log.config();
+        c.retention_ms = 5000;
+        log.set_config(c);
+        let out = log.enforce_retention(8_500).await.unwrap();
+        assert_eq!(
+            out.segments_deleted, 3,
+            "timestamps 1000..3000 are older than 3500"
+        );
+        assert_eq!(out.log_start_offset, Offset(3));
+        assert_eq!(out.bytes_deleted, 3 * one as u64);
+        assert_eq!(log.offsets().log_start_offset, Offset(3));
+        // By size: keep at least retention.bytes; the active segment always stays.
+        let mut c = log.config();
+        c.retention_ms = -1;
+        c.retention_bytes = 3 * one as i64;
+        log.set_config(c);
+        let out = log.enforce_retention(8_500).await.unwrap();
+        assert_eq!(out.segments_deleted, 4);
+        assert_eq!(log.segment_count(), 3);
+        assert_eq!(log.size_bytes(), 3 * one as u64);
+        let mut c = log.config();
+        c.retention_bytes = 0;
+        log.set_config(c);
+        log.enforce_retention(8_500).await.unwrap();
+        assert_eq!(
+            log.segment_count(),
+            1,
+            "the active segment is never deleted"
+        );
+        assert_eq!(log.offsets().log_start_offset, Offset(9));
+        // Reads below the log start offset are out of range; at it they work.
+        let err = log.read(Offset(8), 1 << 20, Offset(10)).await.unwrap_err();
+        assert!(
+            matches!(err, StorageError::OffsetOutOfRange { .. }),
+            "{err:?}"
+        );
+        let r = log.read(Offset(9), 1 << 20, Offset(10)).await.unwrap();
+        assert_eq!(batches_in(&r.records), vec![(9, 9, one)]);
+        // The files are gone; a reopen starts where retention left.
+        assert_eq!(
+            log_files(dir.path())
+                .iter()
+                .filter(|f| f.ends_with(".log"))
+                .count(),
+            1
+        );
+        log.close().await.unwrap();
+        let log = Log::open(dir.path(), log.config()).await.unwrap();
+        assert_eq!(log.offsets().log_start_offset, Offset(9));
+        assert_eq!(log.offsets().log_end_offset, Offset(10));
+    });
+}
+
+#[test]
+fn delete_records_moves_the_start_offset_durably() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let cfg = LogConfig {
+            segment_bytes: 600,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), cfg.clone()).await.unwrap();
+        ten_segments(&log).await;
+        // Above the high watermark: out of range, nothing moves.
+        let err = log.delete_records(Offset(11)).await.unwrap_err();
+        assert!(
+            matches!(err, StorageError::OffsetOutOfRange { .. }),
+            "{err:?}"
+        );
+        // Into the middle of the log: segments wholly below go, the start offset is exact.
+        assert_eq!(log.delete_records(Offset(4)).await.unwrap(), Offset(4));
+        assert_eq!(log.segment_count(), 6);
+        assert!(matches!(
+            log.read(Offset(3), 1 << 20, Offset(10)).await,
+            Err(StorageError::OffsetOutOfRange { .. })
+        ));
+        // Lower than the current start: no change.
+        assert_eq!(log.delete_records(Offset(2)).await.unwrap(), Offset(4));
+        drop(log);
+        // A crash (no close): the start offset survives.
+        let log = Log::open(dir.path(), cfg).await.unwrap();
+        assert_eq!(log.offsets().log_start_offset, Offset(4));
+        // -1 = the high watermark.
+        assert_eq!(log.delete_records(Offset(-1)).await.unwrap(), Offset(10));
+        assert_eq!(log.offsets().log_start_offset, Offset(10));
+        assert_eq!(log.segment_count(), 1);
+    });
+}

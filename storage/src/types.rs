@@ -73,6 +73,14 @@ pub struct LogConfig {
     pub message_timestamp_type: TimestampType,
     /// Bytes of the most recent batches kept in memory per partition.
     pub tail_cache_bytes: usize,
+    /// `retention.ms`: closed segments whose newest timestamp is older are deleted; -1 keeps
+    /// forever.
+    pub retention_ms: i64,
+    /// `retention.bytes`: oldest closed segments are deleted while the log stays at least this
+    /// big without them; -1 = no limit.
+    pub retention_bytes: i64,
+    /// `cleanup.policy` contains `delete`: retention applies.
+    pub cleanup_delete: bool,
 }
 
 impl Default for LogConfig {
@@ -85,6 +93,9 @@ impl Default for LogConfig {
             flush_policy: FlushPolicy::Group,
             message_timestamp_type: TimestampType::CreateTime,
             tail_cache_bytes: 4 * 1024 * 1024,
+            retention_ms: 604_800_000,
+            retention_bytes: -1,
+            cleanup_delete: true,
         }
     }
 }
@@ -129,4 +140,13 @@ pub struct BatchesSummary {
     pub record_count: u64,
     /// Largest `maxTimestamp` among the batches (-1 when all are -1).
     pub max_timestamp_ms: i64,
+}
+
+/// What one retention pass removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RetentionOutcome {
+    pub segments_deleted: usize,
+    pub bytes_deleted: u64,
+    /// The log start offset after the pass.
+    pub log_start_offset: Offset,
 }
