@@ -12,6 +12,8 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 # The flatc crate (raft's generated-code freshness test) builds flatbuffers' compiler.
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+# The disk-full test loop-mounts a small ext4 image.
+command -v mkfs.ext4 >/dev/null 2>&1 || need_apt+=(e2fsprogs)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -321,15 +321,28 @@ impl BrokerShard {
         }
     }
 
-    /// Periodic work: notice a shutdown request, sync flush.policy=interval logs.
+    /// Periodic work: notice a shutdown request, sync flush.policy=interval logs, retry the
+    /// writes of disk-full logs.
     async fn ticker(self: Rc<Self>) {
+        let mut tick: u64 = 0;
         loop {
             glommio::timer::sleep(Duration::from_millis(50)).await;
             if shutdown_requested() {
                 self.shutdown.fire();
                 return;
             }
+            tick = tick.wrapping_add(1);
             for part in self.all_partitions() {
+                // A disk-full log retries its staged writes once a second.
+                if tick % 20 == 0 && part.log.is_disk_full() && !part.syncing.get() {
+                    part.syncing.set(true);
+                    glommio::spawn_local(async move {
+                        part.log.retry_stalled().await;
+                        part.syncing.set(false);
+                    })
+                    .detach();
+                    continue;
+                }
                 if part.log.config().flush_policy != FlushPolicy::Interval || part.syncing.get() {
                     continue;
                 }

@@ -23,6 +23,10 @@ pub enum StorageError {
         log_start_offset: Offset,
         log_end_offset: Offset,
     },
+    /// The disk is full (ENOSPC on a write): the log refuses appends until a retry writes its
+    /// staged bytes; reads go on. Kafka KAFKA_STORAGE_ERROR.
+    #[error("disk full: {0}")]
+    DiskFull(String),
     /// An earlier write or fsync failed: the log refuses writes until it is reopened.
     #[error("log poisoned by an earlier I/O failure: {0}")]
     Poisoned(String),

@@ -7,6 +7,7 @@
 //! ListOffsets by timestamp. Invariant: `log_start_offset <= high_watermark <= log_end_offset`.
 
 mod batch;
+pub mod compact;
 mod epoch;
 mod error;
 mod index;

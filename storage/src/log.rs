@@ -66,6 +66,9 @@ struct State {
     epochs: EpochCache,
     epochs_dirty: bool,
     poisoned: Option<String>,
+    /// Set while writes fail with ENOSPC: appends are refused until `retry_stalled` writes
+    /// the staged bytes.
+    disk_full: Option<String>,
 }
 
 impl State {
@@ -100,6 +103,14 @@ impl State {
     fn check_poisoned(&self) -> Result<(), StorageError> {
         match &self.poisoned {
             Some(why) => Err(StorageError::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn check_writable(&self) -> Result<(), StorageError> {
+        self.check_poisoned()?;
+        match &self.disk_full {
+            Some(why) => Err(StorageError::DiskFull(why.clone())),
             None => Ok(()),
         }
     }
@@ -195,6 +206,8 @@ struct Inner {
     flushes: std::cell::Cell<u64>,
     /// Fault-injection seam: when set, the next segment write fails as the disk would.
     fail_next_write: std::cell::Cell<bool>,
+    /// Fault-injection seam: while set, segment writes fail with ENOSPC.
+    inject_disk_full: std::cell::Cell<bool>,
 }
 
 /// Cheap-to-clone handle (Rc inside) to one partition's log. Lives on exactly one glommio
@@ -302,6 +315,7 @@ impl Log {
             epochs,
             epochs_dirty: false,
             poisoned: None,
+            disk_full: None,
         };
         Ok(Log {
             inner: Rc::new(Inner {
@@ -310,6 +324,7 @@ impl Log {
                 flush_lock: Semaphore::new(1),
                 flushes: std::cell::Cell::new(0),
                 fail_next_write: std::cell::Cell::new(false),
+                inject_disk_full: std::cell::Cell::new(false),
             }),
         })
     }
@@ -481,7 +496,7 @@ impl Log {
         now_ms: i64,
     ) -> Result<AppendInfo, StorageError> {
         let mut s = self.inner.state.borrow_mut();
-        s.check_poisoned()?;
+        s.check_writable()?;
         let summary = validate_batches(&batches, s.config.max_message_bytes)?;
         let base_offset = s.log_end_offset;
         if base_offset
@@ -571,6 +586,49 @@ impl Log {
         Ok(true)
     }
 
+    /// Whether writes are failing with ENOSPC (appends refused).
+    pub fn is_disk_full(&self) -> bool {
+        self.inner.state.borrow().disk_full.is_some()
+    }
+
+    /// After a disk-full stall: tries to write (and sync, under `flush.policy=group`) the
+    /// staged bytes again. On success appends are accepted again and the high watermark moves
+    /// over what was written (records whose producers were answered with an error become
+    /// visible: at least once, as after any failed request). Returns whether the log is
+    /// writable now.
+    pub async fn retry_stalled(&self) -> bool {
+        if !self.is_disk_full() {
+            return true;
+        }
+        let Ok(_permit) = self.inner.flush_lock.acquire_permit(1).await else {
+            return false;
+        };
+        let sync = self.config().flush_policy == crate::types::FlushPolicy::Group;
+        let result = self.flush_inner(sync).await;
+        let mut s = self.inner.state.borrow_mut();
+        match result {
+            Ok(()) => {
+                s.disk_full = None;
+                let covered = if sync { s.synced_end } else { s.written_end };
+                s.high_watermark = s.high_watermark.max(covered);
+                tracing::info!(dir = %self.inner.dir.display(), "disk space is back: appends accepted again");
+                true
+            }
+            Err(StorageError::DiskFull(_)) => false,
+            Err(e) => {
+                drop(s);
+                let _ = self.poison_on_error::<()>(Err(e));
+                false
+            }
+        }
+    }
+
+    /// Test seam: while `on`, segment writes fail with ENOSPC.
+    #[cfg(test)]
+    pub(crate) fn inject_disk_full(&self, on: bool) {
+        self.inner.inject_disk_full.set(on);
+    }
+
     /// Writes everything staged and fdatasyncs; advances the high watermark to what is synced.
     pub async fn sync(&self) -> Result<(), StorageError> {
         let _permit = self.inner.flush_lock.acquire_permit(1).await?;
@@ -613,6 +671,20 @@ impl Log {
     }
 
     fn poison_on_error<T>(&self, result: Result<T, StorageError>) -> Result<T, StorageError> {
+        // ENOSPC anywhere in a flush (segment, index or checkpoint write) is a stall, not a
+        // broken disk.
+        let result = result.map_err(|e| match e {
+            StorageError::Io(io) if is_enospc(&io) => StorageError::DiskFull(io.to_string()),
+            e => e,
+        });
+        if let Err(StorageError::DiskFull(why)) = &result {
+            let mut s = self.inner.state.borrow_mut();
+            if s.disk_full.is_none() {
+                tracing::warn!(dir = %self.inner.dir.display(), error = %why, "disk full: refusing appends until space returns; reads go on");
+                s.disk_full = Some(why.clone());
+            }
+            return result;
+        }
         if let Err(e) = &result {
             if !matches!(e, StorageError::Poisoned(_)) {
                 let mut s = self.inner.state.borrow_mut();
@@ -733,7 +805,21 @@ impl Log {
                     "injected write failure",
                 )));
             }
-            let n = job.file.write_at(job.buffer, job.block_start).await?;
+            if self.inner.inject_disk_full.get() {
+                return Err(StorageError::DiskFull("injected ENOSPC".into()));
+            }
+            let n = job
+                .file
+                .write_at(job.buffer, job.block_start)
+                .await
+                .map_err(|e| {
+                    let e = std::io::Error::from(e);
+                    if is_enospc(&e) {
+                        StorageError::DiskFull(format!("writing segment {}: {e}", base.0))
+                    } else {
+                        StorageError::Io(e)
+                    }
+                })?;
             if n != len {
                 return Err(StorageError::Io(std::io::Error::other(format!(
                     "short write to segment {}: {n} of {len} bytes",
@@ -1069,6 +1155,11 @@ impl Log {
         let s = self.inner.state.borrow();
         s.epochs.end_offset_for(epoch, s.log_end_offset)
     }
+}
+
+/// ENOSPC, as the kernel or glommio (which wraps the OS error with a message) reports it.
+fn is_enospc(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOSPC) || e.kind() == std::io::ErrorKind::StorageFull
 }
 
 fn result(records: Bytes, offsets: LogOffsets) -> ReadResult {

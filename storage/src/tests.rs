@@ -758,3 +758,43 @@ fn delete_records_moves_the_start_offset_durably() {
         assert_eq!(log.segment_count(), 1);
     });
 }
+
+#[test]
+fn disk_full_refuses_appends_keeps_reads_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        for i in 0..3 {
+            log.append(batch(1, 1000 + i, 100), LeaderEpoch(0), 0)
+                .unwrap();
+            log.commit(Offset(i + 1)).await.unwrap();
+        }
+        log.inject_disk_full(true);
+        log.append(batch(1, 2000, 100), LeaderEpoch(0), 0).unwrap();
+        let err = log.commit(Offset(4)).await.unwrap_err();
+        assert!(matches!(err, StorageError::DiskFull(_)), "{err:?}");
+        assert!(log.is_disk_full());
+        // Further appends are refused at once; nothing acknowledged is affected.
+        let err = log
+            .append(batch(1, 2001, 100), LeaderEpoch(0), 0)
+            .unwrap_err();
+        assert!(matches!(err, StorageError::DiskFull(_)), "{err:?}");
+        assert_eq!(log.offsets().high_watermark, Offset(3));
+        let r = log.read(Offset(0), 1 << 20, Offset(3)).await.unwrap();
+        assert_eq!(batches_in(&r.records).len(), 3);
+        assert!(!log.retry_stalled().await, "still full");
+        // Space returns: the staged batch is written, appends resume.
+        log.inject_disk_full(false);
+        assert!(log.retry_stalled().await);
+        assert!(!log.is_disk_full());
+        assert_eq!(log.offsets().high_watermark, Offset(4));
+        log.append(batch(1, 3000, 100), LeaderEpoch(0), 0).unwrap();
+        log.commit(Offset(5)).await.unwrap();
+        drop(log);
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        assert_eq!(log.offsets().log_end_offset, Offset(5));
+        let r = log.read(Offset(0), 1 << 20, Offset(5)).await.unwrap();
+        let got: Vec<i64> = batches_in(&r.records).iter().map(|b| b.0).collect();
+        assert_eq!(got, vec![0, 1, 2, 3, 4]);
+    });
+}
