@@ -49,6 +49,12 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.retention.bytes", default: "-1", doc: "retention by size (topic: retention.bytes)" },
     BrokerKey { name: "log.cleanup.policy", default: "delete", doc: "delete or compact (topic: cleanup.policy)" },
     BrokerKey { name: "log.retention.check.interval.ms", default: "300000", doc: "how often each shard applies retention to its partitions" },
+    BrokerKey { name: "log.cleaner.backoff.ms", default: "15000", doc: "how often each shard looks for partitions to compact" },
+    BrokerKey { name: "log.cleaner.dedupe.buffer.size", default: "134217728", doc: "memory for one compaction pass's key map" },
+    BrokerKey { name: "log.cleaner.delete.retention.ms", default: "86400000", doc: "how long tombstones survive compaction (topic: delete.retention.ms)" },
+    BrokerKey { name: "log.cleaner.min.cleanable.ratio", default: "0.5", doc: "dirty ratio that triggers compaction (topic: min.cleanable.dirty.ratio)" },
+    BrokerKey { name: "log.cleaner.min.compaction.lag.ms", default: "0", doc: "records stay uncompacted at least this long (topic: min.compaction.lag.ms)" },
+    BrokerKey { name: "log.cleaner.max.compaction.lag.ms", default: "9223372036854775807", doc: "dirty records are compacted within about this long (topic: max.compaction.lag.ms)" },
     BrokerKey { name: "log.message.timestamp.type", default: "CreateTime", doc: "CreateTime or LogAppendTime (topic: message.timestamp.type)" },
     BrokerKey { name: "min.insync.replicas", default: "1", doc: "ISR size needed for acks=all" },
     BrokerKey { name: "log.flush.policy", default: "group", doc: "group: fdatasync before ack; interval: ack after write, sync every flush.ms (topic: flush.policy)" },
@@ -102,6 +108,18 @@ fn check_cleanup_policy(v: &str) -> Result<()> {
     }
     Ok(())
 }
+fn check_non_negative_long(v: &str) -> Result<()> {
+    match v.trim().parse::<i64>() {
+        Ok(n) if n >= 0 => Ok(()),
+        _ => bail!("must be a number >= 0: {v}"),
+    }
+}
+fn check_ratio(v: &str) -> Result<()> {
+    match v.trim().parse::<f64>() {
+        Ok(n) if (0.0..=1.0).contains(&n) => Ok(()),
+        _ => bail!("must be a number between 0 and 1: {v}"),
+    }
+}
 fn check_timestamp_type(v: &str) -> Result<()> {
     TimestampType::from_str(v.trim())
         .map(|_| ())
@@ -121,6 +139,11 @@ pub const TOPIC_CONFIGS: &[TopicKey] = &[
         check: check_cleanup_policy,
     },
     TopicKey {
+        name: "delete.retention.ms",
+        broker_key: "log.cleaner.delete.retention.ms",
+        check: check_non_negative_long,
+    },
+    TopicKey {
         name: "flush.ms",
         broker_key: "log.flush.interval.ms",
         check: check_positive_long,
@@ -136,9 +159,24 @@ pub const TOPIC_CONFIGS: &[TopicKey] = &[
         check: check_max_message_bytes,
     },
     TopicKey {
+        name: "max.compaction.lag.ms",
+        broker_key: "log.cleaner.max.compaction.lag.ms",
+        check: check_positive_long,
+    },
+    TopicKey {
         name: "message.timestamp.type",
         broker_key: "log.message.timestamp.type",
         check: check_timestamp_type,
+    },
+    TopicKey {
+        name: "min.cleanable.dirty.ratio",
+        broker_key: "log.cleaner.min.cleanable.ratio",
+        check: check_ratio,
+    },
+    TopicKey {
+        name: "min.compaction.lag.ms",
+        broker_key: "log.cleaner.min.compaction.lag.ms",
+        check: check_non_negative_long,
     },
     TopicKey {
         name: "min.insync.replicas",
@@ -400,10 +438,40 @@ impl BrokerConfig {
         if let Ok(v) = value("retention.bytes").parse::<i64>() {
             c.retention_bytes = v;
         }
-        c.cleanup_delete = value("cleanup.policy")
-            .split(',')
-            .any(|p| p.trim() == "delete");
+        let policy = value("cleanup.policy");
+        c.cleanup_delete = policy.split(',').any(|p| p.trim() == "delete");
+        c.cleanup_compact = policy.split(',').any(|p| p.trim() == "compact");
+        if let Ok(v) = value("delete.retention.ms").parse::<i64>() {
+            c.delete_retention_ms = v;
+        }
+        if let Ok(v) = value("min.cleanable.dirty.ratio").parse::<f64>() {
+            c.min_cleanable_dirty_ratio = v;
+        }
+        if let Ok(v) = value("min.compaction.lag.ms").parse::<i64>() {
+            c.min_compaction_lag_ms = v;
+        }
+        if let Ok(v) = value("max.compaction.lag.ms").parse::<i64>() {
+            c.max_compaction_lag_ms = v;
+        }
         c
+    }
+
+    /// How often each shard looks for partitions to compact (`log.cleaner.backoff.ms`).
+    pub fn cleaner_backoff_ms(&self) -> u64 {
+        self.values
+            .get("log.cleaner.backoff.ms")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(15_000)
+            .max(1)
+    }
+
+    /// Key-map memory of one compaction pass (`log.cleaner.dedupe.buffer.size`).
+    pub fn cleaner_map_bytes(&self) -> u64 {
+        self.values
+            .get("log.cleaner.dedupe.buffer.size")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(134_217_728)
+            .max(1 << 20)
     }
 
     /// How often each shard runs retention (`log.retention.check.interval.ms`).

@@ -16,9 +16,10 @@ pub fn storage_code(e: &StorageError) -> i16 {
         StorageError::InvalidRecord(_) => ResponseError::InvalidRecord,
         StorageError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-        StorageError::Poisoned(_) | StorageError::DiskFull(_) | StorageError::Io(_) => {
-            ResponseError::KafkaStorageError
-        }
+        StorageError::Poisoned(_)
+        | StorageError::DiskFull(_)
+        | StorageError::CorruptSegment { .. }
+        | StorageError::Io(_) => ResponseError::KafkaStorageError,
         #[allow(unreachable_patterns)]
         _ => ResponseError::UnknownServerError,
     })

@@ -22,6 +22,9 @@ pub struct ShardCounters {
     pub produce_appends: Cell<u64>,
     pub produce_append_ns: Cell<u64>,
     pub produce_commit_ns: Cell<u64>,
+    /// Compaction passes: bytes read (segments cleaned) and time spent.
+    pub compacted_bytes: Cell<u64>,
+    pub compaction_ns: Cell<u64>,
 }
 
 impl Default for ShardCounters {
@@ -39,6 +42,8 @@ impl Default for ShardCounters {
             produce_appends: Cell::new(0),
             produce_append_ns: Cell::new(0),
             produce_commit_ns: Cell::new(0),
+            compacted_bytes: Cell::new(0),
+            compaction_ns: Cell::new(0),
         }
     }
 }
@@ -69,6 +74,11 @@ impl ShardCounters {
             .set(self.connections_open.get().saturating_sub(1));
     }
 
+    pub fn note_compaction(&self, bytes_in: u64, elapsed: std::time::Duration) {
+        bump(&self.compacted_bytes, bytes_in);
+        bump(&self.compaction_ns, elapsed.as_nanos() as u64);
+    }
+
     /// A `Send` copy of the counters, to carry to the shard that renders metrics.
     pub fn snapshot(&self) -> CountersSnapshot {
         CountersSnapshot {
@@ -89,6 +99,8 @@ impl ShardCounters {
             produce_appends: self.produce_appends.get(),
             produce_append_s: self.produce_append_ns.get() as f64 / 1e9,
             produce_commit_s: self.produce_commit_ns.get() as f64 / 1e9,
+            compacted_bytes: self.compacted_bytes.get(),
+            compaction_s: self.compaction_ns.get() as f64 / 1e9,
             ..Default::default()
         }
     }
@@ -114,6 +126,8 @@ pub struct CountersSnapshot {
     pub produce_appends: u64,
     pub produce_append_s: f64,
     pub produce_commit_s: f64,
+    pub compacted_bytes: u64,
+    pub compaction_s: f64,
 }
 
 /// Renders every shard's counters in Prometheus text format.
@@ -216,6 +230,18 @@ pub fn render(shards: &[CountersSnapshot]) -> String {
         "counter",
         "Owner-shard time produce requests waited for their commit (write, and fdatasync under flush.policy=group).",
         &|s| s.produce_commit_s,
+    );
+    family(
+        "keel_compacted_bytes_total",
+        "counter",
+        "Segment bytes read by compaction passes.",
+        &|s| s.compacted_bytes as f64,
+    );
+    family(
+        "keel_compaction_seconds_total",
+        "counter",
+        "Time spent in compaction passes (wall, yielding included).",
+        &|s| s.compaction_s,
     );
     family(
         "keel_produce_appends_total",

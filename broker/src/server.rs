@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keel_shard::{shutdown_requested, Event, Mesh, ShardBoot};
-use keel_storage::{FlushPolicy, Log, LogConfig};
+use keel_storage::{FlushPolicy, Log, LogConfig, StorageError};
 use tracing::{error, info, warn};
 
 use crate::config::BrokerConfig;
@@ -42,6 +42,17 @@ pub struct Partition {
     syncing: Cell<bool>,
 }
 
+/// A partition this shard owns whose log could not be opened.
+struct OfflinePartition {
+    /// The topic it was opened for (a topic deleted and created again is opened afresh).
+    topic_id: [u8; 16],
+    reason: String,
+    /// A corrupt segment: only an operator can repair it, so later metadata images do not
+    /// retry the open (the broker picks the repair up at its next start). Other failures are
+    /// retried with every image.
+    needs_operator: bool,
+}
+
 pub struct BrokerShard {
     pub id: usize,
     pub count: usize,
@@ -49,6 +60,9 @@ pub struct BrokerShard {
     pub config: Arc<BrokerConfig>,
     image: RefCell<Arc<MetadataImage>>,
     partitions: RefCell<HashMap<String, HashMap<i32, Rc<Partition>>>>,
+    /// Owned partitions whose log failed to open, by (topic, index): requests for them get
+    /// KAFKA_STORAGE_ERROR rather than NOT_LEADER_OR_FOLLOWER.
+    offline: RefCell<HashMap<(String, i32), OfflinePartition>>,
     pub shutdown: Event,
     pub counters: ShardCounters,
     /// Present on shard 0 only.
@@ -71,6 +85,17 @@ impl BrokerShard {
             .get(topic)
             .and_then(|m| m.get(&index))
             .cloned()
+    }
+
+    /// Why partition `index` of `topic` is offline on this shard (its log failed to open),
+    /// or `None` if it is not.
+    pub fn offline_reason(&self, topic: &str, index: i32) -> Option<String> {
+        let topic_id = self.image.borrow().topic(topic)?.id;
+        self.offline
+            .borrow()
+            .get(&(topic.to_string(), index))
+            .filter(|o| o.topic_id == topic_id)
+            .map(|o| o.reason.clone())
     }
 
     /// Registers a waiting fetch; its token goes to the owners of the partitions it reads.
@@ -237,6 +262,15 @@ impl BrokerShard {
     }
 
     async fn open_partition(&self, topic: &TopicMeta, index: i32, leader_epoch: i32) {
+        let key = (topic.name.clone(), index);
+        if self
+            .offline
+            .borrow()
+            .get(&key)
+            .is_some_and(|o| o.topic_id == topic.id && o.needs_operator)
+        {
+            return; // stays offline: already reported
+        }
         let dir = partition_dir(&self.config.data_dir, &topic.name, index);
         let log_config: LogConfig = self.config.log_config(&topic.configs);
         if log_config.retention_ms == 0 {
@@ -266,6 +300,7 @@ impl BrokerShard {
                     last_sync: Cell::new(Instant::now()),
                     syncing: Cell::new(false),
                 });
+                self.offline.borrow_mut().remove(&key);
                 self.partitions
                     .borrow_mut()
                     .entry(topic.name.clone())
@@ -273,7 +308,29 @@ impl BrokerShard {
                     .insert(index, part);
             }
             Err(e) => {
-                error!(shard = self.id, topic = %topic.name, partition = index, error = %e, "cannot open partition log")
+                let reason = e.to_string();
+                let mut offline = self.offline.borrow_mut();
+                let reported = offline
+                    .get(&key)
+                    .is_some_and(|o| o.topic_id == topic.id && o.reason == reason);
+                if !reported {
+                    error!(
+                        shard = self.id,
+                        topic = %topic.name,
+                        partition = index,
+                        dir = %dir.display(),
+                        error = %reason,
+                        "cannot open partition log; the partition is offline"
+                    );
+                }
+                offline.insert(
+                    key,
+                    OfflinePartition {
+                        topic_id: topic.id,
+                        reason,
+                        needs_operator: matches!(e, StorageError::CorruptSegment { .. }),
+                    },
+                );
             }
         }
     }
@@ -321,6 +378,65 @@ impl BrokerShard {
         }
     }
 
+    /// Compacts the `cleanup.policy=compact` partitions this shard owns, every
+    /// `log.cleaner.backoff.ms`, until shutdown. Runs in the low-share task queue and yields
+    /// inside each pass.
+    async fn compaction(self: Rc<Self>) {
+        let interval = Duration::from_millis(self.config.cleaner_backoff_ms());
+        let map_bytes = self.config.cleaner_map_bytes();
+        loop {
+            let stop = futures_lite::future::or(
+                async {
+                    glommio::timer::sleep(interval).await;
+                    false
+                },
+                async {
+                    self.shutdown.wait().await;
+                    true
+                },
+            )
+            .await;
+            if stop {
+                return;
+            }
+            for part in self.all_partitions() {
+                if !part.log.config().cleanup_compact {
+                    continue;
+                }
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+                let started = Instant::now();
+                match part.log.compact(now_ms, map_bytes).await {
+                    Ok(Some(out)) => {
+                        self.counters
+                            .note_compaction(out.bytes_in, started.elapsed());
+                        info!(
+                            shard = self.id,
+                            topic = %part.topic,
+                            partition = part.index,
+                            segments_in = out.segments_in,
+                            segments_out = out.segments_out,
+                            bytes_in = out.bytes_in,
+                            bytes_out = out.bytes_out,
+                            records_dropped = out.records_dropped,
+                            cleaned_up_to = out.cleaned_up_to.0,
+                            elapsed_ms = started.elapsed().as_millis() as u64,
+                            "compacted"
+                        );
+                        // Readers past the swapped range are unaffected; waiting fetches
+                        // need no wake-up.
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        warn!(shard = self.id, topic = %part.topic, partition = part.index, error = %e, "compaction failed")
+                    }
+                }
+                glommio::executor().yield_if_needed().await;
+            }
+        }
+    }
+
     /// Periodic work: notice a shutdown request, sync flush.policy=interval logs, retry the
     /// writes of disk-full logs.
     async fn ticker(self: Rc<Self>) {
@@ -334,7 +450,7 @@ impl BrokerShard {
             tick = tick.wrapping_add(1);
             for part in self.all_partitions() {
                 // A disk-full log retries its staged writes once a second.
-                if tick % 20 == 0 && part.log.is_disk_full() && !part.syncing.get() {
+                if tick.is_multiple_of(20) && part.log.is_disk_full() && !part.syncing.get() {
                     part.syncing.set(true);
                     glommio::spawn_local(async move {
                         part.log.retry_stalled().await;
@@ -406,6 +522,7 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
         config: config.clone(),
         image: RefCell::new(Arc::new(MetadataImage::default())),
         partitions: RefCell::new(HashMap::new()),
+        offline: RefCell::new(HashMap::new()),
         shutdown: Event::default(),
         counters: ShardCounters::default(),
         controller,
@@ -422,6 +539,12 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
         glommio::Latency::NotImportant,
         "retention",
     );
+    match glommio::spawn_local_into(shard.clone().compaction(), background) {
+        Ok(task) => {
+            task.detach();
+        }
+        Err(e) => error!(shard = shard_id, error = %e, "cannot start compaction"),
+    }
     match glommio::spawn_local_into(shard.clone().retention(), background) {
         Ok(task) => {
             task.detach();

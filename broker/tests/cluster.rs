@@ -428,14 +428,18 @@ fn paused_voter_neither_blocks_the_quorum_nor_loses_its_log() {
         !nodes[paused].log_text().contains("registering again"),
         "unfenced by heartbeat, not by a new registration"
     );
-    let q = quorum(&nodes[leader]);
-    let lags: Vec<u64> = q["replication"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["lag"].as_u64().unwrap_or(u64::MAX))
-        .collect();
-    assert_eq!(lags.len(), 3, "{q}");
+    // The resumed voter may have started an election on waking (a new term); whoever leads
+    // now reports every voter's replication lag.
+    wait_until(
+        "the leader reports all three voters' lag",
+        Duration::from_secs(15),
+        || {
+            let q = quorum(&nodes[leader_index(&nodes)]);
+            q["replication"]
+                .as_array()
+                .is_some_and(|r| r.len() == 3 && r.iter().all(|x| x["lag"].as_u64().is_some()))
+        },
+    );
 }
 
 #[test]

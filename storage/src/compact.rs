@@ -128,6 +128,25 @@ pub fn build_offset_map(map: &mut OffsetMap, segment: &[u8]) -> Result<(), Stora
     Ok(())
 }
 
+/// Records without a key in the data batches of `batches` (Kafka refuses them in a compacted
+/// topic). Control batches are skipped. Bytes are validated as the cleaner validates them.
+pub fn unkeyed_records(batches: &[u8]) -> Result<u64, StorageError> {
+    let mut pos = 0usize;
+    let mut unkeyed = 0u64;
+    while pos < batches.len() {
+        let (batch, header) = next_batch(batches, &mut pos)?;
+        if header.attributes & CONTROL_BIT != 0 {
+            continue;
+        }
+        let section = records_section(batch, &header)?;
+        unkeyed += parse_records(&section, &header)?
+            .iter()
+            .filter(|r| r.key.is_none())
+            .count() as u64;
+    }
+    Ok(unkeyed)
+}
+
 /// Filters `segment` against `map`: a keyed record stays iff no later offset of its key is in
 /// the map (Kafka keeps `offset >= map[key]`, so records past the mapped range also stay), and
 /// it is not a tombstone in a batch older than `params.delete_horizon_ms`.

@@ -30,6 +30,22 @@ pub enum StorageError {
     /// An earlier write or fsync failed: the log refuses writes until it is reopened.
     #[error("log poisoned by an earlier I/O failure: {0}")]
     Poisoned(String),
+    /// Recovery found a bad batch in a segment with valid batches after it: mid-segment
+    /// corruption, not a torn tail, so nothing is truncated and the log does not open. The
+    /// partition stays offline until an operator repairs or removes the segment. Kafka
+    /// KAFKA_STORAGE_ERROR.
+    #[error(
+        "corrupt segment {segment}: bad batch at byte position {position} ({reason}) with valid \
+         batches after it; nothing was truncated, the partition stays offline until an operator \
+         repairs or removes the segment"
+    )]
+    CorruptSegment {
+        /// Path of the segment's `.log` file.
+        segment: String,
+        /// Byte position of the bad batch in the file.
+        position: u64,
+        reason: String,
+    },
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
 }

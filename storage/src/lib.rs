@@ -21,6 +21,8 @@ mod types;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
+mod recovery_tests;
+#[cfg(test)]
 mod test_util;
 #[cfg(test)]
 mod tests;
@@ -29,6 +31,6 @@ pub use batch::validate_batches;
 pub use error::StorageError;
 pub use log::Log;
 pub use types::{
-    AppendInfo, BatchesSummary, FlushPolicy, LeaderEpoch, LogConfig, LogOffsets, Offset,
-    ReadResult, RetentionOutcome, TimestampType,
+    AppendInfo, BatchesSummary, CompactionOutcome, FlushPolicy, LeaderEpoch, LogConfig, LogOffsets,
+    Offset, ReadResult, RetentionOutcome, TimestampType,
 };

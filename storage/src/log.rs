@@ -10,6 +10,8 @@
 //! only after an I/O completes, so the next flush rewrites the same range. The log lives on
 //! exactly one glommio executor (the shard owning the partition) and is not `Send`.
 
+mod cleaner;
+
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -208,6 +210,8 @@ struct Inner {
     fail_next_write: std::cell::Cell<bool>,
     /// Fault-injection seam: while set, segment writes fail with ENOSPC.
     inject_disk_full: std::cell::Cell<bool>,
+    /// Compaction's checkpoint: offsets below are clean (`cleaner-offset-checkpoint`).
+    cleaned_up_to: std::cell::Cell<Offset>,
 }
 
 /// Cheap-to-clone handle (Rc inside) to one partition's log. Lives on exactly one glommio
@@ -234,6 +238,10 @@ impl Log {
     pub async fn open(dir: &Path, config: LogConfig) -> Result<Log, StorageError> {
         std::fs::create_dir_all(dir)?;
         prime_iopoll_probe(dir).await?;
+        let cleaner_checkpoint = cleaner::complete_swaps(dir).await?;
+        // Offset gaps exist only in a log that compaction has touched.
+        let gaps_allowed = cleaner_checkpoint.is_some();
+        let cleaned_up_to = cleaner_checkpoint.unwrap_or(Offset(0));
         let mut epochs = match read_file(&dir.join(CHECKPOINT_FILE)).await? {
             Some(bytes) => match std::str::from_utf8(&bytes)
                 .ok()
@@ -248,34 +256,31 @@ impl Log {
             None => EpochCache::default(),
         };
         let checkpoint_before = epochs.clone();
-        let mut bases = list_segments(dir)?;
+        let bases = list_segments(dir)?;
         let mut segments = Vec::with_capacity(bases.len().max(1));
         let mut i = 0;
         while i < bases.len() {
             let is_last = i + 1 == bases.len();
-            let seg = recover_segment(dir, bases[i], is_last, &config, &mut epochs).await?;
+            let seg =
+                recover_segment(dir, bases[i], is_last, gaps_allowed, &config, &mut epochs).await?;
             let next_offset = seg.next_offset;
             segments.push(seg);
-            if !is_last && bases[i + 1] != next_offset {
-                tracing::warn!(
-                    dir = %dir.display(),
-                    expected = next_offset.0,
-                    found = bases[i + 1].0,
-                    "offset gap after recovered segment; deleting the segments after it"
-                );
-                for &base in &bases[i + 1..] {
-                    for ext in ["log", "index", "timeindex"] {
-                        let path = segment_path(dir, base, ext);
-                        if path.exists() {
-                            glommio::io::remove(&path).await?;
-                        }
-                    }
+            // Segments follow each other without a gap, except where compaction (which has
+            // run once the cleaner checkpoint exists) removed records. A missing range or an
+            // overlap means data is gone or does not belong: the log stays offline rather than
+            // serving around it.
+            if !is_last {
+                let next_base = bases[i + 1];
+                if next_base < next_offset || (next_base > next_offset && !gaps_allowed) {
+                    return Err(StorageError::CorruptSegment {
+                        segment: segment_path(dir, bases[i], "log").display().to_string(),
+                        position: segments[segments.len() - 1].size,
+                        reason: format!(
+                            "the segment ends at offset {} but the next segment starts at {}",
+                            next_offset.0, next_base.0
+                        ),
+                    });
                 }
-                bases.truncate(i + 1);
-                // The segment we just recovered as closed is now the active one.
-                let last = segments.len() - 1;
-                let reopened = recover_segment(dir, bases[i], true, &config, &mut epochs).await?;
-                segments[last] = reopened;
             }
             i += 1;
         }
@@ -325,6 +330,7 @@ impl Log {
                 flushes: std::cell::Cell::new(0),
                 fail_next_write: std::cell::Cell::new(false),
                 inject_disk_full: std::cell::Cell::new(false),
+                cleaned_up_to: std::cell::Cell::new(cleaned_up_to),
             }),
         })
     }
@@ -498,6 +504,14 @@ impl Log {
         let mut s = self.inner.state.borrow_mut();
         s.check_writable()?;
         let summary = validate_batches(&batches, s.config.max_message_bytes)?;
+        if s.config.cleanup_compact {
+            let unkeyed = crate::compact::unkeyed_records(&batches)?;
+            if unkeyed > 0 {
+                return Err(StorageError::InvalidRecord(format!(
+                    "{unkeyed} record(s) without a key: a compacted topic needs a key on every record"
+                )));
+            }
+        }
         let base_offset = s.log_end_offset;
         if base_offset
             .0
@@ -621,6 +635,18 @@ impl Log {
                 false
             }
         }
+    }
+
+    /// (base offset, next offset, bytes) of every segment, for tests.
+    #[cfg(test)]
+    pub(crate) fn segment_layout(&self) -> Vec<(i64, i64, u64)> {
+        self.inner
+            .state
+            .borrow()
+            .segments
+            .iter()
+            .map(|g| (g.base_offset.0, g.next_offset.0, g.size))
+            .collect()
     }
 
     /// Test seam: while `on`, segment writes fail with ENOSPC.
@@ -1052,9 +1078,34 @@ impl Log {
                 self.read_batches(base, pos, end, max_bytes, max_offset)
                     .await?
             }
-            None => Bytes::new(),
+            // Compaction can empty the end of a segment: the next batch is in a later one.
+            None => self.read_after(base, max_bytes, max_offset).await?,
         };
         Ok(result(records, self.offsets()))
+    }
+
+    /// Whole batches from the first non-empty segment after segment `base`.
+    async fn read_after(
+        &self,
+        base: Offset,
+        max_bytes: usize,
+        max_offset: Offset,
+    ) -> Result<Bytes, StorageError> {
+        let later: Vec<(Offset, u64)> = {
+            let s = self.inner.state.borrow();
+            s.segments
+                .iter()
+                .filter(|g| g.base_offset > base && g.size > 0)
+                .map(|g| (g.base_offset, g.size))
+                .collect()
+        };
+        for (b, size) in later {
+            let records = self.read_batches(b, 0, size, max_bytes, max_offset).await?;
+            if !records.is_empty() {
+                return Ok(records);
+            }
+        }
+        Ok(Bytes::new())
     }
 
     /// Kafka ListOffsets by timestamp: first record (by offset) with timestamp >= `ts_ms`.
@@ -1193,15 +1244,18 @@ async fn load_indexes(
 }
 
 /// Opens one segment and recovers it: trusted indexes + tail scan for a closed segment, full
-/// scan (rebuilding indexes) otherwise. Truncates an invalid tail.
+/// scan (rebuilding indexes) otherwise. Truncates a torn tail; a bad batch with valid batches
+/// after it fails with `CorruptSegment` and leaves the file as it is.
 async fn recover_segment(
     dir: &Path,
     base: Offset,
     is_active: bool,
+    gaps_allowed: bool,
     config: &LogConfig,
     epochs: &mut EpochCache,
 ) -> Result<Segment, StorageError> {
-    let file = Rc::new(open_log_file(&segment_path(dir, base, "log"), false).await?);
+    let path = segment_path(dir, base, "log");
+    let file = Rc::new(open_log_file(&path, false).await?);
     let file_size = file.file_size().await?;
     let mut seg = Segment::new(base, Some(file.clone()));
     let mut valid_end = None;
@@ -1218,19 +1272,34 @@ async fn recover_segment(
                 seg.offset_of_max_timestamp = Offset(base.0 + rel as i64);
             }
             let mut batches = 0usize;
-            let end = scan_segment(&file, start, file_size, expected, base.0, |_, h| {
-                batches += 1;
-                if h.max_timestamp > seg.max_timestamp_ms {
-                    seg.max_timestamp_ms = h.max_timestamp;
-                    seg.offset_of_max_timestamp = Offset(h.last_offset());
-                }
-                seg.next_offset = Offset(h.last_offset() + 1);
-                if h.leader_epoch >= 0 {
-                    epochs.assign(LeaderEpoch(h.leader_epoch), Offset(h.base_offset));
-                }
-            })
-            .await?;
-            if batches > 0 || start == 0 {
+            let scanned = scan_segment(
+                &file,
+                &path,
+                start,
+                file_size,
+                expected,
+                base.0,
+                gaps_allowed,
+                |_, h| {
+                    batches += 1;
+                    if h.max_timestamp > seg.max_timestamp_ms {
+                        seg.max_timestamp_ms = h.max_timestamp;
+                        seg.offset_of_max_timestamp = Offset(h.last_offset());
+                    }
+                    seg.next_offset = Offset(h.last_offset() + 1);
+                    if h.leader_epoch >= 0 {
+                        epochs.assign(LeaderEpoch(h.leader_epoch), Offset(h.base_offset));
+                    }
+                },
+            )
+            .await;
+            let end = match scanned {
+                // Nothing valid where the index points: the index, not the log, may be what
+                // is wrong, so the full scan below decides.
+                Err(StorageError::CorruptSegment { .. }) if batches == 0 => None,
+                other => Some(other?),
+            };
+            if let Some(end) = end.filter(|_| batches > 0 || start == 0) {
                 valid_end = Some(end);
             } else {
                 tracing::warn!(dir = %dir.display(), base_offset = base.0, "index points past the valid log; rebuilding");
@@ -1243,15 +1312,38 @@ async fn recover_segment(
         Some(end) => end,
         None => {
             let interval = config.index_interval_bytes;
-            scan_segment(&file, 0, file_size, base.0, base.0, |pos, h| {
-                seg.note_batch(pos, h, interval);
-                if h.leader_epoch >= 0 {
-                    epochs.assign(LeaderEpoch(h.leader_epoch), Offset(h.base_offset));
-                }
-            })
+            scan_segment(
+                &file,
+                &path,
+                0,
+                file_size,
+                base.0,
+                base.0,
+                gaps_allowed,
+                |pos, h| {
+                    seg.note_batch(pos, h, interval);
+                    if h.leader_epoch >= 0 {
+                        epochs.assign(LeaderEpoch(h.leader_epoch), Offset(h.base_offset));
+                    }
+                },
+            )
             .await?
         }
     };
+    if valid_end < file_size && !is_active {
+        // A closed segment was synced before any later segment took data: its tail cannot be
+        // torn. Zero padding (a finalize cut short) is fine; anything else is corruption.
+        let tail = file
+            .read_at(valid_end, (file_size - valid_end) as usize)
+            .await?;
+        if let Some(i) = tail.iter().position(|&b| b != 0) {
+            return Err(StorageError::CorruptSegment {
+                segment: segment_path(dir, base, "log").display().to_string(),
+                position: valid_end + i as u64,
+                reason: "bytes after the last valid batch of a closed segment".to_string(),
+            });
+        }
+    }
     if valid_end < file_size {
         tracing::warn!(
             dir = %dir.display(),

@@ -1,29 +1,92 @@
 //! Recovery scan of a segment file: walks batches from a known batch boundary, validating each
-//! (length, magic, CRC32C, offset continuity) and stops at the first that is torn, corrupt,
-//! zero padding (batchLength 0) or out of sequence; everything from there is the invalid tail
-//! that the caller truncates. Runs once per segment at `Log::open` on the owning shard.
+//! (length, magic, CRC32C, offsets increasing: compaction leaves gaps) and stops at the first that is torn, corrupt,
+//! zero padding (batchLength 0) or out of sequence. If no valid batch follows that point, it is
+//! a torn tail (a crash mid-write, or padding) and the caller truncates it. If a valid batch
+//! does follow, the bad batch is mid-segment corruption: truncating would drop data that was
+//! written (and perhaps acknowledged) after it, so the scan fails with
+//! [`StorageError::CorruptSegment`] and the log does not open. Runs once per segment at
+//! `Log::open` on the owning shard.
+
+use std::path::Path;
 
 use glommio::io::DmaFile;
 
-use crate::batch::{validate_one, BatchHeader, HEADER_BYTES};
+use crate::batch::{validate_one, BatchHeader, HEADER_BYTES, MAGIC_V2};
 use crate::error::StorageError;
 
 /// Bytes read per I/O while scanning.
 const SCAN_WINDOW_BYTES: u64 = 1024 * 1024;
 
-/// Scans `file` from `start` (a batch boundary whose batch must have base offset
-/// `expected_base`) up to `file_size`, calling `on_batch(position, header)` for every valid
-/// batch in order. Returns the end of the last valid batch.
+/// Where a validating walk stopped.
+struct ScanStop {
+    /// End of the last valid batch: where the walk stopped.
+    end: u64,
+    /// Base offset the next batch must have.
+    expected: i64,
+    /// Why the bytes at `end` are not a valid batch; `None` when the walk reached the end of
+    /// the file.
+    reason: Option<String>,
+}
+
+/// Scans `file` (the segment at `segment`, for error messages) from `start` (a batch boundary
+/// whose batch must have base offset `expected_base`, or a later one when `gaps_allowed`: a
+/// compacted log) up to `file_size`, calling
+/// `on_batch(position, header)` for every valid batch in order. Returns the end of the last
+/// valid batch; everything after it is a torn tail. Fails with `CorruptSegment` if a valid
+/// batch of this segment lies after the first bad one (see [`find_valid_batch`]).
+// The scan's inputs are independent plain values, each named at the two call sites.
+#[allow(clippy::too_many_arguments)]
 pub async fn scan_segment(
+    file: &DmaFile,
+    segment: &Path,
+    start: u64,
+    file_size: u64,
+    expected_base: i64,
+    base_offset: i64,
+    gaps_allowed: bool,
+    on_batch: impl FnMut(u64, &BatchHeader),
+) -> Result<u64, StorageError> {
+    let stop = walk_valid(
+        file,
+        start,
+        file_size,
+        expected_base,
+        base_offset,
+        gaps_allowed,
+        on_batch,
+    )
+    .await?;
+    debug_assert!(stop.end <= file_size);
+    let Some(reason) = stop.reason else {
+        return Ok(stop.end);
+    };
+    match find_valid_batch(file, stop.end + 1, file_size, stop.expected, base_offset).await? {
+        None => Ok(stop.end),
+        Some(next) => Err(StorageError::CorruptSegment {
+            segment: segment.display().to_string(),
+            position: stop.end,
+            reason: format!("{reason}; a valid batch follows at byte position {next}"),
+        }),
+    }
+}
+
+/// The validating walk of [`scan_segment`]: stops at the first bad batch and says why.
+async fn walk_valid(
     file: &DmaFile,
     start: u64,
     file_size: u64,
     expected_base: i64,
     base_offset: i64,
+    gaps_allowed: bool,
     mut on_batch: impl FnMut(u64, &BatchHeader),
-) -> Result<u64, StorageError> {
+) -> Result<ScanStop, StorageError> {
     let mut pos = start;
     let mut expected = expected_base;
+    let stop = |end: u64, expected: i64, reason: String| ScanStop {
+        end,
+        expected,
+        reason: Some(reason),
+    };
     while pos < file_size {
         let want = SCAN_WINDOW_BYTES.min(file_size - pos) as usize;
         let window = file.read_at(pos, want).await?;
@@ -36,13 +99,30 @@ pub async fn scan_segment(
                 if at + (rest.len() as u64) < file_size && off > 0 {
                     break; // the header continues in the next window
                 }
-                return Ok(at); // torn header at the end of the file
+                // A torn header at the end of the file.
+                return Ok(stop(
+                    at,
+                    expected,
+                    format!("{} bytes left, less than a batch header", file_size - at),
+                ));
             }
             let Some(header) = BatchHeader::parse(rest) else {
-                return Ok(at); // zero padding or a garbage length
+                // Zero padding or a garbage length.
+                return Ok(stop(
+                    at,
+                    expected,
+                    "batchLength below the minimum (zero padding or garbage)".to_string(),
+                ));
             };
             if at + header.size as u64 > file_size {
-                return Ok(at); // torn batch
+                return Ok(stop(
+                    at,
+                    expected,
+                    format!(
+                        "batch of {} bytes runs past the end of the file ({file_size} bytes)",
+                        header.size
+                    ),
+                ));
             }
             let owned;
             let bytes: &[u8] = if header.size <= rest.len() {
@@ -54,14 +134,32 @@ pub async fn scan_segment(
                 &owned
             };
             if bytes.len() < header.size {
-                return Ok(at);
+                return Ok(stop(at, expected, "short read of the batch".to_string()));
             }
-            let Ok(valid) = validate_one(bytes, u32::MAX) else {
-                return Ok(at);
+            let valid = match validate_one(bytes, u32::MAX) {
+                Ok(valid) => valid,
+                Err(e) => return Ok(stop(at, expected, e.to_string())),
             };
-            if valid.base_offset != expected || valid.last_offset() - base_offset > u32::MAX as i64
-            {
-                return Ok(at);
+            // Offsets follow on densely, or (in a compacted log) only grow.
+            if valid.base_offset < expected || (!gaps_allowed && valid.base_offset != expected) {
+                return Ok(stop(
+                    at,
+                    expected,
+                    format!(
+                        "base offset {} where {expected} was expected",
+                        valid.base_offset
+                    ),
+                ));
+            }
+            if valid.last_offset() - base_offset > u32::MAX as i64 {
+                return Ok(stop(
+                    at,
+                    expected,
+                    format!(
+                        "last offset {} too far from the segment base offset {base_offset}",
+                        valid.last_offset()
+                    ),
+                ));
             }
             on_batch(at, &valid);
             expected = valid.last_offset() + 1;
@@ -72,5 +170,63 @@ pub async fn scan_segment(
         }
         pos += off as u64;
     }
-    Ok(pos)
+    Ok(ScanStop {
+        end: pos,
+        expected,
+        reason: None,
+    })
+}
+
+/// The first position in `[from, file_size)` where a batch that could belong after the bad
+/// one starts: its header parses, magic is 2, it fits in the file, it passes `validate_one`
+/// (CRC included), its base offset is at least `min_base_offset` (the offset the bad batch
+/// should have had: batches that were written after it have larger offsets, so stale or
+/// embedded bytes with smaller ones do not count) and its offsets fit the segment. Tries every
+/// byte position, so it costs a read of the rest of the file: start-up only, bounded by the
+/// segment size.
+async fn find_valid_batch(
+    file: &DmaFile,
+    from: u64,
+    file_size: u64,
+    min_base_offset: i64,
+    base_offset: i64,
+) -> Result<Option<u64>, StorageError> {
+    let mut pos = from;
+    while pos + HEADER_BYTES as u64 <= file_size {
+        let want = SCAN_WINDOW_BYTES.min(file_size - pos) as usize;
+        let window = file.read_at(pos, want).await?;
+        let window: &[u8] = &window;
+        if window.len() < HEADER_BYTES {
+            return Ok(None); // a short read at the end: no room for a batch
+        }
+        // Positions whose whole header lies in this window; the next window starts after
+        // them, overlapping this one by less than a header.
+        let candidates = window.len() - HEADER_BYTES + 1;
+        for off in 0..candidates {
+            let at = pos + off as u64;
+            let Some(header) = BatchHeader::parse(&window[off..]) else {
+                continue;
+            };
+            if header.magic != MAGIC_V2
+                || header.last_offset_delta < 0
+                || at + header.size as u64 > file_size
+                || header.base_offset < min_base_offset
+                || header.last_offset() - base_offset > u32::MAX as i64
+            {
+                continue;
+            }
+            let owned;
+            let bytes: &[u8] = if off + header.size <= window.len() {
+                &window[off..off + header.size]
+            } else {
+                owned = file.read_at(at, header.size).await?;
+                &owned
+            };
+            if bytes.len() == header.size && validate_one(bytes, u32::MAX).is_ok() {
+                return Ok(Some(at));
+            }
+        }
+        pos += candidates as u64;
+    }
+    Ok(None)
 }

@@ -139,3 +139,48 @@ pub fn batches_in(bytes: &[u8]) -> Vec<(i64, i64, usize)> {
     }
     out
 }
+
+/// A valid magic-2 batch of keyed records `(key, value)` (value `None` = tombstone), all with
+/// timestamp `ts`, compressed with `codec`.
+pub fn keyed_batch(records: &[(Option<&str>, Option<&str>)], ts: i64, codec: u8) -> BytesMut {
+    assert!(!records.is_empty());
+    let mut raw = Vec::new();
+    let mut body = Vec::new();
+    for (i, (key, value)) in records.iter().enumerate() {
+        body.clear();
+        body.push(0);
+        put_varlong(&mut body, 0);
+        put_varlong(&mut body, i as i64);
+        for field in [key, value] {
+            match field {
+                Some(f) => {
+                    put_varlong(&mut body, f.len() as i64);
+                    body.extend_from_slice(f.as_bytes());
+                }
+                None => put_varlong(&mut body, -1),
+            }
+        }
+        put_varlong(&mut body, 0);
+        put_varlong(&mut raw, body.len() as i64);
+        raw.extend_from_slice(&body);
+    }
+    let payload = compress(codec, &raw);
+    let mut b = BytesMut::new();
+    b.put_i64(0);
+    b.put_i32((49 + payload.len()) as i32);
+    b.put_i32(-1);
+    b.put_i8(2);
+    b.put_u32(0);
+    b.put_i16((codec & 0x07) as i16);
+    b.put_i32(records.len() as i32 - 1);
+    b.put_i64(ts);
+    b.put_i64(ts);
+    b.put_i64(-1);
+    b.put_i16(-1);
+    b.put_i32(-1);
+    b.put_i32(records.len() as i32);
+    b.put_slice(&payload);
+    let crc = compute_crc(&b);
+    b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+    b
+}

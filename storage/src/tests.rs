@@ -798,3 +798,201 @@ fn disk_full_refuses_appends_keeps_reads_and_resumes() {
         assert_eq!(got, vec![0, 1, 2, 3, 4]);
     });
 }
+
+/// Every (offset, key, value) of the log, read from `from`.
+async fn keyed_contents(log: &Log, from: i64) -> Vec<(i64, String, Option<String>)> {
+    let end = log.offsets().high_watermark;
+    let mut out = Vec::new();
+    let mut at = Offset(from);
+    while at < end {
+        let r = log.read(at, 1 << 20, end).await.unwrap();
+        if r.records.is_empty() {
+            break;
+        }
+        let mut pos = 0;
+        while pos < r.records.len() {
+            let h = BatchHeader::parse(&r.records[pos..]).unwrap();
+            let batch = &r.records[pos..pos + h.size];
+            let section = &batch[crate::batch::HEADER_BYTES..];
+            let raw = crate::records::decompress(h.compression(), section).unwrap();
+            let mut p = 0usize;
+            for _ in 0..h.records_count {
+                let (len, n) = read_varlong_at(&raw[p..]);
+                p += n;
+                let rec = &raw[p..p + len as usize];
+                p += len as usize;
+                let mut q = 1usize; // attributes
+                let (_, n) = read_varlong_at(&rec[q..]);
+                q += n;
+                let (delta, n) = read_varlong_at(&rec[q..]);
+                q += n;
+                let mut field = || {
+                    let (l, n) = read_varlong_at(&rec[q..]);
+                    q += n;
+                    if l < 0 {
+                        None
+                    } else {
+                        let v = String::from_utf8(rec[q..q + l as usize].to_vec()).unwrap();
+                        q += l as usize;
+                        Some(v)
+                    }
+                };
+                let key = field().unwrap_or_default();
+                let value = field();
+                let offset = h.base_offset + delta;
+                if offset >= from {
+                    out.push((offset, key, value));
+                }
+            }
+            at = Offset(h.last_offset() + 1);
+            pos += h.size;
+        }
+    }
+    out
+}
+
+fn read_varlong_at(b: &[u8]) -> (i64, usize) {
+    let mut v: u64 = 0;
+    let mut shift = 0;
+    for (i, byte) in b.iter().enumerate() {
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return (((v >> 1) as i64) ^ -((v & 1) as i64), i + 1);
+        }
+        shift += 7;
+    }
+    panic!("truncated varint");
+}
+
+#[test]
+fn compaction_keeps_the_latest_per_key_with_offsets_and_merges_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let cfg = LogConfig {
+            segment_bytes: 300,
+            cleanup_compact: true,
+            cleanup_delete: false,
+            min_cleanable_dirty_ratio: 0.0,
+            delete_retention_ms: 1000,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), cfg.clone()).await.unwrap();
+        // Unkeyed records are refused in a compacted topic.
+        let err = log.append(batch(1, 0, 10), LeaderEpoch(0), 0).unwrap_err();
+        assert!(matches!(err, StorageError::InvalidRecord(_)), "{err:?}");
+        // 12 writes over keys a..d, each its own batch (and segment: segment.bytes is tiny),
+        // codecs rotating; "c" is deleted by a tombstone at offset 10.
+        let writes: Vec<(&str, Option<&str>)> = vec![
+            ("a", Some("a0")),
+            ("b", Some("b0")),
+            ("c", Some("c0")),
+            ("a", Some("a1")),
+            ("d", Some("d0")),
+            ("b", Some("b1")),
+            ("a", Some("a2")),
+            ("c", Some("c1")),
+            ("d", Some("d1")),
+            ("b", Some("b2")),
+            ("c", None),
+            ("e", Some("e0")),
+        ];
+        for (i, (k, v)) in writes.iter().enumerate() {
+            let codec = [0, GZIP, SNAPPY, LZ4, ZSTD][i % 5];
+            log.append(
+                keyed_batch(&[(Some(k), *v)], 10_000, codec),
+                LeaderEpoch(0),
+                0,
+            )
+            .unwrap();
+            log.commit(Offset(i as i64 + 1)).await.unwrap();
+        }
+        // A big record rolls the segment holding the last writes, so all of them are in
+        // closed segments (the active segment is never compacted).
+        let big = "z".repeat(400);
+        log.append(
+            keyed_batch(&[(Some("z"), Some(&big))], 10_000, 0),
+            LeaderEpoch(0),
+            0,
+        )
+        .unwrap();
+        log.commit(Offset(13)).await.unwrap();
+        let segments_before = log.segment_count();
+        assert!(segments_before >= 3, "{segments_before}");
+        // Now = 10_500: the tombstone (ts 10_000) is within delete.retention.ms: it stays.
+        let out = log.compact(10_500, 1 << 20).await.unwrap().unwrap();
+        assert_eq!(
+            out.segments_in,
+            segments_before - 1,
+            "all but the active segment"
+        );
+        assert!(
+            out.segments_out < out.segments_in,
+            "small cleaned segments merge"
+        );
+        let got = keyed_contents(&log, 0).await;
+        let expect = vec![
+            (6, "a".to_string(), Some("a2".to_string())),
+            (8, "d".into(), Some("d1".into())),
+            (9, "b".into(), Some("b2".into())),
+            (10, "c".into(), None),
+            (11, "e".into(), Some("e0".into())),
+            (12, "z".into(), Some(big.clone())),
+        ];
+        assert_eq!(got, expect, "{:?}", log.segment_layout());
+        assert_eq!(log.cleaned_up_to(), Offset(12));
+        assert!(
+            log.compact(10_500, 1 << 20).await.unwrap().is_none(),
+            "nothing dirty"
+        );
+        // A fetch inside a gap returns the next record.
+        let r = log.read(Offset(2), 1 << 20, Offset(12)).await.unwrap();
+        assert_eq!(batches_in(&r.records)[0].0, 6);
+        // New writes; later, past delete.retention.ms, the tombstone goes too.
+        log.append(
+            keyed_batch(&[(Some("a"), Some("a3"))], 20_000, 0),
+            LeaderEpoch(0),
+            0,
+        )
+        .unwrap();
+        log.commit(Offset(14)).await.unwrap();
+        log.append(
+            keyed_batch(&[(Some("f"), Some(&big))], 20_000, 0),
+            LeaderEpoch(0),
+            0,
+        )
+        .unwrap();
+        log.commit(Offset(15)).await.unwrap();
+        log.append(
+            keyed_batch(&[(Some("g"), Some("g0"))], 20_000, 0),
+            LeaderEpoch(0),
+            0,
+        )
+        .unwrap();
+        log.commit(Offset(16)).await.unwrap();
+        log.compact(30_000, 1 << 20).await.unwrap().unwrap();
+        let got = keyed_contents(&log, 0).await;
+        let keys: Vec<(i64, &str)> = got.iter().map(|(o, k, _)| (*o, k.as_str())).collect();
+        // The old "a" goes (a3 is mapped now), the tombstone is past delete.retention.ms.
+        assert_eq!(
+            keys,
+            vec![
+                (8, "d"),
+                (9, "b"),
+                (11, "e"),
+                (12, "z"),
+                (13, "a"),
+                (14, "f"),
+                (15, "g")
+            ],
+            "{:?}",
+            log.segment_layout()
+        );
+        // Restart: the same contents, the checkpoint kept.
+        let before = got;
+        log.close().await.unwrap();
+        let log = Log::open(dir.path(), cfg).await.unwrap();
+        assert_eq!(keyed_contents(&log, 0).await, before);
+        assert_eq!(log.offsets().log_end_offset, Offset(16));
+        assert!(log.cleaned_up_to() >= Offset(14));
+    });
+}

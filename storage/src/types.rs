@@ -81,6 +81,18 @@ pub struct LogConfig {
     pub retention_bytes: i64,
     /// `cleanup.policy` contains `delete`: retention applies.
     pub cleanup_delete: bool,
+    /// `cleanup.policy` contains `compact`: the latest record per key is kept; records
+    /// without a key are refused.
+    pub cleanup_compact: bool,
+    /// `delete.retention.ms`: tombstones older than this are removed by compaction.
+    pub delete_retention_ms: i64,
+    /// `min.cleanable.dirty.ratio`: compact when dirty bytes / cleanable bytes reach this.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: a record stays uncompacted at least this long.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a dirty record is compacted within about this long, whatever
+    /// the dirty ratio.
+    pub max_compaction_lag_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -96,6 +108,11 @@ impl Default for LogConfig {
             retention_ms: 604_800_000,
             retention_bytes: -1,
             cleanup_delete: true,
+            cleanup_compact: false,
+            delete_retention_ms: 86_400_000,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
         }
     }
 }
@@ -149,4 +166,16 @@ pub struct RetentionOutcome {
     pub bytes_deleted: u64,
     /// The log start offset after the pass.
     pub log_start_offset: Offset,
+}
+
+/// What one compaction pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompactionOutcome {
+    pub segments_in: usize,
+    pub segments_out: usize,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub records_dropped: u64,
+    /// Everything below is clean (the cleaner checkpoint).
+    pub cleaned_up_to: Offset,
 }

@@ -72,7 +72,12 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
     let mut out = Vec::with_capacity(items.len());
     for item in items {
         let Some(part) = shard.partition(&item.topic, item.partition) else {
-            out.push(failed(code(ResponseError::NotLeaderOrFollower)));
+            let offline = shard.offline_reason(&item.topic, item.partition).is_some();
+            out.push(failed(code(if offline {
+                ResponseError::KafkaStorageError
+            } else {
+                ResponseError::NotLeaderOrFollower
+            })));
             continue;
         };
         let epoch_error = check_epoch(item.payload.current_leader_epoch, part.leader_epoch.get());

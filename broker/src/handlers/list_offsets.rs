@@ -46,7 +46,12 @@ async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<(i64, i32)>>) -
     let mut out = Vec::with_capacity(items.len());
     for item in items {
         let Some(part) = shard.partition(&item.topic, item.partition) else {
-            out.push(failed(code(ResponseError::NotLeaderOrFollower)));
+            let offline = shard.offline_reason(&item.topic, item.partition).is_some();
+            out.push(failed(code(if offline {
+                ResponseError::KafkaStorageError
+            } else {
+                ResponseError::NotLeaderOrFollower
+            })));
             continue;
         };
         let (timestamp, current_epoch) = item.payload;

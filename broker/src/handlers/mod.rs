@@ -18,9 +18,11 @@ use crate::server::BrokerShard;
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
+pub mod describe_log_dirs;
 pub mod fetch;
 pub mod list_offsets;
 pub mod metadata;
@@ -50,6 +52,8 @@ pub const SUPPORTED: &[ApiSupport] = &[
     create_partitions::SUPPORT,
     describe_configs::INCREMENTAL_ALTER_SUPPORT,
     describe_cluster::SUPPORT,
+    delete_records::SUPPORT,
+    describe_log_dirs::SUPPORT,
 ];
 
 pub fn support(key: ApiKey) -> Option<ApiSupport> {
@@ -205,6 +209,22 @@ pub async fn handle_frame(shard: Rc<BrokerShard>, mut frame: Bytes) -> Reply {
             body,
             DescribeClusterRequest,
             describe_cluster::handle
+        ),
+        ApiKey::DeleteRecords => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            DeleteRecordsRequest,
+            delete_records::handle
+        ),
+        ApiKey::DescribeLogDirs => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            DescribeLogDirsRequest,
+            describe_log_dirs::handle
         ),
         _ => Reply::FrameThenClose(unsupported_frame(hdr.correlation_id)),
     }

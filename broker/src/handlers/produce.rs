@@ -140,7 +140,15 @@ async fn append_on_owner(
     let mut commits = Vec::new();
     for (i, item) in items.into_iter().enumerate() {
         let Some(part) = shard.partition(&item.topic, item.partition) else {
-            results.push(failed(code(ResponseError::NotLeaderOrFollower)));
+            let r = if shard.offline_reason(&item.topic, item.partition).is_some() {
+                // The reason (with server paths) is in the broker's log, not sent to clients.
+                let mut r = failed(code(ResponseError::KafkaStorageError));
+                r.message = Some("partition offline: its log could not be opened".into());
+                r
+            } else {
+                failed(code(ResponseError::NotLeaderOrFollower))
+            };
+            results.push(r);
             continue;
         };
         let Some(records) = item.payload.filter(|r| !r.is_empty()) else {
