@@ -68,6 +68,10 @@ fn snapshot(shard: &BrokerShard) -> CountersSnapshot {
     s.cross_shard_hops = mesh.hops_out;
     s.cross_shard_jobs = mesh.jobs_in;
     s.partitions_owned = shard.partitions_owned() as u64;
+    let (cached, _, evicted) = keel_storage::tail_budget::stats();
+    s.tail_cache_bytes = cached as u64;
+    s.tail_cache_evictions = evicted;
+    s.segment_files_open = keel_storage::file_cache::stats().0 as u64;
     let stats = glommio::executor().executor_stats();
     s.busy_s = stats.total_runtime().as_secs_f64();
     s.tasks_executed = stats.tasks_executed();

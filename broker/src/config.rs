@@ -59,7 +59,8 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "min.insync.replicas", default: "1", doc: "ISR size needed for acks=all" },
     BrokerKey { name: "log.flush.policy", default: "group", doc: "group: fdatasync before ack; interval: ack after write, sync every flush.ms (topic: flush.policy)" },
     BrokerKey { name: "log.flush.interval.ms", default: "1000", doc: "sync period of flush.policy=interval (topic: flush.ms)" },
-    BrokerKey { name: "log.tail.cache.shard.bytes", default: "268435456", doc: "memory per shard for recent batches, split over its partitions (64 KiB to 4 MiB each)" },
+    BrokerKey { name: "log.tail.cache.shard.bytes", default: "268435456", doc: "memory per shard for recent batches (at most 4 MiB per partition); the shard's oldest are evicted beyond it" },
+    BrokerKey { name: "log.closed.segment.files.shard.max", default: "1024", doc: "closed segment files a shard keeps open (opened on demand, least recently used closed)" },
 ];
 
 /// A topic-level setting and the broker setting it inherits.
@@ -262,6 +263,8 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     /// Tail-cache budget of one shard, split over the partitions it owns.
     pub tail_cache_shard_bytes: usize,
+    /// Closed segment files a shard keeps open.
+    pub closed_segment_files_shard_max: usize,
     /// Every key with its effective value (defaults filled in).
     pub values: BTreeMap<String, String>,
     /// Keys set explicitly by env, file or flag (DescribeConfigs reports them as static).
@@ -353,6 +356,10 @@ impl BrokerConfig {
             socket_request_max_bytes: parse(
                 "socket.request.max.bytes",
                 &get("socket.request.max.bytes"),
+            )?,
+            closed_segment_files_shard_max: parse(
+                "log.closed.segment.files.shard.max",
+                &get("log.closed.segment.files.shard.max"),
             )?,
             tail_cache_shard_bytes: parse(
                 "log.tail.cache.shard.bytes",

@@ -204,6 +204,10 @@ pub async fn bootstrap(
         }
         glommio::timer::sleep(Duration::from_millis(20)).await;
     }
+    // Serving starts once that image is installed everywhere (every partition log opened).
+    while controller(shard).installed.get() < shard.image().version {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
     migrate_legacy(shard).await?;
     info!(
         version = shard.image().version,

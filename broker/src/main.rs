@@ -176,6 +176,31 @@ fn wait_for_port(addr: std::net::SocketAddr, what: &str) -> Result<()> {
     }
 }
 
+/// Raises the soft open-files limit to the hard one (as a broker with many partitions
+/// needs); returns the soft limit in force.
+fn raise_nofile_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 0;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                return lim.rlim_max;
+            }
+        }
+    }
+    lim.rlim_cur
+}
+
 fn run() -> Result<()> {
     let Some(config) = parse_args(std::env::args().skip(1).collect())? else {
         return Ok(());
@@ -215,6 +240,11 @@ fn run() -> Result<()> {
         data_dir = %config.data_dir.display(),
         "starting keel {}; RLIMIT_MEMLOCK: {memlock}",
         env!("CARGO_PKG_VERSION")
+    );
+    let nofile = raise_nofile_limit();
+    info!(
+        open_files_limit = nofile,
+        "RLIMIT_NOFILE (each partition keeps its active segment open; closed segments go through a per-shard cache of log.closed.segment.files.shard.max)"
     );
     wait_for_port(config.listen, "listen")?;
     if let Some(admin) = config.admin {

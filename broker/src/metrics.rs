@@ -128,6 +128,11 @@ pub struct CountersSnapshot {
     pub produce_commit_s: f64,
     pub compacted_bytes: u64,
     pub compaction_s: f64,
+    /// Bytes in the shard's tail caches, and batches the shard budget evicted.
+    pub tail_cache_bytes: u64,
+    pub tail_cache_evictions: u64,
+    /// Closed segment files open in the shard's file cache.
+    pub segment_files_open: u64,
 }
 
 /// Renders every shard's counters in Prometheus text format.
@@ -230,6 +235,24 @@ pub fn render(shards: &[CountersSnapshot]) -> String {
         "counter",
         "Owner-shard time produce requests waited for their commit (write, and fdatasync under flush.policy=group).",
         &|s| s.produce_commit_s,
+    );
+    family(
+        "keel_tail_cache_bytes",
+        "gauge",
+        "Bytes of recent batches cached in memory (within log.tail.cache.shard.bytes).",
+        &|s| s.tail_cache_bytes as f64,
+    );
+    family(
+        "keel_tail_cache_evictions_total",
+        "counter",
+        "Cached batches evicted to keep the shard within its tail-cache budget.",
+        &|s| s.tail_cache_evictions as f64,
+    );
+    family(
+        "keel_segment_files_open",
+        "gauge",
+        "Closed segment files open in the shard's file cache.",
+        &|s| s.segment_files_open as f64,
     );
     family(
         "keel_compacted_bytes_total",

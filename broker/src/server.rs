@@ -244,21 +244,6 @@ impl BrokerShard {
         for (topic, index, epoch) in to_open {
             self.open_partition(&topic, index, epoch).await;
         }
-        self.share_tail_cache();
-    }
-
-    /// Splits the shard's tail-cache budget over the partitions it owns (at most the storage
-    /// default each), so many partitions cannot hold unbounded memory.
-    fn share_tail_cache(&self) {
-        let parts = self.all_partitions();
-        let share = tail_cache_share(self.config.tail_cache_shard_bytes, parts.len());
-        for p in parts {
-            let mut c = p.log.config();
-            if c.tail_cache_bytes != share {
-                c.tail_cache_bytes = share;
-                p.log.set_config(c);
-            }
-        }
     }
 
     async fn open_partition(&self, topic: &TopicMeta, index: i32, leader_epoch: i32) {
@@ -488,14 +473,6 @@ fn warn_retention_zero(topic: &str, partition: i32) {
     );
 }
 
-/// Each partition's tail cache: an equal share of the shard's budget, at least 64 KiB (one
-/// batch or more stays cached) and at most the storage default.
-fn tail_cache_share(shard_budget_bytes: usize, partitions: usize) -> usize {
-    const PER_PARTITION_MIN: usize = 64 * 1024;
-    (shard_budget_bytes / partitions.max(1))
-        .clamp(PER_PARTITION_MIN, LogConfig::default().tail_cache_bytes)
-}
-
 /// The body of one shard's executor.
 pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) {
     let ShardBoot {
@@ -530,6 +507,9 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
         fetch_waits: RefCell::new(HashMap::new()),
         next_fetch_wait: Cell::new(0),
     });
+    // Storage's per-shard limits: the tail caches' memory, the closed segments' open files.
+    keel_storage::tail_budget::set_budget(config.tail_cache_shard_bytes);
+    keel_storage::file_cache::set_capacity(config.closed_segment_files_shard_max);
     mesh.serve(receivers, shard.clone(), 4096);
     glommio::spawn_local(shard.clone().ticker()).detach();
     // Retention deletes files in the background: a task queue with a tenth of the default
@@ -622,26 +602,4 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
         c.handle.shutdown();
     }
     info!(shard = shard_id, "shard stopped; logs synced");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::tail_cache_share;
-
-    #[test]
-    fn tail_cache_budget_is_shared_and_bounded() {
-        let default = keel_storage::LogConfig::default().tail_cache_bytes;
-        assert_eq!(
-            tail_cache_share(256 << 20, 1),
-            default,
-            "at most the storage default"
-        );
-        assert_eq!(tail_cache_share(256 << 20, 1000), (256 << 20) / 1000);
-        assert_eq!(
-            tail_cache_share(256 << 20, 1_000_000),
-            64 * 1024,
-            "at least 64 KiB"
-        );
-        assert_eq!(tail_cache_share(256 << 20, 0), default);
-    }
 }

@@ -107,3 +107,9 @@ pub async fn prime_iopoll_probe(dir: &Path) -> Result<(), StorageError> {
     PROBED_DEVICES.with(|p| p.borrow_mut().push(dev));
     Ok(())
 }
+
+/// fsyncs a directory, so renames and deletions in it survive a crash. A blocking syscall,
+/// used only where an operation must complete in one step (the compaction swap).
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}

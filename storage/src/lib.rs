@@ -10,12 +10,14 @@ mod batch;
 pub mod compact;
 mod epoch;
 mod error;
+pub mod file_cache;
 mod index;
 mod io;
 mod log;
 mod records;
 mod recovery;
 mod segment;
+pub mod tail_budget;
 mod types;
 
 #[cfg(test)]

@@ -46,6 +46,8 @@ const WRITE_BYTES_MAX: u64 = 1024 * 1024;
 const LOCATE_WINDOW_BYTES: u64 = 64 * 1024;
 
 struct CachedBatch {
+    /// Insertion number on the shard (see `tail_budget`).
+    seq: u64,
     base_offset: Offset,
     last_offset: Offset,
     bytes: Bytes,
@@ -151,21 +153,38 @@ impl State {
     fn cache_push(&mut self, header: &BatchHeader, bytes: Bytes) {
         let cap = self.config.tail_cache_bytes;
         if bytes.len() > cap {
-            self.tail_cache.clear();
-            self.tail_cache_bytes = 0;
+            self.cache_trim(0);
             return;
         }
         self.tail_cache_bytes += bytes.len();
+        crate::tail_budget::add(bytes.len());
         self.tail_cache.push_back(CachedBatch {
+            seq: crate::tail_budget::next_seq(),
             base_offset: Offset(header.base_offset),
             last_offset: Offset(header.last_offset()),
             bytes,
         });
+        self.cache_trim(cap);
+    }
+
+    /// Evicts the oldest cached batches until at most `cap` bytes stay.
+    fn cache_trim(&mut self, cap: usize) {
         while self.tail_cache_bytes > cap {
-            match self.tail_cache.pop_front() {
-                Some(b) => self.tail_cache_bytes -= b.bytes.len(),
-                None => break,
+            if self.cache_pop_front() == 0 {
+                break;
             }
+        }
+    }
+
+    /// Evicts the oldest cached batch; returns its size (0 when the cache is empty).
+    fn cache_pop_front(&mut self) -> usize {
+        match self.tail_cache.pop_front() {
+            Some(b) => {
+                self.tail_cache_bytes -= b.bytes.len();
+                crate::tail_budget::release(b.bytes.len());
+                b.bytes.len()
+            }
+            None => 0,
         }
     }
 
@@ -212,6 +231,29 @@ struct Inner {
     inject_disk_full: std::cell::Cell<bool>,
     /// Compaction's checkpoint: offsets below are clean (`cleaner-offset-checkpoint`).
     cleaned_up_to: std::cell::Cell<Offset>,
+}
+
+impl crate::tail_budget::Evict for Inner {
+    fn oldest(&self) -> Option<u64> {
+        self.state
+            .try_borrow()
+            .ok()
+            .and_then(|s| s.tail_cache.front().map(|b| b.seq))
+    }
+
+    fn evict_oldest(&self) -> usize {
+        self.state
+            .try_borrow_mut()
+            .map_or(0, |mut s| s.cache_pop_front())
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The shard's budget no longer counts this log's cached batches.
+        let s = self.state.get_mut();
+        crate::tail_budget::release(s.tail_cache_bytes);
+    }
 }
 
 /// Cheap-to-clone handle (Rc inside) to one partition's log. Lives on exactly one glommio
@@ -322,7 +364,7 @@ impl Log {
             poisoned: None,
             disk_full: None,
         };
-        Ok(Log {
+        let log = Log {
             inner: Rc::new(Inner {
                 dir: dir.to_path_buf(),
                 state: RefCell::new(state),
@@ -332,7 +374,11 @@ impl Log {
                 inject_disk_full: std::cell::Cell::new(false),
                 cleaned_up_to: std::cell::Cell::new(cleaned_up_to),
             }),
-        })
+        };
+        let weak: std::rc::Weak<dyn crate::tail_budget::Evict> =
+            Rc::downgrade(&log.inner) as std::rc::Weak<dyn crate::tail_budget::Evict>;
+        crate::tail_budget::register(weak);
+        Ok(log)
     }
 
     pub fn config(&self) -> LogConfig {
@@ -344,12 +390,7 @@ impl Log {
         let mut s = self.inner.state.borrow_mut();
         s.config = config;
         let cap = s.config.tail_cache_bytes;
-        while s.tail_cache_bytes > cap {
-            match s.tail_cache.pop_front() {
-                Some(b) => s.tail_cache_bytes -= b.bytes.len(),
-                None => break,
-            }
-        }
+        s.cache_trim(cap);
     }
 
     pub fn offsets(&self) -> LogOffsets {
@@ -474,6 +515,7 @@ impl Log {
             if let Some(file) = g.file {
                 let _ = file.close_rc().await;
             }
+            crate::file_cache::forget(&segment_path(&self.inner.dir, g.base_offset, "log"));
             for ext in ["log", "index", "timeindex"] {
                 let path = segment_path(&self.inner.dir, g.base_offset, ext);
                 match glommio::io::remove(&path).await {
@@ -496,6 +538,18 @@ impl Log {
     /// Validates every batch, then assigns offsets, stamps, stages and caches them (no I/O).
     /// If any batch is bad nothing is appended.
     pub fn append(
+        &self,
+        batches: BytesMut,
+        leader_epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<AppendInfo, StorageError> {
+        let info = self.append_inner(batches, leader_epoch, now_ms);
+        // Over the shard's tail-cache budget: evict the shard's oldest cached batches.
+        crate::tail_budget::enforce();
+        info
+    }
+
+    fn append_inner(
         &self,
         mut batches: BytesMut,
         leader_epoch: LeaderEpoch,
@@ -931,8 +985,18 @@ impl Log {
             time_index,
         )
         .await?;
-        if let Some(g) = self.inner.state.borrow_mut().segment_mut(base) {
-            g.finalized = true;
+        let own = self
+            .inner
+            .state
+            .borrow_mut()
+            .segment_mut(base)
+            .and_then(|g| {
+                g.finalized = true;
+                g.file.take()
+            });
+        // From here reads open it through the shard's file cache.
+        if let Some(f) = own {
+            let _ = f.close_rc().await;
         }
         Ok(())
     }
@@ -951,14 +1015,23 @@ impl Log {
             }
             let mut memory = BytesMut::new();
             let memory_from = g.copy_from_memory(pos, end, &mut memory);
-            (g.file.clone(), memory, memory_from)
+            (g.file.clone().ok_or(g.finalized), memory, memory_from)
         };
         if pos >= memory_from {
             return Ok(memory.freeze());
         }
-        let file = file.ok_or_else(|| {
-            StorageError::Io(std::io::Error::other("segment has no file".to_string()))
-        })?;
+        let file = match file {
+            Ok(f) => f,
+            // A finalized segment keeps no file of its own: the shard's cache opens it.
+            Err(true) => {
+                crate::file_cache::get(&segment_path(&self.inner.dir, base, "log")).await?
+            }
+            Err(false) => {
+                return Err(StorageError::Io(std::io::Error::other(
+                    "segment has no file".to_string(),
+                )))
+            }
+        };
         let want = (memory_from - pos) as usize;
         let read = file.read_at(pos, want).await?;
         if read.len() < want {
@@ -1383,6 +1456,11 @@ async fn recover_segment(
                 seg.time_index.encode(),
             )
             .await?;
+        }
+        // Closed segments keep no file open; reads go through the shard's file cache.
+        if let Some(f) = seg.file.take() {
+            drop(file);
+            let _ = f.close_rc().await;
         }
     }
     Ok(seg)

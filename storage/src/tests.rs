@@ -996,3 +996,78 @@ fn compaction_keeps_the_latest_per_key_with_offsets_and_merges_segments() {
         assert!(log.cleaned_up_to() >= Offset(14));
     });
 }
+
+#[test]
+fn closed_segments_are_read_through_a_bounded_file_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        crate::file_cache::set_capacity(2);
+        let cfg = LogConfig {
+            segment_bytes: 600,
+            tail_cache_bytes: 1, // reads go to the files
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), cfg.clone()).await.unwrap();
+        ten_segments(&log).await;
+        let open_fds = || {
+            std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+                .filter(|p| p.starts_with(dir.path()) && p.extension().is_some_and(|e| e == "log"))
+                .count()
+        };
+        // Only the active segment is open; each read of an old segment goes through the cache.
+        glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+        assert_eq!(open_fds(), 1);
+        for round in 0..2 {
+            for i in 0..10 {
+                let r = log.read(Offset(i), 1 << 20, Offset(10)).await.unwrap();
+                assert_eq!(batches_in(&r.records)[0].0, i, "round {round}");
+            }
+        }
+        glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+        let (cached, opened) = crate::file_cache::stats();
+        assert!(cached <= 2, "{cached}");
+        assert!(opened >= 9, "{opened}");
+        assert!(open_fds() <= 3, "active + 2 cached: {}", open_fds());
+        crate::file_cache::set_capacity(crate::file_cache::DEFAULT_CAPACITY);
+    });
+}
+
+#[test]
+fn tail_caches_share_a_shard_budget_and_evict_the_oldest() {
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    run(|| async {
+        let one = batch(1, 0, 1000).len();
+        crate::tail_budget::set_budget(10 * one);
+        let mut logs = Vec::new();
+        for d in &dirs {
+            logs.push(Log::open(d.path(), small_config()).await.unwrap());
+        }
+        // 4 logs x 5 batches = 20 batches; the shard keeps at most 10 batches' worth.
+        for round in 0..5i64 {
+            for log in &logs {
+                log.append(batch(1, round, 1000), LeaderEpoch(0), 0)
+                    .unwrap();
+                log.commit(Offset(round + 1)).await.unwrap();
+            }
+        }
+        let (used, limit, evicted) = crate::tail_budget::stats();
+        assert!(used <= limit, "{used} > {limit}");
+        assert!(evicted >= 10, "{evicted}");
+        // Every record is still readable (evicted ones from the files).
+        for log in &logs {
+            for i in 0..5 {
+                let r = log.read(Offset(i), 1 << 20, Offset(5)).await.unwrap();
+                assert_eq!(batches_in(&r.records)[0].0, i);
+            }
+        }
+        // Closing a log releases its share.
+        let before = crate::tail_budget::stats().0;
+        let last = logs.pop().unwrap();
+        last.close().await.unwrap();
+        drop(last);
+        assert!(crate::tail_budget::stats().0 < before);
+        crate::tail_budget::set_budget(crate::tail_budget::DEFAULT_BUDGET_BYTES);
+    });
+}

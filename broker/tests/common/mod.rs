@@ -153,6 +153,10 @@ impl Broker {
             .unwrap();
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     pub fn running(&self) -> bool {
         self.child.is_some()
     }

@@ -19,7 +19,6 @@
 //! swap, then the new ones.
 
 use std::path::Path;
-use std::rc::Rc;
 
 use crate::batch::BatchHeader;
 use crate::compact::{build_offset_map, clean_segment, CleanParams, OffsetMap};
@@ -248,7 +247,9 @@ impl Log {
 
     /// Replaces the members of each output with it, under the flush lock. Returns false
     /// (changing nothing) if the log's first segments are no longer the ones cleaned
-    /// (retention or DeleteRecords removed some meanwhile).
+    /// (retention or DeleteRecords removed some meanwhile). The renames, deletions and the
+    /// state change happen in one step with no `.await` between them, so no read sees a
+    /// segment's new file with its old positions.
     async fn swap_in(&self, outputs: &[Output]) -> Result<bool, StorageError> {
         let _permit = self.inner.flush_lock.acquire_permit(1).await?;
         let members: Vec<Offset> = outputs.iter().flat_map(|o| o.members.clone()).collect();
@@ -266,29 +267,9 @@ impl Log {
         }
         let dir = self.inner.dir.clone();
         let interval = self.config().index_interval_bytes;
+        // Build the new segments' in-memory state first (no visible change).
         let mut fresh: Vec<Segment> = Vec::with_capacity(outputs.len());
         for out in outputs {
-            glommio::io::rename(
-                suffixed(&dir, out.base, ".cleaned"),
-                suffixed(&dir, out.base, ".swap"),
-            )
-            .await?;
-            for &m in &out.members {
-                for ext in ["index", "timeindex"] {
-                    let p = segment_path(&dir, m, ext);
-                    if p.exists() {
-                        glommio::io::remove(&p).await?;
-                    }
-                }
-                if m != out.base {
-                    glommio::io::remove(segment_path(&dir, m, "log")).await?;
-                }
-            }
-            glommio::io::rename(
-                suffixed(&dir, out.base, ".swap"),
-                segment_path(&dir, out.base, "log"),
-            )
-            .await?;
             let mut seg = Segment::new(out.base, None);
             let mut pos = 0usize;
             while pos < out.bytes.len() {
@@ -299,30 +280,42 @@ impl Log {
                 pos += header.size;
             }
             seg.next_offset = out.next_offset;
-            let file = open_log_file(&segment_path(&dir, out.base, "log"), false).await?;
-            seg.file = Some(Rc::new(file));
             seg.size = out.bytes.len() as u64;
             seg.written = seg.size;
             seg.synced = seg.size;
             seg.closed = true;
             seg.finalized = true;
             seg.seal_time_index();
-            write_file(
-                segment_path(&dir, out.base, "index").as_path(),
-                seg.index.encode(),
-            )
-            .await?;
-            write_file(
-                segment_path(&dir, out.base, "timeindex").as_path(),
-                seg.time_index.encode(),
-            )
-            .await?;
             fresh.push(seg);
         }
-        let old: Vec<Segment> = {
+        // The swap itself: synchronous file operations and the state change, one step.
+        let mut swapped = || -> std::io::Result<Vec<Segment>> {
+            for out in outputs {
+                std::fs::rename(
+                    suffixed(&dir, out.base, ".cleaned"),
+                    suffixed(&dir, out.base, ".swap"),
+                )?;
+                for &m in &out.members {
+                    for ext in ["index", "timeindex"] {
+                        let p = segment_path(&dir, m, ext);
+                        if p.exists() {
+                            std::fs::remove_file(&p)?;
+                        }
+                    }
+                    crate::file_cache::forget(&segment_path(&dir, m, "log"));
+                    if m != out.base {
+                        std::fs::remove_file(segment_path(&dir, m, "log"))?;
+                    }
+                }
+                std::fs::rename(
+                    suffixed(&dir, out.base, ".swap"),
+                    segment_path(&dir, out.base, "log"),
+                )?;
+            }
+            crate::io::sync_dir(&dir)?;
             let mut s = self.inner.state.borrow_mut();
             let old: Vec<Segment> = s.segments.drain(..members.len()).collect();
-            for (i, seg) in fresh.into_iter().enumerate() {
+            for (i, seg) in fresh.drain(..).enumerate() {
                 s.segments.insert(i, seg);
             }
             // Cached batches of the swapped range hold records compaction removed.
@@ -332,12 +325,24 @@ impl Log {
                 .front()
                 .is_some_and(|b| b.base_offset < swapped_end)
             {
-                if let Some(b) = s.tail_cache.pop_front() {
-                    s.tail_cache_bytes -= b.bytes.len();
-                }
+                s.cache_pop_front();
             }
-            old
+            Ok(old)
         };
+        let old = swapped()?;
+        // Indexes only speed up reads and recovery rebuilds missing ones.
+        let indexes: Vec<(Offset, Vec<u8>, Vec<u8>)> = {
+            let s = self.inner.state.borrow();
+            s.segments
+                .iter()
+                .take(outputs.len())
+                .map(|g| (g.base_offset, g.index.encode(), g.time_index.encode()))
+                .collect()
+        };
+        for (base, index, time_index) in indexes {
+            write_file(segment_path(&dir, base, "index").as_path(), index).await?;
+            write_file(segment_path(&dir, base, "timeindex").as_path(), time_index).await?;
+        }
         for g in old {
             if let Some(f) = g.file {
                 let _ = f.close_rc().await;
