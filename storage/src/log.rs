@@ -129,9 +129,15 @@ impl State {
         }
         let new_size = active.size + header.size as u64;
         let too_big = new_size > segment_bytes || new_size > u32::MAX as u64;
-        let too_old = active
-            .created_ms
-            .is_some_and(|c| now_ms.saturating_sub(c) > segment_ms.min(i64::MAX as u64) as i64);
+        // Kafka: record time since the segment's first batch when timestamps exist, else
+        // the wall clock since the segment took its first batch here.
+        let segment_ms = segment_ms.min(i64::MAX as u64) as i64;
+        let too_old = match (active.first_batch_max_ts, header.max_timestamp) {
+            (Some(first), ts) if ts >= 0 => ts.saturating_sub(first) > segment_ms,
+            _ => active
+                .created_ms
+                .is_some_and(|c| now_ms.saturating_sub(c) > segment_ms),
+        };
         let offset_overflow = header.last_offset() - active.base_offset.0 > u32::MAX as i64;
         if !(too_big || too_old || offset_overflow) {
             return;

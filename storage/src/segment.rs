@@ -56,8 +56,12 @@ pub struct Segment {
     pub max_timestamp_ms: i64,
     /// Last offset of the first batch that reached `max_timestamp_ms`.
     pub offset_of_max_timestamp: Offset,
-    /// Clock of `segment.ms`: when the segment took its first batch.
+    /// Wall clock when this process appended the segment's first batch (`segment.ms` for
+    /// batches without timestamps).
     pub created_ms: Option<i64>,
+    /// Max timestamp of the segment's first batch: `segment.ms` is measured from it in record
+    /// time, as Kafka does (so a restart does not roll a segment of old records).
+    pub first_batch_max_ts: Option<i64>,
     pub closed: bool,
     pub finalized: bool,
 }
@@ -79,6 +83,7 @@ impl Segment {
             max_timestamp_ms: -1,
             offset_of_max_timestamp: base_offset,
             created_ms: None,
+            first_batch_max_ts: None,
             closed: false,
             finalized: false,
         }
@@ -112,8 +117,8 @@ impl Segment {
         }
         self.bytes_since_index += header.size as u64;
         self.next_offset = Offset(last.0 + 1);
-        if self.created_ms.is_none() && header.max_timestamp >= 0 {
-            self.created_ms = Some(header.max_timestamp);
+        if self.first_batch_max_ts.is_none() && header.max_timestamp >= 0 {
+            self.first_batch_max_ts = Some(header.max_timestamp);
         }
     }
 

@@ -276,13 +276,14 @@ fn segments_roll_by_size_and_time() {
         };
         let log = Log::open(dir.path(), cfg).await.unwrap();
         for i in 0..7 {
-            log.append(batch(2, 0, 50), LeaderEpoch(0), i).unwrap();
+            log.append(batch(2, i, 50), LeaderEpoch(0), i).unwrap();
         }
         assert_eq!(log.segment_count(), 3);
-        // Time: the active segment (base 12, created at now=6) rolls after 10s.
-        log.append(batch(2, 0, 50), LeaderEpoch(0), 10_006).unwrap();
+        // Time, in record time as Kafka measures it: the active segment (base 12, first batch
+        // max timestamp 7) rolls once a batch is more than 10 s newer.
+        log.append(batch(2, 10_006, 50), LeaderEpoch(0), 0).unwrap();
         assert_eq!(log.segment_count(), 3);
-        log.append(batch(2, 0, 50), LeaderEpoch(0), 10_007).unwrap();
+        log.append(batch(2, 10_007, 50), LeaderEpoch(0), 0).unwrap();
         assert_eq!(log.segment_count(), 4);
         log.commit(Offset(18)).await.unwrap();
         let files = log_files(dir.path());
@@ -1069,5 +1070,56 @@ fn tail_caches_share_a_shard_budget_and_evict_the_oldest() {
         drop(last);
         assert!(crate::tail_budget::stats().0 < before);
         crate::tail_budget::set_budget(crate::tail_budget::DEFAULT_BUDGET_BYTES);
+    });
+}
+
+#[test]
+fn compaction_lags_and_dirty_ratio_decide_when_a_pass_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let cfg = LogConfig {
+            segment_bytes: 200,
+            cleanup_compact: true,
+            cleanup_delete: false,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 5_000,
+            max_compaction_lag_ms: 60_000,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), cfg).await.unwrap();
+        let mut next = 0i64;
+        let mut write = |log: &Log, key: &str, ts: i64| {
+            log.append(
+                keyed_batch(&[(Some(key), Some("v"))], ts, 0),
+                LeaderEpoch(0),
+                0,
+            )
+            .unwrap();
+            next += 1;
+            next
+        };
+        for i in 0..60 {
+            let n = write(&log, &format!("k{}", i % 30), 1_000);
+            log.commit(Offset(n)).await.unwrap();
+        }
+        // Younger than min.compaction.lag.ms: nothing is cleanable yet.
+        assert!(log.compact(3_000, 1 << 20).await.unwrap().is_none());
+        // Old enough, all dirty (ratio 1 >= 0.5): a pass runs.
+        let out = log.compact(7_000, 1 << 20).await.unwrap().unwrap();
+        assert!(out.records_dropped > 0);
+        // A little new data: dirty ratio far below 0.5, and not yet max.compaction.lag.ms old.
+        for _ in 0..3 {
+            let n = write(&log, "k9", 8_000);
+            log.commit(Offset(n)).await.unwrap();
+        }
+        let n = write(&log, &"z".repeat(150), 8_000); // rolls the segment holding k9
+        log.commit(Offset(n)).await.unwrap();
+        assert!(
+            log.compact(20_000, 1 << 20).await.unwrap().is_none(),
+            "ratio too low"
+        );
+        // Past max.compaction.lag.ms the dirty records are compacted whatever the ratio.
+        let out = log.compact(8_000 + 60_001, 1 << 20).await.unwrap().unwrap();
+        assert!(out.records_dropped >= 2, "{out:?}");
     });
 }
