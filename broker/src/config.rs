@@ -61,6 +61,11 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.flush.interval.ms", default: "1000", doc: "sync period of flush.policy=interval (topic: flush.ms)" },
     BrokerKey { name: "log.tail.cache.shard.bytes", default: "268435456", doc: "memory per shard for recent batches (at most 4 MiB per partition); the shard's oldest are evicted beyond it" },
     BrokerKey { name: "log.closed.segment.files.shard.max", default: "1024", doc: "closed segment files a shard keeps open (opened on demand, least recently used closed)" },
+    BrokerKey { name: "offsets.topic.num.partitions", default: "50", doc: "partitions of __consumer_offsets (group coordinators) when it is created" },
+    BrokerKey { name: "offsets.topic.segment.bytes", default: "104857600", doc: "segment.bytes of __consumer_offsets when it is created" },
+    BrokerKey { name: "offsets.retention.minutes", default: "10080", doc: "committed offsets of a group without members expire this long after its latest commit" },
+    BrokerKey { name: "offsets.retention.check.interval.ms", default: "600000", doc: "how often each coordinator shard looks for expired offsets" },
+    BrokerKey { name: "offset.metadata.max.bytes", default: "4096", doc: "largest metadata string of a committed offset" },
 ];
 
 /// A topic-level setting and the broker setting it inherits.
@@ -265,6 +270,16 @@ pub struct BrokerConfig {
     pub tail_cache_shard_bytes: usize,
     /// Closed segment files a shard keeps open.
     pub closed_segment_files_shard_max: usize,
+    /// Partitions of `__consumer_offsets` when the first FindCoordinator creates it.
+    pub offsets_topic_num_partitions: i32,
+    /// segment.bytes of `__consumer_offsets` when it is created.
+    pub offsets_topic_segment_bytes: i64,
+    /// Offsets of a group without members expire this long after its latest commit.
+    pub offsets_retention_minutes: i64,
+    /// How often each coordinator shard looks for expired offsets.
+    pub offsets_retention_check_interval_ms: u64,
+    /// Largest metadata string of one committed offset, in bytes.
+    pub offset_metadata_max_bytes: usize,
     /// Every key with its effective value (defaults filled in).
     pub values: BTreeMap<String, String>,
     /// Keys set explicitly by env, file or flag (DescribeConfigs reports them as static).
@@ -365,11 +380,42 @@ impl BrokerConfig {
                 "log.tail.cache.shard.bytes",
                 &get("log.tail.cache.shard.bytes"),
             )?,
+            offsets_topic_num_partitions: parse(
+                "offsets.topic.num.partitions",
+                &get("offsets.topic.num.partitions"),
+            )?,
+            offsets_topic_segment_bytes: parse(
+                "offsets.topic.segment.bytes",
+                &get("offsets.topic.segment.bytes"),
+            )?,
+            offsets_retention_minutes: parse(
+                "offsets.retention.minutes",
+                &get("offsets.retention.minutes"),
+            )?,
+            offsets_retention_check_interval_ms: parse(
+                "offsets.retention.check.interval.ms",
+                &get("offsets.retention.check.interval.ms"),
+            )?,
+            offset_metadata_max_bytes: parse(
+                "offset.metadata.max.bytes",
+                &get("offset.metadata.max.bytes"),
+            )?,
             values: values.clone(),
             explicit,
         };
         if cfg.num_partitions < 1 {
             bail!("num.partitions must be >= 1");
+        }
+        if cfg.offsets_topic_num_partitions < 1 {
+            bail!("offsets.topic.num.partitions must be >= 1");
+        }
+        check_segment_bytes(&cfg.offsets_topic_segment_bytes.to_string())
+            .context("invalid value for offsets.topic.segment.bytes")?;
+        if cfg.offsets_retention_minutes < 1 {
+            bail!("offsets.retention.minutes must be >= 1");
+        }
+        if cfg.offsets_retention_check_interval_ms < 1 {
+            bail!("offsets.retention.check.interval.ms must be >= 1");
         }
         if cfg.node_id < 0 {
             bail!("node.id must be >= 0");

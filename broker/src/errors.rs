@@ -24,3 +24,18 @@ pub fn storage_code(e: &StorageError) -> i16 {
         _ => ResponseError::UnknownServerError,
     })
 }
+
+/// Kafka error code for a failed write of a group coordinator's records (Kafka's mapping):
+/// a log that cannot take writes means "ask again for the coordinator", a batch that is too
+/// large is the commit's fault.
+pub fn coordinator_write_code(e: &StorageError) -> i16 {
+    code(match e {
+        StorageError::MessageTooLarge { .. } => ResponseError::InvalidCommitOffsetSize,
+        StorageError::Poisoned(_)
+        | StorageError::DiskFull(_)
+        | StorageError::CorruptSegment { .. }
+        | StorageError::Io(_) => ResponseError::NotCoordinator,
+        #[allow(unreachable_patterns)]
+        _ => ResponseError::UnknownServerError,
+    })
+}

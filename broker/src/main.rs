@@ -10,6 +10,7 @@ mod config;
 mod conn;
 mod controller;
 mod errors;
+mod group;
 mod handlers;
 mod metadata;
 mod metrics;

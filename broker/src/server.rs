@@ -72,6 +72,8 @@ pub struct BrokerShard {
     /// Fetches of this shard waiting for data, by token (see `handlers::fetch`).
     fetch_waits: RefCell<HashMap<u64, Rc<Event>>>,
     next_fetch_wait: Cell<u64>,
+    /// The consumer groups of the `__consumer_offsets` partitions this shard owns.
+    pub groups: crate::group::GroupCoordinator,
 }
 
 impl BrokerShard {
@@ -246,7 +248,7 @@ impl BrokerShard {
         }
     }
 
-    async fn open_partition(&self, topic: &TopicMeta, index: i32, leader_epoch: i32) {
+    async fn open_partition(self: &Rc<Self>, topic: &TopicMeta, index: i32, leader_epoch: i32) {
         let key = (topic.name.clone(), index);
         if self
             .offline
@@ -290,7 +292,10 @@ impl BrokerShard {
                     .borrow_mut()
                     .entry(topic.name.clone())
                     .or_default()
-                    .insert(index, part);
+                    .insert(index, part.clone());
+                if topic.name == crate::group::OFFSETS_TOPIC {
+                    crate::group::start_load(self, part);
+                }
             }
             Err(e) => {
                 let reason = e.to_string();
@@ -506,6 +511,7 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
         ready: Event::new(),
         fetch_waits: RefCell::new(HashMap::new()),
         next_fetch_wait: Cell::new(0),
+        groups: crate::group::GroupCoordinator::default(),
     });
     // Storage's per-shard limits: the tail caches' memory, the closed segments' open files.
     keel_storage::tail_budget::set_budget(config.tail_cache_shard_bytes);

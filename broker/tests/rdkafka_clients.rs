@@ -181,7 +181,21 @@ fn every_codec_round_trips_keys_values_headers_timestamps() {
         owned.iter().all(|&n| n > 0),
         "partitions not spread over all shards: {owned:?}"
     );
-    assert_eq!(owned.iter().sum::<u64>(), 5 * PARTITIONS as u64);
+    // The consumers (group.id set) asked for their group coordinator, which created
+    // __consumer_offsets; its partitions are owned too.
+    let metadata = producer(&b, "none", "1")
+        .client()
+        .fetch_metadata(None, Duration::from_secs(10))
+        .unwrap();
+    let coordinator_partitions = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == "__consumer_offsets")
+        .map_or(0, |t| t.partitions().len() as u64);
+    assert_eq!(
+        owned.iter().sum::<u64>(),
+        5 * PARTITIONS as u64 + coordinator_partitions
+    );
     let hops: u64 = b
         .metric_by_shard("keel_cross_shard_hops_total")
         .iter()

@@ -26,11 +26,20 @@ pub const SUPPORT: ApiSupport = ApiSupport {
     max: 12,
 };
 
-/// Creates those of `names` that do not exist (and have legal names), with broker defaults.
+/// Creates those of `names` that do not exist (and have legal names), with broker defaults;
+/// `__consumer_offsets` is created as the group coordinators need it.
 pub async fn auto_create(shard: &Rc<BrokerShard>, names: &[String]) {
     let image = shard.image();
+    if image.topic(crate::group::OFFSETS_TOPIC).is_none()
+        && names.iter().any(|n| n == crate::group::OFFSETS_TOPIC)
+    {
+        if let Err(e) = crate::group::ensure_offsets_topic(shard).await {
+            tracing::warn!(error = %e.message, "auto-create failed");
+        }
+    }
     let missing: Vec<TopicSpec> = names
         .iter()
+        .filter(|n| n.as_str() != crate::group::OFFSETS_TOPIC)
         .filter(|n| image.topic(n).is_none() && validate_topic_name(n).is_ok())
         .map(|n| TopicSpec {
             name: n.clone(),
@@ -65,7 +74,7 @@ pub fn topic_response(t: &TopicMeta, version: i16) -> MetadataResponseTopic {
         } else {
             uuid::Uuid::nil()
         })
-        .with_is_internal(false)
+        .with_is_internal(t.name == crate::group::OFFSETS_TOPIC)
         .with_partitions(
             t.partitions
                 .iter()

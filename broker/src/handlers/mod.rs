@@ -24,8 +24,12 @@ pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_log_dirs;
 pub mod fetch;
+pub mod find_coordinator;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_delete;
+pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 
@@ -54,6 +58,10 @@ pub const SUPPORTED: &[ApiSupport] = &[
     describe_cluster::SUPPORT,
     delete_records::SUPPORT,
     describe_log_dirs::SUPPORT,
+    find_coordinator::SUPPORT,
+    offset_commit::SUPPORT,
+    offset_fetch::SUPPORT,
+    offset_delete::SUPPORT,
 ];
 
 pub fn support(key: ApiKey) -> Option<ApiSupport> {
@@ -225,6 +233,38 @@ pub async fn handle_frame(shard: Rc<BrokerShard>, mut frame: Bytes) -> Reply {
             body,
             DescribeLogDirsRequest,
             describe_log_dirs::handle
+        ),
+        ApiKey::FindCoordinator => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            FindCoordinatorRequest,
+            find_coordinator::handle
+        ),
+        ApiKey::OffsetCommit => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            OffsetCommitRequest,
+            offset_commit::handle
+        ),
+        ApiKey::OffsetFetch => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            OffsetFetchRequest,
+            offset_fetch::handle
+        ),
+        ApiKey::OffsetDelete => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            OffsetDeleteRequest,
+            offset_delete::handle
         ),
         _ => Reply::FrameThenClose(unsupported_frame(hdr.correlation_id)),
     }

@@ -151,6 +151,13 @@ async fn append_on_owner(
             results.push(r);
             continue;
         };
+        if item.topic == crate::group::OFFSETS_TOPIC {
+            // Only the group coordinators write their records there (as Kafka refuses too).
+            let mut r = failed(code(ResponseError::InvalidTopicException));
+            r.message = Some("cannot append to internal topic __consumer_offsets".into());
+            results.push(r);
+            continue;
+        }
         let Some(records) = item.payload.filter(|r| !r.is_empty()) else {
             let mut r = failed(code(ResponseError::CorruptMessage));
             r.message = Some("the request holds no record batch for this partition".into());

@@ -1,0 +1,2503 @@
+//! The classic consumer-group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup and the
+//! OffsetCommit generation check) for one group: Kafka's `GroupMetadata` and `GroupCoordinator`
+//! logic as a pure state machine.
+//!
+//! The group coordinator keeps one [`ClassicGroup`] per group on the shard that coordinates it,
+//! and only that shard touches it. It holds no sockets, no timers and no clock: time comes in as
+//! `now_ms` on every call, and every call first applies the timeouts due at `now_ms`, so answers
+//! do not depend on how promptly [`ClassicGroup::tick`] ran. The coordinator calls `tick` at
+//! [`ClassicGroup::next_deadline_ms`].
+//!
+//! A request that must wait (a JoinGroup until the rebalance completes, a follower's SyncGroup
+//! until the leader's) gets a [`Ticket`]. Any call may answer waiting requests, its own or other
+//! members', so the coordinator drains [`ClassicGroup::take_completed`] after every call. Every
+//! ticket is answered exactly once, at the latest when the rebalance timeout or the sync timeout
+//! of its generation runs out. A ticket whose connection went away is answered all the same; the
+//! coordinator drops that answer.
+//!
+//! States, as in Kafka: `Empty` → `PreparingRebalance` (members join) → `CompletingRebalance`
+//! (the leader assigns) → `Stable`, back to `PreparingRebalance` on any change of membership or
+//! metadata, and `Dead` once deleted.
+//!
+//! Invariants (checked after every call in debug builds, by `check_invariants`):
+//! - the generation id never decreases, and grows by one each time a join completes;
+//! - `leader` names a member while there are members, and is `None` otherwise;
+//! - `Empty` and `Dead` have no members; `CompletingRebalance` and `Stable` have a protocol every
+//!   member supports;
+//! - waiting JoinGroups exist only in `PreparingRebalance`, waiting SyncGroups only in
+//!   `CompletingRebalance`;
+//! - in `Stable` every member holds an assignment (possibly empty);
+//! - `group.instance.id` → member id maps exactly onto the static members.
+//!
+//! Where this differs from Kafka, and why:
+//! - there is no initial rebalance delay; a join out of `Empty` completes like any other, once
+//!   every member has joined and no handed-out member id is pending, or at the rebalance timeout;
+//! - a member's protocols are checked against the *other* members, so a sole member may change
+//!   its assignment strategy (Kafka counts the member's own old protocols);
+//! - a JoinGroup or SyncGroup that a second one from the same member supersedes is answered
+//!   `REBALANCE_IN_PROGRESS` (Kafka drops it unanswered), and a removed member's waiting SyncGroup
+//!   is answered `UNKNOWN_MEMBER_ID`;
+//! - member ids handed out with `MEMBER_ID_REQUIRED` and not yet used are bounded by
+//!   `group.max.size` too, since a client can mint them in a loop;
+//! - a tie in the protocol vote goes to the leader's preference (Kafka's is hash order);
+//! - a static member rejoining without its member id when the group is full is let in as the
+//!   member it replaces (Kafka refuses it and drops the instance's mapping);
+//! - the leader's SyncGroup turns the group `Stable` at once: Kafka first writes the group's
+//!   metadata to `__consumer_offsets`. A coordinator that persists membership holds the sync
+//!   answers until that write commits.
+
+use std::collections::{HashMap, HashSet};
+
+use bytes::Bytes;
+use indexmap::IndexMap;
+
+/// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
+/// checks the numbers).
+const NONE: i16 = 0;
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+const ILLEGAL_GENERATION: i16 = 22;
+const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+const UNKNOWN_MEMBER_ID: i16 = 25;
+const INVALID_SESSION_TIMEOUT: i16 = 26;
+const REBALANCE_IN_PROGRESS: i16 = 27;
+const NON_EMPTY_GROUP: i16 = 68;
+const GROUP_ID_NOT_FOUND: i16 = 69;
+const MEMBER_ID_REQUIRED: i16 = 79;
+const GROUP_MAX_SIZE_REACHED: i16 = 81;
+const FENCED_INSTANCE_ID: i16 = 82;
+
+/// The generation id in an error answer, and the one a consumer outside any group commits with.
+pub const UNKNOWN_GENERATION_ID: i32 = -1;
+
+/// How long a member that joined and has not yet been answered may wait before it is dropped
+/// (Kafka's `GroupCoordinator.NewMemberJoinTimeoutMs`): its client may have gone away, and it
+/// cannot heartbeat without a member id.
+pub const NEW_MEMBER_JOIN_TIMEOUT_MS: i32 = 300_000;
+
+/// Per-group limits, from the broker's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupConfig {
+    /// `group.max.size`: members a group may hold. Also bounds the member ids handed out with
+    /// `MEMBER_ID_REQUIRED` and not yet used. Kafka's default is `i32::MAX`.
+    pub group_size_max: usize,
+    /// `group.min.session.timeout.ms`; Kafka's default is 6 s.
+    pub session_timeout_ms_min: i32,
+    /// `group.max.session.timeout.ms`; Kafka's default is 30 min.
+    pub session_timeout_ms_max: i32,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            group_size_max: i32::MAX as usize,
+            session_timeout_ms_min: 6_000,
+            session_timeout_ms_max: 1_800_000,
+        }
+    }
+}
+
+/// A group's state, as DescribeGroups and ListGroups name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupState {
+    /// No members; offsets may remain. A join starts a rebalance.
+    Empty,
+    /// Waiting for members to (re)join, until all have or the rebalance timeout runs out.
+    PreparingRebalance,
+    /// The join completed; waiting for the leader's SyncGroup with the assignment.
+    CompletingRebalance,
+    /// Every member has an assignment for the current generation.
+    Stable,
+    /// Deleted; the coordinator drops it and starts a new group on the next join.
+    Dead,
+}
+
+impl GroupState {
+    /// The name Kafka's DescribeGroups and ListGroups use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+            GroupState::Dead => "Dead",
+        }
+    }
+}
+
+/// Names a waiting request; unique within one group for its lifetime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+impl Ticket {
+    /// The number, for keying the coordinator's table of waiting requests.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// The answer to a request: now, or later under a ticket through [`ClassicGroup::take_completed`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply<T> {
+    Now(T),
+    Later(Ticket),
+}
+
+/// A JoinGroup, one group's part of it, in domain terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JoinRequest {
+    /// Empty on a member's first join.
+    pub member_id: String,
+    /// `group.instance.id` of a static member.
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    /// JoinGroup v0 has none; the handler passes the session timeout, as Kafka does.
+    pub rebalance_timeout_ms: i32,
+    /// "consumer" for consumers; every member of a group must use the same.
+    pub protocol_type: String,
+    /// (protocol name, metadata), in the member's order of preference.
+    pub protocols: Vec<(String, Bytes)>,
+    /// JoinGroup v4+: a member without a member id first gets one with `MEMBER_ID_REQUIRED`.
+    pub require_known_member_id: bool,
+}
+
+/// One member as the leader's JoinGroup answer lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JoinMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    /// The member's metadata for the chosen protocol.
+    pub metadata: Bytes,
+}
+
+/// A JoinGroup answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JoinResponse {
+    pub error: i16,
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    /// Empty in an error answer.
+    pub leader: String,
+    /// The member's id: the one it sent, or the one assigned to it.
+    pub member_id: String,
+    /// Every member of the generation, for the leader only.
+    pub members: Vec<JoinMember>,
+    /// JoinGroup v9+ (KIP-814): the leader is told the members but must not assign, because
+    /// the group stays `Stable` (a static leader rejoined).
+    pub skip_assignment: bool,
+}
+
+impl JoinResponse {
+    fn error(error: i16, member_id: &str) -> Self {
+        JoinResponse {
+            error,
+            generation_id: UNKNOWN_GENERATION_ID,
+            protocol_type: None,
+            protocol_name: None,
+            leader: String::new(),
+            member_id: member_id.to_owned(),
+            members: Vec::new(),
+            skip_assignment: false,
+        }
+    }
+}
+
+/// A SyncGroup, in domain terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyncRequest {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub generation_id: i32,
+    /// SyncGroup v5+; checked against the group's when present.
+    pub protocol_type: Option<String>,
+    /// SyncGroup v5+; checked against the group's when present.
+    pub protocol_name: Option<String>,
+    /// (member id, assignment), from the leader only; the rest send none.
+    pub assignments: Vec<(String, Bytes)>,
+}
+
+/// A SyncGroup answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyncResponse {
+    pub error: i16,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    /// This member's assignment; empty in an error answer.
+    pub assignment: Bytes,
+}
+
+impl SyncResponse {
+    fn error(error: i16) -> Self {
+        SyncResponse {
+            error,
+            protocol_type: None,
+            protocol_name: None,
+            assignment: Bytes::new(),
+        }
+    }
+}
+
+/// A waiting request's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Completed {
+    Join(JoinResponse),
+    Sync(SyncResponse),
+}
+
+/// One member of a LeaveGroup: by member id, or (member id empty) by `group.instance.id`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeavingMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+}
+
+/// A group as DescribeGroups shows it (Kafka's `GroupMetadata.summary`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupDescription {
+    pub state: GroupState,
+    pub protocol_type: String,
+    /// The chosen protocol when `Stable`, else empty.
+    pub protocol: String,
+    pub members: Vec<MemberDescription>,
+}
+
+/// A member as DescribeGroups shows it; metadata and assignment only when `Stable`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberDescription {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+#[derive(Debug)]
+struct Member {
+    member_id: String,
+    group_instance_id: Option<String>,
+    client_id: String,
+    client_host: String,
+    session_timeout_ms: i32,
+    rebalance_timeout_ms: i32,
+    /// In order of preference, as the member sent them.
+    protocols: Vec<(String, Bytes)>,
+    /// `None` until the leader's SyncGroup of a generation this member belongs to.
+    assignment: Option<Bytes>,
+    /// A JoinGroup waiting for the rebalance to complete.
+    join_ticket: Option<Ticket>,
+    /// A SyncGroup waiting for the leader's.
+    sync_ticket: Option<Ticket>,
+    /// Joined and not yet answered; such a member may time out while waiting.
+    is_new: bool,
+    /// Removed if not heard from by then, unless it waits for an answer (and is not new).
+    session_deadline_ms: i64,
+}
+
+impl Member {
+    fn supports(&self, protocol: &str) -> bool {
+        self.protocols.iter().any(|(name, _)| name == protocol)
+    }
+
+    fn metadata(&self, protocol: &str) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|(name, _)| name == protocol)
+            .map(|(_, metadata)| metadata.clone())
+            .unwrap_or_default()
+    }
+
+    /// When the session times out, if it can: a member waiting for an answer is alive by
+    /// definition (Kafka's `hasSatisfiedHeartbeat`), unless it joined for the first time.
+    fn expiry_ms(&self) -> Option<i64> {
+        let waiting = self.join_ticket.is_some() || self.sync_ticket.is_some();
+        (self.is_new || !waiting).then_some(self.session_deadline_ms)
+    }
+}
+
+/// One classic consumer group. See the module documentation.
+#[derive(Debug)]
+pub struct ClassicGroup {
+    group_id: String,
+    config: GroupConfig,
+    state: GroupState,
+    generation_id: i32,
+    /// Set by the first member of a non-empty group; lingers while `Empty`.
+    protocol_type: Option<String>,
+    /// Chosen when a join completes; `None` while `Empty`.
+    protocol_name: Option<String>,
+    leader_id: Option<String>,
+    /// In join order; the first remaining member succeeds a departed leader.
+    members: IndexMap<String, Member>,
+    /// `group.instance.id` → member id of the static members.
+    static_members: HashMap<String, String>,
+    /// Member ids handed out with `MEMBER_ID_REQUIRED` → when they lapse unused.
+    pending_members: HashMap<String, i64>,
+    /// Members of the current generation that have not sent their SyncGroup yet.
+    pending_sync_members: HashSet<String>,
+    /// `PreparingRebalance` completes by then with whoever joined.
+    rebalance_deadline_ms: Option<i64>,
+    /// Members still in `pending_sync_members` by then are removed.
+    sync_deadline_ms: Option<i64>,
+    next_ticket: u64,
+    completed: Vec<(Ticket, Completed)>,
+    /// The latest `now_ms` seen; time never runs backwards here.
+    now_ms: i64,
+}
+
+impl ClassicGroup {
+    /// A new, `Empty` group at generation 0.
+    pub fn new(group_id: impl Into<String>, config: GroupConfig) -> Self {
+        ClassicGroup {
+            group_id: group_id.into(),
+            config,
+            state: GroupState::Empty,
+            generation_id: 0,
+            protocol_type: None,
+            protocol_name: None,
+            leader_id: None,
+            members: IndexMap::new(),
+            static_members: HashMap::new(),
+            pending_members: HashMap::new(),
+            pending_sync_members: HashSet::new(),
+            rebalance_deadline_ms: None,
+            sync_deadline_ms: None,
+            next_ticket: 0,
+            completed: Vec::new(),
+            now_ms: i64::MIN,
+        }
+    }
+
+    pub fn group_id(&self) -> &str {
+        &self.group_id
+    }
+
+    pub fn state(&self) -> GroupState {
+        self.state
+    }
+
+    pub fn generation_id(&self) -> i32 {
+        self.generation_id
+    }
+
+    pub fn protocol_type(&self) -> Option<&str> {
+        self.protocol_type.as_deref()
+    }
+
+    /// The protocol chosen for the current generation; `None` while `Empty`.
+    pub fn protocol_name(&self) -> Option<&str> {
+        self.protocol_name.as_deref()
+    }
+
+    pub fn leader_id(&self) -> Option<&str> {
+        self.leader_id.as_deref()
+    }
+
+    pub fn member_count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the group is `Empty` (no members; offsets may still be kept).
+    pub fn is_empty(&self) -> bool {
+        self.state == GroupState::Empty
+    }
+
+    /// The group as DescribeGroups shows it.
+    pub fn describe(&self) -> GroupDescription {
+        let stable = self.state == GroupState::Stable;
+        let protocol = match (stable, &self.protocol_name) {
+            (true, Some(protocol)) => protocol.clone(),
+            _ => String::new(),
+        };
+        let members = self
+            .members
+            .values()
+            .map(|m| MemberDescription {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                metadata: if stable {
+                    m.metadata(&protocol)
+                } else {
+                    Bytes::new()
+                },
+                assignment: match (stable, &m.assignment) {
+                    (true, Some(assignment)) => assignment.clone(),
+                    _ => Bytes::new(),
+                },
+            })
+            .collect();
+        GroupDescription {
+            state: self.state,
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            protocol,
+            members,
+        }
+    }
+
+    /// JoinGroup. Answers now when nothing need wait (errors, `MEMBER_ID_REQUIRED`, a known
+    /// member rejoining a settled generation unchanged, or the join that completes the
+    /// rebalance); otherwise later, when the rebalance completes.
+    pub fn join(&mut self, request: JoinRequest, now_ms: i64) -> Reply<JoinResponse> {
+        self.advance(now_ms);
+        let reply = self.join_inner(request);
+        self.settle_rebalance();
+        let reply = match reply {
+            Reply::Later(ticket) => match self.take_own(ticket) {
+                Some(Completed::Join(response)) => Reply::Now(response),
+                _ => Reply::Later(ticket),
+            },
+            now => now,
+        };
+        self.debug_check();
+        reply
+    }
+
+    /// SyncGroup. The leader's carries the assignment and answers every waiting member; a
+    /// follower's waits for it, or is answered now once the group is `Stable`.
+    pub fn sync(&mut self, request: SyncRequest, now_ms: i64) -> Reply<SyncResponse> {
+        self.advance(now_ms);
+        let reply = self.sync_inner(request);
+        self.settle_rebalance();
+        let reply = match reply {
+            Reply::Later(ticket) => match self.take_own(ticket) {
+                Some(Completed::Sync(response)) => Reply::Now(response),
+                _ => Reply::Later(ticket),
+            },
+            now => now,
+        };
+        self.debug_check();
+        reply
+    }
+
+    /// Heartbeat: keeps the member's session alive; `REBALANCE_IN_PROGRESS` tells it to rejoin.
+    pub fn heartbeat(
+        &mut self,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+        now_ms: i64,
+    ) -> i16 {
+        self.advance(now_ms);
+        let error = self.heartbeat_inner(member_id, group_instance_id, generation_id);
+        self.debug_check();
+        error
+    }
+
+    /// LeaveGroup: one error code per leaving member, or the whole request's error.
+    pub fn leave(&mut self, leaving: &[LeavingMember], now_ms: i64) -> Result<Vec<i16>, i16> {
+        self.advance(now_ms);
+        if self.state == GroupState::Dead {
+            return Err(COORDINATOR_NOT_AVAILABLE);
+        }
+        let errors = leaving.iter().map(|m| self.leave_one(m)).collect();
+        self.settle_rebalance();
+        self.debug_check();
+        Ok(errors)
+    }
+
+    /// Whether an OffsetCommit from this member in this generation may be written (0) or which
+    /// error it gets: `generation_id < 0` in an `Empty` group is a commit from outside any group
+    /// (assign() consumers, admin tools). A member's accepted commit counts as a heartbeat.
+    pub fn can_commit(
+        &mut self,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+        now_ms: i64,
+    ) -> i16 {
+        self.advance(now_ms);
+        let error = self.can_commit_inner(member_id, group_instance_id, generation_id);
+        self.debug_check();
+        error
+    }
+
+    /// DeleteGroups: only an `Empty` group can be deleted; it becomes `Dead`.
+    pub fn delete(&mut self) -> Result<(), i16> {
+        match self.state {
+            GroupState::Dead => Err(GROUP_ID_NOT_FOUND),
+            GroupState::Empty => {
+                self.state = GroupState::Dead;
+                self.pending_members.clear();
+                self.debug_check();
+                Ok(())
+            }
+            _ => Err(NON_EMPTY_GROUP),
+        }
+    }
+
+    /// Applies every timeout due at `now_ms`: unused member ids lapse, silent members are
+    /// removed (starting a rebalance), a rebalance past its timeout completes with whoever
+    /// joined, and members that did not sync in time are removed.
+    pub fn tick(&mut self, now_ms: i64) {
+        self.advance(now_ms);
+        self.debug_check();
+    }
+
+    /// The answers to waiting requests produced since the last call, in order.
+    pub fn take_completed(&mut self) -> Vec<(Ticket, Completed)> {
+        std::mem::take(&mut self.completed)
+    }
+
+    /// When [`ClassicGroup::tick`] must run next; `None` when nothing is scheduled. Always later
+    /// than the `now_ms` of the last call.
+    pub fn next_deadline_ms(&self) -> Option<i64> {
+        if self.state == GroupState::Dead {
+            return None;
+        }
+        let pending = self.pending_members.values().copied();
+        let sessions = self.members.values().filter_map(Member::expiry_ms);
+        let rebalance = self
+            .rebalance_deadline_ms
+            .filter(|_| self.state == GroupState::PreparingRebalance);
+        let sync = self
+            .sync_deadline_ms
+            .filter(|_| !self.pending_sync_members.is_empty());
+        pending.chain(sessions).chain(rebalance).chain(sync).min()
+    }
+}
+
+// JoinGroup.
+impl ClassicGroup {
+    fn join_inner(&mut self, request: JoinRequest) -> Reply<JoinResponse> {
+        let timeout_ms = request.session_timeout_ms;
+        if timeout_ms < self.config.session_timeout_ms_min
+            || timeout_ms > self.config.session_timeout_ms_max
+        {
+            return Reply::Now(JoinResponse::error(
+                INVALID_SESSION_TIMEOUT,
+                &request.member_id,
+            ));
+        }
+        if self.state == GroupState::Dead {
+            return Reply::Now(JoinResponse::error(
+                COORDINATOR_NOT_AVAILABLE,
+                &request.member_id,
+            ));
+        }
+        if !self.accept_joining_member(&request) {
+            if self.members.contains_key(&request.member_id) {
+                self.remove_member_and_update_group(&request.member_id);
+            }
+            return Reply::Now(JoinResponse::error(GROUP_MAX_SIZE_REACHED, ""));
+        }
+        if request.member_id.is_empty() {
+            self.join_unknown_member(request)
+        } else {
+            self.join_known_member(request)
+        }
+    }
+
+    /// Kafka's `acceptJoiningMember`, with a static member's unknown-id rejoin counted as the
+    /// member it replaces.
+    fn accept_joining_member(&self, request: &JoinRequest) -> bool {
+        let member_id = match (&request.group_instance_id, request.member_id.is_empty()) {
+            (Some(instance), true) => self.static_members.get(instance).map(String::as_str),
+            (_, true) => None,
+            (_, false) => Some(request.member_id.as_str()),
+        };
+        let member = member_id.and_then(|id| self.members.get(id));
+        let size_max = self.config.group_size_max;
+        if member_id.is_none() && self.pending_members.len() >= size_max {
+            return false;
+        }
+        match self.state {
+            GroupState::Empty | GroupState::Dead => true,
+            GroupState::PreparingRebalance => {
+                member.is_some_and(|m| m.join_ticket.is_some())
+                    || self.awaiting_join_count() < size_max
+            }
+            GroupState::CompletingRebalance | GroupState::Stable => {
+                member.is_some() || self.members.len() < size_max
+            }
+        }
+    }
+
+    fn join_unknown_member(&mut self, request: JoinRequest) -> Reply<JoinResponse> {
+        let replaced = request
+            .group_instance_id
+            .as_ref()
+            .and_then(|instance| self.static_members.get(instance).cloned());
+        if !self.supports_protocols(&request, replaced.as_deref()) {
+            return Reply::Now(JoinResponse::error(INCONSISTENT_GROUP_PROTOCOL, ""));
+        }
+        let member_id = format!("{}-{}", request.client_id, uuid::Uuid::new_v4());
+        match replaced {
+            Some(old_member_id) => self.replace_static_member(request, &old_member_id, member_id),
+            None if request.group_instance_id.is_some() || !request.require_known_member_id => {
+                self.add_member_and_rebalance(request, member_id)
+            }
+            None => {
+                let deadline_ms = self.deadline_ms(request.session_timeout_ms);
+                self.pending_members.insert(member_id.clone(), deadline_ms);
+                Reply::Now(JoinResponse::error(MEMBER_ID_REQUIRED, &member_id))
+            }
+        }
+    }
+
+    fn join_known_member(&mut self, request: JoinRequest) -> Reply<JoinResponse> {
+        let member_id = request.member_id.clone();
+        if !self.supports_protocols(&request, Some(&member_id)) {
+            return Reply::Now(JoinResponse::error(INCONSISTENT_GROUP_PROTOCOL, &member_id));
+        }
+        if self.pending_members.contains_key(&member_id) {
+            if request.group_instance_id.is_some() {
+                // The id was handed to a dynamic member; a static one must join without an id.
+                self.pending_members.remove(&member_id);
+                return Reply::Now(JoinResponse::error(UNKNOWN_MEMBER_ID, &member_id));
+            }
+            return self.add_member_and_rebalance(request, member_id);
+        }
+        let instance = request.group_instance_id.as_deref();
+        if let Some(error) = self.validate_current_member(&member_id, instance) {
+            return Reply::Now(JoinResponse::error(error, &member_id));
+        }
+        let is_leader = self.leader_id.as_deref() == Some(member_id.as_str());
+        let unchanged = self.members[&member_id].protocols == request.protocols;
+        match self.state {
+            GroupState::PreparingRebalance => self.update_member_and_rebalance(request),
+            GroupState::CompletingRebalance if unchanged => {
+                // It may have missed the join answer: give it the generation again.
+                self.touch(&member_id);
+                Reply::Now(self.generation_response(&member_id, is_leader, false))
+            }
+            // The leader rejoining forces a rebalance: it may have seen a change that affects
+            // the assignment but not its metadata (a topic's partition count).
+            GroupState::Stable if unchanged && !is_leader => {
+                self.touch(&member_id);
+                Reply::Now(self.generation_response(&member_id, false, false))
+            }
+            GroupState::CompletingRebalance | GroupState::Stable => {
+                self.update_member_and_rebalance(request)
+            }
+            GroupState::Empty | GroupState::Dead => {
+                Reply::Now(JoinResponse::error(UNKNOWN_MEMBER_ID, &member_id))
+            }
+        }
+    }
+
+    fn add_member_and_rebalance(
+        &mut self,
+        request: JoinRequest,
+        member_id: String,
+    ) -> Reply<JoinResponse> {
+        let ticket = self.new_ticket();
+        if self.members.is_empty() {
+            self.protocol_type = Some(request.protocol_type.clone());
+        }
+        if self.leader_id.is_none() {
+            self.leader_id = Some(member_id.clone());
+        }
+        if let Some(instance) = &request.group_instance_id {
+            self.static_members
+                .insert(instance.clone(), member_id.clone());
+        }
+        self.pending_members.remove(&member_id);
+        let member = Member {
+            member_id: member_id.clone(),
+            group_instance_id: request.group_instance_id,
+            client_id: request.client_id,
+            client_host: request.client_host,
+            session_timeout_ms: request.session_timeout_ms,
+            rebalance_timeout_ms: request.rebalance_timeout_ms,
+            protocols: request.protocols,
+            assignment: None,
+            join_ticket: Some(ticket),
+            sync_ticket: None,
+            is_new: true,
+            session_deadline_ms: self.deadline_ms(NEW_MEMBER_JOIN_TIMEOUT_MS),
+        };
+        self.members.insert(member_id, member);
+        self.maybe_prepare_rebalance();
+        Reply::Later(ticket)
+    }
+
+    /// A known member joins again: new metadata and timeouts, and a rebalance.
+    fn update_member_and_rebalance(&mut self, request: JoinRequest) -> Reply<JoinResponse> {
+        let ticket = self.new_ticket();
+        let deadline_ms = self.deadline_ms(request.session_timeout_ms);
+        let member = &mut self.members[&request.member_id];
+        member.protocols = request.protocols;
+        member.session_timeout_ms = request.session_timeout_ms;
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms;
+        member.session_deadline_ms = deadline_ms;
+        let superseded = member.join_ticket.replace(ticket);
+        if let Some(old) = superseded {
+            let response = JoinResponse::error(REBALANCE_IN_PROGRESS, &request.member_id);
+            self.completed.push((old, Completed::Join(response)));
+        }
+        self.maybe_prepare_rebalance();
+        Reply::Later(ticket)
+    }
+
+    /// A static member restarted: its new member id replaces the old one, whose waiting
+    /// requests are fenced. A `Stable` group keeps its generation unless the chosen protocol
+    /// would change (Kafka compares only that: a restarted consumer's subscription carries new
+    /// owned partitions and generation, so comparing its bytes would always rebalance).
+    fn replace_static_member(
+        &mut self,
+        request: JoinRequest,
+        old_member_id: &str,
+        member_id: String,
+    ) -> Reply<JoinResponse> {
+        let Some(index) = self.members.get_index_of(old_member_id) else {
+            return Reply::Now(JoinResponse::error(UNKNOWN_MEMBER_ID, ""));
+        };
+        let deadline_ms = self.deadline_ms(request.session_timeout_ms);
+        // Keeps the member's place in join order (and so its turn as leader).
+        let (_, mut member) = self
+            .members
+            .shift_remove_index(index)
+            .expect("index from get_index_of");
+        if let Some(old) = member.join_ticket.take() {
+            let response = JoinResponse::error(FENCED_INSTANCE_ID, old_member_id);
+            self.completed.push((old, Completed::Join(response)));
+        }
+        if let Some(old) = member.sync_ticket.take() {
+            let response = SyncResponse::error(FENCED_INSTANCE_ID);
+            self.completed.push((old, Completed::Sync(response)));
+        }
+        member.member_id = member_id.clone();
+        member.client_id = request.client_id;
+        member.client_host = request.client_host;
+        member.protocols = request.protocols;
+        member.session_timeout_ms = request.session_timeout_ms;
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms;
+        member.session_deadline_ms = deadline_ms;
+        self.members.shift_insert(index, member_id.clone(), member);
+        if self.leader_id.as_deref() == Some(old_member_id) {
+            self.leader_id = Some(member_id.clone());
+        }
+        if self.pending_sync_members.remove(old_member_id) {
+            self.pending_sync_members.insert(member_id.clone());
+        }
+        if let Some(instance) = &request.group_instance_id {
+            self.static_members
+                .insert(instance.clone(), member_id.clone());
+        }
+        match self.state {
+            GroupState::Stable if self.select_protocol() == self.protocol_name => {
+                // A static leader learns it leads (to watch metadata) but must not assign.
+                let is_leader = self.leader_id.as_deref() == Some(member_id.as_str());
+                Reply::Now(self.generation_response(&member_id, is_leader, is_leader))
+            }
+            GroupState::PreparingRebalance
+            | GroupState::CompletingRebalance
+            | GroupState::Stable => {
+                // In CompletingRebalance the leader may be assigning to the old id: start over.
+                let ticket = self.new_ticket();
+                self.members[&member_id].join_ticket = Some(ticket);
+                self.maybe_prepare_rebalance();
+                Reply::Later(ticket)
+            }
+            GroupState::Empty | GroupState::Dead => {
+                unreachable!("a static member exists, so the group is neither Empty nor Dead")
+            }
+        }
+    }
+
+    /// Whether a member may join with these protocols: the group's protocol type, and at least
+    /// one protocol every other member supports. `exclude` is the joining member's current id.
+    fn supports_protocols(&self, request: &JoinRequest, exclude: Option<&str>) -> bool {
+        if request.protocol_type.is_empty() || request.protocols.is_empty() {
+            return false;
+        }
+        if self.members.is_empty() {
+            return true;
+        }
+        if self.protocol_type.as_deref() != Some(request.protocol_type.as_str()) {
+            return false;
+        }
+        let others = self
+            .members
+            .values()
+            .filter(|m| Some(m.member_id.as_str()) != exclude);
+        // With no other member, any protocol will do.
+        request
+            .protocols
+            .iter()
+            .any(|(name, _)| others.clone().all(|m| m.supports(name)))
+    }
+
+    /// The answer for the current generation, outside a join completion.
+    fn generation_response(
+        &self,
+        member_id: &str,
+        with_members: bool,
+        skip_assignment: bool,
+    ) -> JoinResponse {
+        JoinResponse {
+            error: NONE,
+            generation_id: self.generation_id,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol_name.clone(),
+            leader: self.leader_id.clone().unwrap_or_default(),
+            member_id: member_id.to_owned(),
+            members: if with_members {
+                self.current_member_metadata()
+            } else {
+                Vec::new()
+            },
+            skip_assignment,
+        }
+    }
+
+    fn current_member_metadata(&self) -> Vec<JoinMember> {
+        let protocol = self.protocol_name.as_deref().unwrap_or_default();
+        self.members
+            .values()
+            .map(|m| JoinMember {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
+                metadata: m.metadata(protocol),
+            })
+            .collect()
+    }
+}
+
+// Rebalancing.
+impl ClassicGroup {
+    fn maybe_prepare_rebalance(&mut self) {
+        if matches!(
+            self.state,
+            GroupState::Empty | GroupState::CompletingRebalance | GroupState::Stable
+        ) {
+            self.prepare_rebalance();
+        }
+    }
+
+    fn prepare_rebalance(&mut self) {
+        if self.state == GroupState::CompletingRebalance {
+            self.reset_and_propagate_assignment_error(REBALANCE_IN_PROGRESS);
+        }
+        self.pending_sync_members.clear();
+        self.sync_deadline_ms = None;
+        self.state = GroupState::PreparingRebalance;
+        self.rebalance_deadline_ms = Some(self.deadline_ms(self.rebalance_timeout_ms()));
+    }
+
+    /// Completes the join once every member has joined and no handed-out id is pending.
+    fn settle_rebalance(&mut self) {
+        let all_joined = self.members.values().all(|m| m.join_ticket.is_some())
+            && self.pending_members.is_empty();
+        if self.state == GroupState::PreparingRebalance && all_joined {
+            self.complete_join();
+        }
+    }
+
+    /// Kafka's `onCompleteJoin`: dynamic members that did not rejoin leave; the rest form the
+    /// next generation, and every waiting join is answered (the leader's with the members).
+    fn complete_join(&mut self) {
+        let not_rejoined: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| m.join_ticket.is_none() && m.group_instance_id.is_none())
+            .map(|m| m.member_id.clone())
+            .collect();
+        for member_id in &not_rejoined {
+            self.remove_member(member_id);
+        }
+        if !self.elect_joined_leader() && !self.members.is_empty() {
+            // Only static members that have not rejoined are left: wait until they do or
+            // their sessions time out.
+            self.rebalance_deadline_ms = Some(self.deadline_ms(self.rebalance_timeout_ms()));
+            return;
+        }
+        self.init_next_generation();
+        if self.state == GroupState::Empty {
+            return;
+        }
+        let leader = self.leader_id.clone().unwrap_or_default();
+        let mut leader_members = Some(self.current_member_metadata());
+        let now_ms = self.now_ms;
+        for member in self.members.values_mut() {
+            let is_leader = member.member_id == leader;
+            let response = JoinResponse {
+                error: NONE,
+                generation_id: self.generation_id,
+                protocol_type: self.protocol_type.clone(),
+                protocol_name: self.protocol_name.clone(),
+                leader: leader.clone(),
+                member_id: member.member_id.clone(),
+                members: if is_leader {
+                    leader_members.take().unwrap_or_default()
+                } else {
+                    Vec::new()
+                },
+                skip_assignment: false,
+            };
+            if let Some(ticket) = member.join_ticket.take() {
+                self.completed.push((ticket, Completed::Join(response)));
+            }
+            member.is_new = false;
+            member.session_deadline_ms = deadline_ms(now_ms, member.session_timeout_ms);
+            self.pending_sync_members.insert(member.member_id.clone());
+        }
+        self.sync_deadline_ms = Some(self.deadline_ms(self.rebalance_timeout_ms()));
+    }
+
+    /// Keeps the leader if it rejoined, else picks the first member that did. False when no
+    /// member rejoined.
+    fn elect_joined_leader(&mut self) -> bool {
+        let Some(leader) = &self.leader_id else {
+            return false;
+        };
+        if self.members[leader].join_ticket.is_some() {
+            return true;
+        }
+        match self.members.values().find(|m| m.join_ticket.is_some()) {
+            Some(joined) => {
+                self.leader_id = Some(joined.member_id.clone());
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn init_next_generation(&mut self) {
+        // 2^31 rebalances do not happen; saturating keeps "never decreases" if they did.
+        self.generation_id = self.generation_id.saturating_add(1);
+        self.rebalance_deadline_ms = None;
+        self.pending_sync_members.clear();
+        self.sync_deadline_ms = None;
+        if self.members.is_empty() {
+            self.protocol_name = None;
+            self.state = GroupState::Empty;
+        } else {
+            self.protocol_name = self.select_protocol();
+            self.state = GroupState::CompletingRebalance;
+        }
+    }
+
+    /// The protocol every member supports that most members prefer; ties go to the leader's
+    /// preference. `None` only for a group without members.
+    fn select_protocol(&self) -> Option<String> {
+        let leader = self.members.get(self.leader_id.as_deref()?)?;
+        let mut candidates: Vec<(&str, usize)> = Vec::new();
+        for (name, _) in &leader.protocols {
+            let everyone = self.members.values().all(|m| m.supports(name));
+            if everyone && !candidates.iter().any(|(c, _)| c == name) {
+                candidates.push((name, 0));
+            }
+        }
+        for member in self.members.values() {
+            let vote = member
+                .protocols
+                .iter()
+                .find_map(|(name, _)| candidates.iter().position(|(c, _)| c == name));
+            if let Some(index) = vote {
+                candidates[index].1 += 1;
+            }
+        }
+        let mut best: Option<(&str, usize)> = None;
+        for (name, votes) in candidates {
+            if best.is_none_or(|(_, most)| votes > most) {
+                best = Some((name, votes));
+            }
+        }
+        debug_assert!(
+            best.is_some(),
+            "joins admit only members sharing a protocol"
+        );
+        best.map(|(name, _)| name.to_owned())
+            .or_else(|| leader.protocols.first().map(|(name, _)| name.clone()))
+    }
+
+    /// The longest rebalance timeout among the members: how long a rebalance may wait.
+    fn rebalance_timeout_ms(&self) -> i32 {
+        self.members
+            .values()
+            .map(|m| m.rebalance_timeout_ms)
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn awaiting_join_count(&self) -> usize {
+        self.members
+            .values()
+            .filter(|m| m.join_ticket.is_some())
+            .count()
+    }
+}
+
+// SyncGroup.
+impl ClassicGroup {
+    fn sync_inner(&mut self, request: SyncRequest) -> Reply<SyncResponse> {
+        if self.state == GroupState::Dead {
+            return Reply::Now(SyncResponse::error(COORDINATOR_NOT_AVAILABLE));
+        }
+        let member_id = request.member_id.as_str();
+        let instance = request.group_instance_id.as_deref();
+        if let Some(error) = self.validate_current_member(member_id, instance) {
+            return Reply::Now(SyncResponse::error(error));
+        }
+        if request.generation_id != self.generation_id {
+            return Reply::Now(SyncResponse::error(ILLEGAL_GENERATION));
+        }
+        let type_differs = request
+            .protocol_type
+            .as_ref()
+            .is_some_and(|t| self.protocol_type.as_ref() != Some(t));
+        let name_differs = request
+            .protocol_name
+            .as_ref()
+            .is_some_and(|n| self.protocol_name.as_ref() != Some(n));
+        if type_differs || name_differs {
+            return Reply::Now(SyncResponse::error(INCONSISTENT_GROUP_PROTOCOL));
+        }
+        match self.state {
+            GroupState::Empty | GroupState::Dead => {
+                Reply::Now(SyncResponse::error(UNKNOWN_MEMBER_ID))
+            }
+            GroupState::PreparingRebalance => {
+                Reply::Now(SyncResponse::error(REBALANCE_IN_PROGRESS))
+            }
+            GroupState::CompletingRebalance => self.sync_completing(request),
+            GroupState::Stable => {
+                self.pending_sync_members.remove(member_id);
+                self.touch(member_id);
+                let assignment = self.members[member_id]
+                    .assignment
+                    .clone()
+                    .unwrap_or_default();
+                Reply::Now(self.sync_response(assignment))
+            }
+        }
+    }
+
+    fn sync_completing(&mut self, request: SyncRequest) -> Reply<SyncResponse> {
+        let member_id = request.member_id;
+        let ticket = self.new_ticket();
+        let superseded = self.members[&member_id].sync_ticket.replace(ticket);
+        if let Some(old) = superseded {
+            let response = SyncResponse::error(REBALANCE_IN_PROGRESS);
+            self.completed.push((old, Completed::Sync(response)));
+        }
+        self.pending_sync_members.remove(&member_id);
+        if self.leader_id.as_deref() == Some(member_id.as_str()) {
+            // Assignments for non-members are ignored; members left out get an empty one.
+            let mut assignments: HashMap<String, Bytes> = request.assignments.into_iter().collect();
+            for member in self.members.values_mut() {
+                let assignment = assignments.remove(&member.member_id).unwrap_or_default();
+                member.assignment = Some(assignment);
+            }
+            self.propagate_assignment();
+            self.state = GroupState::Stable;
+        }
+        Reply::Later(ticket)
+    }
+
+    /// Answers every waiting SyncGroup with the member's assignment.
+    fn propagate_assignment(&mut self) {
+        let now_ms = self.now_ms;
+        for member in self.members.values_mut() {
+            if let Some(ticket) = member.sync_ticket.take() {
+                let response = SyncResponse {
+                    error: NONE,
+                    protocol_type: self.protocol_type.clone(),
+                    protocol_name: self.protocol_name.clone(),
+                    assignment: member.assignment.clone().unwrap_or_default(),
+                };
+                self.completed.push((ticket, Completed::Sync(response)));
+                member.session_deadline_ms = deadline_ms(now_ms, member.session_timeout_ms);
+            }
+        }
+    }
+
+    /// Clears the assignments and answers every waiting SyncGroup with `error`.
+    fn reset_and_propagate_assignment_error(&mut self, error: i16) {
+        let now_ms = self.now_ms;
+        for member in self.members.values_mut() {
+            member.assignment = None;
+            if let Some(ticket) = member.sync_ticket.take() {
+                let response = SyncResponse::error(error);
+                self.completed.push((ticket, Completed::Sync(response)));
+                member.session_deadline_ms = deadline_ms(now_ms, member.session_timeout_ms);
+            }
+        }
+    }
+
+    fn sync_response(&self, assignment: Bytes) -> SyncResponse {
+        SyncResponse {
+            error: NONE,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol_name.clone(),
+            assignment,
+        }
+    }
+}
+
+// Heartbeat, LeaveGroup, OffsetCommit.
+impl ClassicGroup {
+    fn heartbeat_inner(
+        &mut self,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+    ) -> i16 {
+        if self.state == GroupState::Dead {
+            return COORDINATOR_NOT_AVAILABLE;
+        }
+        if let Some(error) = self.validate_current_member(member_id, group_instance_id) {
+            return error;
+        }
+        if generation_id != self.generation_id {
+            return ILLEGAL_GENERATION;
+        }
+        match self.state {
+            GroupState::Empty | GroupState::Dead => UNKNOWN_MEMBER_ID,
+            GroupState::CompletingRebalance | GroupState::Stable => {
+                self.touch(member_id);
+                NONE
+            }
+            GroupState::PreparingRebalance => {
+                self.touch(member_id);
+                REBALANCE_IN_PROGRESS
+            }
+        }
+    }
+
+    fn leave_one(&mut self, leaving: &LeavingMember) -> i16 {
+        let instance = leaving.group_instance_id.as_deref();
+        if leaving.member_id.is_empty() {
+            // An administrator removes a static member by its instance id.
+            let Some(member_id) = instance.and_then(|i| self.static_members.get(i)).cloned() else {
+                return UNKNOWN_MEMBER_ID;
+            };
+            self.remove_member_and_update_group(&member_id);
+            return NONE;
+        }
+        if self.pending_members.remove(&leaving.member_id).is_some() {
+            return NONE;
+        }
+        if let Some(error) = self.validate_current_member(&leaving.member_id, instance) {
+            return error;
+        }
+        self.remove_member_and_update_group(&leaving.member_id);
+        NONE
+    }
+
+    fn can_commit_inner(
+        &mut self,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+    ) -> i16 {
+        if self.state == GroupState::Dead {
+            return COORDINATOR_NOT_AVAILABLE;
+        }
+        if generation_id < 0 && self.state == GroupState::Empty {
+            return NONE;
+        }
+        if let Some(error) = self.validate_current_member(member_id, group_instance_id) {
+            return error;
+        }
+        if generation_id != self.generation_id {
+            return ILLEGAL_GENERATION;
+        }
+        match self.state {
+            // Members learn of a rebalance from heartbeats; until they rejoin, they may commit.
+            GroupState::Stable | GroupState::PreparingRebalance => {
+                self.touch(member_id);
+                NONE
+            }
+            // It has the new generation but no assignment yet.
+            GroupState::CompletingRebalance => REBALANCE_IN_PROGRESS,
+            GroupState::Empty | GroupState::Dead => UNKNOWN_MEMBER_ID,
+        }
+    }
+
+    /// Kafka's `validateCurrentMember`: an instance id must map to this member id (else the
+    /// caller is a fenced duplicate), and the member must exist.
+    fn validate_current_member(
+        &self,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+    ) -> Option<i16> {
+        if let Some(instance) = group_instance_id {
+            match self.static_members.get(instance) {
+                Some(current) if current != member_id => return Some(FENCED_INSTANCE_ID),
+                Some(_) => {}
+                None => return Some(UNKNOWN_MEMBER_ID),
+            }
+        }
+        (!self.members.contains_key(member_id)).then_some(UNKNOWN_MEMBER_ID)
+    }
+}
+
+// Membership and time.
+impl ClassicGroup {
+    /// Removes a member and answers its waiting requests `UNKNOWN_MEMBER_ID`; a settled group
+    /// rebalances without it, a rebalancing one may now complete.
+    fn remove_member_and_update_group(&mut self, member_id: &str) {
+        let Some(member) = self.members.get_mut(member_id) else {
+            return;
+        };
+        if let Some(ticket) = member.join_ticket.take() {
+            let response = JoinResponse::error(UNKNOWN_MEMBER_ID, "");
+            self.completed.push((ticket, Completed::Join(response)));
+        }
+        if let Some(ticket) = member.sync_ticket.take() {
+            let response = SyncResponse::error(UNKNOWN_MEMBER_ID);
+            self.completed.push((ticket, Completed::Sync(response)));
+        }
+        self.remove_member(member_id);
+        if matches!(
+            self.state,
+            GroupState::Stable | GroupState::CompletingRebalance
+        ) {
+            self.maybe_prepare_rebalance();
+        }
+    }
+
+    /// Drops a member that waits for nothing; the first remaining member succeeds a leader.
+    fn remove_member(&mut self, member_id: &str) {
+        let Some(member) = self.members.shift_remove(member_id) else {
+            return;
+        };
+        assert!(
+            member.join_ticket.is_none() && member.sync_ticket.is_none(),
+            "a removed member's waiting requests are answered first"
+        );
+        if let Some(instance) = &member.group_instance_id {
+            if self.static_members.get(instance).map(String::as_str) == Some(member_id) {
+                self.static_members.remove(instance);
+            }
+        }
+        self.pending_sync_members.remove(member_id);
+        if self.leader_id.as_deref() == Some(member_id) {
+            self.leader_id = self.members.keys().next().cloned();
+        }
+    }
+
+    /// Moves time to `now_ms` (never backwards) and applies every timeout due by then.
+    fn advance(&mut self, now_ms: i64) {
+        self.now_ms = self.now_ms.max(now_ms);
+        if self.state == GroupState::Dead {
+            return;
+        }
+        let now_ms = self.now_ms;
+        self.pending_members
+            .retain(|_, deadline_ms| *deadline_ms > now_ms);
+        let expired: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| m.expiry_ms().is_some_and(|d| d <= now_ms))
+            .map(|m| m.member_id.clone())
+            .collect();
+        for member_id in &expired {
+            self.remove_member_and_update_group(member_id);
+        }
+        let rebalance_due = self.rebalance_deadline_ms.is_some_and(|d| d <= now_ms);
+        if self.state == GroupState::PreparingRebalance && rebalance_due {
+            self.complete_join();
+        }
+        let sync_due = self.sync_deadline_ms.is_some_and(|d| d <= now_ms);
+        if sync_due {
+            self.sync_deadline_ms = None;
+            let not_synced: Vec<String> = self.pending_sync_members.drain().collect();
+            for member_id in &not_synced {
+                self.remove_member_and_update_group(member_id);
+            }
+        }
+        // Pending ids lapsing or members leaving may let a rebalance complete.
+        self.settle_rebalance();
+    }
+
+    /// Refreshes a member's session.
+    fn touch(&mut self, member_id: &str) {
+        let now_ms = self.now_ms;
+        if let Some(member) = self.members.get_mut(member_id) {
+            member.session_deadline_ms = deadline_ms(now_ms, member.session_timeout_ms);
+        }
+    }
+
+    fn deadline_ms(&self, timeout_ms: i32) -> i64 {
+        deadline_ms(self.now_ms, timeout_ms)
+    }
+
+    fn new_ticket(&mut self) -> Ticket {
+        self.next_ticket += 1;
+        Ticket(self.next_ticket)
+    }
+
+    /// Takes a call's own answer out of the completed list, to return it directly.
+    fn take_own(&mut self, ticket: Ticket) -> Option<Completed> {
+        let index = self.completed.iter().position(|(t, _)| *t == ticket)?;
+        Some(self.completed.remove(index).1)
+    }
+
+    fn debug_check(&self) {
+        debug_assert_eq!(self.check_invariants(), Ok(()), "group {}", self.group_id);
+    }
+
+    /// The module's invariants; `Err` names the first one broken.
+    fn check_invariants(&self) -> Result<(), String> {
+        let state = self.state;
+        match (&self.leader_id, self.members.is_empty()) {
+            (None, true) => {}
+            (Some(leader), false) if self.members.contains_key(leader) => {}
+            (leader, _) => return Err(format!("leader {leader:?} is not a member")),
+        }
+        if matches!(state, GroupState::Empty | GroupState::Dead) && !self.members.is_empty() {
+            return Err(format!("{state:?} with members"));
+        }
+        if matches!(state, GroupState::Empty) && self.protocol_name.is_some() {
+            return Err("Empty with a protocol".into());
+        }
+        if matches!(state, GroupState::CompletingRebalance | GroupState::Stable) {
+            let Some(protocol) = &self.protocol_name else {
+                return Err(format!("{state:?} without a protocol"));
+            };
+            if !self.members.values().all(|m| m.supports(protocol)) {
+                return Err(format!("a member does not support {protocol}"));
+            }
+        }
+        for member in self.members.values() {
+            let id = &member.member_id;
+            if member.join_ticket.is_some() && state != GroupState::PreparingRebalance {
+                return Err(format!("{id} waits for a join in {state:?}"));
+            }
+            if member.sync_ticket.is_some() && state != GroupState::CompletingRebalance {
+                return Err(format!("{id} waits for a sync in {state:?}"));
+            }
+            if state == GroupState::Stable && member.assignment.is_none() {
+                return Err(format!("{id} has no assignment in Stable"));
+            }
+            if let Some(instance) = &member.group_instance_id {
+                if self.static_members.get(instance) != Some(id) {
+                    return Err(format!("static member {id} is not mapped"));
+                }
+            }
+        }
+        for (instance, id) in &self.static_members {
+            let mapped = self
+                .members
+                .get(id)
+                .and_then(|m| m.group_instance_id.as_ref());
+            if mapped != Some(instance) {
+                return Err(format!(
+                    "instance {instance} maps to {id}, not a static member"
+                ));
+            }
+        }
+        if let Some(id) = self
+            .pending_sync_members
+            .iter()
+            .find(|id| !self.members.contains_key(*id))
+        {
+            return Err(format!("pending sync {id} is not a member"));
+        }
+        Ok(())
+    }
+}
+
+fn deadline_ms(now_ms: i64, timeout_ms: i32) -> i64 {
+    // At least 1 ms ahead, so a timeout set while applying timeouts is never due at once.
+    now_ms.saturating_add(i64::from(timeout_ms.max(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::ResponseError;
+
+    const SESSION_MS: i32 = 30_000;
+    const REBALANCE_MS: i32 = 10_000;
+
+    fn protocols(client: &str, names: &[&str]) -> Vec<(String, Bytes)> {
+        names
+            .iter()
+            .map(|n| (n.to_string(), Bytes::from(format!("{client}:{n}"))))
+            .collect()
+    }
+
+    fn join_request(member_id: &str, client: &str, instance: Option<&str>) -> JoinRequest {
+        JoinRequest {
+            member_id: member_id.to_owned(),
+            group_instance_id: instance.map(str::to_owned),
+            client_id: client.to_owned(),
+            client_host: "/127.0.0.1".to_owned(),
+            session_timeout_ms: SESSION_MS,
+            rebalance_timeout_ms: REBALANCE_MS,
+            protocol_type: "consumer".to_owned(),
+            protocols: protocols(client, &["range", "roundrobin"]),
+            require_known_member_id: true,
+        }
+    }
+
+    fn sync_request(member_id: &str, generation_id: i32) -> SyncRequest {
+        SyncRequest {
+            member_id: member_id.to_owned(),
+            group_instance_id: None,
+            generation_id,
+            protocol_type: Some("consumer".to_owned()),
+            protocol_name: Some("range".to_owned()),
+            assignments: Vec::new(),
+        }
+    }
+
+    /// A group driven by tests: collects every answer and checks the invariants after each call.
+    struct Harness {
+        group: ClassicGroup,
+        answers: HashMap<Ticket, Completed>,
+        now_ms: i64,
+    }
+
+    impl Harness {
+        fn new(config: GroupConfig) -> Self {
+            Harness {
+                group: ClassicGroup::new("g", config),
+                answers: HashMap::new(),
+                now_ms: 0,
+            }
+        }
+
+        fn after_call(&mut self) {
+            assert_eq!(self.group.check_invariants(), Ok(()));
+            for (ticket, completed) in self.group.take_completed() {
+                assert!(
+                    self.answers.insert(ticket, completed).is_none(),
+                    "answered twice"
+                );
+            }
+            if let Some(deadline_ms) = self.group.next_deadline_ms() {
+                assert!(deadline_ms > self.now_ms, "a due timeout was left behind");
+            }
+        }
+
+        fn join(&mut self, request: JoinRequest) -> Reply<JoinResponse> {
+            let reply = self.group.join(request, self.now_ms);
+            self.after_call();
+            reply
+        }
+
+        fn sync(&mut self, request: SyncRequest) -> Reply<SyncResponse> {
+            let reply = self.group.sync(request, self.now_ms);
+            self.after_call();
+            reply
+        }
+
+        fn heartbeat(&mut self, member_id: &str, instance: Option<&str>, generation: i32) -> i16 {
+            let error = self
+                .group
+                .heartbeat(member_id, instance, generation, self.now_ms);
+            self.after_call();
+            error
+        }
+
+        fn leave(&mut self, leaving: &[(&str, Option<&str>)]) -> Vec<i16> {
+            let leaving: Vec<LeavingMember> = leaving
+                .iter()
+                .map(|(id, instance)| LeavingMember {
+                    member_id: id.to_string(),
+                    group_instance_id: instance.map(str::to_owned),
+                })
+                .collect();
+            let errors = self
+                .group
+                .leave(&leaving, self.now_ms)
+                .expect("group alive");
+            self.after_call();
+            errors
+        }
+
+        fn tick(&mut self, now_ms: i64) {
+            self.now_ms = now_ms;
+            self.group.tick(now_ms);
+            self.after_call();
+        }
+
+        /// The answer to a join, now or from the collected answers.
+        fn join_answer(&mut self, reply: Reply<JoinResponse>) -> Option<JoinResponse> {
+            match reply {
+                Reply::Now(response) => Some(response),
+                Reply::Later(ticket) => match self.answers.remove(&ticket)? {
+                    Completed::Join(response) => Some(response),
+                    Completed::Sync(_) => panic!("a sync answer for a join ticket"),
+                },
+            }
+        }
+
+        fn sync_answer(&mut self, reply: Reply<SyncResponse>) -> Option<SyncResponse> {
+            match reply {
+                Reply::Now(response) => Some(response),
+                Reply::Later(ticket) => match self.answers.remove(&ticket)? {
+                    Completed::Sync(response) => Some(response),
+                    Completed::Join(_) => panic!("a join answer for a sync ticket"),
+                },
+            }
+        }
+
+        /// A dynamic member's first JoinGroup (v4+): the MEMBER_ID_REQUIRED handshake.
+        fn member_id_for(&mut self, client: &str) -> String {
+            let reply = self.join(join_request("", client, None));
+            let response = self.join_answer(reply).expect("answered at once");
+            assert_eq!(response.error, MEMBER_ID_REQUIRED);
+            assert!(response.member_id.starts_with(&format!("{client}-")));
+            assert_eq!(response.generation_id, UNKNOWN_GENERATION_ID);
+            response.member_id
+        }
+
+        /// Forms a generation: the dynamic clients get ids first, then everyone joins in order
+        /// (the first leads) and the leader assigns each member its own id. Returns the ids.
+        fn form_group(&mut self, clients: &[(&str, Option<&str>)]) -> Vec<String> {
+            let handed: Vec<Option<String>> = clients
+                .iter()
+                .map(|(client, instance)| instance.is_none().then(|| self.member_id_for(client)))
+                .collect();
+            let mut replies = Vec::new();
+            for ((client, instance), id) in clients.iter().zip(&handed) {
+                let id = id.as_deref().unwrap_or("");
+                replies.push(self.join(join_request(id, client, *instance)));
+            }
+            let answers: Vec<JoinResponse> = replies
+                .into_iter()
+                .map(|r| {
+                    self.join_answer(r)
+                        .expect("the last join completes the rebalance")
+                })
+                .collect();
+            let ids: Vec<String> = answers.iter().map(|a| a.member_id.clone()).collect();
+            let generation = answers[0].generation_id;
+            assert!(answers
+                .iter()
+                .all(|a| a.error == NONE && a.generation_id == generation));
+            let leader = answers[0].leader.clone();
+            let followers: Vec<_> = ids
+                .iter()
+                .filter(|id| **id != leader)
+                .map(|id| self.sync(sync_request(id, generation)))
+                .collect();
+            let mut leader_sync = sync_request(&leader, generation);
+            leader_sync.assignments = ids
+                .iter()
+                .map(|id| (id.clone(), Bytes::from(format!("assigned:{id}"))))
+                .collect();
+            let reply = self.sync(leader_sync);
+            assert!(matches!(reply, Reply::Now(_)));
+            for reply in followers {
+                assert_eq!(self.sync_answer(reply).map(|r| r.error), Some(NONE));
+            }
+            assert_eq!(self.group.state(), GroupState::Stable);
+            ids
+        }
+    }
+
+    fn harness() -> Harness {
+        Harness::new(GroupConfig::default())
+    }
+
+    #[test]
+    fn error_codes_are_kafkas() {
+        for (ours, kafka) in [
+            (
+                COORDINATOR_NOT_AVAILABLE,
+                ResponseError::CoordinatorNotAvailable,
+            ),
+            (ILLEGAL_GENERATION, ResponseError::IllegalGeneration),
+            (
+                INCONSISTENT_GROUP_PROTOCOL,
+                ResponseError::InconsistentGroupProtocol,
+            ),
+            (UNKNOWN_MEMBER_ID, ResponseError::UnknownMemberId),
+            (
+                INVALID_SESSION_TIMEOUT,
+                ResponseError::InvalidSessionTimeout,
+            ),
+            (REBALANCE_IN_PROGRESS, ResponseError::RebalanceInProgress),
+            (NON_EMPTY_GROUP, ResponseError::NonEmptyGroup),
+            (GROUP_ID_NOT_FOUND, ResponseError::GroupIdNotFound),
+            (MEMBER_ID_REQUIRED, ResponseError::MemberIdRequired),
+            (GROUP_MAX_SIZE_REACHED, ResponseError::GroupMaxSizeReached),
+            (FENCED_INSTANCE_ID, ResponseError::FencedInstanceId),
+        ] {
+            assert_eq!(ours, kafka.code(), "{kafka:?}");
+        }
+    }
+
+    #[test]
+    fn three_members_form_one_generation_and_sync_assignments() {
+        let mut h = harness();
+        let a = h.member_id_for("a");
+        let b = h.member_id_for("b");
+        let c = h.member_id_for("c");
+        assert_eq!(
+            h.group.state(),
+            GroupState::Empty,
+            "handed-out ids are not members"
+        );
+
+        let ra = h.join(join_request(&a, "a", None));
+        assert!(matches!(ra, Reply::Later(_)));
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+        let rb = h.join(join_request(&b, "b", None));
+        assert!(matches!(rb, Reply::Later(_)), "c's id is still pending");
+        let rc = h.join(join_request(&c, "c", None));
+        let rc = h
+            .join_answer(rc)
+            .expect("the last join completes the rebalance");
+        let ra = h.join_answer(ra).expect("answered");
+        let rb = h.join_answer(rb).expect("answered");
+
+        assert_eq!(h.group.state(), GroupState::CompletingRebalance);
+        assert_eq!(h.group.generation_id(), 1);
+        for r in [&ra, &rb, &rc] {
+            assert_eq!(r.error, NONE);
+            assert_eq!(r.generation_id, 1);
+            assert_eq!(r.leader, a, "the first member to join leads");
+            assert_eq!(r.protocol_type.as_deref(), Some("consumer"));
+            assert_eq!(r.protocol_name.as_deref(), Some("range"));
+        }
+        assert_eq!(
+            (ra.member_id.as_str(), rb.member_id.as_str()),
+            (a.as_str(), b.as_str())
+        );
+        let listed: Vec<(&str, &[u8])> = ra
+            .members
+            .iter()
+            .map(|m| (m.member_id.as_str(), m.metadata.as_ref()))
+            .collect();
+        assert_eq!(
+            listed,
+            vec![
+                (a.as_str(), &b"a:range"[..]),
+                (b.as_str(), &b"b:range"[..]),
+                (c.as_str(), &b"c:range"[..]),
+            ]
+        );
+        assert!(
+            rb.members.is_empty() && rc.members.is_empty(),
+            "only the leader gets the list"
+        );
+
+        let sb = h.sync(sync_request(&b, 1));
+        assert!(
+            matches!(sb, Reply::Later(_)),
+            "a follower waits for the leader"
+        );
+        let mut leader_sync = sync_request(&a, 1);
+        leader_sync.assignments = vec![
+            (a.clone(), Bytes::from_static(b"A")),
+            (b.clone(), Bytes::from_static(b"B")),
+            ("stranger".into(), Bytes::from_static(b"S")),
+        ];
+        let sa = h.sync(leader_sync);
+        let sa = h.sync_answer(sa).expect("the leader is answered at once");
+        assert_eq!((sa.error, sa.assignment.as_ref()), (NONE, &b"A"[..]));
+        assert_eq!(sa.protocol_name.as_deref(), Some("range"));
+        let sb = h
+            .sync_answer(sb)
+            .expect("the leader's sync answers the followers");
+        assert_eq!((sb.error, sb.assignment.as_ref()), (NONE, &b"B"[..]));
+        assert_eq!(h.group.state(), GroupState::Stable);
+        let sc = h.sync(sync_request(&c, 1));
+        let sc = h.sync_answer(sc).expect("Stable answers at once");
+        assert_eq!(
+            (sc.error, sc.assignment.as_ref()),
+            (NONE, &b""[..]),
+            "left out: empty"
+        );
+
+        let described = h.group.describe();
+        assert_eq!(described.state, GroupState::Stable);
+        assert_eq!(described.protocol, "range");
+        assert_eq!(described.members.len(), 3);
+        assert_eq!(described.members[1].member_id, b);
+        assert_eq!(described.members[1].client_id, "b");
+        assert_eq!(described.members[1].metadata.as_ref(), b"b:range");
+        assert_eq!(described.members[1].assignment.as_ref(), b"B");
+        assert!(h.answers.is_empty(), "every ticket was claimed");
+    }
+
+    #[test]
+    fn protocol_is_the_common_one_most_members_prefer() {
+        let mut h = harness();
+        let ids: Vec<String> = ["a", "b", "c"].iter().map(|c| h.member_id_for(c)).collect();
+        let prefs: [&[&str]; 3] = [
+            &["sticky", "range", "roundrobin"],
+            &["roundrobin", "range"],
+            &["roundrobin", "sticky", "range"],
+        ];
+        let mut replies = Vec::new();
+        for ((id, client), pref) in ids.iter().zip(["a", "b", "c"]).zip(prefs) {
+            let mut request = join_request(id, client, None);
+            request.protocols = protocols(client, pref);
+            replies.push(h.join(request));
+        }
+        let last = replies.pop().map(|r| h.join_answer(r));
+        assert_eq!(
+            last.flatten().and_then(|r| r.protocol_name),
+            Some("roundrobin".into())
+        );
+        assert_eq!(h.group.protocol_name(), Some("roundrobin"));
+    }
+
+    #[test]
+    fn a_fourth_member_triggers_a_rebalance_into_generation_2() {
+        let mut h = harness();
+        let ids = h.form_group(&[("a", None), ("b", None), ("c", None)]);
+        assert_eq!(h.group.generation_id(), 1);
+
+        let d = h.member_id_for("d");
+        assert_eq!(
+            h.group.state(),
+            GroupState::Stable,
+            "a handed-out id changes nothing"
+        );
+        let rd = h.join(join_request(&d, "d", None));
+        assert!(matches!(rd, Reply::Later(_)));
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+        for id in &ids {
+            assert_eq!(h.heartbeat(id, None, 1), REBALANCE_IN_PROGRESS);
+        }
+        let mut replies: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .zip(&ids)
+            .map(|(client, id)| h.join(join_request(id, client, None)))
+            .collect();
+        replies.push(rd);
+        let answers: Vec<JoinResponse> = replies
+            .into_iter()
+            .map(|r| h.join_answer(r).expect("all rejoined"))
+            .collect();
+        assert!(answers
+            .iter()
+            .all(|r| r.error == NONE && r.generation_id == 2));
+        assert_eq!(answers[0].leader, ids[0], "the leader stays while it stays");
+        assert_eq!(answers[0].members.len(), 4);
+        assert_eq!(h.group.member_count(), 4);
+        assert_eq!(h.group.state(), GroupState::CompletingRebalance);
+    }
+
+    #[test]
+    fn a_silent_member_is_removed_after_its_session_timeout() {
+        let mut h = harness();
+        let ids = h.form_group(&[("a", None), ("b", None), ("c", None)]);
+        h.now_ms = 20_000;
+        assert_eq!(h.heartbeat(&ids[0], None, 1), NONE);
+        assert_eq!(h.heartbeat(&ids[1], None, 1), NONE);
+        assert_eq!(
+            h.group.next_deadline_ms(),
+            Some(i64::from(SESSION_MS)),
+            "c's session"
+        );
+        h.tick(29_999);
+        assert_eq!(h.group.state(), GroupState::Stable);
+        h.tick(30_000);
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+        assert_eq!(h.group.member_count(), 2);
+        assert_eq!(h.heartbeat(&ids[0], None, 1), REBALANCE_IN_PROGRESS);
+        assert_eq!(h.heartbeat(&ids[2], None, 1), UNKNOWN_MEMBER_ID);
+        let ra = h.join(join_request(&ids[0], "a", None));
+        let rb = h.join(join_request(&ids[1], "b", None));
+        let rb = h.join_answer(rb).expect("both rejoined");
+        let ra = h.join_answer(ra).expect("both rejoined");
+        assert_eq!((ra.generation_id, rb.generation_id), (2, 2));
+        assert_eq!(ra.members.len(), 2);
+    }
+
+    #[test]
+    fn a_member_that_does_not_rejoin_in_time_is_dropped_from_the_generation() {
+        let mut h = harness();
+        let ids = h.form_group(&[("a", None), ("b", None), ("c", None)]);
+        h.now_ms = 1_000;
+        // The leader rejoining in Stable starts a rebalance.
+        let ra = h.join(join_request(&ids[0], "a", None));
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+        h.now_ms = 2_000;
+        let rb = h.join(join_request(&ids[1], "b", None));
+        h.now_ms = 5_000;
+        assert_eq!(
+            h.heartbeat(&ids[2], None, 1),
+            REBALANCE_IN_PROGRESS,
+            "alive, not joining"
+        );
+        assert_eq!(
+            h.group.next_deadline_ms(),
+            Some(1_000 + i64::from(REBALANCE_MS))
+        );
+        h.tick(10_999);
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+        h.tick(11_000);
+        let ra = h
+            .join_answer(ra)
+            .expect("completed at the rebalance timeout");
+        let rb = h
+            .join_answer(rb)
+            .expect("completed at the rebalance timeout");
+        assert_eq!((ra.error, ra.generation_id, rb.generation_id), (NONE, 2, 2));
+        let members: Vec<&str> = ra.members.iter().map(|m| m.member_id.as_str()).collect();
+        assert_eq!(members, vec![ids[0].as_str(), ids[1].as_str()]);
+        assert_eq!(h.heartbeat(&ids[2], None, 1), UNKNOWN_MEMBER_ID);
+        // Rejoining with the old id is refused: it must start over without one.
+        let rc = h.join(join_request(&ids[2], "c", None));
+        assert_eq!(h.join_answer(rc).map(|r| r.error), Some(UNKNOWN_MEMBER_ID));
+    }
+
+    #[test]
+    fn a_new_leader_is_elected_when_the_leader_does_not_rejoin() {
+        let mut h = harness();
+        let ids = h.form_group(&[("a", None), ("b", None)]);
+        let e = h.member_id_for("e");
+        let re = h.join(join_request(&e, "e", None));
+        let rb = h.join(join_request(&ids[1], "b", None));
+        h.tick(i64::from(REBALANCE_MS));
+        let rb = h.join_answer(rb).expect("completed");
+        let re = h.join_answer(re).expect("completed");
+        assert_eq!(rb.leader, ids[1]);
+        assert_eq!(re.leader, ids[1]);
+        assert_eq!(rb.members.len(), 2);
+        assert_eq!(h.group.leader_id(), Some(ids[1].as_str()));
+    }
+
+    #[test]
+    fn leaving_rebalances_and_the_last_leave_empties_the_group() {
+        let mut h = harness();
+        let ids = h.form_group(&[("a", None), ("b", None)]);
+        assert_eq!(
+            h.leave(&[(&ids[1], None), ("nobody", None), ("", Some("none"))]),
+            vec![NONE, UNKNOWN_MEMBER_ID, UNKNOWN_MEMBER_ID]
+        );
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+        let ra = h.join(join_request(&ids[0], "a", None));
+        let ra = h.join_answer(ra).expect("the only member rejoined");
+        assert_eq!((ra.generation_id, ra.members.len()), (2, 1));
+        assert_eq!(h.leave(&[(&ids[0], None)]), vec![NONE]);
+        assert_eq!(h.group.state(), GroupState::Empty);
+        assert!(h.group.is_empty());
+        assert_eq!(
+            h.group.generation_id(),
+            3,
+            "the empty generation counts too"
+        );
+        assert_eq!(h.group.leader_id(), None);
+        assert_eq!(h.group.protocol_name(), None);
+        assert_eq!(h.group.next_deadline_ms(), None);
+    }
+
+    #[test]
+    fn a_leave_during_sync_answers_the_waiting_followers() {
+        let mut h = harness();
+        let a = h.member_id_for("a");
+        let b = h.member_id_for("b");
+        let c = h.member_id_for("c");
+        for (id, client) in [(&a, "a"), (&b, "b"), (&c, "c")] {
+            h.join(join_request(id, client, None));
+        }
+        h.answers.clear();
+        let sb = h.sync(sync_request(&b, 1));
+        assert_eq!(h.leave(&[(&c, None)]), vec![NONE]);
+        let sb = h.sync_answer(sb).expect("the rebalance answers it");
+        assert_eq!(sb.error, REBALANCE_IN_PROGRESS);
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+    }
+
+    #[test]
+    fn a_pending_member_id_lapses_after_the_session_timeout() {
+        let mut h = harness();
+        let a = h.member_id_for("a");
+        let _b = h.member_id_for("b");
+        let ra = h.join(join_request(&a, "a", None));
+        assert!(matches!(ra, Reply::Later(_)));
+        h.tick(i64::from(SESSION_MS));
+        let ra = h
+            .join_answer(ra)
+            .expect("b's id lapsed, so a's join completes");
+        assert_eq!((ra.error, ra.generation_id, ra.members.len()), (NONE, 1, 1));
+        // A handed-out id can leave before it is used.
+        let c = h.member_id_for("c");
+        assert_eq!(h.leave(&[(&c, None)]), vec![NONE]);
+    }
+
+    #[test]
+    fn a_static_member_restart_keeps_the_generation_and_fences_the_old_id() {
+        let mut h = harness();
+        let ids = h.form_group(&[("b", None), ("a", Some("inst-a")), ("c", None)]);
+        let old = ids[1].clone();
+        assert_eq!(h.group.generation_id(), 1);
+
+        let restarted = h.join(join_request("", "a", Some("inst-a")));
+        let restarted = h
+            .join_answer(restarted)
+            .expect("answered at once when Stable");
+        assert_eq!(restarted.error, NONE);
+        assert_eq!(restarted.generation_id, 1);
+        assert_ne!(restarted.member_id, old);
+        assert_eq!(restarted.leader, ids[0]);
+        assert!(restarted.members.is_empty() && !restarted.skip_assignment);
+        assert_eq!(h.group.state(), GroupState::Stable);
+        assert_eq!(h.group.generation_id(), 1);
+
+        let new = restarted.member_id;
+        assert_eq!(h.heartbeat(&old, Some("inst-a"), 1), FENCED_INSTANCE_ID);
+        assert_eq!(h.heartbeat(&old, None, 1), UNKNOWN_MEMBER_ID);
+        assert_eq!(h.heartbeat(&new, Some("inst-a"), 1), NONE);
+        let mut sync = sync_request(&old, 1);
+        sync.group_instance_id = Some("inst-a".into());
+        assert_eq!(
+            h.sync(sync),
+            Reply::Now(SyncResponse::error(FENCED_INSTANCE_ID))
+        );
+        let mut sync = sync_request(&new, 1);
+        sync.group_instance_id = Some("inst-a".into());
+        let synced = h.sync(sync);
+        let synced = h.sync_answer(synced).expect("Stable");
+        assert_eq!(
+            synced.assignment,
+            Bytes::from(format!("assigned:{old}")),
+            "kept"
+        );
+        let old_join = h.join(join_request(&old, "a", Some("inst-a")));
+        assert_eq!(
+            h.join_answer(old_join).map(|r| r.error),
+            Some(FENCED_INSTANCE_ID)
+        );
+        assert_eq!(
+            h.group.can_commit(&old, Some("inst-a"), 1, 0),
+            FENCED_INSTANCE_ID
+        );
+
+        // An administrator removes it by instance id.
+        assert_eq!(h.leave(&[("", Some("inst-a"))]), vec![NONE]);
+        assert_eq!(h.group.member_count(), 2);
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+    }
+
+    #[test]
+    fn a_static_leader_restart_learns_it_leads_but_skips_assignment() {
+        let mut h = harness();
+        let ids = h.form_group(&[("a", Some("inst-a")), ("b", None)]);
+        assert_eq!(h.group.leader_id(), Some(ids[0].as_str()));
+        let restarted = h.join(join_request("", "a", Some("inst-a")));
+        let restarted = h
+            .join_answer(restarted)
+            .expect("answered at once when Stable");
+        assert_eq!(restarted.generation_id, 1);
+        assert_eq!(restarted.leader, restarted.member_id);
+        assert!(restarted.skip_assignment);
+        assert_eq!(restarted.members.len(), 2);
+        assert_eq!(h.group.leader_id(), Some(restarted.member_id.as_str()));
+        assert_eq!(h.group.state(), GroupState::Stable);
+    }
+
+    #[test]
+    fn a_static_restart_that_changes_the_protocol_rebalances() {
+        let mut h = harness();
+        h.form_group(&[("b", Some("inst-b")), ("a", None)]);
+        let mut request = join_request("", "b", Some("inst-b"));
+        request.protocols = protocols("b", &["roundrobin"]);
+        let reply = h.join(request);
+        assert!(matches!(reply, Reply::Later(_)));
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+    }
+
+    #[test]
+    fn errors_illegal_generation_unknown_member_rebalance_in_progress() {
+        let mut h = harness();
+        let ids = h.form_group(&[("a", None), ("b", None)]);
+        assert_eq!(h.heartbeat(&ids[0], None, 0), ILLEGAL_GENERATION);
+        assert_eq!(h.heartbeat("nobody", None, 1), UNKNOWN_MEMBER_ID);
+        assert_eq!(
+            h.heartbeat(&ids[0], Some("unknown-instance"), 1),
+            UNKNOWN_MEMBER_ID
+        );
+        assert_eq!(
+            h.sync(sync_request(&ids[1], 7)),
+            Reply::Now(SyncResponse::error(ILLEGAL_GENERATION))
+        );
+        assert_eq!(
+            h.sync(sync_request("nobody", 1)),
+            Reply::Now(SyncResponse::error(UNKNOWN_MEMBER_ID))
+        );
+        let unknown = h.join(join_request("a-made-up", "a", None));
+        assert_eq!(
+            h.join_answer(unknown).map(|r| r.error),
+            Some(UNKNOWN_MEMBER_ID)
+        );
+
+        // A follower rejoining unchanged in Stable just gets the generation again.
+        let again = h.join(join_request(&ids[1], "b", None));
+        let again = h.join_answer(again).expect("at once");
+        assert_eq!(
+            (again.error, again.generation_id, h.group.state()),
+            (NONE, 1, GroupState::Stable)
+        );
+
+        // A changed subscription rebalances.
+        let mut changed = join_request(&ids[1], "b", None);
+        changed.protocols = protocols("b", &["range"]);
+        assert!(matches!(h.join(changed), Reply::Later(_)));
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+        assert_eq!(
+            h.sync(sync_request(&ids[0], 1)),
+            Reply::Now(SyncResponse::error(REBALANCE_IN_PROGRESS))
+        );
+        assert_eq!(h.heartbeat(&ids[0], None, 1), REBALANCE_IN_PROGRESS);
+    }
+
+    #[test]
+    fn rejoining_in_completing_rebalance_resends_the_generation() {
+        let mut h = harness();
+        let a = h.member_id_for("a");
+        let b = h.member_id_for("b");
+        h.join(join_request(&a, "a", None));
+        h.join(join_request(&b, "b", None));
+        h.answers.clear();
+        assert_eq!(h.group.state(), GroupState::CompletingRebalance);
+        let again = h.join(join_request(&a, "a", None));
+        let again = h.join_answer(again).expect("at once");
+        assert_eq!(
+            (again.generation_id, again.members.len()),
+            (1, 2),
+            "the leader's list"
+        );
+        assert_eq!(
+            h.heartbeat(&b, None, 1),
+            NONE,
+            "heartbeats count while syncing"
+        );
+        assert_eq!(h.group.state(), GroupState::CompletingRebalance);
+    }
+
+    #[test]
+    fn a_superseded_join_is_answered() {
+        let mut h = harness();
+        let a = h.member_id_for("a");
+        let _b = h.member_id_for("b");
+        let first = h.join(join_request(&a, "a", None));
+        let second = h.join(join_request(&a, "a", None));
+        assert_eq!(
+            h.join_answer(first).map(|r| r.error),
+            Some(REBALANCE_IN_PROGRESS)
+        );
+        assert!(matches!(second, Reply::Later(_)));
+    }
+
+    #[test]
+    fn inconsistent_group_protocol() {
+        let mut h = harness();
+        let mut empty = join_request("", "x", None);
+        empty.protocols.clear();
+        let reply = h.join(empty);
+        assert_eq!(
+            h.join_answer(reply).map(|r| r.error),
+            Some(INCONSISTENT_GROUP_PROTOCOL)
+        );
+        let ids = h.form_group(&[("a", None), ("b", None)]);
+
+        let mut other_type = join_request("", "c", None);
+        other_type.protocol_type = "connect".into();
+        let reply = h.join(other_type);
+        assert_eq!(
+            h.join_answer(reply).map(|r| r.error),
+            Some(INCONSISTENT_GROUP_PROTOCOL)
+        );
+        let mut no_common = join_request("", "c", None);
+        no_common.protocols = protocols("c", &["sticky"]);
+        let reply = h.join(no_common);
+        assert_eq!(
+            h.join_answer(reply).map(|r| r.error),
+            Some(INCONSISTENT_GROUP_PROTOCOL)
+        );
+        let mut known_no_common = join_request(&ids[1], "b", None);
+        known_no_common.protocols = protocols("b", &["sticky"]);
+        let reply = h.join(known_no_common);
+        assert_eq!(
+            h.join_answer(reply).map(|r| r.error),
+            Some(INCONSISTENT_GROUP_PROTOCOL)
+        );
+
+        let mut wrong_name = sync_request(&ids[0], 1);
+        wrong_name.protocol_name = Some("roundrobin".into());
+        assert_eq!(
+            h.sync(wrong_name),
+            Reply::Now(SyncResponse::error(INCONSISTENT_GROUP_PROTOCOL))
+        );
+        assert_eq!(
+            h.group.state(),
+            GroupState::Stable,
+            "refusals change nothing"
+        );
+    }
+
+    #[test]
+    fn invalid_session_timeout() {
+        let mut h = harness();
+        let mut request = join_request("", "a", None);
+        request.session_timeout_ms = 1_000;
+        let reply = h.join(request);
+        assert_eq!(
+            h.join_answer(reply).map(|r| r.error),
+            Some(INVALID_SESSION_TIMEOUT)
+        );
+    }
+
+    #[test]
+    fn group_max_size_reached() {
+        let mut h = Harness::new(GroupConfig {
+            group_size_max: 2,
+            ..GroupConfig::default()
+        });
+        let ids = h.form_group(&[("a", None), ("b", None)]);
+        let reply = h.join(join_request("", "c", None));
+        let refused = h.join_answer(reply).expect("at once");
+        assert_eq!(
+            (refused.error, refused.member_id.as_str()),
+            (GROUP_MAX_SIZE_REACHED, "")
+        );
+        let reply = h.join(join_request("", "c", Some("inst-c")));
+        assert_eq!(
+            h.join_answer(reply).map(|r| r.error),
+            Some(GROUP_MAX_SIZE_REACHED)
+        );
+        // Members themselves may still rejoin.
+        assert!(matches!(
+            h.join(join_request(&ids[0], "a", None)),
+            Reply::Later(_)
+        ));
+
+        // Handed-out ids are bounded too.
+        let mut fresh = Harness::new(GroupConfig {
+            group_size_max: 2,
+            ..GroupConfig::default()
+        });
+        fresh.member_id_for("a");
+        fresh.member_id_for("b");
+        let reply = fresh.join(join_request("", "c", None));
+        assert_eq!(
+            fresh.join_answer(reply).map(|r| r.error),
+            Some(GROUP_MAX_SIZE_REACHED)
+        );
+    }
+
+    #[test]
+    fn can_commit_fences_by_member_and_generation() {
+        let mut h = harness();
+        assert_eq!(
+            h.group.can_commit("", None, -1, 0),
+            NONE,
+            "a simple consumer's commit"
+        );
+        let a = h.member_id_for("a");
+        let b = h.member_id_for("b");
+        h.join(join_request(&a, "a", None));
+        h.join(join_request(&b, "b", None));
+        assert_eq!(h.group.state(), GroupState::CompletingRebalance);
+        assert_eq!(h.group.can_commit(&a, None, 1, 0), REBALANCE_IN_PROGRESS);
+        let mut leader_sync = sync_request(&a, 1);
+        leader_sync.assignments = vec![(a.clone(), Bytes::new()), (b.clone(), Bytes::new())];
+        h.sync(leader_sync);
+        assert_eq!(h.group.state(), GroupState::Stable);
+        assert_eq!(h.group.can_commit(&a, None, 1, 0), NONE);
+        assert_eq!(h.group.can_commit(&a, None, 0, 0), ILLEGAL_GENERATION);
+        assert_eq!(h.group.can_commit("nobody", None, 1, 0), UNKNOWN_MEMBER_ID);
+        assert_eq!(
+            h.group.can_commit("", None, -1, 0),
+            UNKNOWN_MEMBER_ID,
+            "not while active"
+        );
+        // Members may commit until they rejoin.
+        assert_eq!(h.leave(&[(&b, None)]), vec![NONE]);
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+        assert_eq!(h.group.can_commit(&a, None, 1, 0), NONE);
+        assert_eq!(h.group.can_commit(&b, None, 1, 0), UNKNOWN_MEMBER_ID);
+    }
+
+    #[test]
+    fn a_commit_keeps_the_session_alive() {
+        let mut h = harness();
+        let ids = h.form_group(&[("a", None)]);
+        h.now_ms = 25_000;
+        assert_eq!(h.group.can_commit(&ids[0], None, 1, h.now_ms), NONE);
+        h.tick(40_000);
+        assert_eq!(h.group.state(), GroupState::Stable);
+        h.tick(55_000);
+        assert_eq!(h.group.state(), GroupState::Empty);
+    }
+
+    #[test]
+    fn delete_only_an_empty_group() {
+        let mut h = harness();
+        let ids = h.form_group(&[("a", None)]);
+        assert_eq!(h.group.delete(), Err(NON_EMPTY_GROUP));
+        assert_eq!(h.leave(&[(&ids[0], None)]), vec![NONE]);
+        assert_eq!(h.group.delete(), Ok(()));
+        assert_eq!(h.group.state(), GroupState::Dead);
+        assert_eq!(h.group.delete(), Err(GROUP_ID_NOT_FOUND));
+        let reply = h.join(join_request("", "a", None));
+        assert_eq!(
+            h.join_answer(reply).map(|r| r.error),
+            Some(COORDINATOR_NOT_AVAILABLE)
+        );
+        assert_eq!(
+            h.group.heartbeat(&ids[0], None, 1, 0),
+            COORDINATOR_NOT_AVAILABLE
+        );
+        assert_eq!(h.group.leave(&[], 0), Err(COORDINATOR_NOT_AVAILABLE));
+        assert_eq!(
+            h.group.can_commit("", None, -1, 0),
+            COORDINATOR_NOT_AVAILABLE
+        );
+    }
+
+    #[test]
+    fn time_never_runs_backwards() {
+        let mut h = harness();
+        let ids = h.form_group(&[("a", None)]);
+        h.tick(20_000);
+        // A call stamped earlier than the last one is taken as happening at the last one.
+        assert_eq!(h.group.heartbeat(&ids[0], None, 1, 0), NONE);
+        h.tick(49_999);
+        assert_eq!(h.group.state(), GroupState::Stable);
+    }
+
+    /// xorshift64*: a small, seeded generator, so a failing case replays from its seed.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+
+        fn chance(&mut self, percent: usize) -> bool {
+            self.below(100) < percent
+        }
+    }
+
+    struct Client {
+        client_id: String,
+        instance: Option<String>,
+        member_id: String,
+        generation_id: i32,
+    }
+
+    impl Client {
+        fn learn(&mut self, completed: &Completed) {
+            match completed {
+                Completed::Join(r) if r.error == NONE || r.error == MEMBER_ID_REQUIRED => {
+                    self.member_id = r.member_id.clone();
+                    self.generation_id = r.generation_id;
+                }
+                Completed::Join(r) if r.error == UNKNOWN_MEMBER_ID => self.member_id.clear(),
+                _ => {}
+            }
+        }
+    }
+
+    /// Random clients doing random things (valid and not) at random times: no panic, the
+    /// invariants hold after every call, the generation never goes back, no due timeout is
+    /// left behind, every ticket is answered once, and once the clients go quiet every waiting
+    /// request is answered and the group empties.
+    fn random_run(seed: u64, steps: usize, states_seen: &mut HashSet<&'static str>) {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let config = GroupConfig {
+            group_size_max: 2 + rng.below(5),
+            session_timeout_ms_min: 1_000,
+            session_timeout_ms_max: 60_000,
+        };
+        let mut group = ClassicGroup::new("g", config);
+        let mut clients: Vec<Client> = (0..6)
+            .map(|i| Client {
+                client_id: format!("c{i}"),
+                instance: (i % 3 == 0).then(|| format!("inst{i}")),
+                member_id: String::new(),
+                generation_id: UNKNOWN_GENERATION_ID,
+            })
+            .collect();
+        let mut waiting: HashMap<Ticket, usize> = HashMap::new();
+        let mut now_ms = 0i64;
+        let mut generation_seen = group.generation_id();
+        let names = ["range", "roundrobin", "sticky"];
+        for step in 0..steps {
+            if group.state() == GroupState::Dead && rng.chance(30) {
+                // The coordinator starts a new group under the same id.
+                group = ClassicGroup::new("g", group.config.clone());
+                generation_seen = 0;
+            }
+            let c = rng.below(clients.len());
+            let member_id = if rng.chance(5) {
+                format!("stray-{}", rng.below(3))
+            } else {
+                clients[c].member_id.clone()
+            };
+            let instance = clients[c].instance.clone().filter(|_| !rng.chance(10));
+            let generation_id = if rng.chance(10) {
+                rng.below(5) as i32 - 1
+            } else {
+                clients[c].generation_id
+            };
+            match rng.below(20) {
+                0..=4 => {
+                    let mut chosen: Vec<&str> = if rng.chance(85) {
+                        vec!["range", "roundrobin"]
+                    } else {
+                        names.iter().copied().filter(|_| rng.chance(60)).collect()
+                    };
+                    if rng.chance(10) {
+                        chosen.reverse();
+                    }
+                    let request = JoinRequest {
+                        member_id,
+                        group_instance_id: instance,
+                        client_id: clients[c].client_id.clone(),
+                        client_host: "/10.0.0.1".into(),
+                        session_timeout_ms: if rng.chance(95) {
+                            5_000 + rng.below(50_000) as i32
+                        } else {
+                            rng.below(70_000) as i32 - 10
+                        },
+                        rebalance_timeout_ms: if rng.chance(95) {
+                            5_000 + rng.below(15_000) as i32
+                        } else {
+                            rng.below(20_000) as i32 - 10
+                        },
+                        protocol_type: if rng.chance(5) { "connect" } else { "consumer" }.into(),
+                        protocols: protocols(&clients[c].client_id, &chosen),
+                        require_known_member_id: rng.chance(80),
+                    };
+                    match group.join(request, now_ms) {
+                        Reply::Now(r) => clients[c].learn(&Completed::Join(r)),
+                        Reply::Later(ticket) => assert!(waiting.insert(ticket, c).is_none()),
+                    }
+                }
+                5..=9 => {
+                    let leads = group.leader_id() == Some(member_id.as_str());
+                    let assignments = if leads {
+                        let mut ids: Vec<String> = group
+                            .describe()
+                            .members
+                            .into_iter()
+                            .map(|m| m.member_id)
+                            .filter(|_| rng.chance(90))
+                            .collect();
+                        ids.push("stray-0".into());
+                        ids.into_iter()
+                            .map(|id| (id, Bytes::from_static(b"x")))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    let request = SyncRequest {
+                        member_id,
+                        group_instance_id: instance,
+                        generation_id,
+                        protocol_type: rng.chance(50).then(|| "consumer".into()),
+                        protocol_name: rng.chance(30).then(|| names[rng.below(3)].into()),
+                        assignments,
+                    };
+                    if let Reply::Later(ticket) = group.sync(request, now_ms) {
+                        assert!(waiting.insert(ticket, c).is_none());
+                    }
+                }
+                10..=12 => {
+                    let error =
+                        group.heartbeat(&member_id, instance.as_deref(), generation_id, now_ms);
+                    if error == UNKNOWN_MEMBER_ID {
+                        clients[c].member_id.clear();
+                    }
+                }
+                13 => {
+                    let by_instance = rng.chance(30);
+                    let leaving = LeavingMember {
+                        member_id: if by_instance {
+                            String::new()
+                        } else {
+                            member_id
+                        },
+                        group_instance_id: instance,
+                    };
+                    let result = group.leave(&[leaving], now_ms);
+                    assert_eq!(result.is_err(), group.state() == GroupState::Dead);
+                }
+                14..=16 => {
+                    now_ms += rng.below(3_000) as i64;
+                    group.tick(now_ms);
+                }
+                17 => {
+                    now_ms += rng.below(40_000) as i64;
+                    group.tick(now_ms);
+                }
+                18 => {
+                    if let Some(deadline_ms) = group.next_deadline_ms() {
+                        now_ms = deadline_ms;
+                        group.tick(now_ms);
+                    }
+                }
+                _ => {
+                    if rng.chance(10) {
+                        if group.delete().is_ok() {
+                            assert!(waiting.is_empty(), "only an empty group is deleted");
+                        }
+                    } else {
+                        group.can_commit(&member_id, instance.as_deref(), generation_id, now_ms);
+                    }
+                }
+            }
+            for (ticket, completed) in group.take_completed() {
+                let c = waiting
+                    .remove(&ticket)
+                    .unwrap_or_else(|| panic!("seed {seed} step {step}: unknown ticket"));
+                clients[c].learn(&completed);
+            }
+            assert_eq!(group.check_invariants(), Ok(()), "seed {seed} step {step}");
+            states_seen.insert(group.state().as_str());
+            assert!(
+                group.generation_id() >= generation_seen,
+                "seed {seed} step {step}"
+            );
+            generation_seen = group.generation_id();
+            if let Some(deadline_ms) = group.next_deadline_ms() {
+                assert!(
+                    deadline_ms > now_ms,
+                    "seed {seed} step {step}: due timeout left"
+                );
+            }
+        }
+        // The clients go quiet: time alone answers every waiting request and empties the group.
+        for _ in 0..1_000 {
+            let Some(deadline_ms) = group.next_deadline_ms() else {
+                break;
+            };
+            now_ms = deadline_ms;
+            group.tick(now_ms);
+            for (ticket, _) in group.take_completed() {
+                assert!(
+                    waiting.remove(&ticket).is_some(),
+                    "seed {seed}: unknown ticket"
+                );
+            }
+            assert_eq!(group.check_invariants(), Ok(()), "seed {seed} winding down");
+        }
+        assert!(
+            waiting.is_empty(),
+            "seed {seed}: {} never answered",
+            waiting.len()
+        );
+        assert_eq!(group.member_count(), 0, "seed {seed}");
+        assert!(
+            matches!(group.state(), GroupState::Empty | GroupState::Dead),
+            "seed {seed}"
+        );
+    }
+
+    #[test]
+    fn random_sequences_keep_the_invariants() {
+        let mut states_seen = HashSet::new();
+        for seed in 0..400 {
+            random_run(seed, 400, &mut states_seen);
+        }
+        // The walk reaches every state, so the checks above cover them all.
+        assert_eq!(states_seen.len(), 5, "{states_seen:?}");
+    }
+}

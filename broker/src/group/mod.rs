@@ -1,0 +1,923 @@
+//! Consumer-group coordination: where a group's coordinator runs, and the offsets it commits.
+//!
+//! Group `g` is coordinated by partition `p = abs(java_hashcode(g)) % partitions` of the
+//! internal topic `__consumer_offsets` (Kafka's `Utils.abs`, see [`partition_for`]), on the
+//! broker that leads `p`, on the shard that owns `p`'s log there. That shard alone holds the
+//! state of `p`'s groups ([`GroupCoordinator`], a field of the shard): handlers on other shards
+//! reach it with a mesh call ([`on_coordinator`]).
+//!
+//! Durability: every change (commit, deletion, expiry) is appended to `p`'s log as Kafka's own
+//! coordinator records ([`records`]) and committed (fsync'ed under flush.policy=group) before
+//! the answer and before memory changes. Memory is applied in log order: each append queues its
+//! changes, and whoever sees the high watermark move applies the queue up to it, so memory
+//! always equals a replay of the log's committed prefix. When `p`'s log is opened on a shard,
+//! the log is replayed from its start into memory (latest record per key wins, a tombstone
+//! deletes); until that finishes, requests for `p`'s groups get COORDINATOR_LOAD_IN_PROGRESS.
+//! The topic is compacted, so the log keeps the latest record per key.
+//!
+//! Expiry: a task on each coordinator shard deletes (with tombstones) the offsets of groups
+//! without active members whose latest commit is older than `offsets.retention.minutes`.
+//!
+//! All state is shard-local (`RefCell`); no borrow is held across an `.await`.
+
+#[allow(dead_code)] // wired in by the coordinator
+pub mod classic;
+pub mod records;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::ResponseError;
+use keel_storage::{LeaderEpoch, Offset, StorageError};
+use tracing::{error, info, warn};
+
+use crate::controller::{self, OpError, TopicSpec};
+use crate::errors::{code, coordinator_write_code, NONE};
+use crate::server::{BrokerShard, Partition};
+use records::{CoordinatorRecord, OffsetChange, OffsetKey};
+
+/// The internal topic that holds the groups' committed offsets.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// Bytes one log read asks for while a coordinator partition loads.
+const LOAD_READ_BYTES_MAX: usize = 1 << 20;
+/// A write's records are split into batches of about this many bytes (one append, so they
+/// are validated and committed together).
+const WRITE_BATCH_BYTES_TARGET: usize = 256 * 1024;
+/// Largest string a coordinator record can hold (an i16 length).
+pub const RECORD_STRING_BYTES_MAX: usize = i16::MAX as usize;
+
+/// Java's `String.hashCode()`: over UTF-16 code units, `h = 31 * h + c`, wrapping.
+pub fn java_string_hashcode(s: &str) -> i32 {
+    s.encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
+}
+
+/// The `__consumer_offsets` partition of `group` among `partitions`: Kafka's
+/// `Utils.abs(groupId.hashCode) % partitions` (`Utils.abs(i32::MIN)` is 0).
+pub fn partition_for(group: &str, partitions: i32) -> i32 {
+    assert!(partitions > 0, "offsets topic has no partitions");
+    let h = java_string_hashcode(group);
+    let abs = if h == i32::MIN { 0 } else { h.abs() };
+    abs % partitions
+}
+
+/// A group id a coordinator accepts: non-empty, and short enough for its records.
+pub fn valid_group_id(group: &str) -> bool {
+    !group.is_empty() && group.len() <= RECORD_STRING_BYTES_MAX
+}
+
+/// One committed offset, as OffsetCommit stored it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    pub offset: i64,
+    /// -1 = unknown.
+    pub leader_epoch: i32,
+    pub metadata: String,
+    /// The coordinator's clock when the commit was written.
+    pub commit_timestamp_ms: i64,
+}
+
+/// What a coordinator knows of one group.
+#[derive(Debug, Default)]
+pub struct GroupEntry {
+    /// The `__consumer_offsets` partition holding this group's records.
+    pub partition: i32,
+    /// Committed offsets by (topic, partition).
+    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+}
+
+impl GroupEntry {
+    pub fn new(partition: i32) -> GroupEntry {
+        GroupEntry {
+            partition,
+            offsets: BTreeMap::new(),
+        }
+    }
+
+    /// Whether the group has a classic membership with members (Kafka: not Empty or Dead).
+    /// The classic group state machine (`classic.rs`) plugs in here; until it does, no
+    /// group has members, so every group is "simple" (commits without a generation).
+    pub fn has_active_members(&self) -> bool {
+        false
+    }
+
+    fn latest_commit_ms(&self) -> Option<i64> {
+        self.offsets.values().map(|o| o.commit_timestamp_ms).max()
+    }
+}
+
+/// Whether a commit by `member_id` at `generation_id` may write offsets of `group`: NONE, or
+/// the Kafka error code. A "simple" commit (generation -1, no member id) is allowed while the
+/// group has no active classic membership.
+pub fn check_member(
+    group: &GroupEntry,
+    member_id: &str,
+    generation_id: i32,
+    instance_id: Option<&str>,
+) -> i16 {
+    if generation_id == -1 && member_id.is_empty() && !group.has_active_members() {
+        return NONE;
+    }
+    // The classic state machine answers here once it exists: UNKNOWN_MEMBER_ID for a member
+    // it does not know, FENCED_INSTANCE_ID for a replaced static member (`instance_id`),
+    // ILLEGAL_GENERATION for a stale generation, REBALANCE_IN_PROGRESS while rebalancing.
+    // Until then no group has members, so a member's commit names an unknown member.
+    let _ = instance_id;
+    code(ResponseError::UnknownMemberId)
+}
+
+/// Applies one change to a group map (live state and replay alike). A group left without
+/// offsets or members is forgotten.
+fn apply_change(groups: &mut HashMap<String, GroupEntry>, partition: i32, change: OffsetChange) {
+    match change {
+        OffsetChange::Commit(k, v) => {
+            groups
+                .entry(k.group)
+                .or_insert_with(|| GroupEntry::new(partition))
+                .offsets
+                .insert((k.topic, k.partition), v);
+        }
+        OffsetChange::Delete(k) => {
+            let Some(g) = groups.get_mut(&k.group) else {
+                return;
+            };
+            g.offsets.remove(&(k.topic, k.partition));
+            if g.offsets.is_empty() && !g.has_active_members() {
+                groups.remove(&k.group);
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LoadState {
+    Loading,
+    Loaded,
+    /// The replay failed (the error is in the log); the partition's groups are unavailable
+    /// until the partition is opened again.
+    Failed,
+}
+
+/// Changes appended to a coordinator partition's log and not yet applied to memory.
+struct PendingWrite {
+    /// The log end offset after the append: applied once the high watermark reaches it.
+    end_offset: Offset,
+    changes: Vec<OffsetChange>,
+}
+
+/// One `__consumer_offsets` partition this shard coordinates.
+struct CoordinatorPartition {
+    topic_id: [u8; 16],
+    /// Which load this is: a stale load (the partition was reopened meanwhile) is dropped.
+    load_id: u64,
+    state: LoadState,
+    /// In log order (appends queue here in the same step as they append).
+    pending: VecDeque<PendingWrite>,
+}
+
+/// The group coordinator state of one shard: the groups of the `__consumer_offsets`
+/// partitions it owns.
+#[derive(Default)]
+pub struct GroupCoordinator {
+    /// Every group of this shard's coordinator partitions, by group id.
+    pub groups: RefCell<HashMap<String, GroupEntry>>,
+    partitions: RefCell<HashMap<i32, CoordinatorPartition>>,
+    next_load_id: Cell<u64>,
+    expiry_started: Cell<bool>,
+}
+
+impl GroupCoordinator {
+    /// Starts (re)loading partition `p`: its groups are unavailable until [`Self::finish_load`].
+    fn begin_load(&self, p: i32, topic_id: [u8; 16]) -> u64 {
+        let load_id = self.next_load_id.get();
+        self.next_load_id.set(load_id + 1);
+        self.partitions.borrow_mut().insert(
+            p,
+            CoordinatorPartition {
+                topic_id,
+                load_id,
+                state: LoadState::Loading,
+                pending: VecDeque::new(),
+            },
+        );
+        self.groups.borrow_mut().retain(|_, g| g.partition != p);
+        load_id
+    }
+
+    /// Installs the groups replayed from partition `p`'s log, unless `p` was reopened since.
+    fn finish_load(&self, p: i32, load_id: u64, loaded: Option<HashMap<String, GroupEntry>>) {
+        let mut parts = self.partitions.borrow_mut();
+        let Some(cp) = parts.get_mut(&p).filter(|cp| cp.load_id == load_id) else {
+            return;
+        };
+        match loaded {
+            Some(groups) => {
+                let mut all = self.groups.borrow_mut();
+                all.retain(|_, g| g.partition != p);
+                all.extend(groups);
+                cp.state = LoadState::Loaded;
+            }
+            None => cp.state = LoadState::Failed,
+        }
+    }
+
+    /// Whether partition `p`'s groups can be served here now: NONE or the Kafka error code.
+    pub fn ready(&self, shard: &BrokerShard, p: i32) -> i16 {
+        let parts = self.partitions.borrow();
+        let Some(cp) = parts.get(&p) else {
+            return code(ResponseError::NotCoordinator);
+        };
+        let open = shard
+            .partition(OFFSETS_TOPIC, p)
+            .is_some_and(|part| part.topic_id == cp.topic_id);
+        let leads = shard
+            .image()
+            .partition(OFFSETS_TOPIC, p)
+            .is_some_and(|m| m.leader == shard.config.node_id);
+        if !open || !leads {
+            return code(ResponseError::NotCoordinator);
+        }
+        match cp.state {
+            LoadState::Loading => code(ResponseError::CoordinatorLoadInProgress),
+            LoadState::Loaded => NONE,
+            LoadState::Failed => code(ResponseError::CoordinatorNotAvailable),
+        }
+    }
+
+    /// Queues an appended write of `p` for memory; returns the load it belongs to.
+    fn push_pending(&self, p: i32, end_offset: Offset, changes: Vec<OffsetChange>) -> u64 {
+        let mut parts = self.partitions.borrow_mut();
+        let cp = parts
+            .get_mut(&p)
+            .expect("writes go only to partitions that are ready");
+        assert!(cp.pending.back().is_none_or(|w| w.end_offset < end_offset));
+        cp.pending.push_back(PendingWrite {
+            end_offset,
+            changes,
+        });
+        cp.load_id
+    }
+
+    /// Applies, in log order, every pending write of `p` the high watermark has passed, if `p`
+    /// was not reopened since `load_id` (a reopened log has its own watermark and queue).
+    fn apply_committed(&self, p: i32, load_id: u64, high_watermark: Offset) {
+        let mut parts = self.partitions.borrow_mut();
+        let Some(cp) = parts.get_mut(&p).filter(|cp| cp.load_id == load_id) else {
+            return;
+        };
+        let mut groups = self.groups.borrow_mut();
+        while cp
+            .pending
+            .front()
+            .is_some_and(|w| w.end_offset <= high_watermark)
+        {
+            let Some(w) = cp.pending.pop_front() else {
+                break;
+            };
+            for change in w.changes {
+                apply_change(&mut groups, p, change);
+            }
+        }
+    }
+
+    /// Whether a write touching `group` is appended to `p`'s log but not yet applied.
+    fn has_pending(&self, p: i32, group: &str) -> bool {
+        self.partitions.borrow().get(&p).is_some_and(|cp| {
+            cp.pending
+                .iter()
+                .any(|w| w.changes.iter().any(|c| c.key().group == group))
+        })
+    }
+
+    fn loaded_partitions(&self) -> Vec<i32> {
+        self.partitions
+            .borrow()
+            .iter()
+            .filter(|(_, cp)| cp.state == LoadState::Loaded)
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
+    /// Tombstones for every offset of partition `p`'s groups that have no active members, no
+    /// write in flight, and whose latest commit is older than `retention_ms`.
+    fn expired(&self, p: i32, now_ms: i64, retention_ms: i64) -> Vec<OffsetChange> {
+        let groups = self.groups.borrow();
+        let mut out = Vec::new();
+        for (name, g) in groups.iter().filter(|(_, g)| g.partition == p) {
+            let old = g
+                .latest_commit_ms()
+                .is_some_and(|t| t.saturating_add(retention_ms) < now_ms);
+            if !old || g.has_active_members() || self.has_pending(p, name) {
+                continue;
+            }
+            out.extend(g.offsets.keys().map(|(topic, partition)| {
+                OffsetChange::Delete(OffsetKey {
+                    group: name.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                })
+            }));
+        }
+        out
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+// ---- placement and routing ---------------------------------------------------------------
+
+/// Creates `__consumer_offsets` if it does not exist: `offsets.topic.num.partitions`
+/// partitions, replication factor 1, compacted, `offsets.topic.segment.bytes` segments.
+pub async fn ensure_offsets_topic(shard: &Rc<BrokerShard>) -> Result<(), OpError> {
+    if shard.image().topic(OFFSETS_TOPIC).is_some() {
+        return Ok(());
+    }
+    let spec = TopicSpec {
+        name: OFFSETS_TOPIC.to_string(),
+        num_partitions: shard.config.offsets_topic_num_partitions,
+        replication_factor: 1,
+        configs: BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            (
+                "segment.bytes".to_string(),
+                shard.config.offsets_topic_segment_bytes.to_string(),
+            ),
+        ]),
+        assignments: Vec::new(),
+    };
+    let results = controller::call(shard, move |s| {
+        controller::create_topics(s, vec![spec], false)
+    })
+    .await?;
+    match results.into_iter().next() {
+        Some(Ok(_)) => Ok(()),
+        Some(Err(e)) if e.code == code(ResponseError::TopicAlreadyExists) => Ok(()),
+        Some(Err(e)) => Err(e),
+        None => Err(OpError::new(
+            ResponseError::UnknownServerError,
+            "the controller gave no answer",
+        )),
+    }
+}
+
+/// The `__consumer_offsets` partition of `group` given the image: the topic's partition count
+/// once it exists, else `offsets.topic.num.partitions`.
+pub fn group_partition(shard: &BrokerShard, group: &str) -> i32 {
+    let count = shard
+        .image()
+        .topic(OFFSETS_TOPIC)
+        .map_or(shard.config.offsets_topic_num_partitions, |t| {
+            t.partitions.len() as i32
+        });
+    partition_for(group, count.max(1))
+}
+
+/// Where `group` is coordinated on this broker: its `__consumer_offsets` partition and the
+/// shard that owns it; NOT_COORDINATOR when this broker does not lead that partition or the
+/// topic does not exist yet (clients then ask FindCoordinator, which creates it).
+pub fn locate(shard: &BrokerShard, group: &str) -> Result<(i32, usize), i16> {
+    let image = shard.image();
+    let p = group_partition(shard, group);
+    match image.partition(OFFSETS_TOPIC, p) {
+        Some(m) if m.leader == shard.config.node_id => Ok((p, m.shard as usize)),
+        _ => Err(code(ResponseError::NotCoordinator)),
+    }
+}
+
+/// Runs `work` on the shard coordinating `group`, with the group's partition: inline when that
+/// is this shard, else over the mesh. Errors are Kafka codes for the whole group.
+pub async fn on_coordinator<R, F, Fut>(
+    shard: &Rc<BrokerShard>,
+    group: &str,
+    work: F,
+) -> Result<R, i16>
+where
+    R: Send + 'static,
+    F: FnOnce(Rc<BrokerShard>, i32) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<R, i16>> + 'static,
+{
+    let (p, target) = locate(shard, group)?;
+    if target == shard.id {
+        return work(shard.clone(), p).await;
+    }
+    match shard.mesh.call(target, move |s| work(s, p)).await {
+        Ok(r) => r,
+        Err(e) => {
+            warn!(target, error = %e, "cross-shard coordinator call failed");
+            Err(code(ResponseError::CoordinatorNotAvailable))
+        }
+    }
+}
+
+// ---- writes --------------------------------------------------------------------------------
+
+/// Appends `changes` to partition `p`'s log and queues them for memory. Synchronous, so a
+/// caller that decided `changes` from memory appends them before any other task runs.
+fn append(
+    shard: &BrokerShard,
+    p: i32,
+    changes: Vec<OffsetChange>,
+    now: i64,
+) -> Result<(Rc<Partition>, u64, Offset), i16> {
+    let ready = shard.groups.ready(shard, p);
+    if ready != NONE {
+        return Err(ready);
+    }
+    let Some(part) = shard.partition(OFFSETS_TOPIC, p) else {
+        return Err(code(ResponseError::NotCoordinator));
+    };
+    let mut buf = bytes::BytesMut::new();
+    let mut start = 0;
+    while start < changes.len() {
+        let mut end = start;
+        let mut bytes = 0;
+        while end < changes.len() && (end == start || bytes < WRITE_BATCH_BYTES_TARGET) {
+            bytes += change_bytes(&changes[end]);
+            end += 1;
+        }
+        match records::encode_batch(&changes[start..end], now) {
+            Ok(b) => buf.extend_from_slice(&b),
+            Err(e) => {
+                error!(partition = p, error = %e, "encoding coordinator records failed");
+                return Err(code(ResponseError::UnknownServerError));
+            }
+        }
+        start = end;
+    }
+    let info = part
+        .log
+        .append(buf, LeaderEpoch(part.leader_epoch.get()), now)
+        .map_err(|e| {
+            warn!(partition = p, error = %e, "coordinator append refused");
+            coordinator_write_code(&e)
+        })?;
+    let end_offset = Offset(info.last_offset.0 + 1);
+    let load_id = shard.groups.push_pending(p, end_offset, changes);
+    Ok((part, load_id, end_offset))
+}
+
+fn change_bytes(c: &OffsetChange) -> usize {
+    let k = c.key();
+    let value = match c {
+        OffsetChange::Commit(_, v) => v.metadata.len() + 24,
+        OffsetChange::Delete(_) => 0,
+    };
+    k.group.len() + k.topic.len() + value + 32
+}
+
+/// Appends `changes` to partition `p`'s log, waits for the log commit, then applies them (with
+/// every earlier write of `p`, in log order) to memory. The part after the append runs in its
+/// own task: if the caller's future is dropped, the write still completes and is applied.
+async fn write(shard: &Rc<BrokerShard>, p: i32, changes: Vec<OffsetChange>) -> Result<(), i16> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let (part, load_id, end_offset) = append(shard, p, changes, now_ms())?;
+    let owner = shard.clone();
+    let done = glommio::spawn_local(async move {
+        let committed = part.log.commit(end_offset).await;
+        owner.notify_data(&part);
+        owner
+            .groups
+            .apply_committed(p, load_id, part.log.offsets().high_watermark);
+        committed
+    })
+    .detach();
+    match done.await {
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => {
+            error!(partition = p, error = %e, "coordinator log commit failed");
+            Err(coordinator_write_code(&e))
+        }
+        None => Err(code(ResponseError::UnknownServerError)),
+    }
+}
+
+// ---- operations, on the coordinator shard ------------------------------------------------
+
+/// An OffsetCommit for one group, already checked for unknown partitions and metadata size.
+pub struct CommitRequest {
+    pub group: String,
+    pub member_id: String,
+    pub generation_id: i32,
+    pub instance_id: Option<String>,
+    /// (topic, partition, offset, leader epoch, metadata).
+    pub offsets: Vec<(String, i32, i64, i32, String)>,
+}
+
+/// Commits offsets for a group: NONE for all of them, or one error code for all.
+pub async fn commit_offsets(shard: Rc<BrokerShard>, p: i32, req: CommitRequest) -> Result<(), i16> {
+    let ready = shard.groups.ready(&shard, p);
+    if ready != NONE {
+        return Err(ready);
+    }
+    let fenced = {
+        let groups = shard.groups.groups.borrow();
+        let empty = GroupEntry::new(p);
+        let g = groups.get(&req.group).unwrap_or(&empty);
+        check_member(
+            g,
+            &req.member_id,
+            req.generation_id,
+            req.instance_id.as_deref(),
+        )
+    };
+    if fenced != NONE {
+        return Err(fenced);
+    }
+    let now = now_ms();
+    let changes = req
+        .offsets
+        .into_iter()
+        .map(|(topic, partition, offset, leader_epoch, metadata)| {
+            OffsetChange::Commit(
+                OffsetKey {
+                    group: req.group.clone(),
+                    topic,
+                    partition,
+                },
+                CommittedOffset {
+                    offset,
+                    leader_epoch,
+                    metadata,
+                    commit_timestamp_ms: now,
+                },
+            )
+        })
+        .collect();
+    write(&shard, p, changes).await
+}
+
+/// Committed offsets of a topic's partitions: `None` where nothing is committed.
+pub type FetchedTopic = (String, Vec<(i32, Option<CommittedOffset>)>);
+
+/// The group's committed offsets of `topics` (`None`: every partition it committed).
+pub async fn fetch_offsets(
+    shard: Rc<BrokerShard>,
+    p: i32,
+    group: String,
+    topics: Option<Vec<(String, Vec<i32>)>>,
+) -> Result<Vec<FetchedTopic>, i16> {
+    let ready = shard.groups.ready(&shard, p);
+    if ready != NONE {
+        return Err(ready);
+    }
+    let groups = shard.groups.groups.borrow();
+    let entry = groups.get(&group);
+    let committed = |topic: &str, partition: i32| {
+        entry.and_then(|g| g.offsets.get(&(topic.to_string(), partition)).cloned())
+    };
+    let out = match topics {
+        Some(topics) => topics
+            .into_iter()
+            .map(|(t, parts)| {
+                let ps = parts.into_iter().map(|i| (i, committed(&t, i))).collect();
+                (t, ps)
+            })
+            .collect(),
+        None => {
+            let mut by_topic: Vec<FetchedTopic> = Vec::new();
+            for ((t, i), o) in entry.iter().flat_map(|g| g.offsets.iter()) {
+                if by_topic.last().is_none_or(|(last, _)| last != t) {
+                    by_topic.push((t.clone(), Vec::new()));
+                }
+                if let Some((_, ps)) = by_topic.last_mut() {
+                    ps.push((*i, Some(o.clone())));
+                }
+            }
+            by_topic
+        }
+    };
+    Ok(out)
+}
+
+/// Deletes the group's committed offsets of these partitions (those without one are left as
+/// they are). GROUP_ID_NOT_FOUND for a group this coordinator does not know.
+pub async fn delete_offsets(
+    shard: Rc<BrokerShard>,
+    p: i32,
+    group: String,
+    partitions: Vec<(String, i32)>,
+) -> Result<(), i16> {
+    let ready = shard.groups.ready(&shard, p);
+    if ready != NONE {
+        return Err(ready);
+    }
+    let changes: Vec<OffsetChange> = {
+        let groups = shard.groups.groups.borrow();
+        let Some(g) = groups.get(&group) else {
+            return Err(code(ResponseError::GroupIdNotFound));
+        };
+        // With the classic state machine: a group whose members are subscribed to a topic
+        // answers GROUP_SUBSCRIBED_TO_TOPIC for that topic's partitions instead.
+        partitions
+            .into_iter()
+            .filter(|k| g.offsets.contains_key(k))
+            .map(|(topic, partition)| {
+                OffsetChange::Delete(OffsetKey {
+                    group: group.clone(),
+                    topic,
+                    partition,
+                })
+            })
+            .collect()
+    };
+    write(&shard, p, changes).await
+}
+
+// ---- loading and expiry ------------------------------------------------------------------
+
+/// What replaying a coordinator partition's log found.
+#[derive(Default)]
+struct Replayed {
+    groups: HashMap<String, GroupEntry>,
+    records: u64,
+    unreadable_records: u64,
+    unreadable_batches: u64,
+}
+
+/// Starts loading a just-opened `__consumer_offsets` partition: its groups answer
+/// COORDINATOR_LOAD_IN_PROGRESS until its log is replayed. Also starts this shard's expiry task.
+pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
+    let p = part.index;
+    let load_id = shard.groups.begin_load(p, part.topic_id);
+    let owner = shard.clone();
+    glommio::spawn_local(async move {
+        let started = Instant::now();
+        let loaded = match replay(&part).await {
+            Ok(r) => {
+                if r.unreadable_records > 0 || r.unreadable_batches > 0 {
+                    warn!(
+                        shard = owner.id,
+                        partition = p,
+                        records = r.unreadable_records,
+                        batches = r.unreadable_batches,
+                        "skipped unreadable coordinator records"
+                    );
+                }
+                // An empty partition (most of the 50, most of the time) loads in silence.
+                if r.records > 0 {
+                    info!(
+                        shard = owner.id,
+                        partition = p,
+                        groups = r.groups.len(),
+                        records = r.records,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "coordinator partition loaded"
+                    );
+                } else {
+                    tracing::debug!(shard = owner.id, partition = p, "coordinator partition loaded (empty)");
+                }
+                Some(r.groups)
+            }
+            Err(e) => {
+                error!(shard = owner.id, partition = p, error = %e, "loading coordinator partition failed; its groups are unavailable");
+                None
+            }
+        };
+        owner.groups.finish_load(p, load_id, loaded);
+    })
+    .detach();
+    start_expiry(shard);
+}
+
+/// Reads partition `part`'s committed log from its start and replays it.
+async fn replay(part: &Partition) -> Result<Replayed, StorageError> {
+    let p = part.index;
+    let mut out = Replayed::default();
+    let offsets = part.log.offsets();
+    let end = offsets.high_watermark;
+    let mut offset = offsets.log_start_offset;
+    while offset < end {
+        let read = part.log.read(offset, LOAD_READ_BYTES_MAX, end).await?;
+        let (mut records, mut unreadable) = (0u64, 0u64);
+        let groups = &mut out.groups;
+        let next = records::walk_batches(&read.records, &mut out.unreadable_batches, |k, v| {
+            records += 1;
+            match records::decode_record(k, v) {
+                CoordinatorRecord::Offset(change) => apply_change(groups, p, change),
+                // Classic membership: the classic state machine will replay it.
+                CoordinatorRecord::GroupMetadata(_) => {}
+                CoordinatorRecord::Unreadable => unreadable += 1,
+            }
+        });
+        out.records += records;
+        out.unreadable_records += unreadable;
+        match next {
+            Some(n) if n > offset.0 => offset = Offset(n),
+            _ => break,
+        }
+        glommio::executor().yield_if_needed().await;
+    }
+    Ok(out)
+}
+
+fn start_expiry(shard: &Rc<BrokerShard>) {
+    if shard.groups.expiry_started.replace(true) {
+        return;
+    }
+    glommio::spawn_local(expiry(shard.clone())).detach();
+}
+
+/// Every `offsets.retention.check.interval.ms` until shutdown: expires old offsets.
+async fn expiry(shard: Rc<BrokerShard>) {
+    let interval = Duration::from_millis(shard.config.offsets_retention_check_interval_ms);
+    loop {
+        let stop = futures_lite::future::or(
+            async {
+                glommio::timer::sleep(interval).await;
+                false
+            },
+            async {
+                shard.shutdown.wait().await;
+                true
+            },
+        )
+        .await;
+        if stop {
+            return;
+        }
+        expire_offsets(&shard, now_ms()).await;
+    }
+}
+
+/// Deletes, with tombstones, the offsets of groups without active members whose latest
+/// commit is older than `offsets.retention.minutes`.
+async fn expire_offsets(shard: &Rc<BrokerShard>, now_ms: i64) {
+    let retention_ms = shard
+        .config
+        .offsets_retention_minutes
+        .saturating_mul(60_000);
+    for p in shard.groups.loaded_partitions() {
+        if shard.groups.ready(shard, p) != NONE {
+            continue;
+        }
+        // Decided and appended in one step (no await between): no commit slips in between.
+        let changes = shard.groups.expired(p, now_ms, retention_ms);
+        if changes.is_empty() {
+            continue;
+        }
+        let count = changes.len();
+        match write(shard, p, changes).await {
+            Ok(()) => info!(
+                shard = shard.id,
+                partition = p,
+                offsets = count,
+                "expired committed offsets"
+            ),
+            Err(e) => warn!(
+                shard = shard.id,
+                partition = p,
+                error = e,
+                "expiring offsets failed; retried at the next check"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashcode_matches_java() {
+        // Values of "...".hashCode() in Java.
+        assert_eq!(java_string_hashcode(""), 0);
+        assert_eq!(java_string_hashcode("a"), 97);
+        assert_eq!(java_string_hashcode("hello"), 99_162_322);
+        assert_eq!(java_string_hashcode("my-group"), -1_906_497_762);
+        assert_eq!(java_string_hashcode("polygenelubricants"), i32::MIN);
+        // A character outside the BMP counts as two UTF-16 units.
+        assert_eq!(java_string_hashcode("\u{1F600}"), 1_772_899);
+    }
+
+    #[test]
+    fn partition_is_kafkas_abs_modulo() {
+        assert_eq!(partition_for("", 50), 0);
+        assert_eq!(partition_for("hello", 50), 99_162_322 % 50);
+        // Negative hash: Utils.abs (12), not a mask (which would give 36).
+        assert_eq!(partition_for("my-group", 50), 12);
+        assert_eq!(partition_for("polygenelubricants", 50), 0);
+        for g in ["a", "b", "group-1", "x".repeat(300).as_str()] {
+            assert!((0..7).contains(&partition_for(g, 7)));
+        }
+    }
+
+    fn commit(g: &str, t: &str, i: i32, offset: i64, ts: i64) -> OffsetChange {
+        OffsetChange::Commit(
+            OffsetKey {
+                group: g.into(),
+                topic: t.into(),
+                partition: i,
+            },
+            CommittedOffset {
+                offset,
+                leader_epoch: -1,
+                metadata: String::new(),
+                commit_timestamp_ms: ts,
+            },
+        )
+    }
+
+    fn delete(g: &str, t: &str, i: i32) -> OffsetChange {
+        OffsetChange::Delete(OffsetKey {
+            group: g.into(),
+            topic: t.into(),
+            partition: i,
+        })
+    }
+
+    #[test]
+    fn replay_latest_wins_and_tombstones_delete() {
+        let mut groups = HashMap::new();
+        for c in [
+            commit("g", "t", 0, 5, 1),
+            commit("g", "t", 0, 9, 2),
+            commit("g", "t", 1, 3, 2),
+            delete("g", "t", 1),
+            commit("h", "t", 0, 1, 1),
+            delete("h", "t", 0),
+        ] {
+            apply_change(&mut groups, 3, c);
+        }
+        assert_eq!(groups.len(), 1, "h lost its only offset and is forgotten");
+        let g = &groups["g"];
+        assert_eq!(g.partition, 3);
+        assert_eq!(g.offsets.len(), 1);
+        assert_eq!(g.offsets[&("t".to_string(), 0)].offset, 9);
+    }
+
+    #[test]
+    fn pending_writes_apply_in_log_order_up_to_the_high_watermark() {
+        let c = GroupCoordinator::default();
+        let id = c.begin_load(0, [1; 16]);
+        c.finish_load(0, id, Some(HashMap::new()));
+        c.push_pending(0, Offset(1), vec![commit("g", "t", 0, 1, 1)]);
+        c.push_pending(0, Offset(2), vec![commit("g", "t", 0, 2, 1)]);
+        // The second write's commit completes first: nothing past the watermark is applied.
+        c.apply_committed(0, id, Offset(1));
+        assert_eq!(c.groups.borrow()["g"].offsets[&("t".into(), 0)].offset, 1);
+        assert!(c.has_pending(0, "g"));
+        c.apply_committed(0, id, Offset(2));
+        assert_eq!(c.groups.borrow()["g"].offsets[&("t".into(), 0)].offset, 2);
+        assert!(!c.has_pending(0, "g"));
+        // The watermark of another load of the partition (reopened meanwhile) applies nothing.
+        c.push_pending(0, Offset(3), vec![commit("g", "t", 0, 3, 1)]);
+        c.apply_committed(0, id + 1, Offset(3));
+        assert_eq!(c.groups.borrow()["g"].offsets[&("t".into(), 0)].offset, 2);
+    }
+
+    #[test]
+    fn a_stale_load_is_dropped() {
+        let c = GroupCoordinator::default();
+        let first = c.begin_load(4, [1; 16]);
+        let second = c.begin_load(4, [2; 16]);
+        let mut old = HashMap::new();
+        apply_change(&mut old, 4, commit("old", "t", 0, 1, 1));
+        c.finish_load(4, first, Some(old));
+        assert!(c.groups.borrow().is_empty());
+        assert_eq!(c.loaded_partitions(), Vec::<i32>::new());
+        c.finish_load(4, second, Some(HashMap::new()));
+        assert_eq!(c.loaded_partitions(), vec![4]);
+    }
+
+    #[test]
+    fn expiry_takes_whole_old_groups_only() {
+        let c = GroupCoordinator::default();
+        let id = c.begin_load(0, [1; 16]);
+        let mut loaded = HashMap::new();
+        apply_change(&mut loaded, 0, commit("old", "t", 0, 1, 100));
+        apply_change(&mut loaded, 0, commit("old", "t", 1, 1, 200));
+        apply_change(&mut loaded, 0, commit("mixed", "t", 0, 1, 100));
+        apply_change(&mut loaded, 0, commit("mixed", "t", 1, 1, 5_000));
+        c.finish_load(0, id, Some(loaded));
+        let mut expired = c.expired(0, 1_000, 500);
+        expired.sort_by_key(|ch| ch.key().partition);
+        assert_eq!(expired, vec![delete("old", "t", 0), delete("old", "t", 1)]);
+        // A group with a write in flight is left for the next check.
+        c.push_pending(0, Offset(1), vec![commit("old", "t", 0, 2, 900)]);
+        assert!(c.expired(0, 1_000, 500).is_empty());
+    }
+
+    #[test]
+    fn simple_commits_pass_member_commits_do_not() {
+        let g = GroupEntry::new(0);
+        assert_eq!(check_member(&g, "", -1, None), NONE);
+        assert_eq!(
+            check_member(&g, "member-1", 3, None),
+            code(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(
+            check_member(&g, "", 0, Some("static")),
+            code(ResponseError::UnknownMemberId)
+        );
+    }
+}

@@ -1,0 +1,151 @@
+//! FindCoordinator (key 10), v0-4: which broker coordinates a group. Group `g` is coordinated
+//! by the leader of partition `abs(java_hashcode(g)) % partitions` of `__consumer_offsets`
+//! (see `group`); the first FindCoordinator of the cluster creates that topic. v4 asks for
+//! several keys at once (`coordinator_keys`) and answers each in `coordinators`.
+//!
+//! Key type 0 is a group; 1 (transaction) answers COORDINATOR_NOT_AVAILABLE until Keel has a
+//! transaction coordinator; any other key type is INVALID_REQUEST.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, RequestHeader,
+};
+use kafka_protocol::ResponseError;
+
+use super::{str_bytes, ApiSupport};
+use crate::errors::{code, NONE};
+use crate::group::{self, OFFSETS_TOPIC};
+use crate::server::BrokerShard;
+
+pub const SUPPORT: ApiSupport = ApiSupport {
+    key: ApiKey::FindCoordinator,
+    min: 0,
+    max: 4,
+};
+
+const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
+
+/// The answer for one key.
+struct Found {
+    node_id: i32,
+    host: String,
+    port: i32,
+    error: i16,
+    message: Option<String>,
+}
+
+fn not_found(e: ResponseError, message: impl Into<String>) -> Found {
+    Found {
+        node_id: -1,
+        host: String::new(),
+        port: -1,
+        error: code(e),
+        message: Some(message.into()),
+    }
+}
+
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    hdr: &RequestHeader,
+    req: FindCoordinatorRequest,
+) -> FindCoordinatorResponse {
+    let version = hdr.request_api_version;
+    let keys: Vec<String> = if version >= 4 {
+        req.coordinator_keys.iter().map(|k| k.to_string()).collect()
+    } else {
+        vec![req.key.to_string()]
+    };
+    let found: Vec<Found> = match req.key_type {
+        KEY_TYPE_GROUP => find_groups(shard, &keys).await,
+        KEY_TYPE_TRANSACTION => keys
+            .iter()
+            .map(|_| {
+                not_found(
+                    ResponseError::CoordinatorNotAvailable,
+                    "transactions are not supported yet",
+                )
+            })
+            .collect(),
+        other => keys
+            .iter()
+            .map(|_| {
+                not_found(
+                    ResponseError::InvalidRequest,
+                    format!("unknown coordinator key type {other}"),
+                )
+            })
+            .collect(),
+    };
+    let mut resp = FindCoordinatorResponse::default();
+    if version >= 4 {
+        resp.coordinators = keys
+            .into_iter()
+            .zip(found)
+            .map(|(key, f)| {
+                Coordinator::default()
+                    .with_key(str_bytes(key))
+                    .with_node_id(BrokerId(f.node_id))
+                    .with_host(str_bytes(f.host))
+                    .with_port(f.port)
+                    .with_error_code(f.error)
+                    .with_error_message(f.message.map(str_bytes))
+            })
+            .collect();
+        return resp;
+    }
+    let f = found
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| not_found(ResponseError::UnknownServerError, "no answer"));
+    resp.with_error_code(f.error)
+        // error_message exists from v1.
+        .with_error_message(if version >= 1 {
+            f.message.map(str_bytes)
+        } else {
+            None
+        })
+        .with_node_id(BrokerId(f.node_id))
+        .with_host(str_bytes(f.host))
+        .with_port(f.port)
+}
+
+/// The coordinator of each group: the leader of its `__consumer_offsets` partition, creating
+/// the topic first if it does not exist.
+async fn find_groups(shard: &Rc<BrokerShard>, groups: &[String]) -> Vec<Found> {
+    if let Err(e) = group::ensure_offsets_topic(shard).await {
+        tracing::warn!(error = %e.message, "creating {OFFSETS_TOPIC} failed");
+        return groups
+            .iter()
+            .map(|_| {
+                not_found(
+                    ResponseError::CoordinatorNotAvailable,
+                    format!("cannot create {OFFSETS_TOPIC}: {}", e.message),
+                )
+            })
+            .collect();
+    }
+    let image = shard.image();
+    groups
+        .iter()
+        .map(|g| {
+            let p = group::group_partition(shard, g);
+            let leader = image.partition(OFFSETS_TOPIC, p).map_or(-1, |m| m.leader);
+            match image.brokers.get(&leader) {
+                Some(b) => Found {
+                    node_id: b.id,
+                    host: b.host.clone(),
+                    port: b.port,
+                    error: NONE,
+                    message: None,
+                },
+                None => not_found(
+                    ResponseError::CoordinatorNotAvailable,
+                    format!("partition {p} of {OFFSETS_TOPIC} has no live leader"),
+                ),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,87 @@
+//! OffsetDelete (key 47), v0: deletes a group's committed offsets of some partitions. The
+//! coordinator shard (`group::delete_offsets`) appends a tombstone for each committed one and
+//! answers once they are durable; partitions without a commit need nothing. Unknown topic
+//! partitions get UNKNOWN_TOPIC_OR_PARTITION here; group-wide errors (NOT_COORDINATOR,
+//! COORDINATOR_LOAD_IN_PROGRESS, GROUP_ID_NOT_FOUND, INVALID_GROUP_ID) go in the top-level
+//! error code with no topics, as Kafka answers them.
+//!
+//! Kafka refuses (GROUP_SUBSCRIBED_TO_TOPIC) to delete offsets of a topic the group's active
+//! members subscribe to; that check comes with the classic group state machine.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::{ApiKey, OffsetDeleteRequest, OffsetDeleteResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+
+use super::{topic_name, ApiSupport};
+use crate::errors::{code, NONE};
+use crate::group;
+use crate::server::BrokerShard;
+
+pub const SUPPORT: ApiSupport = ApiSupport {
+    key: ApiKey::OffsetDelete,
+    min: 0,
+    max: 0,
+};
+
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    _hdr: &RequestHeader,
+    req: OffsetDeleteRequest,
+) -> OffsetDeleteResponse {
+    let group_id = req.group_id.0.to_string();
+    if !group::valid_group_id(&group_id) {
+        return OffsetDeleteResponse::default()
+            .with_error_code(code(ResponseError::InvalidGroupId));
+    }
+    let image = shard.image();
+    let mut answers: Vec<(String, Vec<(i32, i16)>)> = Vec::with_capacity(req.topics.len());
+    let mut known = Vec::new();
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let parts = t
+            .partitions
+            .into_iter()
+            .map(|p| {
+                let index = p.partition_index;
+                if image.partition(&name, index).is_none() {
+                    (index, code(ResponseError::UnknownTopicOrPartition))
+                } else {
+                    known.push((name.clone(), index));
+                    (index, NONE)
+                }
+            })
+            .collect();
+        answers.push((name, parts));
+    }
+    let g = group_id.clone();
+    let outcome = group::on_coordinator(shard, &group_id, move |s, p| {
+        group::delete_offsets(s, p, g, known)
+    })
+    .await;
+    if let Err(e) = outcome {
+        return OffsetDeleteResponse::default().with_error_code(e);
+    }
+    OffsetDeleteResponse::default().with_topics(
+        answers
+            .into_iter()
+            .map(|(name, parts)| {
+                OffsetDeleteResponseTopic::default()
+                    .with_name(topic_name(&name))
+                    .with_partitions(
+                        parts
+                            .into_iter()
+                            .map(|(index, error)| {
+                                OffsetDeleteResponsePartition::default()
+                                    .with_partition_index(index)
+                                    .with_error_code(error)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+    )
+}

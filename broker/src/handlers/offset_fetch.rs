@@ -1,0 +1,172 @@
+//! OffsetFetch (key 9), v1-9: a group's committed offsets. v1-7 ask for one group
+//! (`group_id`, `topics`), v8+ for several (`groups`), each answered by its coordinator shard
+//! (`group::fetch_offsets`), all concurrently. Null topics (v2+) means every partition the
+//! group committed; a partition without a commit answers offset -1. A group-wide error goes
+//! in the top-level (v2-7) or per-group (v8+) error code, and in v1 in every partition.
+//!
+//! v0 is not offered (kafka-protocol decodes v1+ only; v0 read offsets from ZooKeeper).
+//! `require_stable` is satisfied trivially: without transactions no offset is pending.
+//! v9's `member_id`/`member_epoch` belong to KIP-848 consumer groups, which Keel does not
+//! have; they are ignored.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    ApiKey, GroupId, OffsetFetchRequest, OffsetFetchResponse, RequestHeader,
+};
+use kafka_protocol::ResponseError;
+
+use super::{str_bytes, topic_name, ApiSupport};
+use crate::errors::{code, NONE};
+use crate::group::{self, CommittedOffset, FetchedTopic};
+use crate::notify::join_all;
+use crate::server::BrokerShard;
+
+pub const SUPPORT: ApiSupport = ApiSupport {
+    key: ApiKey::OffsetFetch,
+    min: 1,
+    max: 9,
+};
+
+/// The topics a request asks for: `None` = every partition the group committed.
+type Wanted = Option<Vec<(String, Vec<i32>)>>;
+
+/// One group's answer: its offsets, or the error for the whole group.
+type GroupAnswer = Result<Vec<FetchedTopic>, i16>;
+
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    hdr: &RequestHeader,
+    req: OffsetFetchRequest,
+) -> OffsetFetchResponse {
+    let version = hdr.request_api_version;
+    if version >= 8 {
+        let queries: Vec<(String, Wanted)> = req
+            .groups
+            .into_iter()
+            .map(|g| {
+                let topics = g.topics.map(|ts| {
+                    ts.into_iter()
+                        .map(|t| (t.name.0.to_string(), t.partition_indexes))
+                        .collect()
+                });
+                (g.group_id.0.to_string(), topics)
+            })
+            .collect();
+        let runs = queries.into_iter().map(|(g, topics)| {
+            let shard = shard.clone();
+            async move {
+                let answer = fetch_group(&shard, &g, topics).await;
+                (g, answer)
+            }
+        });
+        let groups = join_all(runs.collect()).await;
+        return OffsetFetchResponse::default()
+            .with_groups(groups.into_iter().map(|(g, a)| group_v8(g, a)).collect());
+    }
+    let wanted: Wanted = req.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name.0.to_string(), t.partition_indexes))
+            .collect()
+    });
+    let group_id = req.group_id.0.to_string();
+    let answer = fetch_group(shard, &group_id, wanted.clone()).await;
+    single_group(version, wanted, answer)
+}
+
+async fn fetch_group(shard: &Rc<BrokerShard>, group_id: &str, topics: Wanted) -> GroupAnswer {
+    if !group::valid_group_id(group_id) {
+        return Err(code(ResponseError::InvalidGroupId));
+    }
+    let g = group_id.to_string();
+    group::on_coordinator(shard, group_id, move |s, p| {
+        group::fetch_offsets(s, p, g, topics)
+    })
+    .await
+}
+
+/// (offset, leader epoch, metadata) of a partition: -1 and "" without a commit.
+fn fields(o: Option<CommittedOffset>) -> (i64, i32, String) {
+    match o {
+        Some(o) => (o.offset, o.leader_epoch, o.metadata),
+        None => (-1, -1, String::new()),
+    }
+}
+
+fn group_v8(group_id: String, answer: GroupAnswer) -> OffsetFetchResponseGroup {
+    let g = OffsetFetchResponseGroup::default().with_group_id(GroupId(str_bytes(group_id)));
+    match answer {
+        Err(e) => g.with_error_code(e),
+        Ok(topics) => g.with_topics(
+            topics
+                .into_iter()
+                .map(|(name, parts)| {
+                    OffsetFetchResponseTopics::default()
+                        .with_name(topic_name(&name))
+                        .with_partitions(
+                            parts
+                                .into_iter()
+                                .map(|(index, o)| {
+                                    let (offset, epoch, metadata) = fields(o);
+                                    OffsetFetchResponsePartitions::default()
+                                        .with_partition_index(index)
+                                        .with_committed_offset(offset)
+                                        .with_committed_leader_epoch(epoch)
+                                        .with_metadata(Some(str_bytes(metadata)))
+                                        .with_error_code(NONE)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+    }
+}
+
+fn single_group(version: i16, wanted: Wanted, answer: GroupAnswer) -> OffsetFetchResponse {
+    let partition = |index: i32, o: Option<CommittedOffset>, error: i16| {
+        let (offset, epoch, metadata) = fields(o);
+        OffsetFetchResponsePartition::default()
+            .with_partition_index(index)
+            .with_committed_offset(offset)
+            // committed_leader_epoch exists from v5.
+            .with_committed_leader_epoch(if version >= 5 { epoch } else { -1 })
+            .with_metadata(Some(str_bytes(metadata)))
+            .with_error_code(error)
+    };
+    let topic = |name: &str, parts: Vec<OffsetFetchResponsePartition>| {
+        OffsetFetchResponseTopic::default()
+            .with_name(topic_name(name))
+            .with_partitions(parts)
+    };
+    match answer {
+        Ok(topics) => OffsetFetchResponse::default().with_topics(
+            topics
+                .into_iter()
+                .map(|(name, parts)| {
+                    let ps = parts
+                        .into_iter()
+                        .map(|(i, o)| partition(i, o, NONE))
+                        .collect();
+                    topic(&name, ps)
+                })
+                .collect(),
+        ),
+        // v2+ carry a top-level error code; v1 only the partitions' codes.
+        Err(e) if version >= 2 => OffsetFetchResponse::default().with_error_code(e),
+        Err(e) => OffsetFetchResponse::default().with_topics(
+            wanted
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(name, parts)| {
+                    let ps = parts.into_iter().map(|i| partition(i, None, e)).collect();
+                    topic(&name, ps)
+                })
+                .collect(),
+        ),
+    }
+}
