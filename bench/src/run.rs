@@ -423,11 +423,13 @@ async fn producer(ctx: Rc<ProducerCtx>) -> Result<()> {
     let mut value = Vec::with_capacity(w.message_size as usize);
     let mut sticky = (ctx.spec.id as i32) % n;
     let mut seq: u64 = 0;
+    // Records this producer sent for the measured phase (what `max_messages` bounds).
+    let mut measured: u64 = 0;
     let end = ctx.clock.end;
     // The oldest non-empty batch: when its linger expires, its leader's batches go out.
     let mut oldest: Option<(Instant, i32)> = None;
     while !ctx.shared.stop.load(Ordering::Relaxed) {
-        if w.max_messages > 0 && seq >= w.max_messages {
+        if w.max_messages > 0 && measured >= w.max_messages {
             break;
         }
         let intended = match schedule.next_send() {
@@ -466,6 +468,9 @@ async fn producer(ctx: Rc<ProducerCtx>) -> Result<()> {
                 Some((c, _)) => (c + linger).min(intended),
             };
             glommio::timer::sleep(wake.saturating_duration_since(now)).await;
+        }
+        if intended >= ctx.clock.measure_start {
+            measured += 1;
         }
         let has_key = keys.next_key(&mut key);
         let p = if has_key {

@@ -72,7 +72,8 @@ pub struct Workload {
     pub max_in_flight: u32,
     pub warmup_s: f64,
     pub duration_s: f64,
-    /// Stop after this many records in the measured phase; 0 = no limit.
+    /// Each producer stops after sending this many records for the measured phase (warm-up
+    /// records not counted); 0 = no limit.
     pub max_messages: u64,
     /// If > 0, produce this long with consumers paused, then start them and measure the drain
     /// while producing continues.

@@ -170,6 +170,40 @@ fn verify_finds_nothing_lost_duplicated_or_reordered() {
 }
 
 #[test]
+fn max_messages_counts_only_the_measured_phase() {
+    let keel = Keel::start();
+    let out = tempfile::tempdir().unwrap();
+    let result = bench()
+        .args([
+            "run",
+            "--bootstrap",
+            &format!("127.0.0.1:{}", keel.port),
+            "--quiet",
+            "--no-probe",
+        ])
+        .args([
+            "--set",
+            "producers_per_topic=2",
+            "--set",
+            "max_messages=500",
+        ])
+        .args(["--rate", "2000", "--warmup", "0.5", "--duration", "20"])
+        .args(["--out", out.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("result.json")).unwrap())
+            .unwrap();
+    // Two producers, 500 measured records each; warm-up records are not counted.
+    assert_eq!(json["produced_records"].as_u64(), Some(1000), "{json}");
+}
+
+#[test]
 fn compare_two_keels_gives_both_rows() {
     let (a, b) = (Keel::start(), Keel::start());
     let out = tempfile::tempdir().unwrap();
