@@ -66,6 +66,9 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "offsets.retention.minutes", default: "10080", doc: "committed offsets of a group without members expire this long after its latest commit" },
     BrokerKey { name: "offsets.retention.check.interval.ms", default: "600000", doc: "how often each coordinator shard looks for expired offsets" },
     BrokerKey { name: "offset.metadata.max.bytes", default: "4096", doc: "largest metadata string of a committed offset" },
+    BrokerKey { name: "group.max.size", default: "2147483647", doc: "members a consumer group may hold (also bounds member ids handed out and not yet used)" },
+    BrokerKey { name: "group.min.session.timeout.ms", default: "6000", doc: "shortest session timeout a group member may ask for" },
+    BrokerKey { name: "group.max.session.timeout.ms", default: "1800000", doc: "longest session timeout a group member may ask for" },
 ];
 
 /// A topic-level setting and the broker setting it inherits.
@@ -280,6 +283,11 @@ pub struct BrokerConfig {
     pub offsets_retention_check_interval_ms: u64,
     /// Largest metadata string of one committed offset, in bytes.
     pub offset_metadata_max_bytes: usize,
+    /// Members one consumer group may hold (`group.max.size`).
+    pub group_size_max: usize,
+    /// Session timeouts a group member may ask for, inclusive.
+    pub group_session_timeout_ms_min: i32,
+    pub group_session_timeout_ms_max: i32,
     /// Every key with its effective value (defaults filled in).
     pub values: BTreeMap<String, String>,
     /// Keys set explicitly by env, file or flag (DescribeConfigs reports them as static).
@@ -400,6 +408,15 @@ impl BrokerConfig {
                 "offset.metadata.max.bytes",
                 &get("offset.metadata.max.bytes"),
             )?,
+            group_size_max: parse::<i32>("group.max.size", &get("group.max.size"))?.max(0) as usize,
+            group_session_timeout_ms_min: parse(
+                "group.min.session.timeout.ms",
+                &get("group.min.session.timeout.ms"),
+            )?,
+            group_session_timeout_ms_max: parse(
+                "group.max.session.timeout.ms",
+                &get("group.max.session.timeout.ms"),
+            )?,
             values: values.clone(),
             explicit,
         };
@@ -416,6 +433,14 @@ impl BrokerConfig {
         }
         if cfg.offsets_retention_check_interval_ms < 1 {
             bail!("offsets.retention.check.interval.ms must be >= 1");
+        }
+        if cfg.group_size_max < 1 {
+            bail!("group.max.size must be >= 1");
+        }
+        if cfg.group_session_timeout_ms_min < 0
+            || cfg.group_session_timeout_ms_min > cfg.group_session_timeout_ms_max
+        {
+            bail!("group.min.session.timeout.ms must be >= 0 and <= group.max.session.timeout.ms");
         }
         if cfg.node_id < 0 {
             bail!("node.id must be >= 0");

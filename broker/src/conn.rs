@@ -31,10 +31,12 @@ pub enum Reply {
 }
 
 pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream) {
-    let peer = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
+    let peer_addr = stream.peer_addr().ok();
+    let peer = peer_addr.map(|a| a.to_string()).unwrap_or_default();
+    // Kafka shows a member's host as Java's InetAddress.toString() does: "/127.0.0.1".
+    let client_host: Rc<str> = peer_addr
+        .map_or_else(String::new, |a| format!("/{}", a.ip()))
+        .into();
     let _ = stream.set_nodelay(true);
     shard.counters.connection_opened();
     let (mut reader, mut writer) = futures_lite::io::split(stream);
@@ -104,7 +106,12 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream) {
         shard.counters.add_bytes_in(size + 4);
         let frame = frame.freeze();
         debug!(shard = shard.id, peer = %peer, api = i16::from_be_bytes([frame[0], frame[1]]), "request");
-        let task = glommio::spawn_local(handlers::handle_frame(shard.clone(), frame)).detach();
+        let task = glommio::spawn_local(handlers::handle_frame(
+            shard.clone(),
+            frame,
+            client_host.clone(),
+        ))
+        .detach();
         if tx.send(task).await.is_err() {
             break; // the writer stopped: the connection is closing
         }

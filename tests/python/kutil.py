@@ -1,4 +1,4 @@
-"""kafka-python helpers shared by the tests (the broker has no group coordinator, so every
+"""kafka-python helpers shared by the tests (these helpers read with assign(), so every
 consumer uses group_id=None with assign())."""
 
 import time

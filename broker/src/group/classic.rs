@@ -404,6 +404,22 @@ impl ClassicGroup {
         self.state == GroupState::Empty
     }
 
+    /// Every member's metadata for the chosen protocol, while the group has a generation with
+    /// members (not `Empty` or `Dead`): where OffsetDelete reads the subscribed topics from.
+    pub fn chosen_protocol_metadata(&self) -> Vec<Bytes> {
+        let Some(protocol) = self.protocol_name.as_deref() else {
+            return Vec::new();
+        };
+        if matches!(self.state, GroupState::Empty | GroupState::Dead) {
+            return Vec::new();
+        }
+        self.members
+            .values()
+            .filter(|m| m.supports(protocol))
+            .map(|m| m.metadata(protocol))
+            .collect()
+    }
+
     /// The group as DescribeGroups shows it.
     pub fn describe(&self) -> GroupDescription {
         let stable = self.state == GroupState::Stable;

@@ -18,25 +18,39 @@
 //! Expiry: a task on each coordinator shard deletes (with tombstones) the offsets of groups
 //! without active members whose latest commit is older than `offsets.retention.minutes`.
 //!
+//! Membership: a group's classic membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) is a
+//! [`classic::ClassicGroup`] in its [`GroupEntry`], created by the group's first JoinGroup and
+//! driven by [`membership`] (waiting requests, timers, DescribeGroups, ListGroups,
+//! DeleteGroups). Membership is *not* persisted: only committed offsets are. After the
+//! coordinator restarts, or its partition moves or reloads, the group starts `Empty`; its
+//! members get UNKNOWN_MEMBER_ID (or ILLEGAL_GENERATION) on their next heartbeat or commit and
+//! rejoin, which Kafka clients do on their own, and resume from the committed offsets. What is
+//! lost is the generation (it restarts at 1) and static members' identities.
+//!
 //! All state is shard-local (`RefCell`); no borrow is held across an `.await`.
 
-#[allow(dead_code)] // wired in by the coordinator
 pub mod classic;
+#[allow(dead_code)] // wired in by the coordinator
+pub mod consumer;
+pub mod membership;
 pub mod records;
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::ResponseError;
+use keel_shard::Event;
 use keel_storage::{LeaderEpoch, Offset, StorageError};
 use tracing::{error, info, warn};
 
 use crate::controller::{self, OpError, TopicSpec};
 use crate::errors::{code, coordinator_write_code, NONE};
 use crate::server::{BrokerShard, Partition};
+use classic::{ClassicGroup, GroupState};
+use membership::{GroupAnswer, Waiter};
 use records::{CoordinatorRecord, OffsetChange, OffsetKey};
 
 /// The internal topic that holds the groups' committed offsets.
@@ -88,21 +102,76 @@ pub struct GroupEntry {
     pub partition: i32,
     /// Committed offsets by (topic, partition).
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// The classic membership, from the group's first JoinGroup; memory only (see the module
+    /// documentation). `None` for a group that only commits ("simple" consumers).
+    pub classic: Option<ClassicGroup>,
+    /// Requests parked for `classic`'s answer, by ticket number. Each is answered when the
+    /// group yields its ticket, or with an error when the group is unloaded.
+    waiting: HashMap<u64, Waiter>,
+    /// The deadline under which the coordinator's timer index holds this group, if any.
+    scheduled_ms: Option<i64>,
 }
 
 impl GroupEntry {
     pub fn new(partition: i32) -> GroupEntry {
         GroupEntry {
             partition,
-            offsets: BTreeMap::new(),
+            ..GroupEntry::default()
         }
     }
 
     /// Whether the group has a classic membership with members (Kafka: not Empty or Dead).
-    /// The classic group state machine (`classic.rs`) plugs in here; until it does, no
-    /// group has members, so every group is "simple" (commits without a generation).
+    /// A group without one is "simple": it commits without a generation.
     pub fn has_active_members(&self) -> bool {
-        false
+        self.classic
+            .as_ref()
+            .is_some_and(|c| !matches!(c.state(), GroupState::Empty | GroupState::Dead))
+    }
+
+    /// The live classic group: `None` when there is none or it was deleted (`Dead`).
+    pub fn live_classic(&mut self) -> Option<&mut ClassicGroup> {
+        self.classic
+            .as_mut()
+            .filter(|c| c.state() != GroupState::Dead)
+    }
+
+    /// Whether nothing is left to keep: no offsets, no parked request, and no classic group
+    /// (or a deleted one). Such a group is forgotten at once.
+    fn is_forgettable(&self) -> bool {
+        self.offsets.is_empty()
+            && self.waiting.is_empty()
+            && self
+                .classic
+                .as_ref()
+                .is_none_or(|c| c.state() == GroupState::Dead)
+    }
+
+    /// Whether the group is a classic group left `Empty`, without offsets and with no timer
+    /// running (no member id handed out). Kept, as Kafka keeps it, until the next expiry check
+    /// (`offsets.retention.check.interval.ms`) forgets it: until then it is listed, described
+    /// and can be deleted.
+    fn is_idle(&self) -> bool {
+        self.offsets.is_empty()
+            && self.waiting.is_empty()
+            && self
+                .classic
+                .as_ref()
+                .is_some_and(|c| c.is_empty() && c.next_deadline_ms().is_none())
+    }
+
+    /// The topics the group's members subscribe to, read from their consumer protocol
+    /// metadata (`ConsumerProtocolSubscription`); `None` for a group that is not an active
+    /// consumer group, or whose metadata cannot be read.
+    fn subscribed_topics(&self) -> Option<HashSet<String>> {
+        let c = self.classic.as_ref()?;
+        if c.protocol_type() != Some(CONSUMER_PROTOCOL_TYPE) {
+            return None;
+        }
+        let mut topics = HashSet::new();
+        for metadata in c.chosen_protocol_metadata() {
+            topics.extend(subscription_topics(&metadata)?);
+        }
+        Some(topics)
     }
 
     fn latest_commit_ms(&self) -> Option<i64> {
@@ -110,24 +179,63 @@ impl GroupEntry {
     }
 }
 
+/// The protocol type of consumers (Kafka's `ConsumerProtocol.PROTOCOL_TYPE`).
+pub const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
+
+/// The topics of a `ConsumerProtocolSubscription` (any version: they all start with
+/// `version: i16`, `topics: [string]`, non-flexible). `None` if the bytes do not hold them.
+pub fn subscription_topics(metadata: &[u8]) -> Option<Vec<String>> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (b.get(..n)?, b.get(n..)?);
+        *b = rest;
+        Some(head)
+    }
+    let mut b = metadata;
+    let version = i16::from_be_bytes(take(&mut b, 2)?.try_into().ok()?);
+    if version < 0 {
+        return None;
+    }
+    let count = i32::from_be_bytes(take(&mut b, 4)?.try_into().ok()?);
+    // Each topic takes at least its 2-byte length: a count beyond that is corrupt.
+    if count < 0 || count as usize > b.len() / 2 {
+        return None;
+    }
+    let mut topics = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let len = i16::from_be_bytes(take(&mut b, 2)?.try_into().ok()?);
+        let name = take(&mut b, usize::try_from(len).ok()?)?;
+        topics.push(String::from_utf8(name.to_vec()).ok()?);
+    }
+    Some(topics)
+}
+
 /// Whether a commit by `member_id` at `generation_id` may write offsets of `group`: NONE, or
-/// the Kafka error code. A "simple" commit (generation -1, no member id) is allowed while the
-/// group has no active classic membership.
+/// the Kafka error code. A group with a live classic membership decides
+/// ([`ClassicGroup::can_commit`]: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, ILLEGAL_GENERATION,
+/// REBALANCE_IN_PROGRESS; a commit outside any generation while the group is `Empty`). A group
+/// without one takes only "simple" commits (generation -1, no member id). The caller settles
+/// the group afterwards (`can_commit` applies due timeouts, which may answer waiting requests).
 pub fn check_member(
-    group: &GroupEntry,
+    group: &mut GroupEntry,
     member_id: &str,
     generation_id: i32,
     instance_id: Option<&str>,
+    now_ms: i64,
 ) -> i16 {
-    if generation_id == -1 && member_id.is_empty() && !group.has_active_members() {
-        return NONE;
+    match group.live_classic() {
+        Some(c) => c.can_commit(member_id, instance_id, generation_id, now_ms),
+        None => check_simple_commit(member_id, generation_id),
     }
-    // The classic state machine answers here once it exists: UNKNOWN_MEMBER_ID for a member
-    // it does not know, FENCED_INSTANCE_ID for a replaced static member (`instance_id`),
-    // ILLEGAL_GENERATION for a stale generation, REBALANCE_IN_PROGRESS while rebalancing.
-    // Until then no group has members, so a member's commit names an unknown member.
-    let _ = instance_id;
-    code(ResponseError::UnknownMemberId)
+}
+
+/// A commit to a group without a live classic membership: only a "simple" one passes; a
+/// member's commit names a member the coordinator does not know.
+fn check_simple_commit(member_id: &str, generation_id: i32) -> i16 {
+    if generation_id == -1 && member_id.is_empty() {
+        NONE
+    } else {
+        code(ResponseError::UnknownMemberId)
+    }
 }
 
 /// Applies one change to a group map (live state and replay alike). A group left without
@@ -146,7 +254,7 @@ fn apply_change(groups: &mut HashMap<String, GroupEntry>, partition: i32, change
                 return;
             };
             g.offsets.remove(&(k.topic, k.partition));
-            if g.offsets.is_empty() && !g.has_active_members() {
+            if g.is_forgettable() {
                 groups.remove(&k.group);
             }
         }
@@ -180,7 +288,8 @@ struct CoordinatorPartition {
 }
 
 /// The group coordinator state of one shard: the groups of the `__consumer_offsets`
-/// partitions it owns.
+/// partitions it owns, and the group requests of this shard's connections that wait for a
+/// coordinator's answer (see [`membership`]).
 #[derive(Default)]
 pub struct GroupCoordinator {
     /// Every group of this shard's coordinator partitions, by group id.
@@ -188,11 +297,23 @@ pub struct GroupCoordinator {
     partitions: RefCell<HashMap<i32, CoordinatorPartition>>,
     next_load_id: Cell<u64>,
     expiry_started: Cell<bool>,
+    /// (deadline, group id) of every group with a timer ([`ClassicGroup::next_deadline_ms`]).
+    /// An entry whose group no longer has that `scheduled_ms` is stale and skipped.
+    deadlines: RefCell<BTreeSet<(i64, String)>>,
+    /// Fired to wake the timer task early: a deadline before `timer_armed_ms` arrived.
+    timer_wake: RefCell<Rc<Event>>,
+    /// The deadline the timer task sleeps until (`i64::MAX`: none).
+    timer_armed_ms: Cell<i64>,
+    timer_started: Cell<bool>,
+    /// Requests of this shard's connections parked for a group's answer, by token.
+    parked: RefCell<HashMap<u64, futures_channel::oneshot::Sender<GroupAnswer>>>,
+    next_park_token: Cell<u64>,
 }
 
 impl GroupCoordinator {
     /// Starts (re)loading partition `p`: its groups are unavailable until [`Self::finish_load`].
-    fn begin_load(&self, p: i32, topic_id: [u8; 16]) -> u64 {
+    /// Returns the parked requests of the groups it drops, which the caller answers.
+    fn begin_load(&self, p: i32, topic_id: [u8; 16]) -> (u64, Vec<Waiter>) {
         let load_id = self.next_load_id.get();
         self.next_load_id.set(load_id + 1);
         self.partitions.borrow_mut().insert(
@@ -204,8 +325,14 @@ impl GroupCoordinator {
                 pending: VecDeque::new(),
             },
         );
-        self.groups.borrow_mut().retain(|_, g| g.partition != p);
-        load_id
+        let mut orphaned = Vec::new();
+        self.groups.borrow_mut().retain(|_, g| {
+            if g.partition == p {
+                orphaned.extend(g.waiting.drain().map(|(_, w)| w));
+            }
+            g.partition != p
+        });
+        (load_id, orphaned)
     }
 
     /// Installs the groups replayed from partition `p`'s log, unless `p` was reopened since.
@@ -293,6 +420,21 @@ impl GroupCoordinator {
         })
     }
 
+    /// The offsets of `group` that writes of `p` appended and did not yet apply.
+    fn pending_keys(&self, p: i32, group: &str) -> Vec<(String, i32)> {
+        self.partitions
+            .borrow()
+            .get(&p)
+            .map_or_else(Vec::new, |cp| {
+                cp.pending
+                    .iter()
+                    .flat_map(|w| w.changes.iter().map(OffsetChange::key))
+                    .filter(|k| k.group == group)
+                    .map(|k| (k.topic.clone(), k.partition))
+                    .collect()
+            })
+    }
+
     fn loaded_partitions(&self) -> Vec<i32> {
         self.partitions
             .borrow()
@@ -300,6 +442,15 @@ impl GroupCoordinator {
             .filter(|(_, cp)| cp.state == LoadState::Loaded)
             .map(|(p, _)| *p)
             .collect()
+    }
+
+    /// Forgets partition `p`'s idle groups ([`GroupEntry::is_idle`]) that have no write in
+    /// flight; returns how many.
+    fn forget_idle(&self, p: i32) -> usize {
+        let mut groups = self.groups.borrow_mut();
+        let before = groups.len();
+        groups.retain(|name, g| g.partition != p || !g.is_idle() || self.has_pending(p, name));
+        before - groups.len()
     }
 
     /// Tombstones for every offset of partition `p`'s groups that have no active members, no
@@ -519,17 +670,16 @@ pub async fn commit_offsets(shard: Rc<BrokerShard>, p: i32, req: CommitRequest) 
     if ready != NONE {
         return Err(ready);
     }
-    let fenced = {
-        let groups = shard.groups.groups.borrow();
-        let empty = GroupEntry::new(p);
-        let g = groups.get(&req.group).unwrap_or(&empty);
+    let fenced = membership::with_group(&shard, p, &req.group, false, |g, now| {
         check_member(
             g,
             &req.member_id,
             req.generation_id,
             req.instance_id.as_deref(),
+            now,
         )
-    };
+    })
+    .unwrap_or_else(|| check_simple_commit(&req.member_id, req.generation_id));
     if fenced != NONE {
         return Err(fenced);
     }
@@ -600,27 +750,44 @@ pub async fn fetch_offsets(
 }
 
 /// Deletes the group's committed offsets of these partitions (those without one are left as
-/// they are). GROUP_ID_NOT_FOUND for a group this coordinator does not know.
+/// they are). GROUP_ID_NOT_FOUND for a group this coordinator does not know (or deleted);
+/// NON_EMPTY_GROUP for an active group of another protocol type than "consumer". Returns the
+/// topics left alone because the active members subscribe to them (Kafka's
+/// GROUP_SUBSCRIBED_TO_TOPIC, per partition).
 pub async fn delete_offsets(
     shard: Rc<BrokerShard>,
     p: i32,
     group: String,
     partitions: Vec<(String, i32)>,
-) -> Result<(), i16> {
+) -> Result<HashSet<String>, i16> {
     let ready = shard.groups.ready(&shard, p);
     if ready != NONE {
         return Err(ready);
     }
-    let changes: Vec<OffsetChange> = {
+    let (changes, subscribed) = {
         let groups = shard.groups.groups.borrow();
         let Some(g) = groups.get(&group) else {
             return Err(code(ResponseError::GroupIdNotFound));
         };
-        // With the classic state machine: a group whose members are subscribed to a topic
-        // answers GROUP_SUBSCRIBED_TO_TOPIC for that topic's partitions instead.
-        partitions
+        if g.classic
+            .as_ref()
+            .is_some_and(|c| c.state() == GroupState::Dead)
+        {
+            return Err(code(ResponseError::GroupIdNotFound));
+        }
+        let subscribed = if g.has_active_members() {
+            // Kafka: an active group of another protocol cannot lose offsets at all; a
+            // consumer group whose metadata cannot be read is treated as subscribed to nothing.
+            match g.classic.as_ref().and_then(|c| c.protocol_type()) {
+                Some(CONSUMER_PROTOCOL_TYPE) => g.subscribed_topics().unwrap_or_default(),
+                _ => return Err(code(ResponseError::NonEmptyGroup)),
+            }
+        } else {
+            HashSet::new()
+        };
+        let changes: Vec<OffsetChange> = partitions
             .into_iter()
-            .filter(|k| g.offsets.contains_key(k))
+            .filter(|k| !subscribed.contains(&k.0) && g.offsets.contains_key(k))
             .map(|(topic, partition)| {
                 OffsetChange::Delete(OffsetKey {
                     group: group.clone(),
@@ -628,9 +795,11 @@ pub async fn delete_offsets(
                     partition,
                 })
             })
-            .collect()
+            .collect();
+        (changes, subscribed)
     };
-    write(&shard, p, changes).await
+    write(&shard, p, changes).await?;
+    Ok(subscribed)
 }
 
 // ---- loading and expiry ------------------------------------------------------------------
@@ -648,7 +817,14 @@ struct Replayed {
 /// COORDINATOR_LOAD_IN_PROGRESS until its log is replayed. Also starts this shard's expiry task.
 pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
     let p = part.index;
-    let load_id = shard.groups.begin_load(p, part.topic_id);
+    let (load_id, orphaned) = shard.groups.begin_load(p, part.topic_id);
+    membership::deliver(
+        shard,
+        orphaned
+            .into_iter()
+            .map(|w| (w, Err(code(ResponseError::NotCoordinator))))
+            .collect(),
+    );
     let owner = shard.clone();
     glommio::spawn_local(async move {
         let started = Instant::now();
@@ -687,6 +863,7 @@ pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
     })
     .detach();
     start_expiry(shard);
+    membership::start_timer(shard);
 }
 
 /// Reads partition `part`'s committed log from its start and replays it.
@@ -759,6 +936,15 @@ async fn expire_offsets(shard: &Rc<BrokerShard>, now_ms: i64) {
     for p in shard.groups.loaded_partitions() {
         if shard.groups.ready(shard, p) != NONE {
             continue;
+        }
+        let idle = shard.groups.forget_idle(p);
+        if idle > 0 {
+            tracing::debug!(
+                shard = shard.id,
+                partition = p,
+                groups = idle,
+                "forgot empty groups"
+            );
         }
         // Decided and appended in one step (no await between): no commit slips in between.
         let changes = shard.groups.expired(p, now_ms, retention_ms);
@@ -858,7 +1044,7 @@ mod tests {
     #[test]
     fn pending_writes_apply_in_log_order_up_to_the_high_watermark() {
         let c = GroupCoordinator::default();
-        let id = c.begin_load(0, [1; 16]);
+        let (id, _) = c.begin_load(0, [1; 16]);
         c.finish_load(0, id, Some(HashMap::new()));
         c.push_pending(0, Offset(1), vec![commit("g", "t", 0, 1, 1)]);
         c.push_pending(0, Offset(2), vec![commit("g", "t", 0, 2, 1)]);
@@ -878,8 +1064,8 @@ mod tests {
     #[test]
     fn a_stale_load_is_dropped() {
         let c = GroupCoordinator::default();
-        let first = c.begin_load(4, [1; 16]);
-        let second = c.begin_load(4, [2; 16]);
+        let (first, _) = c.begin_load(4, [1; 16]);
+        let (second, _) = c.begin_load(4, [2; 16]);
         let mut old = HashMap::new();
         apply_change(&mut old, 4, commit("old", "t", 0, 1, 1));
         c.finish_load(4, first, Some(old));
@@ -892,7 +1078,7 @@ mod tests {
     #[test]
     fn expiry_takes_whole_old_groups_only() {
         let c = GroupCoordinator::default();
-        let id = c.begin_load(0, [1; 16]);
+        let (id, _) = c.begin_load(0, [1; 16]);
         let mut loaded = HashMap::new();
         apply_change(&mut loaded, 0, commit("old", "t", 0, 1, 100));
         apply_change(&mut loaded, 0, commit("old", "t", 1, 1, 200));
@@ -909,15 +1095,159 @@ mod tests {
 
     #[test]
     fn simple_commits_pass_member_commits_do_not() {
-        let g = GroupEntry::new(0);
-        assert_eq!(check_member(&g, "", -1, None), NONE);
+        let mut g = GroupEntry::new(0);
+        assert_eq!(check_member(&mut g, "", -1, None, 0), NONE);
         assert_eq!(
-            check_member(&g, "member-1", 3, None),
+            check_member(&mut g, "member-1", 3, None, 0),
             code(ResponseError::UnknownMemberId)
         );
         assert_eq!(
-            check_member(&g, "", 0, Some("static")),
+            check_member(&mut g, "", 0, Some("static"), 0),
             code(ResponseError::UnknownMemberId)
         );
+    }
+
+    fn join(member_id: &str) -> classic::JoinRequest {
+        classic::JoinRequest {
+            member_id: member_id.into(),
+            group_instance_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 10_000,
+            protocol_type: CONSUMER_PROTOCOL_TYPE.into(),
+            protocols: vec![(
+                "range".into(),
+                bytes::Bytes::from_static(b"\0\0\0\0\0\x02\0\x01a\0\x01b\xff\xff\xff\xff"),
+            )],
+            require_known_member_id: false,
+        }
+    }
+
+    /// A group with one member at generation 1; its member id.
+    fn joined(g: &mut GroupEntry) -> String {
+        let c = g
+            .classic
+            .insert(ClassicGroup::new("g", classic::GroupConfig::default()));
+        match c.join(join(""), 0) {
+            classic::Reply::Now(r) => {
+                assert_eq!((r.error, r.generation_id), (NONE, 1));
+                r.member_id
+            }
+            classic::Reply::Later(_) => panic!("a sole member's join completes at once"),
+        }
+    }
+
+    #[test]
+    fn a_classic_group_fences_commits_and_is_active_while_it_has_members() {
+        let mut g = GroupEntry::new(0);
+        let member = joined(&mut g);
+        assert!(g.has_active_members());
+        assert!(!g.is_forgettable());
+        // CompletingRebalance: the member has no assignment yet.
+        assert_eq!(
+            check_member(&mut g, &member, 1, None, 1),
+            code(ResponseError::RebalanceInProgress)
+        );
+        let c = g.classic.as_mut().unwrap();
+        let sync = classic::SyncRequest {
+            member_id: member.clone(),
+            group_instance_id: None,
+            generation_id: 1,
+            protocol_type: None,
+            protocol_name: None,
+            assignments: vec![(member.clone(), bytes::Bytes::new())],
+        };
+        assert!(matches!(c.sync(sync, 1), classic::Reply::Now(r) if r.error == NONE));
+        assert_eq!(check_member(&mut g, &member, 1, None, 2), NONE);
+        assert_eq!(
+            check_member(&mut g, &member, 0, None, 2),
+            code(ResponseError::IllegalGeneration)
+        );
+        assert_eq!(
+            check_member(&mut g, "stranger", 1, None, 2),
+            code(ResponseError::UnknownMemberId)
+        );
+        // A simple commit names no member of an active group.
+        assert_eq!(
+            check_member(&mut g, "", -1, None, 2),
+            code(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(
+            g.subscribed_topics(),
+            Some(["a".to_string(), "b".to_string()].into())
+        );
+        // Once the member leaves, the group is Empty: simple commits pass again.
+        let leaving = classic::LeavingMember {
+            member_id: member,
+            group_instance_id: None,
+        };
+        let c = g.classic.as_mut().unwrap();
+        assert_eq!(c.leave(&[leaving], 3), Ok(vec![NONE]));
+        assert!(!g.has_active_members());
+        assert_eq!(g.subscribed_topics(), Some(HashSet::new()));
+        assert_eq!(check_member(&mut g, "", -1, None, 3), NONE);
+        assert!(!g.is_forgettable());
+        assert!(g.is_idle(), "no offsets, no members, no timers");
+        g.offsets.insert(
+            ("t".into(), 0),
+            CommittedOffset {
+                offset: 1,
+                leader_epoch: -1,
+                metadata: String::new(),
+                commit_timestamp_ms: 0,
+            },
+        );
+        assert!(!g.is_forgettable() && !g.is_idle());
+    }
+
+    #[test]
+    fn subscriptions_are_read_from_consumer_protocol_metadata() {
+        // v0: topics ["a", "bc"], null user data.
+        let v0 = b"\0\0\0\0\0\x02\0\x01a\0\x02bc\xff\xff\xff\xff";
+        assert_eq!(
+            subscription_topics(v0),
+            Some(vec!["a".to_string(), "bc".to_string()])
+        );
+        // v1+ append owned partitions (and more) after the user data: not read.
+        let v1 = b"\0\x01\0\0\0\x01\0\x01a\0\0\0\0\0\0\0\0";
+        assert_eq!(subscription_topics(v1), Some(vec!["a".to_string()]));
+        assert_eq!(subscription_topics(b"\0\0\0\0\0\0"), Some(vec![]));
+        // Truncated, a count past the bytes, a negative length, a negative version.
+        for bad in [
+            &b""[..],
+            b"\0\0\0\0",
+            b"\0\0\0\0\0\x01\0\x05ab",
+            b"\0\0\x7f\xff\xff\xff\0\x01a",
+            b"\0\0\0\0\0\x01\xff\xffa",
+            b"\xff\xff\0\0\0\0",
+            b"\0\0\0\0\0\x01\0\x02\xff\xfe",
+        ] {
+            assert_eq!(subscription_topics(bad), None, "{bad:?}");
+        }
+        // Random bytes never panic; random topic lists read back as written.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..2_000 {
+            let len = (next() % 48) as usize;
+            let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            let _ = subscription_topics(&bytes);
+            let topics: Vec<String> = (0..next() % 4)
+                .map(|i| format!("t{i}-{}", next() % 1000))
+                .collect();
+            let mut encoded = vec![0, (next() % 4) as u8];
+            encoded.extend((topics.len() as i32).to_be_bytes());
+            for t in &topics {
+                encoded.extend((t.len() as i16).to_be_bytes());
+                encoded.extend(t.as_bytes());
+            }
+            encoded.extend((-1i32).to_be_bytes());
+            assert_eq!(subscription_topics(&encoded), Some(topics));
+        }
     }
 }

@@ -18,13 +18,19 @@ use crate::server::BrokerShard;
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
+pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod fetch;
 pub mod find_coordinator;
+pub mod heartbeat;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
 pub mod offset_commit;
@@ -32,6 +38,7 @@ pub mod offset_delete;
 pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod sync_group;
 
 /// One API Keel answers, and its version range (inclusive).
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +69,13 @@ pub const SUPPORTED: &[ApiSupport] = &[
     offset_commit::SUPPORT,
     offset_fetch::SUPPORT,
     offset_delete::SUPPORT,
+    join_group::SUPPORT,
+    heartbeat::SUPPORT,
+    leave_group::SUPPORT,
+    sync_group::SUPPORT,
+    describe_groups::SUPPORT,
+    list_groups::SUPPORT,
+    delete_groups::SUPPORT,
 ];
 
 pub fn support(key: ApiKey) -> Option<ApiSupport> {
@@ -88,8 +102,9 @@ fn reply(r: Result<Bytes, FrameError>) -> Reply {
     }
 }
 
-/// Handles one request frame (header and body, without the size prefix).
-pub async fn handle_frame(shard: Rc<BrokerShard>, mut frame: Bytes) -> Reply {
+/// Handles one request frame (header and body, without the size prefix). `client_host` is the
+/// client's address as Kafka shows it to group members ("/127.0.0.1").
+pub async fn handle_frame(shard: Rc<BrokerShard>, mut frame: Bytes, client_host: Rc<str>) -> Reply {
     use kafka_protocol::messages::*;
     let Some(prefix) = peek_prefix(&frame) else {
         return Reply::Close(FrameError::Header(
@@ -265,6 +280,49 @@ pub async fn handle_frame(shard: Rc<BrokerShard>, mut frame: Bytes) -> Reply {
             body,
             OffsetDeleteRequest,
             offset_delete::handle
+        ),
+        ApiKey::JoinGroup => {
+            let version = hdr.request_api_version;
+            let req: JoinGroupRequest = match decode_body(api, version, &mut body) {
+                Ok(r) => r,
+                Err(e) => return Reply::Close(e),
+            };
+            let resp = join_group::handle(&shard, &hdr, req, &client_host).await;
+            reply(encode_response(api, version, hdr.correlation_id, &resp))
+        }
+        ApiKey::SyncGroup => call!(shard, hdr, api, body, SyncGroupRequest, sync_group::handle),
+        ApiKey::Heartbeat => call!(shard, hdr, api, body, HeartbeatRequest, heartbeat::handle),
+        ApiKey::LeaveGroup => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            LeaveGroupRequest,
+            leave_group::handle
+        ),
+        ApiKey::ListGroups => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            ListGroupsRequest,
+            list_groups::handle
+        ),
+        ApiKey::DescribeGroups => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            DescribeGroupsRequest,
+            describe_groups::handle
+        ),
+        ApiKey::DeleteGroups => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            DeleteGroupsRequest,
+            delete_groups::handle
         ),
         _ => Reply::FrameThenClose(unsupported_frame(hdr.correlation_id)),
     }

@@ -5,8 +5,9 @@
 //! COORDINATOR_LOAD_IN_PROGRESS, GROUP_ID_NOT_FOUND, INVALID_GROUP_ID) go in the top-level
 //! error code with no topics, as Kafka answers them.
 //!
-//! Kafka refuses (GROUP_SUBSCRIBED_TO_TOPIC) to delete offsets of a topic the group's active
-//! members subscribe to; that check comes with the classic group state machine.
+//! Kafka refuses (GROUP_SUBSCRIBED_TO_TOPIC, per partition) to delete offsets of a topic the
+//! group's active members subscribe to, as their consumer protocol metadata says; an active
+//! group of another protocol type gets NON_EMPTY_GROUP for the whole request.
 
 use std::rc::Rc;
 
@@ -62,9 +63,10 @@ pub async fn handle(
         group::delete_offsets(s, p, g, known)
     })
     .await;
-    if let Err(e) = outcome {
-        return OffsetDeleteResponse::default().with_error_code(e);
-    }
+    let subscribed = match outcome {
+        Ok(subscribed) => subscribed,
+        Err(e) => return OffsetDeleteResponse::default().with_error_code(e),
+    };
     OffsetDeleteResponse::default().with_topics(
         answers
             .into_iter()
@@ -75,6 +77,11 @@ pub async fn handle(
                         parts
                             .into_iter()
                             .map(|(index, error)| {
+                                let error = if error == NONE && subscribed.contains(&name) {
+                                    code(ResponseError::GroupSubscribedToTopic)
+                                } else {
+                                    error
+                                };
                                 OffsetDeleteResponsePartition::default()
                                     .with_partition_index(index)
                                     .with_error_code(error)

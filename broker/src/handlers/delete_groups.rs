@@ -1,0 +1,61 @@
+//! DeleteGroups (key 42), v0-2: deletes groups without members, with their committed offsets
+//! (tombstones in `__consumer_offsets`, durable before the answer). Each group is answered by
+//! its coordinator shard (`group::membership::delete_group`), all concurrently:
+//! NON_EMPTY_GROUP for a group with members, GROUP_ID_NOT_FOUND for one the coordinator does
+//! not know, NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS as for every group request.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::{
+    ApiKey, DeleteGroupsRequest, DeleteGroupsResponse, GroupId, RequestHeader,
+};
+use kafka_protocol::ResponseError;
+
+use super::{str_bytes, ApiSupport};
+use crate::errors::{code, NONE};
+use crate::group::{self, membership};
+use crate::notify::join_all;
+use crate::server::BrokerShard;
+
+pub const SUPPORT: ApiSupport = ApiSupport {
+    key: ApiKey::DeleteGroups,
+    min: 0,
+    max: 2,
+};
+
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    _hdr: &RequestHeader,
+    req: DeleteGroupsRequest,
+) -> DeleteGroupsResponse {
+    let mut names: Vec<String> = req.groups_names.iter().map(|g| g.0.to_string()).collect();
+    // A group named twice is deleted (and answered) once, as Kafka does.
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|g| seen.insert(g.clone()));
+    let asks = names.into_iter().map(|group_id| {
+        let shard = shard.clone();
+        async move {
+            let outcome = if group::valid_group_id(&group_id) {
+                let gid = group_id.clone();
+                group::on_coordinator(&shard, &group_id, move |s, p| {
+                    membership::delete_group(s, p, gid)
+                })
+                .await
+            } else {
+                Err(code(ResponseError::InvalidGroupId))
+            };
+            (group_id, outcome)
+        }
+    });
+    let results = join_all(asks.collect())
+        .await
+        .into_iter()
+        .map(|(group_id, outcome)| {
+            DeletableGroupResult::default()
+                .with_group_id(GroupId(str_bytes(group_id)))
+                .with_error_code(outcome.err().unwrap_or(NONE))
+        })
+        .collect();
+    DeleteGroupsResponse::default().with_results(results)
+}

@@ -1,0 +1,100 @@
+//! DescribeGroups (key 15), v0-5: state, protocol and members of groups, each answered by its
+//! coordinator shard (`group::membership::describe_group`), all concurrently. Members'
+//! metadata and assignments are shown only while the group is `Stable`, as Kafka does. A
+//! group this coordinator does not know is `Dead` with no error (GROUP_ID_NOT_FOUND is v6's
+//! answer, not offered). v3+ report authorized operations when asked: without ACLs, all that
+//! apply to a group (READ, DESCRIBE, DELETE).
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::{
+    ApiKey, DescribeGroupsRequest, DescribeGroupsResponse, GroupId, RequestHeader,
+};
+use kafka_protocol::ResponseError;
+
+use super::{str_bytes, ApiSupport};
+use crate::errors::{code, NONE};
+use crate::group::classic::GroupDescription;
+use crate::group::{self, membership};
+use crate::notify::join_all;
+use crate::server::BrokerShard;
+
+pub const SUPPORT: ApiSupport = ApiSupport {
+    key: ApiKey::DescribeGroups,
+    min: 0,
+    max: 5,
+};
+
+/// Kafka's "not asked for" value of `authorized_operations`.
+const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+/// READ (3), DELETE (6) and DESCRIBE (8) as `AclOperation` bits.
+const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    hdr: &RequestHeader,
+    req: DescribeGroupsRequest,
+) -> DescribeGroupsResponse {
+    let version = hdr.request_api_version;
+    let operations = if version >= 3 && req.include_authorized_operations {
+        GROUP_OPERATIONS
+    } else {
+        AUTHORIZED_OPERATIONS_OMITTED
+    };
+    let asks = req.groups.into_iter().map(|g| {
+        let shard = shard.clone();
+        let group_id = g.0.to_string();
+        async move {
+            let answer = if group::valid_group_id(&group_id) {
+                let gid = group_id.clone();
+                group::on_coordinator(&shard, &group_id, move |s, p| {
+                    membership::describe_group(s, p, gid)
+                })
+                .await
+            } else {
+                Err(code(ResponseError::InvalidGroupId))
+            };
+            (group_id, answer)
+        }
+    });
+    let groups = join_all(asks.collect())
+        .await
+        .into_iter()
+        .map(|(group_id, answer)| described(version, group_id, answer, operations))
+        .collect();
+    DescribeGroupsResponse::default().with_groups(groups)
+}
+
+fn described(
+    version: i16,
+    group_id: String,
+    answer: Result<GroupDescription, i16>,
+    operations: i32,
+) -> DescribedGroup {
+    let g = DescribedGroup::default()
+        .with_group_id(GroupId(str_bytes(group_id)))
+        .with_authorized_operations(operations);
+    let d = match answer {
+        Ok(d) => d,
+        Err(e) => return g.with_error_code(e),
+    };
+    let members = d
+        .members
+        .into_iter()
+        .map(|m| {
+            DescribedGroupMember::default()
+                .with_member_id(str_bytes(m.member_id))
+                .with_group_instance_id(m.group_instance_id.filter(|_| version >= 4).map(str_bytes))
+                .with_client_id(str_bytes(m.client_id))
+                .with_client_host(str_bytes(m.client_host))
+                .with_member_metadata(m.metadata)
+                .with_member_assignment(m.assignment)
+        })
+        .collect();
+    g.with_error_code(NONE)
+        .with_group_state(str_bytes(d.state.as_str()))
+        .with_protocol_type(str_bytes(d.protocol_type))
+        .with_protocol_data(str_bytes(d.protocol))
+        .with_members(members)
+}
