@@ -634,6 +634,16 @@ pub async fn delete_topics(
     join_all(runs.collect::<Vec<_>>()).await
 }
 
+/// The topic, or UNKNOWN_TOPIC_OR_PARTITION with Kafka's message.
+fn known_topic<'a>(image: &'a MetadataImage, name: &str) -> Result<&'a Arc<TopicMeta>, OpError> {
+    image.topic(name).ok_or_else(|| {
+        OpError::new(
+            ResponseError::UnknownTopicOrPartition,
+            format!("The topic '{name}' does not exist."),
+        )
+    })
+}
+
 /// Grows each named topic to the given partition count.
 pub async fn create_partitions(
     shard: Rc<BrokerShard>,
@@ -645,12 +655,7 @@ pub async fn create_partitions(
         let shard = shard.clone();
         let image = image.clone();
         async move {
-            let topic = image.topic(&name).ok_or_else(|| {
-                OpError::new(
-                    ResponseError::UnknownTopicOrPartition,
-                    format!("The topic '{name}' does not exist."),
-                )
-            })?;
+            let topic = known_topic(&image, &name)?;
             let current = topic.partitions.len() as i32;
             if count <= current {
                 let msg = if count == current {
@@ -689,12 +694,7 @@ pub async fn alter_topic_configs(
         let shard = shard.clone();
         let image = image.clone();
         async move {
-            let topic = image.topic(&name).ok_or_else(|| {
-                OpError::new(
-                    ResponseError::UnknownTopicOrPartition,
-                    format!("The topic '{name}' does not exist."),
-                )
-            })?;
+            let topic = known_topic(&image, &name)?;
             let next = apply_change(&topic.configs, &change)?;
             if validate_only || next == topic.configs {
                 return Ok(());
