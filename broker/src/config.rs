@@ -69,6 +69,10 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "group.max.size", default: "2147483647", doc: "members a consumer group may hold (also bounds member ids handed out and not yet used)" },
     BrokerKey { name: "group.min.session.timeout.ms", default: "6000", doc: "shortest session timeout a group member may ask for" },
     BrokerKey { name: "group.max.session.timeout.ms", default: "1800000", doc: "longest session timeout a group member may ask for" },
+    BrokerKey { name: "group.consumer.session.timeout.ms", default: "45000", doc: "group.protocol=consumer: a member without a heartbeat for this long is removed" },
+    BrokerKey { name: "group.consumer.heartbeat.interval.ms", default: "5000", doc: "group.protocol=consumer: how often members heartbeat (told to them)" },
+    BrokerKey { name: "group.consumer.max.size", default: "2147483647", doc: "group.protocol=consumer: members a consumer group may hold" },
+    BrokerKey { name: "group.consumer.assignors", default: "uniform,range", doc: "group.protocol=consumer: server assignors; the first is used when members ask for none" },
 ];
 
 /// A topic-level setting and the broker setting it inherits.
@@ -288,6 +292,12 @@ pub struct BrokerConfig {
     /// Session timeouts a group member may ask for, inclusive.
     pub group_session_timeout_ms_min: i32,
     pub group_session_timeout_ms_max: i32,
+    /// `group.protocol=consumer` groups: session timeout, heartbeat interval, size limit and
+    /// default assignor (the first of `group.consumer.assignors`).
+    pub consumer_group_session_timeout_ms: i32,
+    pub consumer_group_heartbeat_interval_ms: i32,
+    pub consumer_group_size_max: usize,
+    pub consumer_group_assignor: String,
     /// Every key with its effective value (defaults filled in).
     pub values: BTreeMap<String, String>,
     /// Keys set explicitly by env, file or flag (DescribeConfigs reports them as static).
@@ -417,6 +427,25 @@ impl BrokerConfig {
                 "group.max.session.timeout.ms",
                 &get("group.max.session.timeout.ms"),
             )?,
+            consumer_group_session_timeout_ms: parse(
+                "group.consumer.session.timeout.ms",
+                &get("group.consumer.session.timeout.ms"),
+            )?,
+            consumer_group_heartbeat_interval_ms: parse(
+                "group.consumer.heartbeat.interval.ms",
+                &get("group.consumer.heartbeat.interval.ms"),
+            )?,
+            consumer_group_size_max: parse::<i32>(
+                "group.consumer.max.size",
+                &get("group.consumer.max.size"),
+            )?
+            .max(0) as usize,
+            consumer_group_assignor: get("group.consumer.assignors")
+                .split(',')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
             values: values.clone(),
             explicit,
         };
@@ -441,6 +470,19 @@ impl BrokerConfig {
             || cfg.group_session_timeout_ms_min > cfg.group_session_timeout_ms_max
         {
             bail!("group.min.session.timeout.ms must be >= 0 and <= group.max.session.timeout.ms");
+        }
+        if cfg.consumer_group_heartbeat_interval_ms < 1
+            || cfg.consumer_group_heartbeat_interval_ms >= cfg.consumer_group_session_timeout_ms
+        {
+            bail!("group.consumer.heartbeat.interval.ms must be >= 1 and < group.consumer.session.timeout.ms");
+        }
+        if cfg.consumer_group_size_max < 1 {
+            bail!("group.consumer.max.size must be >= 1");
+        }
+        for a in get("group.consumer.assignors").split(',') {
+            if !matches!(a.trim(), "uniform" | "range") {
+                bail!("group.consumer.assignors: unknown assignor {a:?} (uniform, range)");
+            }
         }
         if cfg.node_id < 0 {
             bail!("node.id must be >= 0");

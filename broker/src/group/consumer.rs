@@ -569,6 +569,15 @@ impl ConsumerGroup {
         }
     }
 
+    /// The existing topics the members' subscriptions name or match (OffsetDelete keeps
+    /// their offsets while the group has members).
+    pub fn subscribed_topic_names(&self) -> std::collections::HashSet<String> {
+        self.members
+            .values()
+            .flat_map(|m| m.resolved_topics.iter().cloned())
+            .collect()
+    }
+
     /// ConsumerGroupDescribe's answer for this group.
     pub fn describe(&self) -> GroupDescription {
         let names: BTreeMap<TopicId, &str> = self

@@ -189,7 +189,7 @@ impl GroupCoordinator {
                 }
             }
         }
-        let next = g.classic.as_ref().and_then(ClassicGroup::next_deadline_ms);
+        let next = g.next_deadline_ms();
         if next != g.scheduled_ms {
             let mut index = self.deadlines.borrow_mut();
             if let Some(old) = g.scheduled_ms {
@@ -300,6 +300,11 @@ pub async fn join_group(
     let config = group_config(&shard.config);
     let name = group.clone();
     with_group(&shard, p, &group, true, move |g, now| {
+        if g.active_consumer().is_some() {
+            // Kafka (without online migration): a consumer group with members takes no
+            // classic member.
+            return Err(code(ResponseError::InconsistentGroupProtocol));
+        }
         if g.live_classic().is_none() {
             g.classic = Some(ClassicGroup::new(name, config));
         }
@@ -395,6 +400,10 @@ pub async fn describe_group(
         members: Vec::new(),
     };
     Ok(with_group(&shard, p, &group, false, |g, now| {
+        if g.active_consumer().is_some() {
+            // Kafka before DescribeGroups v6: a group that is not classic is described Dead.
+            return description(GroupState::Dead);
+        }
         match g.classic.as_mut() {
             Some(c) => {
                 // Apply the timeouts due, so the answer does not show members already gone.
@@ -413,10 +422,19 @@ pub async fn describe_group(
 /// already deleted group, NON_EMPTY_GROUP for one with members.
 pub async fn delete_group(shard: Rc<BrokerShard>, p: i32, group: String) -> Result<(), i16> {
     ready(&shard, p)?;
-    let changes = with_group(&shard, p, &group, false, |g, _| {
+    let changes = with_group(&shard, p, &group, false, |g, now| {
+        if let Some(c) = g.consumer.as_mut() {
+            c.tick(now);
+            if !c.is_empty() {
+                return Err(code(ResponseError::NonEmptyGroup));
+            }
+        }
         if let Some(c) = g.classic.as_mut() {
             c.delete()?;
+        } else if g.consumer.is_none() && g.offsets.is_empty() && g.waiting.is_empty() {
+            return Err(code(ResponseError::GroupIdNotFound));
         }
+        g.consumer = None;
         let mut keys: Vec<(String, i32)> = g.offsets.keys().cloned().collect();
         keys.extend(shard.groups.pending_keys(p, &group));
         keys.sort();
@@ -444,7 +462,10 @@ pub async fn delete_group(shard: Rc<BrokerShard>, p: i32, group: String) -> Resu
 pub struct ListedGroup {
     pub group_id: String,
     pub protocol_type: String,
-    pub state: GroupState,
+    /// Kafka's name of the state ("Stable", "Empty", "Reconciling", ...).
+    pub state: &'static str,
+    /// "classic" or "consumer" (ListGroups v5's group type).
+    pub group_type: &'static str,
 }
 
 /// The groups this shard coordinates (of the partitions it serves now), and whether any of
@@ -463,6 +484,16 @@ fn list_local(shard: &BrokerShard) -> (bool, Vec<ListedGroup>) {
         .iter()
         .filter(|(_, g)| served.contains(&g.partition))
         .filter_map(|(name, g)| {
+            if let Some(c) = g.consumer.as_ref() {
+                if !c.is_empty() || g.live_classic_ref().is_none() {
+                    return Some(ListedGroup {
+                        group_id: name.clone(),
+                        protocol_type: super::CONSUMER_PROTOCOL_TYPE.to_string(),
+                        state: c.state().as_str(),
+                        group_type: "consumer",
+                    });
+                }
+            }
             let (protocol_type, state) = match &g.classic {
                 Some(c) => (c.protocol_type().unwrap_or_default(), c.state()),
                 None => ("", GroupState::Empty),
@@ -470,7 +501,8 @@ fn list_local(shard: &BrokerShard) -> (bool, Vec<ListedGroup>) {
             (state != GroupState::Dead).then(|| ListedGroup {
                 group_id: name.clone(),
                 protocol_type: protocol_type.to_string(),
-                state,
+                state: state.as_str(),
+                group_type: "classic",
             })
         })
         .collect();
@@ -539,6 +571,9 @@ async fn timer(shard: Rc<BrokerShard>) {
                 }
                 if let Some(c) = g.classic.as_mut() {
                     c.tick(now);
+                }
+                if let Some(c) = g.consumer.as_mut() {
+                    super::consumer_membership::tick(shard.id, c, now);
                 }
             });
             glommio::executor().yield_if_needed().await;

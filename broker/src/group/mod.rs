@@ -32,6 +32,7 @@
 pub mod classic;
 #[allow(dead_code)] // wired in by the coordinator
 pub mod consumer;
+pub mod consumer_membership;
 pub mod membership;
 pub mod records;
 
@@ -50,6 +51,7 @@ use crate::controller::{self, OpError, TopicSpec};
 use crate::errors::{code, coordinator_write_code, NONE};
 use crate::server::{BrokerShard, Partition};
 use classic::{ClassicGroup, GroupState};
+use consumer::ConsumerGroup;
 use membership::{GroupAnswer, Waiter};
 use records::{CoordinatorRecord, OffsetChange, OffsetKey};
 
@@ -105,6 +107,10 @@ pub struct GroupEntry {
     /// The classic membership, from the group's first JoinGroup; memory only (see the module
     /// documentation). `None` for a group that only commits ("simple" consumers).
     pub classic: Option<ClassicGroup>,
+    /// The KIP-848 membership (`group.protocol=consumer`), from the group's first
+    /// ConsumerGroupHeartbeat; memory only. A group is one or the other: a classic group with
+    /// members refuses ConsumerGroupHeartbeat, a consumer group with members refuses JoinGroup.
+    pub consumer: Option<ConsumerGroup>,
     /// Requests parked for `classic`'s answer, by ticket number. Each is answered when the
     /// group yields its ticket, or with an error when the group is unloaded.
     waiting: HashMap<u64, Waiter>,
@@ -126,6 +132,35 @@ impl GroupEntry {
         self.classic
             .as_ref()
             .is_some_and(|c| !matches!(c.state(), GroupState::Empty | GroupState::Dead))
+            || self.consumer.as_ref().is_some_and(|c| !c.is_empty())
+    }
+
+    /// The consumer group, if it has members (else the group may turn classic).
+    pub fn active_consumer(&mut self) -> Option<&mut ConsumerGroup> {
+        self.consumer.as_mut().filter(|c| !c.is_empty())
+    }
+
+    /// The earliest deadline of either membership.
+    fn next_deadline_ms(&self) -> Option<i64> {
+        let classic = self
+            .classic
+            .as_ref()
+            .and_then(ClassicGroup::next_deadline_ms);
+        let consumer = self
+            .consumer
+            .as_ref()
+            .and_then(ConsumerGroup::next_deadline_ms);
+        match (classic, consumer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The live classic group, read-only.
+    pub fn live_classic_ref(&self) -> Option<&ClassicGroup> {
+        self.classic
+            .as_ref()
+            .filter(|c| c.state() != GroupState::Dead)
     }
 
     /// The live classic group: `None` when there is none or it was deleted (`Dead`).
@@ -140,6 +175,7 @@ impl GroupEntry {
     fn is_forgettable(&self) -> bool {
         self.offsets.is_empty()
             && self.waiting.is_empty()
+            && self.consumer.is_none()
             && self
                 .classic
                 .as_ref()
@@ -151,18 +187,25 @@ impl GroupEntry {
     /// (`offsets.retention.check.interval.ms`) forgets it: until then it is listed, described
     /// and can be deleted.
     fn is_idle(&self) -> bool {
+        let classic_idle = self
+            .classic
+            .as_ref()
+            .is_none_or(|c| c.is_empty() && c.next_deadline_ms().is_none());
+        let consumer_idle = self.consumer.as_ref().is_none_or(ConsumerGroup::is_empty);
         self.offsets.is_empty()
             && self.waiting.is_empty()
-            && self
-                .classic
-                .as_ref()
-                .is_some_and(|c| c.is_empty() && c.next_deadline_ms().is_none())
+            && (self.classic.is_some() || self.consumer.is_some())
+            && classic_idle
+            && consumer_idle
     }
 
     /// The topics the group's members subscribe to, read from their consumer protocol
     /// metadata (`ConsumerProtocolSubscription`); `None` for a group that is not an active
     /// consumer group, or whose metadata cannot be read.
     fn subscribed_topics(&self) -> Option<HashSet<String>> {
+        if let Some(c) = self.consumer.as_ref().filter(|c| !c.is_empty()) {
+            return Some(c.subscribed_topic_names());
+        }
         let c = self.classic.as_ref()?;
         if c.protocol_type() != Some(CONSUMER_PROTOCOL_TYPE) {
             return None;
@@ -222,6 +265,12 @@ pub fn check_member(
     instance_id: Option<&str>,
     now_ms: i64,
 ) -> i16 {
+    if let Some(c) = group.consumer.as_mut() {
+        c.tick(now_ms);
+    }
+    if let Some(c) = group.active_consumer() {
+        return c.can_commit(member_id, generation_id);
+    }
     match group.live_classic() {
         Some(c) => c.can_commit(member_id, instance_id, generation_id, now_ms),
         None => check_simple_commit(member_id, generation_id),
@@ -297,7 +346,7 @@ pub struct GroupCoordinator {
     partitions: RefCell<HashMap<i32, CoordinatorPartition>>,
     next_load_id: Cell<u64>,
     expiry_started: Cell<bool>,
-    /// (deadline, group id) of every group with a timer ([`ClassicGroup::next_deadline_ms`]).
+    /// (deadline, group id) of every group with a timer ([`GroupEntry::next_deadline_ms`]).
     /// An entry whose group no longer has that `scheduled_ms` is stale and skipped.
     deadlines: RefCell<BTreeSet<(i64, String)>>,
     /// Fired to wake the timer task early: a deadline before `timer_armed_ms` arrived.
@@ -308,6 +357,8 @@ pub struct GroupCoordinator {
     /// Requests of this shard's connections parked for a group's answer, by token.
     parked: RefCell<HashMap<u64, futures_channel::oneshot::Sender<GroupAnswer>>>,
     next_park_token: Cell<u64>,
+    /// The topics consumer groups see, built once per metadata image version.
+    topics_view: RefCell<Option<(u64, Rc<consumer::TopicsView>)>>,
 }
 
 impl GroupCoordinator {
@@ -710,15 +761,34 @@ pub async fn commit_offsets(shard: Rc<BrokerShard>, p: i32, req: CommitRequest) 
 pub type FetchedTopic = (String, Vec<(i32, Option<CommittedOffset>)>);
 
 /// The group's committed offsets of `topics` (`None`: every partition it committed).
+/// `member` (OffsetFetch v9: member id and epoch) is checked against a consumer group's
+/// members as a commit is (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH); an admin's fetch (no member
+/// id, a negative epoch) and fetches from groups of other kinds are not checked.
 pub async fn fetch_offsets(
     shard: Rc<BrokerShard>,
     p: i32,
     group: String,
     topics: Option<Vec<(String, Vec<i32>)>>,
+    member: Option<(String, i32)>,
 ) -> Result<Vec<FetchedTopic>, i16> {
     let ready = shard.groups.ready(&shard, p);
     if ready != NONE {
         return Err(ready);
+    }
+    if let Some((member_id, epoch)) = member.filter(|(m, e)| !(m.is_empty() && *e < 0)) {
+        let fenced = membership::with_group(&shard, p, &group, false, |g, now| {
+            match g.consumer.as_mut() {
+                Some(c) => {
+                    consumer_membership::tick(shard.id, c, now);
+                    c.can_commit(&member_id, epoch)
+                }
+                None => NONE,
+            }
+        })
+        .unwrap_or(NONE);
+        if fenced != NONE {
+            return Err(fenced);
+        }
     }
     let groups = shard.groups.groups.borrow();
     let entry = groups.get(&group);
@@ -778,7 +848,11 @@ pub async fn delete_offsets(
         let subscribed = if g.has_active_members() {
             // Kafka: an active group of another protocol cannot lose offsets at all; a
             // consumer group whose metadata cannot be read is treated as subscribed to nothing.
-            match g.classic.as_ref().and_then(|c| c.protocol_type()) {
+            let protocol = match &g.consumer {
+                Some(c) if !c.is_empty() => Some(CONSUMER_PROTOCOL_TYPE),
+                _ => g.classic.as_ref().and_then(|c| c.protocol_type()),
+            };
+            match protocol {
                 Some(CONSUMER_PROTOCOL_TYPE) => g.subscribed_topics().unwrap_or_default(),
                 _ => return Err(code(ResponseError::NonEmptyGroup)),
             }

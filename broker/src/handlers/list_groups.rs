@@ -1,7 +1,7 @@
 //! ListGroups (key 16), v0-5: every group this broker coordinates, gathered from every shard
 //! over the mesh (`group::membership::list_groups`). v4+ filter by state (`states_filter`,
 //! case-insensitive) and report each group's state; v5 filter by type (`types_filter`) and
-//! report it: every Keel group is "classic". A group that only commits offsets is listed as
+//! report it ("classic" or "consumer", KIP-848's names). A group that only commits offsets is listed as
 //! `Empty` with protocol type "". While a coordinator partition loads, the answer carries
 //! COORDINATOR_LOAD_IN_PROGRESS with the groups already loaded, as Kafka's does.
 
@@ -22,9 +22,6 @@ pub const SUPPORT: ApiSupport = ApiSupport {
     max: 5,
 };
 
-/// The type of every group Keel has (KIP-848's name for the classic protocol).
-const GROUP_TYPE_CLASSIC: &str = "classic";
-
 pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
@@ -33,22 +30,20 @@ pub async fn handle(
     let version = hdr.request_api_version;
     let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
     let types: Vec<String> = req.types_filter.iter().map(|t| t.to_lowercase()).collect();
-    if !types.is_empty() && !types.iter().any(|t| t == GROUP_TYPE_CLASSIC) {
-        return ListGroupsResponse::default();
-    }
     let (error, groups) = membership::list_groups(shard).await;
     let listed = groups
         .into_iter()
-        .filter(|g| states.is_empty() || states.contains(&g.state.as_str().to_lowercase()))
+        .filter(|g| states.is_empty() || states.contains(&g.state.to_lowercase()))
+        .filter(|g| types.is_empty() || types.iter().any(|t| t == g.group_type))
         .map(|g| {
             let mut l = ListedGroup::default()
                 .with_group_id(GroupId(str_bytes(g.group_id)))
                 .with_protocol_type(str_bytes(g.protocol_type));
             if version >= 4 {
-                l = l.with_group_state(str_bytes(g.state.as_str()));
+                l = l.with_group_state(str_bytes(g.state));
             }
             if version >= 5 {
-                l = l.with_group_type(str_bytes(GROUP_TYPE_CLASSIC));
+                l = l.with_group_type(str_bytes(g.group_type));
             }
             l
         })

@@ -16,6 +16,8 @@ use crate::protocol::{
 use crate::server::BrokerShard;
 
 pub mod api_versions;
+pub mod consumer_group_describe;
+pub mod consumer_group_heartbeat;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
@@ -76,6 +78,8 @@ pub const SUPPORTED: &[ApiSupport] = &[
     describe_groups::SUPPORT,
     list_groups::SUPPORT,
     delete_groups::SUPPORT,
+    consumer_group_heartbeat::SUPPORT,
+    consumer_group_describe::SUPPORT,
 ];
 
 pub fn support(key: ApiKey) -> Option<ApiSupport> {
@@ -290,6 +294,23 @@ pub async fn handle_frame(shard: Rc<BrokerShard>, mut frame: Bytes, client_host:
             let resp = join_group::handle(&shard, &hdr, req, &client_host).await;
             reply(encode_response(api, version, hdr.correlation_id, &resp))
         }
+        ApiKey::ConsumerGroupHeartbeat => {
+            let version = hdr.request_api_version;
+            let req: ConsumerGroupHeartbeatRequest = match decode_body(api, version, &mut body) {
+                Ok(r) => r,
+                Err(e) => return Reply::Close(e),
+            };
+            let resp = consumer_group_heartbeat::handle(&shard, &hdr, req, &client_host).await;
+            reply(encode_response(api, version, hdr.correlation_id, &resp))
+        }
+        ApiKey::ConsumerGroupDescribe => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            ConsumerGroupDescribeRequest,
+            consumer_group_describe::handle
+        ),
         ApiKey::SyncGroup => call!(shard, hdr, api, body, SyncGroupRequest, sync_group::handle),
         ApiKey::Heartbeat => call!(shard, hdr, api, body, HeartbeatRequest, heartbeat::handle),
         ApiKey::LeaveGroup => call!(

@@ -6,8 +6,8 @@
 //!
 //! v0 is not offered (kafka-protocol decodes v1+ only; v0 read offsets from ZooKeeper).
 //! `require_stable` is satisfied trivially: without transactions no offset is pending.
-//! v9's `member_id`/`member_epoch` belong to KIP-848 consumer groups, which Keel does not
-//! have; they are ignored.
+//! v9's `member_id`/`member_epoch` (KIP-848 consumer groups) are checked against the group's
+//! members, as Kafka does: UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH for the group.
 
 use std::rc::Rc;
 
@@ -45,7 +45,7 @@ pub async fn handle(
 ) -> OffsetFetchResponse {
     let version = hdr.request_api_version;
     if version >= 8 {
-        let queries: Vec<(String, Wanted)> = req
+        let queries: Vec<(String, Wanted, Member)> = req
             .groups
             .into_iter()
             .map(|g| {
@@ -54,13 +54,19 @@ pub async fn handle(
                         .map(|t| (t.name.0.to_string(), t.partition_indexes))
                         .collect()
                 });
-                (g.group_id.0.to_string(), topics)
+                let member = (version >= 9).then(|| {
+                    (
+                        g.member_id.map(|m| m.to_string()).unwrap_or_default(),
+                        g.member_epoch,
+                    )
+                });
+                (g.group_id.0.to_string(), topics, member)
             })
             .collect();
-        let runs = queries.into_iter().map(|(g, topics)| {
+        let runs = queries.into_iter().map(|(g, topics, member)| {
             let shard = shard.clone();
             async move {
-                let answer = fetch_group(&shard, &g, topics).await;
+                let answer = fetch_group(&shard, &g, topics, member).await;
                 (g, answer)
             }
         });
@@ -74,17 +80,25 @@ pub async fn handle(
             .collect()
     });
     let group_id = req.group_id.0.to_string();
-    let answer = fetch_group(shard, &group_id, wanted.clone()).await;
+    let answer = fetch_group(shard, &group_id, wanted.clone(), None).await;
     single_group(version, wanted, answer)
 }
 
-async fn fetch_group(shard: &Rc<BrokerShard>, group_id: &str, topics: Wanted) -> GroupAnswer {
+/// OffsetFetch v9's member id and epoch.
+type Member = Option<(String, i32)>;
+
+async fn fetch_group(
+    shard: &Rc<BrokerShard>,
+    group_id: &str,
+    topics: Wanted,
+    member: Member,
+) -> GroupAnswer {
     if !group::valid_group_id(group_id) {
         return Err(code(ResponseError::InvalidGroupId));
     }
     let g = group_id.to_string();
     group::on_coordinator(shard, group_id, move |s, p| {
-        group::fetch_offsets(s, p, g, topics)
+        group::fetch_offsets(s, p, g, topics, member)
     })
     .await
 }
