@@ -1,8 +1,9 @@
 //! Admin HTTP endpoint on shard 0 (default 127.0.0.1:9644): `GET /metrics` renders every
-//! shard's counters in Prometheus text format, gathered over the mesh, and the metadata
-//! quorum's gauges; `GET /quorum` shows the quorum as JSON: voters, learners, leader, term,
-//! last log, committed and applied index, snapshot, and on the leader each member's lag. A tiny HTTP/1.1
-//! reader: one request per connection, head bounded to 8 KiB, anything else gets 404/400.
+//! shard's counters in Prometheus text format, gathered over the mesh, consumer group lag
+//! ([`crate::group::lag`]) and the metadata quorum's gauges; `GET /quorum` shows the quorum
+//! as JSON: voters, learners, leader, term, last log, committed and applied index, snapshot,
+//! and on the leader each member's lag. A tiny HTTP/1.1 reader: one request per connection,
+//! head bounded to 8 KiB, anything else gets 404/400.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -98,6 +99,7 @@ async fn serve(shard: Rc<BrokerShard>, mut stream: TcpStream) {
     match (method, path) {
         ("GET", "/metrics") => {
             let mut body = render(&gather(&shard).await);
+            body.push_str(&crate::group::lag::render_metrics(&shard).await);
             if let Some(c) = &shard.controller {
                 body.push_str(&render_quorum(&c.handle.quorum()));
             }

@@ -33,6 +33,7 @@ pub mod classic;
 #[allow(dead_code)] // wired in by the coordinator
 pub mod consumer;
 pub mod consumer_membership;
+pub mod lag;
 pub mod membership;
 pub mod records;
 
