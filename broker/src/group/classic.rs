@@ -19,6 +19,22 @@
 //! (the leader assigns) → `Stable`, back to `PreparingRebalance` on any change of membership or
 //! metadata, and `Dead` once deleted.
 //!
+//! Persistence, as in Kafka: the group's membership is written to `__consumer_offsets` as a
+//! `GroupMetadataValue` ([`super::records`]) when the leader's SyncGroup completes a generation
+//! (`Stable`, with every member's assignment), when a static member's restart replaces its
+//! member id in a `Stable` group, and when the group becomes `Empty` (no members, its
+//! generation and protocol type kept); a tombstone once it is deleted. Nothing else is written:
+//! a rebalance in progress is lost on failover, and its members learn so from
+//! `ILLEGAL_GENERATION` or `UNKNOWN_MEMBER_ID` and rejoin. After every call the coordinator
+//! drains [`ClassicGroup::take_metadata_change`] (like `take_completed`); when it yields a
+//! change, the coordinator appends it in the same step and commits it with the partition's next
+//! group commit, without holding the answers (see `group::persist`: a change lost in a crash
+//! only makes members rejoin); if the write fails it calls
+//! [`ClassicGroup::metadata_write_failed`], so the next generation is written afresh. On load, [`ClassicGroup::from_metadata`]
+//! rebuilds the group from its latest value: `Stable` at the persisted generation with every
+//! member's session restarted, or `Empty`, so heartbeats, SyncGroups and commits at that
+//! generation keep working across a failover.
+//!
 //! Invariants (checked after every call in debug builds, by `check_invariants`):
 //! - the generation id never decreases, and grows by one each time a join completes;
 //! - `leader` names a member while there are members, and is `None` otherwise;
@@ -42,14 +58,19 @@
 //! - a tie in the protocol vote goes to the leader's preference (Kafka's is hash order);
 //! - a static member rejoining without its member id when the group is full is let in as the
 //!   member it replaces (Kafka refuses it and drops the instance's mapping);
-//! - the leader's SyncGroup turns the group `Stable` at once: Kafka first writes the group's
-//!   metadata to `__consumer_offsets`. A coordinator that persists membership holds the sync
-//!   answers until that write commits.
+//! - the leader's SyncGroup turns the group `Stable` at once, and a failed write of that
+//!   generation rebalances it: Kafka stays in `CompletingRebalance` until the write commits
+//!   and then resets the assignments. The coordinator holding the sync answers until the write
+//!   commits makes the two look the same to clients;
+//! - a failed write after a static member's restart rebalances the group (Kafka puts the old
+//!   member id back and fails the join).
 
 use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 use indexmap::IndexMap;
+
+use super::records::{GroupMetadataChange, GroupMetadataValue, MemberMetadata};
 
 /// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
 /// checks the numbers).
@@ -345,6 +366,12 @@ pub struct ClassicGroup {
     completed: Vec<(Ticket, Completed)>,
     /// The latest `now_ms` seen; time never runs backwards here.
     now_ms: i64,
+    /// When the group entered its state (Kafka's `currentStateTimestamp`); `None` until a call
+    /// brought the time, unless loaded.
+    current_state_timestamp_ms: Option<i64>,
+    /// What the coordinator must write to `__consumer_offsets`, as of the latest change to
+    /// what is persisted; taken by [`ClassicGroup::take_metadata_change`].
+    metadata_change: Option<GroupMetadataChange>,
 }
 
 impl ClassicGroup {
@@ -367,6 +394,8 @@ impl ClassicGroup {
             next_ticket: 0,
             completed: Vec::new(),
             now_ms: i64::MIN,
+            current_state_timestamp_ms: None,
+            metadata_change: None,
         }
     }
 
@@ -536,8 +565,9 @@ impl ClassicGroup {
         match self.state {
             GroupState::Dead => Err(GROUP_ID_NOT_FOUND),
             GroupState::Empty => {
-                self.state = GroupState::Dead;
+                self.transition_to(GroupState::Dead);
                 self.pending_members.clear();
+                self.metadata_change = Some(GroupMetadataChange::Delete(self.group_id.clone()));
                 self.debug_check();
                 Ok(())
             }
@@ -573,6 +603,135 @@ impl ClassicGroup {
             .sync_deadline_ms
             .filter(|_| !self.pending_sync_members.is_empty());
         pending.chain(sessions).chain(rebalance).chain(sync).min()
+    }
+}
+
+// Persistence.
+impl ClassicGroup {
+    /// The group as Kafka persists it (`GroupMetadataValue`): every member with its metadata for
+    /// the chosen protocol and its assignment (empty before the leader's SyncGroup). Meant for a
+    /// `Stable` or `Empty` group, the two states Kafka writes; see the module documentation.
+    pub fn to_metadata(&self) -> GroupMetadataValue {
+        let protocol = self.protocol_name.as_deref().unwrap_or_default();
+        let members = self
+            .members
+            .values()
+            .map(|m| MemberMetadata {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                session_timeout_ms: m.session_timeout_ms,
+                subscription: m.metadata(protocol),
+                assignment: m.assignment.clone().unwrap_or_default(),
+            })
+            .collect();
+        GroupMetadataValue {
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            generation_id: self.generation_id,
+            protocol_name: self.protocol_name.clone(),
+            leader_id: self.leader_id.clone(),
+            current_state_timestamp_ms: self.current_state_timestamp_ms.unwrap_or(-1),
+            members,
+        }
+    }
+
+    /// A group loaded from its latest persisted value, as Kafka loads one: with members it is
+    /// `Stable` at the persisted generation, each member supporting only the chosen protocol
+    /// (with its persisted subscription), keeping its assignment, and its session restarted at
+    /// `now_ms`; without members it is `Empty` at that generation. A group over
+    /// `group.max.size` (lowered since) starts a rebalance at once. A value that cannot be a
+    /// group's (members without a protocol) loads `Empty`; a repeated member id or instance id
+    /// keeps its first member.
+    pub fn from_metadata(
+        group_id: impl Into<String>,
+        config: GroupConfig,
+        value: GroupMetadataValue,
+        now_ms: i64,
+    ) -> Self {
+        let mut group = ClassicGroup::new(group_id, config);
+        group.now_ms = now_ms;
+        group.generation_id = value.generation_id;
+        group.protocol_type = Some(value.protocol_type).filter(|t| !t.is_empty());
+        group.current_state_timestamp_ms =
+            Some(value.current_state_timestamp_ms).filter(|t| *t >= 0);
+        let Some(protocol) = value.protocol_name else {
+            group.debug_check();
+            return group;
+        };
+        for m in value.members {
+            let instance_taken = m
+                .group_instance_id
+                .as_ref()
+                .is_some_and(|i| group.static_members.contains_key(i));
+            if group.members.contains_key(&m.member_id) || instance_taken {
+                continue;
+            }
+            if let Some(instance) = &m.group_instance_id {
+                group
+                    .static_members
+                    .insert(instance.clone(), m.member_id.clone());
+            }
+            let member = Member {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.group_instance_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                session_timeout_ms: m.session_timeout_ms,
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                protocols: vec![(protocol.clone(), m.subscription)],
+                assignment: Some(m.assignment),
+                join_ticket: None,
+                sync_ticket: None,
+                is_new: false,
+                session_deadline_ms: deadline_ms(now_ms, m.session_timeout_ms),
+            };
+            group.members.insert(m.member_id, member);
+        }
+        if group.members.is_empty() {
+            group.debug_check();
+            return group;
+        }
+        group.protocol_name = Some(protocol);
+        group.leader_id = value
+            .leader_id
+            .filter(|l| group.members.contains_key(l))
+            .or_else(|| group.members.keys().next().cloned());
+        group.state = GroupState::Stable;
+        if group.members.len() > group.config.group_size_max {
+            // Let the members commit, then rejoin: those beyond the bound are refused.
+            group.prepare_rebalance();
+        }
+        group.debug_check();
+        group
+    }
+
+    /// What changed in what is persisted since the last call: `Store` after the leader's
+    /// SyncGroup completed a generation (the group is `Stable`), after a static member's
+    /// restart replaced its member id in a `Stable` group, and when the group became `Empty`;
+    /// `Delete` (a tombstone) once it was deleted. Only the latest change is kept: the topic
+    /// is compacted, so the latest record per group is all that matters.
+    pub fn take_metadata_change(&mut self) -> Option<GroupMetadataChange> {
+        self.metadata_change.take()
+    }
+
+    /// The write of the `Store` taken at `generation_id` failed: if the group is still `Stable`
+    /// at that generation, it rebalances (Kafka's answer to a failed SyncGroup write), so the
+    /// next generation is written afresh.
+    pub fn metadata_write_failed(&mut self, generation_id: i32, now_ms: i64) {
+        self.advance(now_ms);
+        if self.state == GroupState::Stable && self.generation_id == generation_id {
+            self.prepare_rebalance();
+        }
+        self.debug_check();
+    }
+
+    /// When the group entered its current state (Kafka's `currentStateTimestamp`, which offset
+    /// expiry reads for an `Empty` group); `None` if unknown.
+    #[allow(dead_code)] // wired in by the coordinator
+    pub fn current_state_timestamp_ms(&self) -> Option<i64> {
+        self.current_state_timestamp_ms
     }
 }
 
@@ -796,6 +955,8 @@ impl ClassicGroup {
         }
         match self.state {
             GroupState::Stable if self.select_protocol() == self.protocol_name => {
+                // The new member id must survive a coordinator failover, as Kafka persists it.
+                self.record_metadata();
                 // A static leader learns it leads (to watch metadata) but must not assign.
                 let is_leader = self.leader_id.as_deref() == Some(member_id.as_str());
                 Reply::Now(self.generation_response(&member_id, is_leader, is_leader))
@@ -891,7 +1052,7 @@ impl ClassicGroup {
         }
         self.pending_sync_members.clear();
         self.sync_deadline_ms = None;
-        self.state = GroupState::PreparingRebalance;
+        self.transition_to(GroupState::PreparingRebalance);
         self.rebalance_deadline_ms = Some(self.deadline_ms(self.rebalance_timeout_ms()));
     }
 
@@ -981,10 +1142,11 @@ impl ClassicGroup {
         self.sync_deadline_ms = None;
         if self.members.is_empty() {
             self.protocol_name = None;
-            self.state = GroupState::Empty;
+            self.transition_to(GroupState::Empty);
+            self.record_metadata();
         } else {
             self.protocol_name = self.select_protocol();
-            self.state = GroupState::CompletingRebalance;
+            self.transition_to(GroupState::CompletingRebalance);
         }
     }
 
@@ -1101,7 +1263,8 @@ impl ClassicGroup {
                 member.assignment = Some(assignment);
             }
             self.propagate_assignment();
-            self.state = GroupState::Stable;
+            self.transition_to(GroupState::Stable);
+            self.record_metadata();
         }
         Reply::Later(ticket)
     }
@@ -1323,6 +1486,17 @@ impl ClassicGroup {
         self.settle_rebalance();
     }
 
+    fn transition_to(&mut self, state: GroupState) {
+        self.state = state;
+        self.current_state_timestamp_ms = Some(self.now_ms).filter(|t| *t != i64::MIN);
+    }
+
+    /// Notes the group's value as of now for the coordinator to write.
+    fn record_metadata(&mut self) {
+        let value = self.to_metadata();
+        self.metadata_change = Some(GroupMetadataChange::Store(self.group_id.clone(), value));
+    }
+
     /// Refreshes a member's session.
     fn touch(&mut self, member_id: &str) {
         let now_ms = self.now_ms;
@@ -1419,6 +1593,7 @@ fn deadline_ms(now_ms: i64, timeout_ms: i32) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::group::records::{self, CoordinatorRecord};
     use kafka_protocol::ResponseError;
 
     const SESSION_MS: i32 = 30_000;
@@ -2260,6 +2435,305 @@ mod tests {
         );
     }
 
+    /// What a coordinator does across a failover: takes the latest change, writes it
+    /// (encodes), reads it back (decodes) and loads the group from it at `now_ms`.
+    fn persisted_and_loaded(h: &mut Harness, now_ms: i64) -> (GroupMetadataValue, Harness) {
+        let Some(GroupMetadataChange::Store(group_id, value)) = h.group.take_metadata_change()
+        else {
+            panic!("a value to persist");
+        };
+        assert_eq!(group_id, "g");
+        assert_eq!(h.group.take_metadata_change(), None, "taken once");
+        let (key, bytes) = GroupMetadataChange::Store(group_id, value.clone()).encode();
+        let CoordinatorRecord::GroupMetadata(GroupMetadataChange::Store(group_id, read)) =
+            records::decode_record(Some(key), bytes)
+        else {
+            panic!("reads back");
+        };
+        assert_eq!(read, value);
+        assert_eq!(group_id, "g");
+        (value, load(read, now_ms))
+    }
+
+    fn load(value: GroupMetadataValue, now_ms: i64) -> Harness {
+        let mut loaded = Harness::new(GroupConfig::default());
+        loaded.group = ClassicGroup::from_metadata("g", GroupConfig::default(), value, now_ms);
+        loaded.now_ms = now_ms;
+        loaded.after_call();
+        loaded
+    }
+
+    #[test]
+    fn a_synced_generation_is_persisted_and_loads_stable() {
+        let mut h = harness();
+        h.now_ms = 1_000;
+        let a = h.member_id_for("a");
+        let b = h.member_id_for("b");
+        let c = h.member_id_for("c");
+        let ra = h.join(join_request(&a, "a", None));
+        let rb = h.join(join_request(&b, "b", None));
+        h.join(join_request(&c, "c", None));
+        assert_eq!(h.group.state(), GroupState::CompletingRebalance);
+        assert_eq!(
+            h.group.take_metadata_change(),
+            None,
+            "a join is not persisted"
+        );
+        let (ra, rb) = (h.join_answer(ra).unwrap(), h.join_answer(rb).unwrap());
+        assert_eq!((ra.generation_id, rb.generation_id), (1, 1));
+        h.now_ms = 2_000;
+        let sb = h.sync(sync_request(&b, 1));
+        assert_eq!(
+            h.group.take_metadata_change(),
+            None,
+            "a follower's sync is not"
+        );
+        let mut leader_sync = sync_request(&a, 1);
+        leader_sync.assignments = [&a, &b, &c]
+            .iter()
+            .map(|id| (id.to_string(), Bytes::from(format!("assigned:{id}"))))
+            .collect();
+        h.sync(leader_sync);
+        assert_eq!(h.sync_answer(sb).map(|r| r.error), Some(NONE));
+
+        let (value, mut l) = persisted_and_loaded(&mut h, 500_000);
+        assert_eq!(value.generation_id, 1);
+        assert_eq!(value.protocol_type, "consumer");
+        assert_eq!(value.protocol_name.as_deref(), Some("range"));
+        assert_eq!(value.leader_id.as_deref(), Some(a.as_str()));
+        assert_eq!(
+            value.current_state_timestamp_ms, 2_000,
+            "Stable since the sync"
+        );
+        let ids: Vec<&str> = value.members.iter().map(|m| m.member_id.as_str()).collect();
+        assert_eq!(ids, [a.as_str(), b.as_str(), c.as_str()], "in join order");
+        let m = &value.members[1];
+        assert_eq!(&m.subscription[..], b"b:range");
+        assert_eq!(m.assignment, Bytes::from(format!("assigned:{b}")));
+        assert_eq!(
+            (m.client_id.as_str(), m.client_host.as_str()),
+            ("b", "/127.0.0.1")
+        );
+        assert_eq!(
+            (m.session_timeout_ms, m.rebalance_timeout_ms),
+            (SESSION_MS, REBALANCE_MS)
+        );
+        assert_eq!(m.group_instance_id, None);
+
+        assert_eq!(l.group.state(), GroupState::Stable);
+        assert_eq!(l.group.generation_id(), 1);
+        assert_eq!(l.group.leader_id(), Some(a.as_str()));
+        assert_eq!(l.group.current_state_timestamp_ms(), Some(2_000));
+        assert_eq!(l.group.describe(), h.group.describe(), "as it was");
+        for id in [&a, &b, &c] {
+            assert_eq!(l.heartbeat(id, None, 1), NONE);
+            assert_eq!(l.heartbeat(id, None, 0), ILLEGAL_GENERATION);
+        }
+        assert_eq!(l.group.can_commit(&b, None, 1, l.now_ms), NONE);
+        assert_eq!(
+            l.group.can_commit("stray", None, 1, l.now_ms),
+            UNKNOWN_MEMBER_ID
+        );
+        let sc = l.sync(sync_request(&c, 1));
+        let sc = l.sync_answer(sc).unwrap();
+        assert_eq!(sc.error, NONE);
+        assert_eq!(sc.assignment, Bytes::from(format!("assigned:{c}")));
+
+        // Sessions restarted at the load: a member silent since then times out.
+        l.tick(500_000 + i64::from(SESSION_MS) - 1);
+        assert_eq!(l.heartbeat(&a, None, 1), NONE);
+        assert_eq!(l.heartbeat(&b, None, 1), NONE);
+        l.tick(500_000 + i64::from(SESSION_MS) + 1);
+        assert_eq!(
+            l.group.state(),
+            GroupState::PreparingRebalance,
+            "c timed out"
+        );
+        assert_eq!(l.heartbeat(&a, None, 1), REBALANCE_IN_PROGRESS);
+
+        // A new member joins the loaded group: the next generation is 2.
+        let mut h2 = load(value, 600_000);
+        let d = h2.member_id_for("d");
+        let rd = h2.join(join_request(&d, "d", None));
+        assert_eq!(h2.group.state(), GroupState::PreparingRebalance);
+        let rejoins: Vec<_> = [(&a, "a"), (&b, "b"), (&c, "c")]
+            .into_iter()
+            .map(|(id, client)| h2.join(join_request(id, client, None)))
+            .collect();
+        let rd = h2.join_answer(rd).expect("everyone rejoined");
+        assert_eq!((rd.error, rd.generation_id), (NONE, 2));
+        for reply in rejoins {
+            assert_eq!(h2.join_answer(reply).map(|r| r.generation_id), Some(2));
+        }
+        assert_eq!(h2.group.state(), GroupState::CompletingRebalance);
+    }
+
+    #[test]
+    fn an_empty_group_is_persisted_and_loads_empty_at_its_generation() {
+        let mut h = harness();
+        let ids = h.form_group(&[("a", None), ("b", None)]);
+        h.group.take_metadata_change();
+        h.now_ms = 7_000;
+        h.leave(&[(&ids[0], None)]);
+        assert_eq!(
+            h.group.take_metadata_change(),
+            None,
+            "a rebalance is not persisted"
+        );
+        h.leave(&[(&ids[1], None)]);
+        assert_eq!(h.group.state(), GroupState::Empty);
+        assert_eq!(h.group.generation_id(), 2);
+
+        let (value, mut l) = persisted_and_loaded(&mut h, 100_000);
+        assert_eq!(
+            value,
+            GroupMetadataValue {
+                protocol_type: "consumer".into(),
+                generation_id: 2,
+                protocol_name: None,
+                leader_id: None,
+                current_state_timestamp_ms: 7_000,
+                members: Vec::new(),
+            }
+        );
+        assert_eq!(l.group.state(), GroupState::Empty);
+        assert_eq!(l.group.generation_id(), 2);
+        assert_eq!(l.group.protocol_type(), Some("consumer"));
+        assert_eq!(l.group.current_state_timestamp_ms(), Some(7_000));
+        assert_eq!(l.group.next_deadline_ms(), None);
+        assert_eq!(
+            l.group
+                .can_commit("", None, UNKNOWN_GENERATION_ID, l.now_ms),
+            NONE
+        );
+        assert_eq!(l.heartbeat(&ids[0], None, 2), UNKNOWN_MEMBER_ID);
+        let ids = l.form_group(&[("a", None)]);
+        assert_eq!(l.group.generation_id(), 3);
+        assert_eq!(l.heartbeat(&ids[0], None, 3), NONE);
+
+        // Deleting it leaves a tombstone to write.
+        let mut h = harness();
+        h.tick(1);
+        assert_eq!(h.group.take_metadata_change(), None);
+        h.group.delete().unwrap();
+        assert_eq!(
+            h.group.take_metadata_change(),
+            Some(GroupMetadataChange::Delete("g".into()))
+        );
+    }
+
+    #[test]
+    fn static_members_keep_their_instance_ids_across_a_load() {
+        let mut h = harness();
+        let ids = h.form_group(&[("a", Some("ia")), ("b", Some("ib")), ("c", None)]);
+        let (value, mut l) = persisted_and_loaded(&mut h, 50_000);
+        let instances: Vec<Option<&str>> = value
+            .members
+            .iter()
+            .map(|m| m.group_instance_id.as_deref())
+            .collect();
+        assert_eq!(instances, [Some("ia"), Some("ib"), None]);
+        assert_eq!(l.heartbeat(&ids[0], Some("ia"), 1), NONE);
+        assert_eq!(l.heartbeat(&ids[2], Some("ia"), 1), FENCED_INSTANCE_ID);
+        assert_eq!(l.group.can_commit(&ids[1], Some("ib"), 1, l.now_ms), NONE);
+
+        // b restarts: it replaces its old member id without a rebalance, and that is persisted.
+        let rb = l.join(join_request("", "b", Some("ib")));
+        let rb = l.join_answer(rb).unwrap();
+        assert_eq!((rb.error, rb.generation_id), (NONE, 1));
+        assert_ne!(rb.member_id, ids[1]);
+        assert_eq!(l.group.state(), GroupState::Stable);
+        assert_eq!(l.heartbeat(&ids[1], Some("ib"), 1), FENCED_INSTANCE_ID);
+        let (value, mut l2) = persisted_and_loaded(&mut l, 60_000);
+        assert_eq!(value.members[1].member_id, rb.member_id);
+        assert_eq!(value.members[1].group_instance_id.as_deref(), Some("ib"));
+        assert_eq!(value.members[1].client_id, "b");
+        assert_eq!(
+            value.members[1].assignment,
+            Bytes::from(format!("assigned:{}", ids[1])),
+            "the replaced member keeps the assignment"
+        );
+        assert_eq!(l2.heartbeat(&rb.member_id, Some("ib"), 1), NONE);
+        assert_eq!(l2.heartbeat(&ids[1], Some("ib"), 1), FENCED_INSTANCE_ID);
+        // The administrator removes a static member by instance id.
+        assert_eq!(l2.leave(&[("", Some("ia"))]), vec![NONE]);
+        assert_eq!(l2.group.state(), GroupState::PreparingRebalance);
+    }
+
+    #[test]
+    fn a_failed_write_rebalances_the_generation() {
+        let mut h = harness();
+        let ids = h.form_group(&[("a", None), ("b", None)]);
+        let Some(GroupMetadataChange::Store(_, value)) = h.group.take_metadata_change() else {
+            panic!("the synced generation");
+        };
+        h.group
+            .metadata_write_failed(value.generation_id - 1, h.now_ms);
+        assert_eq!(
+            h.group.state(),
+            GroupState::Stable,
+            "another generation's write"
+        );
+        h.group.metadata_write_failed(value.generation_id, h.now_ms);
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+        h.after_call();
+        assert_eq!(h.heartbeat(&ids[1], None, 1), REBALANCE_IN_PROGRESS);
+    }
+
+    #[test]
+    fn loading_tolerates_values_no_group_wrote() {
+        let member = |id: &str, instance: Option<&str>| MemberMetadata {
+            member_id: id.into(),
+            group_instance_id: instance.map(Into::into),
+            client_id: "c".into(),
+            client_host: "h".into(),
+            rebalance_timeout_ms: 0,
+            session_timeout_ms: -5,
+            subscription: Bytes::new(),
+            assignment: Bytes::new(),
+        };
+        let value = GroupMetadataValue {
+            protocol_type: "consumer".into(),
+            generation_id: 4,
+            protocol_name: Some("range".into()),
+            leader_id: Some("gone".into()),
+            current_state_timestamp_ms: -1,
+            members: vec![
+                member("m1", Some("i")),
+                member("m1", None),
+                member("m2", Some("i")),
+                member("m3", None),
+            ],
+        };
+        let config = GroupConfig::default();
+        let group = ClassicGroup::from_metadata("g", config.clone(), value.clone(), 10);
+        assert_eq!(group.check_invariants(), Ok(()));
+        assert_eq!(group.member_count(), 2, "repeats keep the first");
+        assert_eq!(group.leader_id(), Some("m1"));
+        assert_eq!(group.current_state_timestamp_ms(), None);
+        assert!(group.next_deadline_ms().is_some_and(|d| d > 10));
+
+        let no_protocol = GroupMetadataValue {
+            protocol_name: None,
+            ..value.clone()
+        };
+        let group = ClassicGroup::from_metadata("g", config, no_protocol, 10);
+        assert_eq!(group.check_invariants(), Ok(()));
+        assert_eq!(
+            (group.state(), group.member_count(), group.generation_id()),
+            (GroupState::Empty, 0, 4)
+        );
+
+        // group.max.size lowered since: a rebalance starts at once.
+        let small = GroupConfig {
+            group_size_max: 1,
+            ..GroupConfig::default()
+        };
+        let group = ClassicGroup::from_metadata("g", small, value, 10);
+        assert_eq!(group.check_invariants(), Ok(()));
+        assert_eq!(group.state(), GroupState::PreparingRebalance);
+    }
+
     #[test]
     fn time_never_runs_backwards() {
         let mut h = harness();
@@ -2314,7 +2788,9 @@ mod tests {
     /// Random clients doing random things (valid and not) at random times: no panic, the
     /// invariants hold after every call, the generation never goes back, no due timeout is
     /// left behind, every ticket is answered once, and once the clients go quiet every waiting
-    /// request is answered and the group empties.
+    /// request is answered and the group empties. Every change to persist reads back as
+    /// written, and now and then the coordinator fails over: the group is loaded from the
+    /// latest value written (the waiting requests' connections are gone) and the walk goes on.
     fn random_run(seed: u64, steps: usize, states_seen: &mut HashSet<&'static str>) {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let config = GroupConfig {
@@ -2334,12 +2810,31 @@ mod tests {
         let mut waiting: HashMap<Ticket, usize> = HashMap::new();
         let mut now_ms = 0i64;
         let mut generation_seen = group.generation_id();
+        let mut persisted: Option<GroupMetadataValue> = None;
         let names = ["range", "roundrobin", "sticky"];
         for step in 0..steps {
             if group.state() == GroupState::Dead && rng.chance(30) {
                 // The coordinator starts a new group under the same id.
                 group = ClassicGroup::new("g", group.config.clone());
                 generation_seen = 0;
+            }
+            if rng.chance(2) {
+                let config = group.config.clone();
+                group = match persisted.clone() {
+                    Some(value) => ClassicGroup::from_metadata("g", config, value, now_ms),
+                    None => ClassicGroup::new("g", config),
+                };
+                waiting.clear();
+                generation_seen = group.generation_id();
+                assert_eq!(
+                    group.check_invariants(),
+                    Ok(()),
+                    "seed {seed} step {step}: load"
+                );
+                states_seen.insert(match group.state() {
+                    GroupState::Stable => "loaded Stable",
+                    _ => "loaded otherwise",
+                });
             }
             let c = rng.below(clients.len());
             let member_id = if rng.chance(5) {
@@ -2466,6 +2961,21 @@ mod tests {
                     .unwrap_or_else(|| panic!("seed {seed} step {step}: unknown ticket"));
                 clients[c].learn(&completed);
             }
+            match group.take_metadata_change() {
+                Some(GroupMetadataChange::Store(_, value)) => {
+                    assert!(value.generation_id <= group.generation_id());
+                    let read = records::decode_group_metadata_value(
+                        records::encode_group_metadata_value(&value),
+                    );
+                    assert_eq!(read.as_ref(), Some(&value), "seed {seed} step {step}");
+                    persisted = Some(value);
+                }
+                Some(GroupMetadataChange::Delete(_)) => {
+                    assert_eq!(group.state(), GroupState::Dead);
+                    persisted = None;
+                }
+                None => {}
+            }
             assert_eq!(group.check_invariants(), Ok(()), "seed {seed} step {step}");
             states_seen.insert(group.state().as_str());
             assert!(
@@ -2513,7 +3023,8 @@ mod tests {
         for seed in 0..400 {
             random_run(seed, 400, &mut states_seen);
         }
-        // The walk reaches every state, so the checks above cover them all.
-        assert_eq!(states_seen.len(), 5, "{states_seen:?}");
+        // The walk reaches every state and loads groups with and without members, so the
+        // checks above cover them all.
+        assert_eq!(states_seen.len(), 7, "{states_seen:?}");
     }
 }

@@ -234,13 +234,13 @@ impl GroupCoordinator {
 /// if missing) with the clock, then settles the group and delivers the answers it produced.
 /// No borrow outlives the call.
 pub(super) fn with_group<R>(
-    shard: &BrokerShard,
+    shard: &Rc<BrokerShard>,
     p: i32,
     name: &str,
     create: bool,
     f: impl FnOnce(&mut GroupEntry, i64) -> R,
 ) -> Option<R> {
-    let (result, deliveries) = {
+    let (result, deliveries, partition, records, classic_generation) = {
         let mut groups = shard.groups.groups.borrow_mut();
         let entry = if create {
             Some(
@@ -259,8 +259,28 @@ pub(super) fn with_group<R>(
                 log_generation(shard, c);
             }
         }
-        (result, shard.groups.settle(&mut groups, name))
+        let classic_change = entry
+            .classic
+            .as_mut()
+            .and_then(ClassicGroup::take_metadata_change);
+        let classic_generation = match &classic_change {
+            Some(super::records::GroupMetadataChange::Store(_, v)) => Some(v.generation_id),
+            _ => None,
+        };
+        let mut records = super::membership_records(entry, classic_change);
+        if entry.is_forgettable() {
+            records.extend(super::forget_records(entry));
+        }
+        let partition = entry.partition;
+        (
+            result,
+            shard.groups.settle(&mut groups, name),
+            partition,
+            records,
+            classic_generation,
+        )
     };
+    super::persist(shard, partition, name, records, classic_generation);
     deliver(shard, deliveries);
     Some(result)
 }

@@ -21,11 +21,14 @@
 //! Membership: a group's classic membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) is a
 //! [`classic::ClassicGroup`] in its [`GroupEntry`], created by the group's first JoinGroup and
 //! driven by [`membership`] (waiting requests, timers, DescribeGroups, ListGroups,
-//! DeleteGroups). Membership is *not* persisted: only committed offsets are. After the
-//! coordinator restarts, or its partition moves or reloads, the group starts `Empty`; its
-//! members get UNKNOWN_MEMBER_ID (or ILLEGAL_GENERATION) on their next heartbeat or commit and
-//! rejoin, which Kafka clients do on their own, and resume from the committed offsets. What is
-//! lost is the generation (it restarts at 1) and static members' identities.
+//! DeleteGroups); a KIP-848 membership (ConsumerGroupHeartbeat) is a
+//! [`consumer::ConsumerGroup`] driven by [`consumer_membership`]. Memberships are persisted as
+//! Kafka does, as records of the group's partition (classic: `GroupMetadata`, written when a
+//! generation completes or the group empties): after every call into a group the records that
+//! changed are appended in the same step ([`persist`]) and committed with the next group commit;
+//! answers do not wait for them (a change lost in a crash only makes members rejoin). A reload
+//! restores each group from its latest records (sessions restart at load), so members keep
+//! their generation, assignments and commits across a coordinator restart.
 //!
 //! All state is shard-local (`RefCell`); no borrow is held across an `.await`.
 
@@ -43,6 +46,7 @@ use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use keel_shard::Event;
 use keel_storage::{LeaderEpoch, Offset, StorageError};
@@ -54,7 +58,7 @@ use crate::server::{BrokerShard, Partition};
 use classic::{ClassicGroup, GroupState};
 use consumer::ConsumerGroup;
 use membership::{GroupAnswer, Waiter};
-use records::{CoordinatorRecord, OffsetChange, OffsetKey};
+use records::{CoordinatorRecord, GroupMetadataChange, OffsetChange, OffsetKey};
 
 /// The internal topic that holds the groups' committed offsets.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -117,6 +121,10 @@ pub struct GroupEntry {
     waiting: HashMap<u64, Waiter>,
     /// The deadline under which the coordinator's timer index holds this group, if any.
     scheduled_ms: Option<i64>,
+    /// The membership records (classic `GroupMetadata`, consumer-group records) last
+    /// appended for this group, by key: what a reload would restore. Tombstones go to the log
+    /// for each key dropped, and for all of them when the group is forgotten.
+    pub persisted: BTreeMap<Bytes, Bytes>,
 }
 
 impl GroupEntry {
@@ -173,7 +181,7 @@ impl GroupEntry {
 
     /// Whether nothing is left to keep: no offsets, no parked request, and no classic group
     /// (or a deleted one). Such a group is forgotten at once.
-    fn is_forgettable(&self) -> bool {
+    pub(crate) fn is_forgettable(&self) -> bool {
         self.offsets.is_empty()
             && self.waiting.is_empty()
             && self.consumer.is_none()
@@ -404,6 +412,11 @@ impl GroupCoordinator {
         }
     }
 
+    /// The current load of partition `p`, if it is open here.
+    fn load_id(&self, p: i32) -> Option<u64> {
+        self.partitions.borrow().get(&p).map(|cp| cp.load_id)
+    }
+
     /// Whether partition `p`'s groups can be served here now: NONE or the Kafka error code.
     pub fn ready(&self, shard: &BrokerShard, p: i32) -> i16 {
         let parts = self.partitions.borrow();
@@ -498,11 +511,19 @@ impl GroupCoordinator {
 
     /// Forgets partition `p`'s idle groups ([`GroupEntry::is_idle`]) that have no write in
     /// flight; returns how many.
-    fn forget_idle(&self, p: i32) -> usize {
+    /// Returns how many, and the tombstones of their membership records.
+    fn forget_idle(&self, p: i32) -> (usize, Vec<(Bytes, Option<Bytes>)>) {
         let mut groups = self.groups.borrow_mut();
         let before = groups.len();
-        groups.retain(|name, g| g.partition != p || !g.is_idle() || self.has_pending(p, name));
-        before - groups.len()
+        let mut tombstones = Vec::new();
+        groups.retain(|name, g| {
+            let keep = g.partition != p || !g.is_idle() || self.has_pending(p, name);
+            if !keep {
+                tombstones.extend(forget_records(g));
+            }
+            keep
+        });
+        (before - groups.len(), tombstones)
     }
 
     /// Tombstones for every offset of partition `p`'s groups that have no active members, no
@@ -634,19 +655,34 @@ fn append(
     if ready != NONE {
         return Err(ready);
     }
+    let encoded: Vec<(Bytes, Option<Bytes>)> = changes.iter().map(OffsetChange::encode).collect();
+    let (part, end_offset) = append_records(shard, p, &encoded, now)?;
+    let load_id = shard.groups.push_pending(p, end_offset, changes);
+    Ok((part, load_id, end_offset))
+}
+
+/// Appends records (key, value; `None` = tombstone) to partition `p`'s log, in batches of
+/// about [`WRITE_BATCH_BYTES_TARGET`]; returns the log end offset after them.
+fn append_records(
+    shard: &BrokerShard,
+    p: i32,
+    records: &[(Bytes, Option<Bytes>)],
+    now: i64,
+) -> Result<(Rc<Partition>, Offset), i16> {
     let Some(part) = shard.partition(OFFSETS_TOPIC, p) else {
         return Err(code(ResponseError::NotCoordinator));
     };
     let mut buf = bytes::BytesMut::new();
     let mut start = 0;
-    while start < changes.len() {
+    while start < records.len() {
         let mut end = start;
         let mut bytes = 0;
-        while end < changes.len() && (end == start || bytes < WRITE_BATCH_BYTES_TARGET) {
-            bytes += change_bytes(&changes[end]);
+        while end < records.len() && (end == start || bytes < WRITE_BATCH_BYTES_TARGET) {
+            let (k, v) = &records[end];
+            bytes += k.len() + v.as_ref().map_or(0, Bytes::len) + 32;
             end += 1;
         }
-        match records::encode_batch(&changes[start..end], now) {
+        match records::encode_records_batch(&records[start..end], now) {
             Ok(b) => buf.extend_from_slice(&b),
             Err(e) => {
                 error!(partition = p, error = %e, "encoding coordinator records failed");
@@ -662,18 +698,90 @@ fn append(
             warn!(partition = p, error = %e, "coordinator append refused");
             coordinator_write_code(&e)
         })?;
-    let end_offset = Offset(info.last_offset.0 + 1);
-    let load_id = shard.groups.push_pending(p, end_offset, changes);
-    Ok((part, load_id, end_offset))
+    Ok((part, Offset(info.last_offset.0 + 1)))
 }
 
-fn change_bytes(c: &OffsetChange) -> usize {
-    let k = c.key();
-    let value = match c {
-        OffsetChange::Commit(_, v) => v.metadata.len() + 24,
-        OffsetChange::Delete(_) => 0,
-    };
-    k.group.len() + k.topic.len() + value + 32
+/// Appends a group's membership records (see [`GroupEntry::persisted`]) to partition `p`'s
+/// log; they are committed with the partition's next group commit. Answers do not wait for
+/// them: membership is the coordinator's memory, and the records only let a reload resume it.
+/// If the coordinator stops before they are durable, the reload restores the previous
+/// membership and its members are told to rejoin (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or
+/// FENCED_MEMBER_EPOCH), as Kafka clients do on their own; no committed offset depends on it.
+pub(crate) fn persist(
+    shard: &Rc<BrokerShard>,
+    p: i32,
+    group: &str,
+    records: Vec<(Bytes, Option<Bytes>)>,
+    classic_generation: Option<i32>,
+) {
+    if records.is_empty() || shard.groups.ready(shard, p) != NONE {
+        return;
+    }
+    match append_records(shard, p, &records, now_ms()) {
+        Ok((part, end_offset)) => {
+            let owner = shard.clone();
+            let group = group.to_string();
+            let load_id = shard.groups.load_id(p);
+            glommio::spawn_local(async move {
+                if let Err(e) = part.log.commit(end_offset).await {
+                    warn!(partition = p, group, error = %e, "membership records not committed");
+                    if let Some(generation) = classic_generation {
+                        membership::with_group(&owner, p, &group, false, |g, now| {
+                            if let Some(c) = g.classic.as_mut() {
+                                c.metadata_write_failed(generation, now);
+                            }
+                        });
+                    }
+                }
+                owner.notify_data(&part);
+                if let Some(load_id) = load_id {
+                    owner
+                        .groups
+                        .apply_committed(p, load_id, part.log.offsets().high_watermark);
+                }
+            })
+            .detach();
+        }
+        Err(e) => warn!(
+            partition = p,
+            group,
+            error = e,
+            "membership records not written"
+        ),
+    }
+}
+
+/// The records that bring `g.persisted` to what the group's memberships hold now (changed
+/// keys, and tombstones for keys gone), and `g.persisted` updated to match. `classic_change`
+/// is what the classic group reported since the last call.
+pub(crate) fn membership_records(
+    g: &mut GroupEntry,
+    classic_change: Option<GroupMetadataChange>,
+) -> Vec<(Bytes, Option<Bytes>)> {
+    let mut out = Vec::new();
+    if let Some(change) = classic_change {
+        let (key, value) = change.encode();
+        match &value {
+            Some(v) => {
+                g.persisted.insert(key.clone(), v.clone());
+            }
+            None => {
+                if g.persisted.remove(&key).is_none() {
+                    return out;
+                }
+            }
+        }
+        out.push((key, value));
+    }
+    out
+}
+
+/// Tombstones for every membership record of a group being forgotten.
+pub(crate) fn forget_records(g: &mut GroupEntry) -> Vec<(Bytes, Option<Bytes>)> {
+    std::mem::take(&mut g.persisted)
+        .into_keys()
+        .map(|k| (k, None))
+        .collect()
 }
 
 /// Appends `changes` to partition `p`'s log, waits for the log commit, then applies them (with
@@ -883,6 +991,8 @@ pub async fn delete_offsets(
 #[derive(Default)]
 struct Replayed {
     groups: HashMap<String, GroupEntry>,
+    /// The latest classic `GroupMetadata` value per group (`None`: a tombstone).
+    classic: HashMap<String, Option<records::GroupMetadataValue>>,
     records: u64,
     unreadable_records: u64,
     unreadable_batches: u64,
@@ -927,18 +1037,53 @@ pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
                 } else {
                     tracing::debug!(shard = owner.id, partition = p, "coordinator partition loaded (empty)");
                 }
-                Some(r.groups)
+                Some(restore_memberships(&owner, p, r))
             }
             Err(e) => {
                 error!(shard = owner.id, partition = p, error = %e, "loading coordinator partition failed; its groups are unavailable");
                 None
             }
         };
+        let names: Vec<String> = loaded
+            .iter()
+            .flat_map(|groups| groups.keys().cloned())
+            .collect();
         owner.groups.finish_load(p, load_id, loaded);
+        // Index the restored groups' deadlines (sessions restarted at load) in the timer.
+        for name in names {
+            membership::with_group(&owner, p, &name, false, |_, _| ());
+        }
     })
     .detach();
     start_expiry(shard);
     membership::start_timer(shard);
+}
+
+/// The groups of a replayed partition with their memberships restored from the latest
+/// membership records: a classic group loads `Stable` at its generation (sessions restart
+/// now) or `Empty` ([`ClassicGroup::from_metadata`]).
+fn restore_memberships(shard: &BrokerShard, p: i32, r: Replayed) -> HashMap<String, GroupEntry> {
+    let mut groups = r.groups;
+    let config = membership::group_config(&shard.config);
+    let now = membership::clock_ms();
+    for (name, value) in r.classic {
+        let Some(value) = value else { continue };
+        let change = GroupMetadataChange::Store(name.clone(), value.clone());
+        let (key, encoded) = change.encode();
+        let g = groups
+            .entry(name.clone())
+            .or_insert_with(|| GroupEntry::new(p));
+        g.classic = Some(ClassicGroup::from_metadata(
+            name,
+            config.clone(),
+            value,
+            now,
+        ));
+        if let Some(v) = encoded {
+            g.persisted.insert(key, v);
+        }
+    }
+    groups
 }
 
 /// Reads partition `part`'s committed log from its start and replays it.
@@ -952,12 +1097,19 @@ async fn replay(part: &Partition) -> Result<Replayed, StorageError> {
         let read = part.log.read(offset, LOAD_READ_BYTES_MAX, end).await?;
         let (mut records, mut unreadable) = (0u64, 0u64);
         let groups = &mut out.groups;
+        let classic = &mut out.classic;
         let next = records::walk_batches(&read.records, &mut out.unreadable_batches, |k, v| {
             records += 1;
             match records::decode_record(k, v) {
                 CoordinatorRecord::Offset(change) => apply_change(groups, p, change),
-                // Classic membership: the classic state machine will replay it.
-                CoordinatorRecord::GroupMetadata(_) => {}
+                CoordinatorRecord::GroupMetadata(change) => match change {
+                    GroupMetadataChange::Store(group, value) => {
+                        classic.insert(group, Some(value));
+                    }
+                    GroupMetadataChange::Delete(group) => {
+                        classic.insert(group, None);
+                    }
+                },
                 CoordinatorRecord::Unreadable => unreadable += 1,
             }
         });
@@ -1012,7 +1164,8 @@ async fn expire_offsets(shard: &Rc<BrokerShard>, now_ms: i64) {
         if shard.groups.ready(shard, p) != NONE {
             continue;
         }
-        let idle = shard.groups.forget_idle(p);
+        let (idle, tombstones) = shard.groups.forget_idle(p);
+        persist(shard, p, "(forgotten groups)", tombstones, None);
         if idle > 0 {
             tracing::debug!(
                 shard = shard.id,
