@@ -528,3 +528,121 @@ fn a_silent_member_is_removed_after_the_session_timeout() {
         UNKNOWN_MEMBER_ID
     );
 }
+
+/// The group's records (Kafka's consumer-group records in `__consumer_offsets`) bring it back
+/// after the coordinator is killed: same epochs, members and assignments, and the members'
+/// next heartbeats at their epochs are accepted without a rebalance.
+#[test]
+fn membership_survives_a_coordinator_restart() {
+    let mut b = Broker::start(&[]);
+    let mut c = Client::connect(&b.bootstrap());
+    create_topic(&mut c, "orders", 4);
+    let orders = topic_id(&mut c, "orders");
+    let g = "kip848-restart";
+    find_coordinator(&mut c, g);
+    let a = Hb::join(g, "member-a", &["orders"]).send(&mut c);
+    assert_eq!((a.error_code, a.member_epoch), (NONE, 1));
+    let bm = Hb::join(g, "member-b", &["orders"]).send(&mut c);
+    assert_eq!((bm.error_code, bm.member_epoch), (NONE, 2));
+    // `a` revokes what moves, `b` gets it: Stable at epoch 2.
+    let mut hb = Hb::beat(g, "member-a", 1);
+    hb.owned = Some(vec![(orders, vec![0, 1, 2, 3])]);
+    let kept: Vec<i32> = assigned(&hb.send(&mut c)).unwrap().into_iter().collect();
+    let mut hb = Hb::beat(g, "member-a", 1);
+    hb.owned = Some(vec![(orders, kept.clone())]);
+    assert_eq!(hb.send(&mut c).member_epoch, 2);
+    let moved: Vec<i32> = assigned(&Hb::beat(g, "member-b", 2).send(&mut c))
+        .unwrap()
+        .into_iter()
+        .collect();
+    let mut hb = Hb::beat(g, "member-b", 2);
+    hb.owned = Some(vec![(orders, moved.clone())]);
+    assert_eq!(hb.send(&mut c).error_code, NONE);
+    let view = |c: &mut Client| {
+        let d = describe(c, &[g]);
+        let members: Vec<(String, i32, Vec<i32>)> = d[0]
+            .members
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id.to_string(),
+                    m.member_epoch,
+                    m.assignment
+                        .topic_partitions
+                        .iter()
+                        .flat_map(|t| t.partitions.iter().copied())
+                        .collect(),
+                )
+            })
+            .collect();
+        (
+            d[0].error_code,
+            d[0].group_state.to_string(),
+            d[0].group_epoch,
+            members,
+        )
+    };
+    let before = view(&mut c);
+    assert_eq!(
+        before,
+        (
+            NONE,
+            "Stable".to_string(),
+            2,
+            vec![
+                ("member-a".to_string(), 2, kept.clone()),
+                ("member-b".to_string(), 2, moved.clone())
+            ]
+        )
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    b.kill9_and_restart();
+
+    let mut c = Client::connect(&b.bootstrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let after = loop {
+        let v = view(&mut c);
+        if v.0 == NONE {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "not loaded: {v:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(after, before);
+    // Heartbeats go on at epoch 2 with the same assignments; nothing moves.
+    for (m, owned) in [("member-a", &kept), ("member-b", &moved)] {
+        let mut hb = Hb::beat(g, m, 2);
+        hb.owned = Some(vec![(orders, owned.clone())]);
+        let r = hb.send(&mut c);
+        assert_eq!((r.error_code, r.member_epoch), (NONE, 2), "{m}");
+        assert!(assigned(&r).is_none_or(|p| p.into_iter().collect::<Vec<_>>() == *owned));
+    }
+    assert_eq!(view(&mut c), before);
+
+    // Deleted after everyone leaves: the tombstones keep it deleted across another restart.
+    for m in ["member-a", "member-b"] {
+        assert_eq!(Hb::beat(g, m, -1).send(&mut c).error_code, NONE);
+    }
+    let del: DeleteGroupsResponse = c.send(
+        ApiKey::DeleteGroups,
+        2,
+        &DeleteGroupsRequest::default().with_groups_names(vec![gid(g)]),
+    );
+    assert_eq!(del.results[0].error_code, NONE);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    b.kill9_and_restart();
+    let mut c = Client::connect(&b.bootstrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let d = describe(&mut c, &[g]);
+        if d[0].error_code == GROUP_ID_NOT_FOUND {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the deleted group came back: {:?}",
+            d[0]
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -8,8 +8,11 @@
 //! `now_ms`, the topic metadata as a [`TopicsView`] on every heartbeat, and every call first
 //! applies the timeouts due at `now_ms`, so answers do not depend on how promptly
 //! [`ConsumerGroup::tick`] ran. The coordinator calls `tick` at
-//! [`ConsumerGroup::next_deadline_ms`]. Nothing here is persisted (as for classic groups): after
-//! the coordinator moves, members get UNKNOWN_MEMBER_ID and rejoin with epoch 0.
+//! [`ConsumerGroup::next_deadline_ms`]. Nothing here does I/O: [`ConsumerGroup::to_records`]
+//! describes the group as Kafka's `__consumer_offsets` records ([`consumer_records`]), which
+//! the coordinator writes (the keys that changed since its last write, tombstones for those
+//! gone), and [`ConsumerGroup::from_records`] rebuilds the group from them after the
+//! coordinator moves, so members keep their epochs and partitions.
 //!
 //! How a rebalance goes:
 //! - The *group epoch* grows by one when a member joins or is removed, when a member's
@@ -57,7 +60,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::mem;
 
+use bytes::Bytes;
 use topic_regex::TopicRegex;
+
+use super::consumer_records::{
+    self, ConsumerGroupKey, ConsumerGroupValue, CurrentMemberAssignmentValue, MemberMetadataValue,
+    MetadataValue, PartitionMetadataValue, TargetAssignmentMemberValue,
+    TargetAssignmentMetadataValue, TopicMetadata,
+};
 
 /// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
 /// checks the numbers).
@@ -1043,6 +1053,276 @@ impl ConsumerGroup {
         }
         Ok(())
     }
+}
+
+/// Persistence: the group as `__consumer_offsets` records, and back.
+impl ConsumerGroup {
+    /// Every record describing the group now, one per key (see [`consumer_records`]), in a
+    /// deterministic order: 3 (group epoch), 4 (subscribed topics' metadata), 5 per member
+    /// (identity and subscription), 7 per member with a target, 6 (assignment epoch), 8 per
+    /// member (epochs, state, partitions), members in member id order. Only what the group
+    /// is, never when: deadlines are not recorded, so an unchanged group gives the same
+    /// bytes, and neither is what the topics derive (resolved subscriptions).
+    pub fn to_records(&self) -> Vec<(Bytes, Bytes)> {
+        let group_id = || self.group_id.clone();
+        let mut records = Vec::with_capacity(3 + 3 * self.members.len());
+        let mut push = |key: ConsumerGroupKey, value: ConsumerGroupValue| {
+            records.push(consumer_records::encode_record(&key, &value));
+        };
+        push(
+            ConsumerGroupKey::Metadata {
+                group_id: group_id(),
+            },
+            ConsumerGroupValue::Metadata(MetadataValue {
+                epoch: self.group_epoch,
+            }),
+        );
+        let topics = self
+            .subscribed_metadata
+            .iter()
+            .map(|(name, &(topic_id, partition_count))| TopicMetadata {
+                topic_id,
+                topic_name: name.clone(),
+                partition_count,
+            })
+            .collect();
+        push(
+            ConsumerGroupKey::PartitionMetadata {
+                group_id: group_id(),
+            },
+            ConsumerGroupValue::PartitionMetadata(PartitionMetadataValue { topics }),
+        );
+        for m in self.members.values() {
+            push(
+                ConsumerGroupKey::MemberMetadata {
+                    group_id: group_id(),
+                    member_id: m.member_id.clone(),
+                },
+                ConsumerGroupValue::MemberMetadata(member_metadata(m)),
+            );
+        }
+        for (member_id, target) in &self.target {
+            push(
+                ConsumerGroupKey::TargetAssignmentMember {
+                    group_id: group_id(),
+                    member_id: member_id.clone(),
+                },
+                ConsumerGroupValue::TargetAssignmentMember(TargetAssignmentMemberValue {
+                    topic_partitions: topic_partitions(target),
+                }),
+            );
+        }
+        push(
+            ConsumerGroupKey::TargetAssignmentMetadata {
+                group_id: group_id(),
+            },
+            ConsumerGroupValue::TargetAssignmentMetadata(TargetAssignmentMetadataValue {
+                assignment_epoch: self.assignment_epoch,
+            }),
+        );
+        for m in self.members.values() {
+            push(
+                ConsumerGroupKey::CurrentMemberAssignment {
+                    group_id: group_id(),
+                    member_id: m.member_id.clone(),
+                },
+                ConsumerGroupValue::CurrentMemberAssignment(CurrentMemberAssignmentValue {
+                    member_epoch: m.member_epoch,
+                    previous_member_epoch: m.previous_member_epoch,
+                    state: m.state,
+                    assigned_partitions: topic_partitions(&m.assigned),
+                    partitions_pending_revocation: topic_partitions(&m.pending_revocation),
+                }),
+            );
+        }
+        records
+    }
+
+    /// Rebuilds group `group_id` from its live records (the latest value of each key, with
+    /// keys whose latest record is a tombstone left out; a key repeated here takes its last
+    /// value). Records of other groups and keys that are not consumer group records are
+    /// skipped. `None` when the group cannot be trusted: no group epoch or assignment epoch
+    /// record, a value of this group that does not decode (or names an unknown assignor, an
+    /// invalid regex, a negative partition), a member without both its metadata and its
+    /// current assignment, or a state that breaks the module's invariants (a partition held
+    /// twice, say). The coordinator then starts the group afresh, as before persistence.
+    ///
+    /// Every member's session restarts at `now_ms`, and a member revoking partitions gets its
+    /// whole rebalance timeout again. Subscriptions are resolved against the recorded topic
+    /// metadata, which is what they resolved to when written; the next heartbeat re-resolves
+    /// them against the topics of its view and bumps the group epoch only if those differ from
+    /// the recorded ones (a group recorded without metadata, as Kafka 4.1 writes it, bumps it
+    /// once).
+    pub fn from_records(
+        group_id: impl Into<String>,
+        config: ConsumerGroupConfig,
+        records: impl IntoIterator<Item = (Bytes, Bytes)>,
+        now_ms: i64,
+    ) -> Option<ConsumerGroup> {
+        let group_id = group_id.into();
+        let mut loaded = LoadedRecords::default();
+        for (key, value) in records {
+            let Some(key) = ConsumerGroupKey::decode(&key) else {
+                continue;
+            };
+            if key.group_id() != group_id {
+                continue;
+            }
+            let value = ConsumerGroupValue::decode(&key, &value)?;
+            loaded.apply(&key, value)?;
+        }
+        let group = loaded.into_group(group_id, config, now_ms)?;
+        group.check_invariants().ok()?;
+        Some(group)
+    }
+}
+
+/// A group's live records, by kind, as [`ConsumerGroup::from_records`] collects them.
+#[derive(Default)]
+struct LoadedRecords {
+    group_epoch: Option<i32>,
+    topics: Vec<TopicMetadata>,
+    assignment_epoch: Option<i32>,
+    members: BTreeMap<String, MemberMetadataValue>,
+    targets: BTreeMap<String, TopicPartitions>,
+    current: BTreeMap<String, CurrentMemberAssignmentValue>,
+}
+
+impl LoadedRecords {
+    /// Files one record; `None` if a per-member record has no member (cannot happen for a
+    /// decoded key, but the bytes came from the disk).
+    fn apply(&mut self, key: &ConsumerGroupKey, value: ConsumerGroupValue) -> Option<()> {
+        let member_id = || key.member_id().map(str::to_owned);
+        match value {
+            ConsumerGroupValue::Metadata(v) => self.group_epoch = Some(v.epoch),
+            ConsumerGroupValue::PartitionMetadata(v) => self.topics = v.topics,
+            ConsumerGroupValue::TargetAssignmentMetadata(v) => {
+                self.assignment_epoch = Some(v.assignment_epoch);
+            }
+            ConsumerGroupValue::MemberMetadata(v) => {
+                self.members.insert(member_id()?, v);
+            }
+            ConsumerGroupValue::TargetAssignmentMember(v) => {
+                self.targets.insert(member_id()?, v.topic_partitions);
+            }
+            ConsumerGroupValue::CurrentMemberAssignment(v) => {
+                self.current.insert(member_id()?, v);
+            }
+        }
+        Some(())
+    }
+
+    fn into_group(
+        mut self,
+        group_id: String,
+        config: ConsumerGroupConfig,
+        now_ms: i64,
+    ) -> Option<ConsumerGroup> {
+        let session_deadline_ms = deadline_ms(now_ms, config.session_timeout_ms);
+        let mut group = ConsumerGroup::new(group_id, config);
+        // An epoch that cannot grow any more (never written by a group that bumps by one per
+        // change) is refused rather than panicking on the next bump.
+        group.group_epoch = self.group_epoch.filter(|&e| e < i32::MAX)?;
+        group.assignment_epoch = self.assignment_epoch?;
+        group.subscribed_metadata = self
+            .topics
+            .into_iter()
+            .map(|t| (t.topic_name, (t.topic_id, t.partition_count)))
+            .collect();
+        if !self.current.keys().eq(self.members.keys()) {
+            return None;
+        }
+        let mut regex_matches = HashMap::new();
+        for (member_id, metadata) in self.members {
+            let current = self.current.remove(&member_id)?;
+            let mut member = restore_member(member_id, metadata, current)?;
+            member.session_deadline_ms = session_deadline_ms;
+            member.revocation_deadline_ms = (member.state == MemberState::UnrevokedPartitions)
+                .then(|| deadline_ms(now_ms, member.rebalance_timeout_ms));
+            member.resolved_topics =
+                resolve(&member, &group.subscribed_metadata, &mut regex_matches);
+            for p in member.assigned.iter().chain(&member.pending_revocation) {
+                if group.owners.insert(*p, member.member_id.clone()).is_some() {
+                    return None;
+                }
+            }
+            if let Some(instance) = &member.instance_id {
+                let previous = group
+                    .static_members
+                    .insert(instance.clone(), member.member_id.clone());
+                if previous.is_some() {
+                    return None;
+                }
+            }
+            group.members.insert(member.member_id.clone(), member);
+        }
+        for (member_id, target) in self.targets {
+            group
+                .target
+                .insert(member_id, checked_partition_set(&target)?);
+        }
+        Some(group)
+    }
+}
+
+/// A member's `ConsumerGroupMemberMetadataValue`.
+fn member_metadata(m: &Member) -> MemberMetadataValue {
+    MemberMetadataValue {
+        instance_id: m.instance_id.clone(),
+        rack_id: m.rack_id.clone(),
+        client_id: m.client_id.clone(),
+        client_host: m.client_host.clone(),
+        subscribed_topic_names: m.subscribed_topic_names.iter().cloned().collect(),
+        subscribed_topic_regex: m
+            .subscribed_topic_regex
+            .as_ref()
+            .map(|r| r.source().to_owned()),
+        rebalance_timeout_ms: m.rebalance_timeout_ms,
+        server_assignor: m.server_assignor.map(|a| a.name().to_owned()),
+    }
+}
+
+/// A member from its two records, without deadlines or resolved topics; `None` if the
+/// records hold what no member can (see [`ConsumerGroup::from_records`]).
+fn restore_member(
+    member_id: String,
+    metadata: MemberMetadataValue,
+    current: CurrentMemberAssignmentValue,
+) -> Option<Member> {
+    // A member that left for good (-1) is not recorded; -2 is a static member away.
+    if current.member_epoch == LEAVE_GROUP_MEMBER_EPOCH {
+        return None;
+    }
+    let subscribed_topic_regex = match metadata.subscribed_topic_regex.as_deref() {
+        None | Some("") => None,
+        Some(source) => Some(TopicRegex::new(source).ok()?),
+    };
+    let server_assignor = match metadata.server_assignor.as_deref() {
+        None => None,
+        Some(name) => Some(Assignor::from_name(name)?),
+    };
+    let mut member = Member::new(member_id, metadata.instance_id);
+    member.rack_id = metadata.rack_id;
+    member.client_id = metadata.client_id;
+    member.client_host = metadata.client_host;
+    member.rebalance_timeout_ms = metadata.rebalance_timeout_ms;
+    member.subscribed_topic_names = metadata.subscribed_topic_names.into_iter().collect();
+    member.subscribed_topic_regex = subscribed_topic_regex;
+    member.server_assignor = server_assignor;
+    member.state = current.state;
+    member.member_epoch = current.member_epoch;
+    member.previous_member_epoch = current.previous_member_epoch;
+    member.assigned = checked_partition_set(&current.assigned_partitions)?;
+    member.pending_revocation = checked_partition_set(&current.partitions_pending_revocation)?;
+    Some(member)
+}
+
+/// The partitions of a recorded assignment; `None` if one is negative.
+fn checked_partition_set(topic_partitions: &TopicPartitions) -> Option<PartitionSet> {
+    let all_valid = topic_partitions
+        .iter()
+        .all(|(_, partitions)| partitions.iter().all(|&p| p >= 0));
+    all_valid.then(|| partition_set(topic_partitions))
 }
 
 /// Checks what can be checked of a request alone (Kafka's
@@ -2859,6 +3139,498 @@ mod tests {
         a.regex = Some(".*".into());
         h.heartbeat(&mut a);
         assert_eq!(a.owned, set("t", &[0]));
+    }
+
+    /// The group as a coordinator that took over at `now_ms` rebuilds it: every record routed
+    /// by its key, decoded and encoded again, then loaded. Checks that nothing recorded was
+    /// lost and that the records do not depend on their order.
+    fn restored(group: &ConsumerGroup, now_ms: i64) -> ConsumerGroup {
+        let records = group.to_records();
+        let mut keys = BTreeSet::new();
+        for (k, v) in &records {
+            assert_eq!(
+                consumer_records::record_group(k).as_deref(),
+                Some(group.group_id())
+            );
+            let (key, value) = consumer_records::decode_record(k, v).expect("decodes");
+            assert!(keys.insert(key.clone()), "{key:?} twice");
+            let again = consumer_records::encode_record(&key, &value);
+            assert_eq!(again, (k.clone(), v.clone()));
+        }
+        let config = group.config.clone();
+        let reversed = records.iter().rev().cloned();
+        let restored = ConsumerGroup::from_records(group.group_id(), config, reversed, now_ms)
+            .expect("the group's own records restore it");
+        assert_eq!(restored.check_invariants(), Ok(()));
+        assert_eq!(restored.describe(), group.describe());
+        assert_eq!(restored.to_records(), records, "the same records again");
+        assert_eq!(restored.owners, group.owners);
+        assert_eq!(restored.static_members, group.static_members);
+        assert_eq!(restored.subscribed_metadata, group.subscribed_metadata);
+        for (id, m) in &group.members {
+            assert_eq!(
+                restored.members[id].resolved_topics, m.resolved_topics,
+                "{id}"
+            );
+            assert_eq!(
+                restored.members[id].session_deadline_ms,
+                now_ms + SESSION_MS,
+                "{id}"
+            );
+        }
+        restored
+    }
+
+    fn member_states(group: &ConsumerGroup) -> Vec<(String, MemberState, i32)> {
+        group
+            .members
+            .values()
+            .map(|m| (m.member_id.clone(), m.state, m.member_epoch))
+            .collect()
+    }
+
+    #[test]
+    fn a_stable_group_survives_a_coordinator_restart() {
+        let mut h = Harness::new(&[("t", 6), ("other", 2)]);
+        let mut clients = three_stable_members(&mut h);
+        let epoch = h.group.group_epoch();
+        assert_eq!(h.group.state(), ConsumerGroupState::Stable);
+        h.now_ms += 10_000;
+        h.group = restored(&h.group, h.now_ms);
+        assert_eq!(h.group.next_deadline_ms(), Some(h.now_ms + SESSION_MS));
+        assert_eq!(h.group.state(), ConsumerGroupState::Stable);
+
+        // The members carry on at their epochs: nothing moves, the epoch stays.
+        for c in &mut clients {
+            let r = h.heartbeat(c);
+            assert_eq!((r.error_code, r.member_epoch), (NONE, epoch), "{r:?}");
+            assert_eq!(r.assignment, None);
+        }
+        // A client that lost its coordinator sends everything again and hears the same.
+        for c in &mut clients {
+            let before = c.owned.clone();
+            c.send_full = true;
+            let r = h.heartbeat(c);
+            assert_eq!((r.error_code, r.member_epoch), (NONE, epoch));
+            assert_eq!(r.assignment.map(|a| partition_set(&a)), Some(before));
+        }
+        assert_eq!(h.group.group_epoch(), epoch, "no spurious rebalance");
+        // One that missed its last epoch bump retries with the previous epoch.
+        let mut late = clients[0].clone();
+        late.epoch = h.group.members["a"].previous_member_epoch;
+        assert!(late.epoch > 0 && late.epoch < epoch);
+        let r = h.send(late.request());
+        assert_eq!((r.error_code, r.member_epoch), (NONE, epoch));
+
+        // The group goes on from there: a fourth member joins at the next epoch.
+        clients.push(Client::new("d", &["t"]));
+        h.settle(&mut clients);
+        assert_eq!(h.group.group_epoch(), epoch + 1);
+        assert_eq!(clients.iter().map(|c| c.owned.len()).sum::<usize>(), 6);
+    }
+
+    #[test]
+    fn a_group_restored_mid_reconciliation_completes_it() {
+        let mut h = Harness::new(&[("t", 6)]);
+        let mut clients = three_stable_members(&mut h);
+        let mut d = Client::new("d", &["t"]);
+        h.heartbeat(&mut d);
+        for c in &mut clients {
+            h.heartbeat(c);
+        }
+        // One member heard it must give up a partition and has not said it did; d waits for it.
+        let revoking: Vec<&Member> = h
+            .group
+            .members
+            .values()
+            .filter(|m| m.state == MemberState::UnrevokedPartitions)
+            .collect();
+        assert_eq!(revoking.len(), 1, "{:?}", member_states(&h.group));
+        let revoking_id = revoking[0].member_id.clone();
+        assert_eq!(revoking[0].pending_revocation.len(), 1);
+        assert_eq!(
+            h.group.members["d"].state,
+            MemberState::UnreleasedPartitions
+        );
+        assert_eq!(h.group.state(), ConsumerGroupState::Reconciling);
+        let epoch = h.group.group_epoch();
+
+        h.now_ms += 5_000;
+        h.group = restored(&h.group, h.now_ms);
+        let revocation_ms = h.now_ms + i64::from(REBALANCE_MS);
+        assert_eq!(
+            h.group.members[&revoking_id].revocation_deadline_ms,
+            Some(revocation_ms)
+        );
+        assert_eq!(h.group.next_deadline_ms(), Some(revocation_ms));
+
+        // Left alone, the revoking member is fenced at its restored deadline.
+        let mut stubborn = h.group.clone();
+        let expired = stubborn.tick(revocation_ms);
+        assert_eq!(
+            expired,
+            vec![Expired {
+                member_id: revoking_id,
+                reason: ExpiryReason::RebalanceTimeout,
+            }]
+        );
+
+        // Heartbeating, the members finish the rebalance at the same epoch.
+        clients.push(d);
+        h.settle(&mut clients);
+        assert_eq!(h.group.group_epoch(), epoch);
+        assert_eq!(h.group.state(), ConsumerGroupState::Stable);
+        let mut counts: Vec<usize> = clients.iter().map(|c| c.owned.len()).collect();
+        counts.sort_unstable();
+        assert_eq!(counts, [1, 1, 2, 2]);
+        assert_eq!(clients[3].owned.len(), 1, "d got the revoked partition");
+    }
+
+    #[test]
+    fn a_static_member_keeps_its_identity_across_a_restart() {
+        let mut h = Harness::new(&[("t", 6)]);
+        let mut clients = vec![
+            Client::new("a", &["t"]).with_instance("ia"),
+            Client::new("b", &["t"]),
+        ];
+        h.settle(&mut clients);
+        let epoch = h.group.group_epoch();
+        let a_owned = clients[0].owned.clone();
+        h.group = restored(&h.group, h.now_ms);
+
+        // Its instance id is still taken.
+        let impostor = Client::new("x", &["t"]).with_instance("ia");
+        assert_eq!(
+            h.send(impostor.request()).error_code,
+            UNRELEASED_INSTANCE_ID
+        );
+        // It leaves for a while, the coordinator moves again, and it comes back as a new
+        // process (a new member id) to the same partitions, without a rebalance.
+        let r = h.send(clients[0].leave_request(LEAVE_GROUP_STATIC_MEMBER_EPOCH));
+        assert_eq!(r.error_code, NONE);
+        h.now_ms += 1_000;
+        h.group = restored(&h.group, h.now_ms);
+        assert_eq!(
+            h.group.members["a"].member_epoch,
+            LEAVE_GROUP_STATIC_MEMBER_EPOCH
+        );
+        let mut again = Client::new("a2", &["t"]).with_instance("ia");
+        let r = h.heartbeat(&mut again);
+        assert_eq!((r.error_code, r.member_epoch), (NONE, epoch));
+        assert_eq!(again.owned, a_owned);
+        assert_eq!(h.group.group_epoch(), epoch);
+        assert_eq!(h.group.static_members["ia"], "a2");
+        h.group = restored(&h.group, h.now_ms);
+        clients[0] = again;
+        for c in &mut clients {
+            let r = h.heartbeat(c);
+            assert_eq!((r.error_code, r.member_epoch), (NONE, epoch));
+        }
+    }
+
+    #[test]
+    fn a_regex_subscription_is_restored_and_follows_new_topics() {
+        let mut h = Harness::new(&[("t1", 2), ("t2", 2), ("u", 2), ("v", 1)]);
+        let mut a = Client::new("a", &["u"]);
+        a.regex = Some("t.*".into());
+        a.assignor = Some("range".into());
+        let mut b = Client::new("b", &[]);
+        b.regex = Some("t.*".into());
+        let mut clients = vec![a, b];
+        h.settle(&mut clients);
+        let epoch = h.group.group_epoch();
+        h.group = restored(&h.group, h.now_ms);
+        let resolved: Vec<&str> = h.group.members["a"]
+            .resolved_topics
+            .iter()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(resolved, ["t1", "t2", "u"]);
+        assert_eq!(h.group.assignor(), Assignor::Range);
+        for c in &mut clients {
+            c.send_full = true;
+            let r = h.heartbeat(c);
+            assert_eq!((r.error_code, r.member_epoch), (NONE, epoch));
+        }
+        assert_eq!(h.group.group_epoch(), epoch);
+
+        // A topic that matches appears while nobody heartbeats; the next heartbeat sees it.
+        h.topics.insert("t3".into(), (topic_id("t3", 0), 2));
+        h.group = restored(&h.group, h.now_ms);
+        h.settle(&mut clients);
+        assert_eq!(h.group.group_epoch(), epoch + 1);
+        let all: PartitionSet = clients.iter().flat_map(|c| c.owned.clone()).collect();
+        assert!(all.contains(&tp("t3", 0)) && all.contains(&tp("t3", 1)));
+    }
+
+    #[test]
+    fn assigning_and_empty_groups_round_trip() {
+        let mut h = Harness::new(&[("t", 4)]);
+        let mut clients = three_stable_members(&mut h);
+        let c = clients.pop().expect("three clients");
+        h.send(c.leave_request(LEAVE_GROUP_MEMBER_EPOCH));
+        assert_eq!(h.group.state(), ConsumerGroupState::Assigning);
+        h.group = restored(&h.group, h.now_ms);
+        assert_eq!(h.group.state(), ConsumerGroupState::Assigning);
+        h.settle(&mut clients);
+        assert!(clients.iter().all(|c| c.owned.len() == 2));
+
+        for c in &clients {
+            h.send(c.leave_request(LEAVE_GROUP_MEMBER_EPOCH));
+        }
+        let epoch = h.group.group_epoch();
+        h.group = restored(&h.group, h.now_ms);
+        assert_eq!(h.group.state(), ConsumerGroupState::Empty);
+        assert_eq!(h.group.next_deadline_ms(), None);
+        let mut e = Client::new("e", &["t"]);
+        assert_eq!(h.heartbeat(&mut e).member_epoch, epoch + 1);
+    }
+
+    /// Re-encodes the value of `records`' record with key `version` (and member, for member
+    /// records) after `edit`.
+    fn edit_record(
+        records: &[(Bytes, Bytes)],
+        version: i16,
+        member: Option<&str>,
+        edit: impl FnOnce(&mut ConsumerGroupValue),
+    ) -> Vec<(Bytes, Bytes)> {
+        let mut records = records.to_vec();
+        let at = records
+            .iter()
+            .position(|(k, _)| {
+                let key = ConsumerGroupKey::decode(k).expect("a group record");
+                key.version() == version && key.member_id() == member
+            })
+            .expect("the record is there");
+        let (key, mut value) =
+            consumer_records::decode_record(&records[at].0, &records[at].1).expect("decodes");
+        edit(&mut value);
+        records[at] = consumer_records::encode_record(&key, &value);
+        records
+    }
+
+    #[test]
+    fn malformed_or_inconsistent_records_are_skipped_or_refused() {
+        let mut h = Harness::new(&[("t", 6)]);
+        let clients = three_stable_members(&mut h);
+        let records = h.group.to_records();
+        let config = ConsumerGroupConfig::default();
+        let load = |records: Vec<(Bytes, Bytes)>| {
+            ConsumerGroup::from_records("g", config.clone(), records, 0)
+        };
+
+        // Records of other groups and records that are no group's are skipped.
+        let mut mixed = ConsumerGroup::new("g2", config.clone()).to_records();
+        mixed.extend(records.iter().cloned());
+        mixed.push((
+            Bytes::from_static(&[0, 1, 0, 1, b'g', 0, 1, b't', 0, 0, 0, 0]),
+            Bytes::from_static(b"an offset commit"),
+        ));
+        mixed.push((Bytes::from_static(&[0x7f]), Bytes::from_static(&[1, 2, 3])));
+        mixed.push((Bytes::from_static(&[0, 3, 0, 2, b'g', b'3']), Bytes::new()));
+        let group = load(mixed).expect("g's records are all there");
+        assert_eq!(group.describe(), h.group.describe());
+        assert_eq!(load(Vec::new()).map(|g| g.describe()), None);
+
+        // A record of the group that does not decode: the group cannot be trusted.
+        for i in 0..records.len() {
+            let mut bad = records.clone();
+            bad[i].1 = bad[i].1.slice(..bad[i].1.len() - 1);
+            assert!(load(bad).is_none(), "record {i} truncated");
+        }
+        // A record missing: the epochs, or one of a member's two records.
+        for (version, member) in [(3, None), (6, None), (5, Some("b")), (8, Some("b"))] {
+            let missing: Vec<(Bytes, Bytes)> = records
+                .iter()
+                .filter(|(k, _)| {
+                    let key = ConsumerGroupKey::decode(k).expect("a group record");
+                    !(key.version() == version && key.member_id() == member)
+                })
+                .cloned()
+                .collect();
+            assert_eq!(missing.len(), records.len() - 1);
+            assert!(load(missing).is_none(), "without {version} {member:?}");
+        }
+        // Without the topics' metadata the group loads (as Kafka 4.1 leaves it): the names of
+        // the topics come back with the first heartbeat, which rebalances once.
+        let without_metadata: Vec<(Bytes, Bytes)> = records
+            .iter()
+            .filter(|(k, _)| ConsumerGroupKey::decode(k).expect("a record").version() != 4)
+            .cloned()
+            .collect();
+        let mut group = load(without_metadata).expect("loads");
+        let epoch = group.group_epoch();
+        let r = group.heartbeat(clients[0].request(), &h.topics, 1);
+        assert_eq!((r.error_code, r.member_epoch), (NONE, epoch + 1));
+
+        // Values that decode but that no group can hold.
+        type Edit = Box<dyn FnOnce(&mut ConsumerGroupValue)>;
+        let a_assigned = topic_partitions(&h.group.members["a"].assigned);
+        let cases: Vec<(&str, i16, Option<&str>, Edit)> = vec![
+            (
+                "unknown assignor",
+                5,
+                Some("a"),
+                Box::new(|v| {
+                    if let ConsumerGroupValue::MemberMetadata(m) = v {
+                        m.server_assignor = Some("cooperative-sticky".into());
+                    }
+                }),
+            ),
+            (
+                "invalid regex",
+                5,
+                Some("a"),
+                Box::new(|v| {
+                    if let ConsumerGroupValue::MemberMetadata(m) = v {
+                        m.subscribed_topic_regex = Some("(".into());
+                    }
+                }),
+            ),
+            (
+                "an instance id twice",
+                5,
+                Some("b"),
+                Box::new(|v| {
+                    if let ConsumerGroupValue::MemberMetadata(m) = v {
+                        m.instance_id = Some("i".into());
+                    }
+                }),
+            ),
+            (
+                "a partition held twice",
+                8,
+                Some("b"),
+                Box::new(move |v| {
+                    if let ConsumerGroupValue::CurrentMemberAssignment(c) = v {
+                        c.assigned_partitions = a_assigned;
+                    }
+                }),
+            ),
+            (
+                "a negative partition",
+                8,
+                Some("a"),
+                Box::new(|v| {
+                    if let ConsumerGroupValue::CurrentMemberAssignment(c) = v {
+                        c.assigned_partitions[0].1[0] = -1;
+                    }
+                }),
+            ),
+            (
+                "a member ahead of the assignment",
+                8,
+                Some("a"),
+                Box::new(|v| {
+                    if let ConsumerGroupValue::CurrentMemberAssignment(c) = v {
+                        c.member_epoch += 1;
+                    }
+                }),
+            ),
+            (
+                "a member that left",
+                8,
+                Some("a"),
+                Box::new(|v| {
+                    if let ConsumerGroupValue::CurrentMemberAssignment(c) = v {
+                        c.member_epoch = LEAVE_GROUP_MEMBER_EPOCH;
+                    }
+                }),
+            ),
+            (
+                "a stable member with partitions to revoke",
+                8,
+                Some("a"),
+                Box::new(|v| {
+                    if let ConsumerGroupValue::CurrentMemberAssignment(c) = v {
+                        c.partitions_pending_revocation = mem::take(&mut c.assigned_partitions);
+                    }
+                }),
+            ),
+            (
+                "a target ahead of the group",
+                6,
+                None,
+                Box::new(|v| {
+                    if let ConsumerGroupValue::TargetAssignmentMetadata(t) = v {
+                        t.assignment_epoch += 1;
+                    }
+                }),
+            ),
+        ];
+        for (what, version, member, edit) in cases {
+            let mut instance_too = records.clone();
+            if what == "an instance id twice" {
+                instance_too = edit_record(&instance_too, 5, Some("a"), |v| {
+                    if let ConsumerGroupValue::MemberMetadata(m) = v {
+                        m.instance_id = Some("i".into());
+                    }
+                });
+            }
+            let bad = edit_record(&instance_too, version, member, edit);
+            assert!(load(bad).is_none(), "{what}");
+        }
+        // A target for a member that is not there.
+        let mut stray = records.clone();
+        stray.push(consumer_records::encode_record(
+            &ConsumerGroupKey::TargetAssignmentMember {
+                group_id: "g".into(),
+                member_id: "gone".into(),
+            },
+            &ConsumerGroupValue::TargetAssignmentMember(
+                consumer_records::TargetAssignmentMemberValue {
+                    topic_partitions: Vec::new(),
+                },
+            ),
+        ));
+        assert!(load(stray).is_none());
+    }
+
+    #[test]
+    fn corrupt_records_never_panic_the_restored_group() {
+        let mut h = Harness::new(&[("t", 6), ("u", 3)]);
+        let mut clients = vec![
+            Client::new("a", &["t"]).with_instance("ia"),
+            Client::new("b", &["t", "u"]),
+            Client::new("c", &["u"]),
+        ];
+        clients[2].regex = Some("t|x".into());
+        h.settle(&mut clients);
+        let mut d = Client::new("d", &["t"]);
+        h.heartbeat(&mut d);
+        h.heartbeat(&mut clients[0]);
+        clients.push(d);
+        let records = h.group.to_records();
+        let mut rng = Rng::new(7);
+        let mut restored_count = 0;
+        for _ in 0..3_000 {
+            let mut records = records.clone();
+            let i = rng.below(records.len());
+            let (key, value) = &mut records[i];
+            let target = if rng.chance(20) { key } else { value };
+            let mut bytes = target.to_vec();
+            for _ in 0..1 + rng.below(3) {
+                let at = rng.below(bytes.len());
+                bytes[at] = rng.next() as u8;
+            }
+            *target = Bytes::from(bytes);
+            let Some(mut group) =
+                ConsumerGroup::from_records("g", h.group.config.clone(), records, 0)
+            else {
+                continue;
+            };
+            restored_count += 1;
+            assert_eq!(group.check_invariants(), Ok(()));
+            for c in &clients {
+                let _ = group.heartbeat(c.request(), &h.topics, 1);
+                let mut full = c.clone();
+                full.send_full = true;
+                let _ = group.heartbeat(full.request(), &h.topics, 2);
+            }
+            group.tick(i64::MAX);
+            assert_eq!(group.check_invariants(), Ok(()));
+        }
+        assert!(restored_count > 100, "{restored_count}");
     }
 
     /// A simulated consumer for the random walk: it may revoke late, lose answers, leave, come

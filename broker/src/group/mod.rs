@@ -36,6 +36,7 @@ pub mod classic;
 #[allow(dead_code)] // wired in by the coordinator
 pub mod consumer;
 pub mod consumer_membership;
+pub mod consumer_records;
 pub mod lag;
 pub mod membership;
 pub mod records;
@@ -773,15 +774,55 @@ pub(crate) fn membership_records(
         }
         out.push((key, value));
     }
+    if let Some(c) = g.consumer.as_ref() {
+        let now: BTreeMap<Bytes, Bytes> = c.to_records().into_iter().collect();
+        let consumer_keys: Vec<Bytes> = g
+            .persisted
+            .keys()
+            .filter(|k| consumer_records::record_group(k).is_some() && !now.contains_key(*k))
+            .cloned()
+            .collect();
+        for key in tombstone_order(consumer_keys) {
+            g.persisted.remove(&key);
+            out.push((key, None));
+        }
+        for (key, value) in now {
+            if g.persisted.get(&key) != Some(&value) {
+                g.persisted.insert(key.clone(), value.clone());
+                out.push((key, Some(value)));
+            }
+        }
+    } else {
+        // The consumer membership was dropped (deleted, or the group turned classic).
+        let gone: Vec<Bytes> = g
+            .persisted
+            .keys()
+            .filter(|k| consumer_records::record_group(k).is_some())
+            .cloned()
+            .collect();
+        for key in tombstone_order(gone) {
+            g.persisted.remove(&key);
+            out.push((key, None));
+        }
+    }
     out
 }
 
 /// Tombstones for every membership record of a group being forgotten.
 pub(crate) fn forget_records(g: &mut GroupEntry) -> Vec<(Bytes, Option<Bytes>)> {
-    std::mem::take(&mut g.persisted)
-        .into_keys()
+    let keys = std::mem::take(&mut g.persisted).into_keys().collect();
+    tombstone_order(keys)
+        .into_iter()
         .map(|k| (k, None))
         .collect()
+}
+
+/// Keys in the order their tombstones go to the log: by key version, highest first, so a
+/// consumer group's member records (versions 5, 7, 8) are deleted before the group-level ones
+/// (3, 4, 6), the order Kafka's coordinator requires when it replays them.
+fn tombstone_order(mut keys: Vec<Bytes>) -> Vec<Bytes> {
+    keys.sort_by_key(|k| std::cmp::Reverse(k.get(..2).map(|v| i16::from_be_bytes([v[0], v[1]]))));
+    keys
 }
 
 /// Appends `changes` to partition `p`'s log, waits for the log commit, then applies them (with
@@ -993,6 +1034,8 @@ struct Replayed {
     groups: HashMap<String, GroupEntry>,
     /// The latest classic `GroupMetadata` value per group (`None`: a tombstone).
     classic: HashMap<String, Option<records::GroupMetadataValue>>,
+    /// The latest consumer-group records per group, by key (tombstones remove keys).
+    consumer: HashMap<String, BTreeMap<Bytes, Bytes>>,
     records: u64,
     unreadable_records: u64,
     unreadable_batches: u64,
@@ -1083,6 +1126,31 @@ fn restore_memberships(shard: &BrokerShard, p: i32, r: Replayed) -> HashMap<Stri
             g.persisted.insert(key, v);
         }
     }
+    let consumer_config = consumer_membership::consumer_group_config(&shard.config);
+    for (name, keys) in r.consumer {
+        if keys.is_empty() {
+            continue;
+        }
+        let records: Vec<(Bytes, Bytes)> = keys.into_iter().collect();
+        let Some(c) = ConsumerGroup::from_records(
+            name.clone(),
+            consumer_config.clone(),
+            records.clone(),
+            now,
+        ) else {
+            warn!(
+                partition = p,
+                group = name,
+                "consumer group records unreadable; the group starts empty"
+            );
+            continue;
+        };
+        let g = groups
+            .entry(name.clone())
+            .or_insert_with(|| GroupEntry::new(p));
+        g.consumer = Some(c);
+        g.persisted.extend(records);
+    }
     groups
 }
 
@@ -1098,8 +1166,18 @@ async fn replay(part: &Partition) -> Result<Replayed, StorageError> {
         let (mut records, mut unreadable) = (0u64, 0u64);
         let groups = &mut out.groups;
         let classic = &mut out.classic;
+        let consumer = &mut out.consumer;
         let next = records::walk_batches(&read.records, &mut out.unreadable_batches, |k, v| {
             records += 1;
+            if let Some(group) = k.as_ref().and_then(consumer_records::record_group) {
+                let keys = consumer.entry(group).or_default();
+                let key = k.unwrap_or_default();
+                match v {
+                    Some(v) => keys.insert(key, v),
+                    None => keys.remove(&key),
+                };
+                return;
+            }
             match records::decode_record(k, v) {
                 CoordinatorRecord::Offset(change) => apply_change(groups, p, change),
                 CoordinatorRecord::GroupMetadata(change) => match change {
