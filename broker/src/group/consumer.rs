@@ -45,9 +45,9 @@
 //! Where this differs from Kafka, and why:
 //! - regex subscriptions are resolved on the heartbeat that sees the topics change (Kafka
 //!   resolves them asynchronously); the matcher ([`topic_regex`]) is our own, since keel-broker
-//!   does not depend on `regex`: RE2 syntax without flags, Unicode classes, `\b`, `\Q..\E` or
-//!   anchors other than a leading `^` and a trailing `$` (a topic matches only as a whole, as
-//!   RE2/J `matches()`);
+//!   does not depend on `regex`: RE2 syntax without flags, Unicode classes, `\b` or `\Q..\E`
+//!   (`^` and `$` are assertions anywhere; a topic matches only as a whole, as RE2/J
+//!   `matches()`);
 //! - racks are recorded and described but the assignors ignore them;
 //! - the `uniform` assignor balances heterogeneous subscriptions only locally: no single
 //!   partition can move to a less loaded subscriber and improve balance;
@@ -1752,6 +1752,10 @@ pub mod topic_regex {
         Class(CharClass),
         Split(usize, usize),
         Jmp(usize),
+        /// `^`: goes on only at the start of the name (zero-width).
+        AssertStart,
+        /// `$`: goes on only at the end of the name (zero-width).
+        AssertEnd,
         Match,
     }
 
@@ -1771,6 +1775,9 @@ pub mod topic_regex {
     enum Node {
         Char(char),
         Any,
+        /// `^` and `$`: zero-width assertions.
+        Start,
+        End,
         Class(CharClass),
         Concatenation(Vec<Node>),
         Alternation(Vec<Node>),
@@ -1786,6 +1793,7 @@ pub mod topic_regex {
         fn is_empty(&self) -> bool {
             match self {
                 Node::Char(_) | Node::Any | Node::Class(_) => false,
+                Node::Start | Node::End => true,
                 Node::Concatenation(nodes) | Node::Alternation(nodes) => {
                     nodes.iter().all(Node::is_empty)
                 }
@@ -1829,8 +1837,13 @@ pub mod topic_regex {
             let mut marks = vec![usize::MAX; n];
             let mut stack = Vec::new();
             let mut generation = 0;
-            self.add_thread(&mut current, &mut marks, &mut stack, 0, generation);
-            for c in text.chars() {
+            let len = text.chars().count();
+            let at = |i: usize| Position {
+                start: i == 0,
+                end: i == len,
+            };
+            self.add_thread(&mut current, &mut marks, &mut stack, 0, generation, at(0));
+            for (i, c) in text.chars().enumerate() {
                 if current.is_empty() {
                     return false;
                 }
@@ -1844,7 +1857,15 @@ pub mod topic_regex {
                         _ => false,
                     };
                     if advances {
-                        self.add_thread(&mut next, &mut marks, &mut stack, pc + 1, generation);
+                        let position = at(i + 1);
+                        self.add_thread(
+                            &mut next,
+                            &mut marks,
+                            &mut stack,
+                            pc + 1,
+                            generation,
+                            position,
+                        );
                     }
                 }
                 mem::swap(&mut current, &mut next);
@@ -1862,6 +1883,7 @@ pub mod topic_regex {
             stack: &mut Vec<usize>,
             pc: usize,
             generation: usize,
+            position: Position,
         ) {
             stack.push(pc);
             while let Some(pc) = stack.pop() {
@@ -1871,6 +1893,9 @@ pub mod topic_regex {
                 marks[pc] = generation;
                 match self.program[pc] {
                     Inst::Jmp(to) => stack.push(to),
+                    Inst::AssertStart if position.start => stack.push(pc + 1),
+                    Inst::AssertEnd if position.end => stack.push(pc + 1),
+                    Inst::AssertStart | Inst::AssertEnd => {}
                     Inst::Split(first, second) => {
                         stack.push(second);
                         stack.push(first);
@@ -1879,6 +1904,13 @@ pub mod topic_regex {
                 }
             }
         }
+    }
+
+    /// Where in the name a thread is, for the zero-width assertions.
+    #[derive(Clone, Copy)]
+    struct Position {
+        start: bool,
+        end: bool,
     }
 
     struct Parser {
@@ -1928,14 +1960,15 @@ pub mod topic_regex {
             Ok(Node::Concatenation(items))
         }
 
-        /// An atom and its quantifier; `None` for an anchor.
+        /// An atom and its quantifier.
         fn repetition(&mut self) -> Result<Option<Node>, String> {
-            let Some(atom) = self.atom()? else {
+            let atom = self.atom()?;
+            if matches!(atom, Node::Start | Node::End) {
                 if matches!(self.peek(), Some('*' | '+' | '?')) {
                     return Err("missing argument to repetition operator".into());
                 }
-                return Ok(None);
-            };
+                return Ok(Some(atom));
+            }
             let simple = match self.peek() {
                 Some('*') => Some((0, None)),
                 Some('+') => Some((1, None)),
@@ -1993,18 +2026,16 @@ pub mod topic_regex {
             Ok(Some((min, max)))
         }
 
-        /// One atom; `None` for a `^` at the start or a `$` at the end (a whole name matches
-        /// anyway).
-        fn atom(&mut self) -> Result<Option<Node>, String> {
+        /// One atom (`^` and `$` anywhere are zero-width assertions, as in RE2).
+        fn atom(&mut self) -> Result<Node, String> {
             let c = self.peek().ok_or("unexpected end")?;
             self.pos += 1;
             let node = match c {
                 '(' => self.group()?,
                 '[' => Node::Class(self.class()?),
                 '.' => Node::Any,
-                '^' if self.pos == 1 => return Ok(None),
-                '$' if self.pos == self.chars.len() => return Ok(None),
-                '^' | '$' => return Err("anchors are supported only at the ends".into()),
+                '^' => Node::Start,
+                '$' => Node::End,
                 '*' | '+' | '?' => return Err("missing argument to repetition operator".into()),
                 '\\' => match self.escape()? {
                     Escaped::Char(c) => Node::Char(c),
@@ -2012,7 +2043,7 @@ pub mod topic_regex {
                 },
                 c => Node::Char(c),
             };
-            Ok(Some(node))
+            Ok(node)
         }
 
         fn group(&mut self) -> Result<Node, String> {
@@ -2120,6 +2151,8 @@ pub mod topic_regex {
         match node {
             Node::Char(c) => drop(push(program, Inst::Char(*c))?),
             Node::Any => drop(push(program, Inst::Any)?),
+            Node::Start => drop(push(program, Inst::AssertStart)?),
+            Node::End => drop(push(program, Inst::AssertEnd)?),
             Node::Class(class) => drop(push(program, Inst::Class(class.clone()))?),
             Node::Concatenation(nodes) => {
                 for node in nodes {
@@ -3109,6 +3142,18 @@ mod tests {
             ("(?:ab)*c", &["c", "ababc"], &["abc_"]),
             ("(a*)*b", &["b", "aaab"], &["aaaa"]),
             ("a*?b+?", &["aab", "b"], &["a"]),
+            // librdkafka sends subscriptions wrapped: `(^a-.*)`, `(^a-.*)|(^b.*)`.
+            ("(^rx-.*)", &["rx-", "rx-1"], &["xrx-1", "rx"]),
+            (
+                "(^rx-a.*)|(^rx-b.*)",
+                &["rx-a1", "rx-b"],
+                &["rx-c", "x-rx-a"],
+            ),
+            ("(rx-.*$)", &["rx-1"], &["rx"]),
+            // Anchors anywhere are assertions: `a^b` and `a$b` match nothing.
+            ("a^b", &[], &["ab", "a^b"]),
+            ("a$b", &[], &["ab"]),
+            ("(a$)?b?", &["a", "b", ""], &["ab"]),
         ];
         for (pattern, matching, other) in cases {
             let regex = TopicRegex::new(pattern).unwrap_or_else(|e| panic!("{pattern}: {e}"));
@@ -3120,7 +3165,7 @@ mod tests {
             }
         }
         for bad in [
-            "(", ")", "a)", "[a", "*a", "a**", "a{3,2}", "a{1001}", "(?i)a", "a^b", "\\q", "[z-a]",
+            "(", ")", "a)", "[a", "*a", "a**", "a{3,2}", "a{1001}", "(?i)a", "^*", "\\q", "[z-a]",
             "x|+", "\\",
         ] {
             assert!(TopicRegex::new(bad).is_err(), "{bad} should be refused");
