@@ -50,6 +50,10 @@ pub struct Controller {
     /// The Raft index of the image installed on every shard.
     installed: Cell<u64>,
     install_waiters: RefCell<Vec<(u64, oneshot::Sender<()>)>>,
+    /// This broker's current block of producer ids: the next to hand out and the end
+    /// (exclusive). Refilled through the metadata log, one allocation at a time.
+    producer_ids: Cell<(i64, i64)>,
+    producer_id_lock: glommio::sync::Semaphore,
 }
 
 /// A controller failure for one item: Kafka error code and message.
@@ -170,6 +174,8 @@ pub fn start(config: &BrokerConfig) -> Result<(Controller, std::os::unix::net::U
             tickets: RefCell::new(HashMap::new()),
             installed: Cell::new(0),
             install_waiters: RefCell::new(Vec::new()),
+            producer_ids: Cell::new((0, 0)),
+            producer_id_lock: glommio::sync::Semaphore::new(1),
         },
         reader,
     ))
@@ -632,6 +638,58 @@ pub async fn delete_topics(
         }
     });
     join_all(runs.collect::<Vec<_>>()).await
+}
+
+/// Producer ids a broker takes from the metadata log at a time (Kafka's block size).
+pub const PRODUCER_ID_BLOCK_SIZE: i32 = 1000;
+/// Tries at taking a block when other brokers take theirs at the same moment.
+const PRODUCER_ID_BLOCK_TRIES: usize = 10;
+
+/// A producer id no broker handed out before (on shard 0): from this broker's block, taking a
+/// new block of [`PRODUCER_ID_BLOCK_SIZE`] through the metadata log when it runs out, so ids
+/// are unique across the cluster and across restarts (a restarted broker takes a new block;
+/// the rest of its old one is never used).
+pub async fn allocate_producer_id(shard: Rc<BrokerShard>) -> Result<i64, OpError> {
+    let ctl = controller(&shard);
+    let _permit = ctl.producer_id_lock.acquire_permit(1).await.map_err(|e| {
+        OpError::new(
+            ResponseError::UnknownServerError,
+            format!("producer id lock: {e}"),
+        )
+    })?;
+    let (next, end) = ctl.producer_ids.get();
+    if next < end {
+        ctl.producer_ids.set((next + 1, end));
+        return Ok(next);
+    }
+    let mut last_error = None;
+    for _ in 0..PRODUCER_ID_BLOCK_TRIES {
+        let first = shard.image().cluster.next_producer_id;
+        if first > i64::MAX - i64::from(PRODUCER_ID_BLOCK_SIZE) {
+            return Err(OpError::new(
+                ResponseError::UnknownServerError,
+                "producer ids exhausted",
+            ));
+        }
+        let record = Record::ProducerIdsAllocated {
+            broker_id: shard.config.node_id,
+            first_producer_id: first,
+            block_size: PRODUCER_ID_BLOCK_SIZE,
+        };
+        match propose(&shard, vec![record]).await {
+            Ok(()) => {
+                let end = first + i64::from(PRODUCER_ID_BLOCK_SIZE);
+                ctl.producer_ids.set((first + 1, end));
+                info!(first, end, "took a block of producer ids");
+                return Ok(first);
+            }
+            // Another broker took that block first: the image has moved on; take the next.
+            Err(e) if e.code == ResponseError::InvalidRequest.code() => last_error = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_error
+        .unwrap_or_else(|| OpError::new(ResponseError::UnknownServerError, "no producer id block")))
 }
 
 /// The topic, or UNKNOWN_TOPIC_OR_PARTITION with Kafka's message.

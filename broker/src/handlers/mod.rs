@@ -30,6 +30,7 @@ pub mod describe_log_dirs;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
+pub mod init_producer_id;
 pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
@@ -80,6 +81,7 @@ pub const SUPPORTED: &[ApiSupport] = &[
     delete_groups::SUPPORT,
     consumer_group_heartbeat::SUPPORT,
     consumer_group_describe::SUPPORT,
+    init_producer_id::SUPPORT,
 ];
 
 pub fn support(key: ApiKey) -> Option<ApiSupport> {
@@ -310,6 +312,14 @@ pub async fn handle_frame(shard: Rc<BrokerShard>, mut frame: Bytes, client_host:
             body,
             ConsumerGroupDescribeRequest,
             consumer_group_describe::handle
+        ),
+        ApiKey::InitProducerId => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            InitProducerIdRequest,
+            init_producer_id::handle
         ),
         ApiKey::SyncGroup => call!(shard, hdr, api, body, SyncGroupRequest, sync_group::handle),
         ApiKey::Heartbeat => call!(shard, hdr, api, body, HeartbeatRequest, heartbeat::handle),
