@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use common::client::*;
 use common::Broker;
 use kafka_protocol::messages::*;
@@ -385,6 +385,110 @@ fn cooperative_sticky_revokes_only_the_partitions_that_move() {
             revoked, moved,
             "member {i} revoked {revoked:?}; {before:?} -> {after:?}"
         );
+    }
+}
+
+/// The partitions of `topic` in a ConsumerProtocolAssignment (v0 to v3 share this layout:
+/// version, [topic, [partition]], user data).
+fn decode_assignment(bytes: &[u8], topic: &str) -> BTreeSet<i32> {
+    let mut b = bytes;
+    let version = b.get_i16();
+    assert!((0..=3).contains(&version), "assignment version {version}");
+    let mut out = BTreeSet::new();
+    for _ in 0..b.get_i32() {
+        let len = b.get_i16() as usize;
+        let name = std::str::from_utf8(&b[..len]).unwrap().to_string();
+        b.advance(len);
+        assert_eq!(name, topic, "{bytes:?}");
+        for _ in 0..b.get_i32() {
+            assert!(out.insert(b.get_i32()), "a partition twice: {bytes:?}");
+        }
+    }
+    // User data: null (-1) or a length and that many bytes.
+    let user_data = b.get_i32();
+    if user_data > 0 {
+        b.advance(user_data as usize);
+    }
+    assert!(b.is_empty(), "trailing bytes in {bytes:?}");
+    out
+}
+
+/// librdkafka's eager assignors: the group forms (2/2/2 over six partitions), DescribeGroups
+/// names the chosen assignor, and each member's assignment there is what its consumer holds.
+/// Round-robin gives Kafka's layout: members sorted by member id, partition p to member p % 3.
+#[test]
+fn each_librdkafka_assignor_forms_the_group() {
+    let b = Broker::start(&[]);
+    let bootstrap = b.bootstrap();
+    let t = "assignors";
+    create_topic(&bootstrap, t, PARTITIONS);
+    let mut raw = Client::connect(&bootstrap);
+    for strategy in ["range", "roundrobin"] {
+        let g = format!("g-{strategy}");
+        let members: Vec<BaseConsumer> = (0..3)
+            .map(|i| {
+                let c: BaseConsumer = config(&bootstrap, &g, strategy)
+                    .set("client.id", format!("{strategy}-{i}"))
+                    .create()
+                    .unwrap();
+                c.subscribe(&[t]).unwrap();
+                c
+            })
+            .collect();
+        let refs: Vec<&BaseConsumer> = members.iter().collect();
+        poll_until(&refs, Duration::from_secs(30), strategy, |a| {
+            split_evenly(a, 2, 2)
+        });
+
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (described, held) = loop {
+            for c in &members {
+                let _ = c.poll(Duration::from_millis(10));
+            }
+            let d = describe(&mut raw, &[&g]).remove(0);
+            let held: Vec<BTreeSet<i32>> = members.iter().map(assignment).collect();
+            if d.error_code == NONE
+                && d.group_state.to_string() == "Stable"
+                && d.members.len() == 3
+                && split_evenly(&held, 2, 2)
+            {
+                break (d, held);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{strategy}: not Stable with 3 members: {d:?}; held {held:?}"
+            );
+        };
+        assert_eq!(described.protocol_type.to_string(), "consumer");
+        assert_eq!(described.protocol_data.to_string(), strategy);
+        let mut by_member_id: Vec<(String, BTreeSet<i32>)> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for m in &described.members {
+            let client_id = m.client_id.to_string();
+            let i: usize = client_id
+                .strip_prefix(&format!("{strategy}-"))
+                .and_then(|i| i.parse().ok())
+                .unwrap_or_else(|| panic!("{strategy}: client id {client_id}"));
+            assert!(seen.insert(i), "{strategy}: {client_id} twice");
+            let decoded = decode_assignment(&m.member_assignment, t);
+            assert_eq!(
+                decoded, held[i],
+                "{strategy}: {client_id} ({})",
+                m.member_id
+            );
+            by_member_id.push((m.member_id.to_string(), decoded));
+        }
+        if strategy == "roundrobin" {
+            by_member_id.sort();
+            for (k, (_, partitions)) in by_member_id.iter().enumerate() {
+                let k = k as i32;
+                assert_eq!(
+                    partitions,
+                    &BTreeSet::from([k, k + 3]),
+                    "round-robin layout by member id: {by_member_id:?}"
+                );
+            }
+        }
     }
 }
 

@@ -1,7 +1,9 @@
 """Classic consumer groups with kafka-python 3.0.12 against the real keel binary: a subscribing
 KafkaConsumer consumes, commits and closes, and the next consumer of the group resumes after
 the committed offset; DescribeGroups and ListGroups show a group's state and members;
-DeleteGroups deletes an empty group (with its offsets) and refuses an active one.
+DeleteGroups deletes an empty group (with its offsets) and refuses an active one; the sticky
+and round-robin assignors form a group of two, then three, that consumes every record once and
+resumes moved partitions from the committed offsets.
 
 kafka-python 3.0.12 loses a join that completes after the `poll()` that started it returned
 (it sends a new JoinGroup, or leaves its heartbeat disabled), so members of one group are each
@@ -10,6 +12,8 @@ polled by their own thread with timeouts long enough for a rebalance."""
 import threading
 
 from kafka import KafkaConsumer, TopicPartition
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
 from conftest import unique
 from kutil import admin, producer, wait_until
@@ -22,10 +26,10 @@ def group_consumer(bootstrap, group_id, topic, **kw):
     kw.setdefault("fetch_max_wait_ms", 100)
     kw.setdefault("enable_auto_commit", False)
     kw.setdefault("auto_offset_reset", "earliest")
+    kw.setdefault("client_id", "keel-tests-groups")
     for k, v in SESSION.items():
         kw.setdefault(k, v)
-    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id,
-                      client_id="keel-tests-groups", **kw)
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, **kw)
     c.subscribe([topic])
     return c
 
@@ -100,12 +104,15 @@ def test_a_new_consumer_resumes_after_the_committed_offsets(keel):
 
 class Member(threading.Thread):
     """One group member, polled by its own thread (kafka-python consumers are not thread-safe:
-    only this thread touches it). Publishes its assignment; commits when asked."""
+    only this thread touches it). Publishes its assignment and the records it received
+    (partition, offset, key, value); commits when asked."""
 
-    def __init__(self, bootstrap, group_id, topic):
+    def __init__(self, bootstrap, group_id, topic, **kw):
         super().__init__(daemon=True)
-        self.consumer = group_consumer(bootstrap, group_id, topic)
+        self.consumer = group_consumer(bootstrap, group_id, topic, **kw)
         self.assigned = frozenset()
+        self._lock = threading.Lock()
+        self._records = []
         self.error = None
         self._stop_now = threading.Event()
         self._commit_now = threading.Event()
@@ -115,7 +122,10 @@ class Member(threading.Thread):
     def run(self):
         try:
             while not self._stop_now.is_set():
-                self.consumer.poll(timeout_ms=1000)
+                got = self.consumer.poll(timeout_ms=1000)
+                with self._lock:
+                    for recs in got.values():
+                        self._records.extend((r.partition, r.offset, r.key, r.value) for r in recs)
                 self.assigned = frozenset(tp.partition for tp in self.consumer.assignment())
                 if self._commit_now.is_set():
                     self.consumer.commit()
@@ -125,6 +135,10 @@ class Member(threading.Thread):
             self.error = e
         finally:
             self.consumer.close()
+
+    def records(self):
+        with self._lock:
+            return list(self._records)
 
     def commit(self):
         self.committed.clear()
@@ -197,3 +211,116 @@ def test_describe_list_and_delete_groups(keel):
         for m in members:
             m.stop()
         a.close()
+
+
+def _group_offsets(a, group):
+    return {tp.partition: om.offset for tp, om in a.list_group_offsets(group)[group].items()}
+
+
+def _assignor_group(keel, assignor, prefix):
+    """Two members with `assignor`, then a third, over six partitions. Checks the splits, that
+    DescribeGroups names the assignor and shows what each member holds, and that every record
+    is consumed once: the first batch by the two, committed; the second after the third joined,
+    the partitions that moved resuming at the committed offsets. Returns the assignments
+    [(client id, member id, partitions)] of two members and of three."""
+    partitions = 6
+    topic = unique("groups-" + prefix)
+    create_topic(keel.bootstrap, topic, partitions)
+    group = unique("g-" + prefix)
+    members = []
+    a = admin(keel.bootstrap)
+
+    def join():
+        i = len(members)
+        members.append(Member(keel.bootstrap, group, topic, client_id="%s-%d" % (prefix, i),
+                              partition_assignment_strategy=[assignor]))
+
+    def formed():
+        """Once every member holds its share and the group is Stable: the members, in join
+        order, as (client id, member id, partitions)."""
+        held = [m.assigned for m in members]
+        n = len(members)
+        if (sum(len(h) for h in held) != partitions
+                or frozenset().union(*held) != frozenset(range(partitions))
+                or any(len(h) != partitions // n for h in held)):
+            return None
+        d = a.describe_groups([group])[group]
+        if d["group_state"] != "Stable" or len(d["members"]) != n:
+            return None
+        assert d["error"] is None, d
+        assert d["protocol_type"] == "consumer", d
+        assert d["protocol_data"] == assignor.name, d
+        by_client = {}
+        for m in d["members"]:
+            described = set()
+            for t in m["member_assignment"]["assigned_partitions"]:
+                assert t["topic"] == topic, m
+                described.update(t["partitions"])
+            by_client[m["client_id"]] = (m["member_id"], frozenset(described))
+        out = []
+        for i, h in enumerate(held):
+            member_id, described = by_client["%s-%d" % (prefix, i)]
+            if described != h:
+                return None  # the member has not taken its new assignment yet
+            out.append(("%s-%d" % (prefix, i), member_id, h))
+        return out
+
+    def consumed(batches):
+        """Waits until the members received every record of `batches` (lists of values, the
+        i-th produced to partition i % 6); checks each arrived once, in place and in order."""
+        expected = [(i % partitions, v) for batch in batches for i, v in enumerate(batch)]
+
+        def all_in():
+            return sum(len(m.records()) for m in members) >= len(expected)
+
+        wait_until(all_in, 15.0, interval_s=0.05, msg="%d records" % len(expected))
+        got = [r for m in members for r in m.records()]
+        assert all(k == v for _p, _o, k, v in got), got
+        assert sorted((p, v) for p, _o, _k, v in got) == sorted(expected)
+        for p in range(partitions):
+            offsets = sorted(o for q, o, _k, _v in got if q == p)
+            assert offsets == list(range(len(offsets))), (p, offsets)
+
+    try:
+        for _ in range(2):
+            join()
+        two = wait_until(formed, 20.0, msg="a Stable group of two")
+        first = [("first-%02d" % i).encode() for i in range(60)]
+        produce(keel.bootstrap, topic, partitions, first)
+        consumed([first])
+        for m in members:
+            m.commit()
+        assert _group_offsets(a, group) == {p: 10 for p in range(partitions)}
+
+        join()
+        three = wait_until(formed, 20.0, msg="a Stable group of three")
+        second = [("second-%02d" % i).encode() for i in range(60)]
+        produce(keel.bootstrap, topic, partitions, second)
+        consumed([first, second])
+        for m in members:
+            m.commit()
+        assert _group_offsets(a, group) == {p: 20 for p in range(partitions)}
+        for m in members:
+            assert m.error is None, m.error
+        return two, three
+    finally:
+        for m in members:
+            m.stop()
+        a.close()
+
+
+def test_sticky_assignor_keeps_what_need_not_move(keel):
+    two, three = _assignor_group(keel, StickyPartitionAssignor, "sticky")
+    assert [len(h) for _c, _m, h in two] == [3, 3]
+    # The third member takes one partition from each; the first two keep the rest.
+    for (c, _m, before), (_c, _m2, after) in zip(two, three):
+        assert after < before, (c, before, after)
+
+
+def test_roundrobin_assignor_deals_partitions_in_member_id_order(keel):
+    two, three = _assignor_group(keel, RoundRobinPartitionAssignor, "roundrobin")
+    for layout in (two, three):
+        n = len(layout)
+        by_member_id = sorted((m, h) for _c, m, h in layout)
+        assert [h for _m, h in by_member_id] == [
+            frozenset(range(k, 6, n)) for k in range(n)], layout
