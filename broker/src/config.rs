@@ -61,6 +61,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.flush.interval.ms", default: "1000", doc: "sync period of flush.policy=interval (topic: flush.ms)" },
     BrokerKey { name: "log.tail.cache.shard.bytes", default: "268435456", doc: "memory per shard for recent batches (at most 4 MiB per partition); the shard's oldest are evicted beyond it" },
     BrokerKey { name: "log.closed.segment.files.shard.max", default: "1024", doc: "closed segment files a shard keeps open (opened on demand, least recently used closed)" },
+    BrokerKey { name: "producer.id.expiration.ms", default: "86400000", doc: "a partition forgets an idempotent producer whose last batch's timestamp is this old and that has no open transaction" },
     BrokerKey { name: "offsets.topic.num.partitions", default: "50", doc: "partitions of __consumer_offsets (group coordinators) when it is created" },
     BrokerKey { name: "offsets.topic.segment.bytes", default: "104857600", doc: "segment.bytes of __consumer_offsets when it is created" },
     BrokerKey { name: "offsets.retention.minutes", default: "10080", doc: "committed offsets of a group without members expire this long after its latest commit" },
@@ -452,6 +453,13 @@ impl BrokerConfig {
         if cfg.num_partitions < 1 {
             bail!("num.partitions must be >= 1");
         }
+        if parse::<i64>(
+            "producer.id.expiration.ms",
+            &get("producer.id.expiration.ms"),
+        )? < 1
+        {
+            bail!("producer.id.expiration.ms must be >= 1");
+        }
         if cfg.offsets_topic_num_partitions < 1 {
             bail!("offsets.topic.num.partitions must be >= 1");
         }
@@ -572,6 +580,14 @@ impl BrokerConfig {
         }
         if let Ok(v) = value("max.compaction.lag.ms").parse::<i64>() {
             c.max_compaction_lag_ms = v;
+        }
+        // A broker setting only, as in Kafka: the same for every topic.
+        if let Some(Ok(v)) = self
+            .values
+            .get("producer.id.expiration.ms")
+            .map(|v| v.trim().parse::<i64>())
+        {
+            c.producer_id_expiration_ms = v;
         }
         c
     }
@@ -725,5 +741,26 @@ mod tests {
         assert!(validate_topic_config("segment.bytes", "abc").is_err());
         assert!(validate_topic_config("no.such", "1").is_err());
         assert!(validate_topic_config("cleanup.policy", "compact,delete").is_ok());
+    }
+
+    #[test]
+    fn producer_id_expiration_is_a_broker_setting_for_every_topic() {
+        let cfg = BrokerConfig::from_settings(BTreeMap::new()).unwrap();
+        let mut overrides = BTreeMap::new();
+        assert_eq!(
+            cfg.log_config(&overrides).producer_id_expiration_ms,
+            86_400_000
+        );
+        let map = SettingsBuilder::default()
+            .set("producer.id.expiration.ms", "60000")
+            .build();
+        let cfg = BrokerConfig::from_settings(map).unwrap();
+        overrides.insert("segment.bytes".to_string(), "4096".to_string());
+        assert_eq!(cfg.log_config(&overrides).producer_id_expiration_ms, 60_000);
+        assert!(validate_topic_config("producer.id.expiration.ms", "1").is_err());
+        let map = SettingsBuilder::default()
+            .set("producer.id.expiration.ms", "0")
+            .build();
+        assert!(BrokerConfig::from_settings(map).is_err());
     }
 }

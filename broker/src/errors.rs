@@ -16,6 +16,8 @@ pub fn storage_code(e: &StorageError) -> i16 {
         StorageError::InvalidRecord(_) => ResponseError::InvalidRecord,
         StorageError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        StorageError::InvalidProducerEpoch(_) => ResponseError::InvalidProducerEpoch,
+        StorageError::OutOfOrderSequence(_) => ResponseError::OutOfOrderSequenceNumber,
         StorageError::Poisoned(_)
         | StorageError::DiskFull(_)
         | StorageError::CorruptSegment { .. }

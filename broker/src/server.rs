@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use keel_shard::{shutdown_requested, Event, Mesh, ShardBoot};
 use keel_storage::{FlushPolicy, Log, LogConfig, StorageError};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::config::BrokerConfig;
 use crate::controller::Controller;
@@ -325,8 +325,9 @@ impl BrokerShard {
         }
     }
 
-    /// Applies retention to every partition this shard owns, every
-    /// `log.retention.check.interval.ms`, until shutdown.
+    /// Applies retention to every partition this shard owns, and expires their idempotent
+    /// producers (`producer.id.expiration.ms`), every `log.retention.check.interval.ms`, until
+    /// shutdown.
     async fn retention(self: Rc<Self>) {
         let interval = Duration::from_millis(self.config.retention_check_interval_ms());
         loop {
@@ -362,6 +363,10 @@ impl BrokerShard {
                     Err(e) => {
                         warn!(shard = self.id, topic = %part.topic, partition = part.index, error = %e, "retention failed")
                     }
+                }
+                let expired = part.log.expire_producers(now_ms);
+                if expired > 0 {
+                    debug!(shard = self.id, topic = %part.topic, partition = part.index, expired, "expired idempotent producers");
                 }
                 glommio::executor().yield_if_needed().await;
             }

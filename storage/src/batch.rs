@@ -15,6 +15,9 @@ pub const ATTRIBUTES_AT: usize = 21;
 pub const LAST_OFFSET_DELTA_AT: usize = 23;
 pub const BASE_TIMESTAMP_AT: usize = 27;
 pub const MAX_TIMESTAMP_AT: usize = 35;
+pub const PRODUCER_ID_AT: usize = 43;
+pub const PRODUCER_EPOCH_AT: usize = 51;
+pub const BASE_SEQUENCE_AT: usize = 53;
 pub const RECORDS_COUNT_AT: usize = 57;
 /// Bytes before the records: the whole fixed header.
 pub const HEADER_BYTES: usize = 61;
@@ -25,6 +28,16 @@ pub const MIN_BATCH_LENGTH: i32 = (HEADER_BYTES - LOG_OVERHEAD) as i32;
 pub const MAGIC_V2: i8 = 2;
 pub const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
 pub const COMPRESSION_MASK: i16 = 0x07;
+/// Attributes bit 4: the batch belongs to a transaction.
+pub const TRANSACTIONAL_BIT: i16 = 1 << 4;
+/// Attributes bit 5: a control batch (transaction marker), written by a coordinator.
+pub const CONTROL_BIT: i16 = 1 << 5;
+/// Kafka `RecordBatch.NO_PRODUCER_ID`: a batch of a producer that is not idempotent.
+pub const NO_PRODUCER_ID: i64 = -1;
+/// Kafka `RecordBatch.NO_PRODUCER_EPOCH`.
+pub const NO_PRODUCER_EPOCH: i16 = -1;
+/// Kafka `RecordBatch.NO_SEQUENCE`.
+pub const NO_SEQUENCE: i32 = -1;
 
 pub fn be_i64(b: &[u8], at: usize) -> i64 {
     let mut a = [0u8; 8];
@@ -57,6 +70,11 @@ pub struct BatchHeader {
     pub last_offset_delta: i32,
     pub base_timestamp: i64,
     pub max_timestamp: i64,
+    /// `NO_PRODUCER_ID` (-1), or any negative value, unless the producer is idempotent.
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// Sequence number of the first record; `NO_SEQUENCE` without a producer id.
+    pub base_sequence: i32,
     pub records_count: i32,
 }
 
@@ -81,6 +99,9 @@ impl BatchHeader {
             last_offset_delta: be_i32(b, LAST_OFFSET_DELTA_AT),
             base_timestamp: be_i64(b, BASE_TIMESTAMP_AT),
             max_timestamp: be_i64(b, MAX_TIMESTAMP_AT),
+            producer_id: be_i64(b, PRODUCER_ID_AT),
+            producer_epoch: be_i16(b, PRODUCER_EPOCH_AT),
+            base_sequence: be_i32(b, BASE_SEQUENCE_AT),
             records_count: be_i32(b, RECORDS_COUNT_AT),
         })
     }
@@ -97,6 +118,40 @@ impl BatchHeader {
 
     pub fn is_log_append_time(&self) -> bool {
         self.attributes & TIMESTAMP_TYPE_BIT != 0
+    }
+
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & TRANSACTIONAL_BIT != 0
+    }
+
+    pub fn is_control(&self) -> bool {
+        self.attributes & CONTROL_BIT != 0
+    }
+
+    /// Kafka `RecordBatch.hasProducerId`: the batch comes from an idempotent (or
+    /// transactional) producer, and its sequence numbers are checked.
+    pub fn has_producer_id(&self) -> bool {
+        self.producer_id > NO_PRODUCER_ID
+    }
+
+    /// Sequence number of the last record (Kafka `DefaultRecordBatch.lastSequence`):
+    /// `NO_SEQUENCE` when the batch has none, else the base sequence plus lastOffsetDelta,
+    /// wrapping past `i32::MAX` to 0.
+    pub fn last_sequence(&self) -> i32 {
+        if self.base_sequence == NO_SEQUENCE {
+            return NO_SEQUENCE;
+        }
+        increment_sequence(self.base_sequence, self.last_offset_delta)
+    }
+}
+
+/// Kafka `DefaultRecordBatch.incrementSequence`: sequences run from 0 to `i32::MAX` and then
+/// start again at 0. `sequence` and `increment` are non-negative.
+pub fn increment_sequence(sequence: i32, increment: i32) -> i32 {
+    if sequence > i32::MAX - increment {
+        increment - (i32::MAX - sequence) - 1
+    } else {
+        sequence + increment
     }
 }
 
@@ -177,6 +232,7 @@ pub fn validate_batches(
         batch_count: 0,
         record_count: 0,
         max_timestamp_ms: -1,
+        producer_batches: 0,
     };
     let mut pos = 0usize;
     while pos < batches.len() {
@@ -184,6 +240,7 @@ pub fn validate_batches(
         summary.batch_count += 1;
         summary.record_count += header.last_offset_delta as u64 + 1;
         summary.max_timestamp_ms = summary.max_timestamp_ms.max(header.max_timestamp);
+        summary.producer_batches += u32::from(header.has_producer_id());
         pos += header.size;
     }
     Ok(summary)

@@ -1,6 +1,7 @@
 //! The one error enum of `keel-storage`. The broker maps each variant to a Kafka error code in
 //! one place (CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, OFFSET_OUT_OF_RANGE,
-//! KAFKA_STORAGE_ERROR). Errors are logged where they are handled, not here.
+//! INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, KAFKA_STORAGE_ERROR). Errors are
+//! logged where they are handled, not here.
 
 use crate::types::Offset;
 
@@ -46,6 +47,14 @@ pub enum StorageError {
         position: u64,
         reason: String,
     },
+    /// A batch from an idempotent producer whose epoch is older than the producer's latest
+    /// (a fenced zombie): Kafka INVALID_PRODUCER_EPOCH.
+    #[error("invalid producer epoch: {0}")]
+    InvalidProducerEpoch(String),
+    /// A batch from an idempotent producer whose sequence does not follow the producer's last
+    /// (a gap, or a new epoch not starting at 0): Kafka OUT_OF_ORDER_SEQUENCE_NUMBER.
+    #[error("out of order sequence number: {0}")]
+    OutOfOrderSequence(String),
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
 }

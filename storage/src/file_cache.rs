@@ -121,3 +121,15 @@ pub fn forget(path: &Path) {
         close_all(vec![f]);
     }
 }
+
+/// Closes every cached file now. For tests, which run one executor after another on the same
+/// thread: a file must not outlive its executor in this thread-local cache, or a later
+/// eviction would close it on a reactor that is gone.
+#[cfg(test)]
+pub async fn close_all_now() {
+    let files: Vec<Rc<DmaFile>> =
+        CACHE.with(|c| c.borrow_mut().files.drain().map(|(_, (f, _))| f).collect());
+    for f in files {
+        let _ = f.close_rc().await;
+    }
+}

@@ -1,5 +1,5 @@
-//! Small file helpers over glommio for the files that are not O_DIRECT streams: index files
-//! and the leader-epoch checkpoint (buffered I/O, never mixed with DMA on the same file), and
+//! Small file helpers over glommio for the files that are not O_DIRECT streams: index files,
+//! producer-state snapshots and the leader-epoch checkpoint (buffered I/O, never mixed with DMA on the same file), and
 //! listing a partition directory. Runs on the owning shard; directory listing and existence
 //! checks are plain syscalls, done only at open.
 
@@ -67,11 +67,16 @@ pub async fn open_log_file(path: &Path, truncate: bool) -> Result<DmaFile, Stora
 
 /// Base offsets of the `.log` files in `dir`, ascending.
 pub fn list_segments(dir: &Path) -> Result<Vec<Offset>, StorageError> {
+    list_offset_files(dir, ".log")
+}
+
+/// Offsets naming the `<offset, 20 digits><suffix>` files in `dir`, ascending.
+pub fn list_offset_files(dir: &Path, suffix: &str) -> Result<Vec<Offset>, StorageError> {
     let mut bases = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let name = entry?.file_name();
         let Some(name) = name.to_str() else { continue };
-        let Some(stem) = name.strip_suffix(".log") else {
+        let Some(stem) = name.strip_suffix(suffix) else {
             continue;
         };
         if stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) {

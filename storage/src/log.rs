@@ -1,16 +1,19 @@
 //! The partition log: an ordered set of segments named by base offset, the offset bookkeeping
 //! (`log_start_offset <= high_watermark <= log_end_offset`), the tail cache, the leader epoch
-//! cache and the group-commit flusher.
+//! cache, the producer state (with its snapshots, see `snapshots`) and the group-commit
+//! flusher.
 //!
-//! Who moves what: `append` moves `log_end_offset` (and stages bytes); the flusher (one at a
-//! time, under `flush_lock`) moves `written_end`/`synced_end` and the segments' `written`/
-//! `synced`; `commit`/`sync` move `high_watermark`, never past what the flush policy has made
-//! committed. A failed write or fsync poisons the log. No `RefCell` borrow is held across an
-//! `.await`. If a `commit`/`sync`/`read` future is dropped midway, nothing is lost: state moves
-//! only after an I/O completes, so the next flush rewrites the same range. The log lives on
-//! exactly one glommio executor (the shard owning the partition) and is not `Send`.
+//! Who moves what: `append` moves `log_end_offset` (and stages bytes) and the producer state,
+//! which it checks before staging anything, so a refused batch changes nothing; the flusher
+//! (one at a time, under `flush_lock`) moves `written_end`/`synced_end` and the segments'
+//! `written`/`synced`; `commit`/`sync` move `high_watermark`, never past what the flush policy
+//! has made committed. A failed write or fsync poisons the log. No `RefCell` borrow is held
+//! across an `.await`. If a `commit`/`sync`/`read` future is dropped midway, nothing is lost:
+//! state moves only after an I/O completes, so the next flush rewrites the same range. The log
+//! lives on exactly one glommio executor (the shard owning the partition) and is not `Send`.
 
 mod cleaner;
+mod snapshots;
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -29,6 +32,7 @@ use crate::index::{OffsetIndex, TimeIndex};
 use crate::io::{
     list_segments, open_log_file, prime_iopoll_probe, read_file, write_file, write_file_atomic,
 };
+use crate::producer_state::{BatchMetadata, Check, ProducerStateManager};
 use crate::records::find_record;
 use crate::recovery::scan_segment;
 use crate::segment::{align_down, align_up, segment_path, Segment};
@@ -73,6 +77,13 @@ struct State {
     /// Set while writes fail with ENOSPC: appends are refused until `retry_stalled` writes
     /// the staged bytes.
     disk_full: Option<String>,
+    /// Producer state as of `log_end_offset` (see `producer_state`).
+    producers: ProducerStateManager,
+    /// Snapshots taken at segment rolls and not yet written, ascending: (offset, bytes). A
+    /// flush writes one once every offset below it is in a synced segment.
+    pending_snapshots: VecDeque<(Offset, Vec<u8>)>,
+    /// Offsets of the snapshot files on disk, ascending.
+    snapshots: Vec<Offset>,
 }
 
 impl State {
@@ -154,6 +165,21 @@ impl State {
         let mut next = Segment::new(Offset(header.base_offset), None);
         next.created_ms = Some(now_ms);
         self.segments.push(next);
+        self.take_snapshot(Offset(header.base_offset), now_ms);
+    }
+
+    /// Snapshots the producer state as of `offset` (the new segment's base: the batch that
+    /// rolled is not recorded yet), after dropping expired producers. The next flush that
+    /// covers `offset` writes it.
+    fn take_snapshot(&mut self, offset: Offset, now_ms: i64) {
+        let expiration_ms = self.config.producer_id_expiration_ms;
+        self.producers.expire(now_ms, expiration_ms);
+        let bytes = self.producers.encode_snapshot(offset);
+        self.pending_snapshots.push_back((offset, bytes));
+        // A stalled flusher keeps only the newest few: each supersedes the older ones.
+        while self.pending_snapshots.len() > snapshots::SNAPSHOTS_KEPT {
+            self.pending_snapshots.pop_front();
+        }
     }
 
     fn cache_push(&mut self, header: &BatchHeader, bytes: Bytes) {
@@ -369,6 +395,9 @@ impl Log {
             epochs_dirty: false,
             poisoned: None,
             disk_full: None,
+            producers: ProducerStateManager::new(),
+            pending_snapshots: VecDeque::new(),
+            snapshots: Vec::new(),
         };
         let log = Log {
             inner: Rc::new(Inner {
@@ -384,6 +413,7 @@ impl Log {
         let weak: std::rc::Weak<dyn crate::tail_budget::Evict> =
             Rc::downgrade(&log.inner) as std::rc::Weak<dyn crate::tail_budget::Evict>;
         crate::tail_budget::register(weak);
+        log.load_producer_state(cleaned_up_to).await?;
         Ok(log)
     }
 
@@ -537,6 +567,9 @@ impl Log {
                 "deleted segment"
             );
         }
+        if outcome.segments_deleted > 0 {
+            self.delete_snapshots_before_first_segment().await?;
+        }
         outcome.log_start_offset = self.offsets().log_start_offset;
         Ok(outcome)
     }
@@ -570,6 +603,21 @@ impl Log {
                 return Err(StorageError::InvalidRecord(format!(
                     "{unkeyed} record(s) without a key: a compacted topic needs a key on every record"
                 )));
+            }
+        }
+        if summary.producer_batches > 0 {
+            // Kafka takes one batch per partition in a produce (v3+); sequence checks rely on it.
+            if summary.batch_count > 1 {
+                return Err(StorageError::InvalidRecord(format!(
+                    "{} record batches in one append with a producer id: an idempotent or \
+                     transactional producer sends exactly one batch per partition",
+                    summary.batch_count
+                )));
+            }
+            let header = BatchHeader::parse(&batches)
+                .ok_or_else(|| StorageError::CorruptMessage("batch vanished".to_string()))?;
+            if let Check::Duplicate(original) = s.producers.check(&header)? {
+                return Ok(duplicate_info(&original, s.log_start_offset));
             }
         }
         let base_offset = s.log_end_offset;
@@ -615,6 +663,8 @@ impl Log {
             active.note_batch(position, &header, index_interval_bytes);
             active.stage(batch.clone());
             s.cache_push(&header, batch);
+            // After the roll above: a snapshot it took is the state before this batch.
+            s.producers.record(&header);
             pos += header.size;
         }
         s.log_end_offset = Offset(next);
@@ -625,6 +675,7 @@ impl Log {
             log_append_time_ms: if log_append_time { now_ms } else { -1 },
             log_start_offset: s.log_start_offset,
             record_count: summary.record_count.min(u32::MAX as u64) as u32,
+            duplicate: false,
         })
     }
 
@@ -724,14 +775,22 @@ impl Log {
         Ok(())
     }
 
-    /// Flush + fdatasync, then writes the active segment's indexes and truncates its file to
-    /// its logical size. The log stays usable afterwards.
+    /// Flush + fdatasync, then writes the active segment's indexes, truncates its file to its
+    /// logical size and, when everything appended is synced, snapshots the producer state at
+    /// the log end (so the next open replays nothing). The log stays usable afterwards.
     pub async fn close(&self) -> Result<(), StorageError> {
         let _permit = self.inner.flush_lock.acquire_permit(1).await?;
         self.flush_locked(true).await?;
-        let (file, size, base, index, time_index) = {
+        let (file, size, base, index, time_index, snapshot) = {
             let mut s = self.inner.state.borrow_mut();
             s.high_watermark = s.high_watermark.max(s.synced_end);
+            // Appends that came in during the flush are not synced: no snapshot past them.
+            let snapshot = (s.log_end_offset == s.synced_end).then(|| {
+                (
+                    s.log_end_offset,
+                    s.producers.encode_snapshot(s.log_end_offset),
+                )
+            });
             let active = s.active();
             active.seal_time_index();
             (
@@ -740,6 +799,7 @@ impl Log {
                 active.base_offset,
                 active.index.encode(),
                 active.time_index.encode(),
+                snapshot,
             )
         };
         let result = async {
@@ -750,6 +810,9 @@ impl Log {
             let dir = &self.inner.dir;
             write_file(&segment_path(dir, base, "index"), index).await?;
             write_file(&segment_path(dir, base, "timeindex"), time_index).await?;
+            if let Some((offset, bytes)) = snapshot {
+                self.write_snapshot(offset, bytes).await?;
+            }
             Ok(())
         }
         .await;
@@ -821,6 +884,9 @@ impl Log {
                 self.finalize_segment(base).await?;
             }
         }
+        // Every offset below `target_end` is in a closed (synced) segment or in the active one;
+        // a pending snapshot is at a roll, so everything below it is synced now.
+        self.write_due_snapshots(target_end).await?;
         let mut s = self.inner.state.borrow_mut();
         s.written_end = s.written_end.max(target_end);
         if sync {
@@ -1290,6 +1356,22 @@ impl Log {
 /// ENOSPC, as the kernel or glommio (which wraps the OS error with a message) reports it.
 fn is_enospc(e: &std::io::Error) -> bool {
     e.raw_os_error() == Some(libc::ENOSPC) || e.kind() == std::io::ErrorKind::StorageFull
+}
+
+/// The answer to a retry of `original` (Kafka answers it as if appended again).
+fn duplicate_info(original: &BatchMetadata, log_start_offset: Offset) -> AppendInfo {
+    AppendInfo {
+        base_offset: Offset(original.first_offset),
+        last_offset: Offset(original.last_offset),
+        log_append_time_ms: if original.log_append_time {
+            original.max_timestamp_ms
+        } else {
+            -1
+        },
+        log_start_offset,
+        record_count: 0,
+        duplicate: true,
+    }
 }
 
 fn result(records: Bytes, offsets: LogOffsets) -> ReadResult {

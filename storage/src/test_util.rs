@@ -8,7 +8,8 @@ use bytes::{BufMut, BytesMut};
 
 use crate::batch::{compute_crc, CRC_AT};
 
-/// Runs `f` on a fresh glommio executor (tests run as root: raise RLIMIT_MEMLOCK first).
+/// Runs `f` on a fresh glommio executor (tests run as root: raise RLIMIT_MEMLOCK first), then
+/// closes the files it left in the shard's file cache.
 pub fn run<T, F: Future<Output = T>>(f: impl FnOnce() -> F) -> T {
     let limit = libc::rlimit {
         rlim_cur: libc::RLIM_INFINITY,
@@ -22,7 +23,11 @@ pub fn run<T, F: Future<Output = T>>(f: impl FnOnce() -> F) -> T {
         .io_memory(1 << 20)
         .make()
         .expect("glommio executor")
-        .run(f())
+        .run(async move {
+            let out = f().await;
+            crate::file_cache::close_all_now().await;
+            out
+        })
 }
 
 pub fn put_varlong(out: &mut Vec<u8>, v: i64) {
@@ -183,4 +188,44 @@ pub fn keyed_batch(records: &[(Option<&str>, Option<&str>)], ts: i64, codec: u8)
     let crc = compute_crc(&b);
     b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
     b
+}
+
+/// `b` (a batch from [`batch`] or [`batch_with`]) as an idempotent producer's: producer id,
+/// epoch and base sequence set, `attributes` bits added (transactional, control), CRC
+/// recomputed.
+pub fn with_producer(
+    mut b: BytesMut,
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    attributes: i16,
+) -> BytesMut {
+    use crate::batch::{ATTRIBUTES_AT, BASE_SEQUENCE_AT, PRODUCER_EPOCH_AT, PRODUCER_ID_AT};
+    b[PRODUCER_ID_AT..PRODUCER_ID_AT + 8].copy_from_slice(&producer_id.to_be_bytes());
+    b[PRODUCER_EPOCH_AT..PRODUCER_EPOCH_AT + 2].copy_from_slice(&producer_epoch.to_be_bytes());
+    b[BASE_SEQUENCE_AT..BASE_SEQUENCE_AT + 4].copy_from_slice(&base_sequence.to_be_bytes());
+    let attrs = i16::from_be_bytes([b[ATTRIBUTES_AT], b[ATTRIBUTES_AT + 1]]) | attributes;
+    b[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attrs.to_be_bytes());
+    let crc = compute_crc(&b);
+    b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+/// An uncompressed batch of `count` records (timestamp `ts`) from producer `producer_id` at
+/// `producer_epoch`, starting at sequence `base_sequence`.
+pub fn producer_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    count: usize,
+    ts: i64,
+) -> BytesMut {
+    let records: Vec<(i64, Vec<u8>)> = (0..count).map(|_| (ts, b"v".to_vec())).collect();
+    with_producer(
+        batch_with(&records, 0),
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        0,
+    )
 }

@@ -93,6 +93,10 @@ pub struct LogConfig {
     /// `max.compaction.lag.ms`: a dirty record is compacted within about this long, whatever
     /// the dirty ratio.
     pub max_compaction_lag_ms: i64,
+    /// `producer.id.expiration.ms` (a broker setting in Kafka, not a topic one): a producer
+    /// whose last batch's timestamp is at least this old, and with no open transaction, is
+    /// forgotten (its next batch is accepted at any sequence).
+    pub producer_id_expiration_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -113,6 +117,7 @@ impl Default for LogConfig {
             min_cleanable_dirty_ratio: 0.5,
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
+            producer_id_expiration_ms: 86_400_000,
         }
     }
 }
@@ -127,8 +132,12 @@ pub struct AppendInfo {
     /// The broker time stamped into the batches, or -1 under CreateTime.
     pub log_append_time_ms: i64,
     pub log_start_offset: Offset,
-    /// Offsets consumed: sum of `lastOffsetDelta + 1` over the batches.
+    /// Offsets consumed: sum of `lastOffsetDelta + 1` over the batches; 0 for a duplicate.
     pub record_count: u32,
+    /// The batch repeats one of its producer's last five (a retry of a batch already
+    /// appended): nothing was appended, and the offsets and time above are the original
+    /// batch's. Kafka answers such a produce with NONE and these offsets.
+    pub duplicate: bool,
 }
 
 /// Result of one `Log::read`.
@@ -157,6 +166,8 @@ pub struct BatchesSummary {
     pub record_count: u64,
     /// Largest `maxTimestamp` among the batches (-1 when all are -1).
     pub max_timestamp_ms: i64,
+    /// Batches with a producer id (idempotent or transactional).
+    pub producer_batches: u32,
 }
 
 /// What one retention pass removed.

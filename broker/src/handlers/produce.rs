@@ -1,7 +1,9 @@
 //! Produce (key 0), v3-11. Record batches stay opaque: the owner shard validates each batch
 //! header and CRC, stamps offsets and appends; it never decompresses. acks=1/-1 answer after
 //! the log commit (group commit: fdatasync shared by concurrent requests under
-//! flush.policy=group); acks=0 gets no answer at all.
+//! flush.policy=group); acks=0 gets no answer at all. A retry from an idempotent producer
+//! (a duplicate of one of its last five batches) is answered NONE with the original batch's
+//! offsets, as Kafka does; sequence and epoch errors come from the log's producer state.
 
 use std::rc::Rc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -180,14 +182,21 @@ async fn append_on_owner(
             .append(buf, LeaderEpoch(part.leader_epoch.get()), now)
         {
             Ok(info) => {
-                shard
-                    .counters
-                    .produce_records
-                    .set(shard.counters.produce_records.get() + u64::from(info.record_count));
-                shard
-                    .counters
-                    .produce_batches
-                    .set(shard.counters.produce_batches.get() + 1);
+                if info.duplicate {
+                    // A retry of a batch already appended: Kafka answers NONE with the
+                    // original offsets. The commit below still waits for the original to be
+                    // durable.
+                    tracing::debug!(topic = %item.topic, partition = item.partition, base_offset = info.base_offset.0, "duplicate batch from an idempotent producer");
+                } else {
+                    shard
+                        .counters
+                        .produce_records
+                        .set(shard.counters.produce_records.get() + u64::from(info.record_count));
+                    shard
+                        .counters
+                        .produce_batches
+                        .set(shard.counters.produce_batches.get() + 1);
+                }
                 results.push(PartResult {
                     error: NONE,
                     message: None,
