@@ -70,6 +70,10 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "group.max.size", default: "2147483647", doc: "members a consumer group may hold (also bounds member ids handed out and not yet used)" },
     BrokerKey { name: "group.min.session.timeout.ms", default: "6000", doc: "shortest session timeout a group member may ask for" },
     BrokerKey { name: "group.max.session.timeout.ms", default: "1800000", doc: "longest session timeout a group member may ask for" },
+    BrokerKey { name: "transaction.state.log.num.partitions", default: "50", doc: "partitions of __transaction_state (transaction coordinators) when it is created" },
+    BrokerKey { name: "transaction.state.log.segment.bytes", default: "104857600", doc: "segment.bytes of __transaction_state when it is created" },
+    BrokerKey { name: "transaction.max.timeout.ms", default: "900000", doc: "longest transaction timeout a producer may ask for" },
+    BrokerKey { name: "transactional.id.expiration.ms", default: "604800000", doc: "a transactional id without an open transaction is forgotten this long after its last change" },
     BrokerKey { name: "group.consumer.session.timeout.ms", default: "45000", doc: "group.protocol=consumer: a member without a heartbeat for this long is removed" },
     BrokerKey { name: "group.consumer.heartbeat.interval.ms", default: "5000", doc: "group.protocol=consumer: how often members heartbeat (told to them)" },
     BrokerKey { name: "group.consumer.max.size", default: "2147483647", doc: "group.protocol=consumer: members a consumer group may hold" },
@@ -299,6 +303,12 @@ pub struct BrokerConfig {
     pub consumer_group_heartbeat_interval_ms: i32,
     pub consumer_group_size_max: usize,
     pub consumer_group_assignor: String,
+    /// Transaction coordinators: `__transaction_state`'s partitions and segment size when it
+    /// is created, the longest transaction timeout, and how long idle transactional ids live.
+    pub transaction_state_log_num_partitions: i32,
+    pub transaction_state_log_segment_bytes: i64,
+    pub transaction_max_timeout_ms: i32,
+    pub transactional_id_expiration_ms: i64,
     /// Every key with its effective value (defaults filled in).
     pub values: BTreeMap<String, String>,
     /// Keys set explicitly by env, file or flag (DescribeConfigs reports them as static).
@@ -447,6 +457,22 @@ impl BrokerConfig {
                 .unwrap_or_default()
                 .trim()
                 .to_string(),
+            transaction_state_log_num_partitions: parse(
+                "transaction.state.log.num.partitions",
+                &get("transaction.state.log.num.partitions"),
+            )?,
+            transaction_state_log_segment_bytes: parse(
+                "transaction.state.log.segment.bytes",
+                &get("transaction.state.log.segment.bytes"),
+            )?,
+            transaction_max_timeout_ms: parse(
+                "transaction.max.timeout.ms",
+                &get("transaction.max.timeout.ms"),
+            )?,
+            transactional_id_expiration_ms: parse(
+                "transactional.id.expiration.ms",
+                &get("transactional.id.expiration.ms"),
+            )?,
             values: values.clone(),
             explicit,
         };
@@ -483,6 +509,14 @@ impl BrokerConfig {
             || cfg.consumer_group_heartbeat_interval_ms >= cfg.consumer_group_session_timeout_ms
         {
             bail!("group.consumer.heartbeat.interval.ms must be >= 1 and < group.consumer.session.timeout.ms");
+        }
+        if cfg.transaction_state_log_num_partitions < 1 {
+            bail!("transaction.state.log.num.partitions must be >= 1");
+        }
+        check_segment_bytes(&cfg.transaction_state_log_segment_bytes.to_string())
+            .context("invalid value for transaction.state.log.segment.bytes")?;
+        if cfg.transaction_max_timeout_ms < 1 || cfg.transactional_id_expiration_ms < 1 {
+            bail!("transaction.max.timeout.ms and transactional.id.expiration.ms must be >= 1");
         }
         if cfg.consumer_group_size_max < 1 {
             bail!("group.consumer.max.size must be >= 1");

@@ -74,6 +74,8 @@ pub struct BrokerShard {
     next_fetch_wait: Cell<u64>,
     /// The consumer groups of the `__consumer_offsets` partitions this shard owns.
     pub groups: crate::group::GroupCoordinator,
+    /// The transaction coordinators of the `__transaction_state` partitions this shard owns.
+    pub txns: crate::txn::coordinator::TxnShard,
 }
 
 impl BrokerShard {
@@ -295,6 +297,8 @@ impl BrokerShard {
                     .insert(index, part.clone());
                 if topic.name == crate::group::OFFSETS_TOPIC {
                     crate::group::start_load(self, part);
+                } else if topic.name == crate::txn::TRANSACTION_STATE_TOPIC {
+                    crate::txn::coordinator::start_load(self, part);
                 }
             }
             Err(e) => {
@@ -517,6 +521,7 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
         fetch_waits: RefCell::new(HashMap::new()),
         next_fetch_wait: Cell::new(0),
         groups: crate::group::GroupCoordinator::default(),
+        txns: crate::txn::coordinator::TxnShard::default(),
     });
     // Storage's per-shard limits: the tail caches' memory, the closed segments' open files.
     keel_storage::tail_budget::set_budget(config.tail_cache_shard_bytes);

@@ -3,8 +3,9 @@
 //! (see `group`); the first FindCoordinator of the cluster creates that topic. v4 asks for
 //! several keys at once (`coordinator_keys`) and answers each in `coordinators`.
 //!
-//! Key type 0 is a group; 1 (transaction) answers COORDINATOR_NOT_AVAILABLE until Keel has a
-//! transaction coordinator; any other key type is INVALID_REQUEST.
+//! Key type 0 is a group; 1 a transactional id, coordinated by the leader of its partition of
+//! `__transaction_state` (same hash; created by the first such lookup); any other key type is
+//! INVALID_REQUEST.
 
 use std::rc::Rc;
 
@@ -18,6 +19,7 @@ use super::{str_bytes, ApiSupport};
 use crate::errors::{code, NONE};
 use crate::group::{self, OFFSETS_TOPIC};
 use crate::server::BrokerShard;
+use crate::txn::{self, TRANSACTION_STATE_TOPIC};
 
 pub const SUPPORT: ApiSupport = ApiSupport {
     key: ApiKey::FindCoordinator,
@@ -60,15 +62,7 @@ pub async fn handle(
     };
     let found: Vec<Found> = match req.key_type {
         KEY_TYPE_GROUP => find_groups(shard, &keys).await,
-        KEY_TYPE_TRANSACTION => keys
-            .iter()
-            .map(|_| {
-                not_found(
-                    ResponseError::CoordinatorNotAvailable,
-                    "transactions are not supported yet",
-                )
-            })
-            .collect(),
+        KEY_TYPE_TRANSACTION => find_transactions(shard, &keys).await,
         other => keys
             .iter()
             .map(|_| {
@@ -112,6 +106,52 @@ pub async fn handle(
         .with_port(f.port)
 }
 
+/// The coordinator of each transactional id: the leader of its `__transaction_state`
+/// partition, creating the topic first if it does not exist.
+async fn find_transactions(shard: &Rc<BrokerShard>, ids: &[String]) -> Vec<Found> {
+    if let Err(e) = txn::coordinator::ensure_topic(shard).await {
+        tracing::warn!(error = %e.message, "creating {TRANSACTION_STATE_TOPIC} failed");
+        return ids
+            .iter()
+            .map(|_| {
+                not_found(
+                    ResponseError::CoordinatorNotAvailable,
+                    format!("cannot create {TRANSACTION_STATE_TOPIC}: {}", e.message),
+                )
+            })
+            .collect();
+    }
+    let partitions: Vec<i32> = ids
+        .iter()
+        .map(|t| txn::coordinator::txn_partition(shard, t))
+        .collect();
+    leaders(shard, TRANSACTION_STATE_TOPIC, &partitions)
+}
+
+/// The live leader of each partition of an internal topic.
+fn leaders(shard: &BrokerShard, topic: &str, partitions: &[i32]) -> Vec<Found> {
+    let image = shard.image();
+    partitions
+        .iter()
+        .map(|&p| {
+            let leader = image.partition(topic, p).map_or(-1, |m| m.leader);
+            match image.brokers.get(&leader) {
+                Some(b) => Found {
+                    node_id: b.id,
+                    host: b.host.clone(),
+                    port: b.port,
+                    error: NONE,
+                    message: None,
+                },
+                None => not_found(
+                    ResponseError::CoordinatorNotAvailable,
+                    format!("partition {p} of {topic} has no live leader"),
+                ),
+            }
+        })
+        .collect()
+}
+
 /// The coordinator of each group: the leader of its `__consumer_offsets` partition, creating
 /// the topic first if it does not exist.
 async fn find_groups(shard: &Rc<BrokerShard>, groups: &[String]) -> Vec<Found> {
@@ -127,25 +167,9 @@ async fn find_groups(shard: &Rc<BrokerShard>, groups: &[String]) -> Vec<Found> {
             })
             .collect();
     }
-    let image = shard.image();
-    groups
+    let partitions: Vec<i32> = groups
         .iter()
-        .map(|g| {
-            let p = group::group_partition(shard, g);
-            let leader = image.partition(OFFSETS_TOPIC, p).map_or(-1, |m| m.leader);
-            match image.brokers.get(&leader) {
-                Some(b) => Found {
-                    node_id: b.id,
-                    host: b.host.clone(),
-                    port: b.port,
-                    error: NONE,
-                    message: None,
-                },
-                None => not_found(
-                    ResponseError::CoordinatorNotAvailable,
-                    format!("partition {p} of {OFFSETS_TOPIC} has no live leader"),
-                ),
-            }
-        })
-        .collect()
+        .map(|g| group::group_partition(shard, g))
+        .collect();
+    leaders(shard, OFFSETS_TOPIC, &partitions)
 }

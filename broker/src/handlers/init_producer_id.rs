@@ -4,9 +4,10 @@
 //! id, Kafka hands out a fresh id at epoch 0 every time, also to a producer that sends its
 //! current id and epoch to bump it (KIP-360): so does Keel.
 //!
-//! Transactional producers (a `transactional_id`) need the transaction coordinator, which Keel
-//! does not have yet: they get COORDINATOR_NOT_AVAILABLE with that message, so no client
-//! believes it runs transactions.
+//! With a `transactional_id`, the transaction's coordinator answers (`txn::coordinator`): a new
+//! producer id the first time, else the same id at the next epoch (fencing the previous
+//! producer, and aborting its open transaction first: CONCURRENT_TRANSACTIONS until that is
+//! done); v3+ producers send the id and epoch they have, to bump after an error.
 
 use std::rc::Rc;
 
@@ -20,6 +21,8 @@ use super::ApiSupport;
 use crate::controller;
 use crate::errors::code;
 use crate::server::BrokerShard;
+use crate::txn::coordinator;
+use crate::txn::state::{producer_fenced_compat, ProducerIdAndEpoch};
 
 pub const SUPPORT: ApiSupport = ApiSupport {
     key: ApiKey::InitProducerId,
@@ -36,11 +39,43 @@ fn error(e: ResponseError) -> InitProducerIdResponse {
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,
-    _hdr: &RequestHeader,
+    hdr: &RequestHeader,
     req: InitProducerIdRequest,
 ) -> InitProducerIdResponse {
-    if req.transactional_id.is_some() {
-        return error(ResponseError::CoordinatorNotAvailable);
+    if let Some(txn_id) = req.transactional_id {
+        let txn_id = txn_id.0.to_string();
+        if txn_id.is_empty() {
+            return error(ResponseError::InvalidRequest);
+        }
+        let expected = (hdr.request_api_version >= 3 && req.producer_id.0 >= 0).then_some(
+            ProducerIdAndEpoch {
+                producer_id: req.producer_id.0,
+                producer_epoch: req.producer_epoch,
+            },
+        );
+        let timeout = req.transaction_timeout_ms;
+        let id = txn_id.clone();
+        let answer = coordinator::on_coordinator(shard, &txn_id, move |s, p| {
+            coordinator::init_producer_id(s, p, id, timeout, expected)
+        })
+        .await;
+        let r = match answer {
+            Ok(r) => r,
+            Err(e) => {
+                return InitProducerIdResponse::default()
+                    .with_error_code(e)
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1)
+            }
+        };
+        return InitProducerIdResponse::default()
+            .with_error_code(producer_fenced_compat(
+                ApiKey::InitProducerId as i16,
+                hdr.request_api_version,
+                r.error,
+            ))
+            .with_producer_id(ProducerId(r.producer_id))
+            .with_producer_epoch(r.producer_epoch);
     }
     match controller::call(shard, controller::allocate_producer_id).await {
         Ok(Ok(id)) => InitProducerIdResponse::default()

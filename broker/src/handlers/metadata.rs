@@ -39,7 +39,10 @@ pub async fn auto_create(shard: &Rc<BrokerShard>, names: &[String]) {
     }
     let missing: Vec<TopicSpec> = names
         .iter()
-        .filter(|n| n.as_str() != crate::group::OFFSETS_TOPIC)
+        .filter(|n| {
+            n.as_str() != crate::group::OFFSETS_TOPIC
+                && n.as_str() != crate::txn::TRANSACTION_STATE_TOPIC
+        })
         .filter(|n| image.topic(n).is_none() && validate_topic_name(n).is_ok())
         .map(|n| TopicSpec {
             name: n.clone(),
@@ -74,7 +77,9 @@ pub fn topic_response(t: &TopicMeta, version: i16) -> MetadataResponseTopic {
         } else {
             uuid::Uuid::nil()
         })
-        .with_is_internal(t.name == crate::group::OFFSETS_TOPIC)
+        .with_is_internal(
+            t.name == crate::group::OFFSETS_TOPIC || t.name == crate::txn::TRANSACTION_STATE_TOPIC,
+        )
         .with_partitions(
             t.partitions
                 .iter()

@@ -15,6 +15,8 @@ use crate::protocol::{
 };
 use crate::server::BrokerShard;
 
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod api_versions;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
@@ -27,6 +29,7 @@ pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_log_dirs;
+pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -82,6 +85,9 @@ pub const SUPPORTED: &[ApiSupport] = &[
     consumer_group_heartbeat::SUPPORT,
     consumer_group_describe::SUPPORT,
     init_producer_id::SUPPORT,
+    add_partitions_to_txn::SUPPORT,
+    add_offsets_to_txn::SUPPORT,
+    end_txn::SUPPORT,
 ];
 
 pub fn support(key: ApiKey) -> Option<ApiSupport> {
@@ -313,6 +319,23 @@ pub async fn handle_frame(shard: Rc<BrokerShard>, mut frame: Bytes, client_host:
             ConsumerGroupDescribeRequest,
             consumer_group_describe::handle
         ),
+        ApiKey::AddPartitionsToTxn => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            AddPartitionsToTxnRequest,
+            add_partitions_to_txn::handle
+        ),
+        ApiKey::AddOffsetsToTxn => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            AddOffsetsToTxnRequest,
+            add_offsets_to_txn::handle
+        ),
+        ApiKey::EndTxn => call!(shard, hdr, api, body, EndTxnRequest, end_txn::handle),
         ApiKey::InitProducerId => call!(
             shard,
             hdr,

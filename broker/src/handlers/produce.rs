@@ -153,10 +153,12 @@ async fn append_on_owner(
             results.push(r);
             continue;
         };
-        if item.topic == crate::group::OFFSETS_TOPIC {
-            // Only the group coordinators write their records there (as Kafka refuses too).
+        if item.topic == crate::group::OFFSETS_TOPIC
+            || item.topic == crate::txn::TRANSACTION_STATE_TOPIC
+        {
+            // Only the coordinators write their records there (as Kafka refuses too).
             let mut r = failed(code(ResponseError::InvalidTopicException));
-            r.message = Some("cannot append to internal topic __consumer_offsets".into());
+            r.message = Some(format!("cannot append to internal topic {}", item.topic));
             results.push(r);
             continue;
         }

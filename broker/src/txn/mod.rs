@@ -13,6 +13,7 @@
 //!   machine ([`state::TransactionCoordinator`]): requests and time go in, records to append
 //!   and transaction markers to write come out, and the shard carries them out.
 
+pub mod coordinator;
 pub mod records;
 pub mod state;
 

@@ -1,0 +1,674 @@
+//! The transaction coordinator on its shard: loads `__transaction_state` partitions into
+//! [`TransactionCoordinator`]s, runs requests against them, appends the records they ask for,
+//! writes transaction markers, and ticks their timeouts.
+//!
+//! Each `__transaction_state` partition this broker leads is loaded on the shard that owns its
+//! log ([`start_load`]): its records are replayed from the log start, and until that finishes
+//! its transactional ids get COORDINATOR_LOAD_IN_PROGRESS. The coordinator epoch is the
+//! partition's leader epoch. Handlers on other shards reach the owner with a mesh call
+//! ([`on_coordinator`]).
+//!
+//! A request that changes state waits for its record: [`run`] appends it, waits for the log
+//! commit (fsync under flush.policy=group), then lets the state machine apply it and answer.
+//! What the state machine asks for next ([`TxnAction`]: its own records, markers) runs in tasks
+//! of its own ([`spawn_actions`]), so a client that goes away does not stop a transaction half
+//! way.
+//!
+//! Markers: a commit or abort control batch for the producer goes to every partition of the
+//! transaction, appended on the shard that owns the partition and committed before the
+//! transaction is marked complete. (TxnOffsetCommit, the offsets of a transaction, is not
+//! supported yet: AddOffsetsToTxn adds the group's partition, which gets its marker.) A partition led by
+//! another broker cannot take a marker yet (Keel has no inter-broker WriteTxnMarkers client):
+//! the markers are retried every [`MARKER_RETRY_MS`] and the transaction stays `Prepare*`, so a
+//! transaction never completes half-written; this is logged. A partition that no longer exists
+//! is skipped, as Kafka does.
+//!
+//! All state is shard-local (`RefCell`); no borrow is held across an `.await`.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Duration;
+
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use kafka_protocol::ResponseError;
+use keel_shard::Event;
+use keel_storage::{LeaderEpoch, Offset, StorageError};
+use tracing::{debug, error, info, warn};
+
+use super::records::TopicPartition;
+use super::state::{
+    Answer, InitProducerIdResult, Markers, ProducerIdAndEpoch, Reply, TransactionCoordinator,
+    TxnAction, TxnConfig, Write,
+};
+use super::TRANSACTION_STATE_TOPIC;
+use crate::controller::{self, OpError, TopicSpec};
+use crate::errors::{code, NONE};
+use crate::group;
+use crate::server::{BrokerShard, Partition};
+
+/// Bytes one log read asks for while a partition loads.
+const LOAD_READ_BYTES_MAX: usize = 1 << 20;
+/// How long markers that could not be written wait before the next try.
+pub const MARKER_RETRY_MS: u64 = 500;
+/// The timer wakes at least this often.
+const TIMER_IDLE_MS: i64 = 1_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LoadState {
+    Loading,
+    Loaded,
+    Failed,
+}
+
+struct TxnPartition {
+    topic_id: [u8; 16],
+    load_id: u64,
+    state: LoadState,
+    coordinator: TransactionCoordinator,
+}
+
+/// The transaction coordinators of one shard: one per `__transaction_state` partition it owns.
+#[derive(Default)]
+pub struct TxnShard {
+    partitions: RefCell<HashMap<i32, TxnPartition>>,
+    next_load_id: Cell<u64>,
+    timer_started: Cell<bool>,
+    timer_wake: RefCell<Rc<Event>>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The coordinator settings from the broker's.
+pub fn txn_config(shard: &BrokerShard) -> TxnConfig {
+    TxnConfig {
+        transaction_timeout_ms_max: shard.config.transaction_max_timeout_ms,
+        transactional_id_expiration_ms: shard.config.transactional_id_expiration_ms,
+    }
+}
+
+/// Creates `__transaction_state` (compacted) if it does not exist yet.
+pub async fn ensure_topic(shard: &Rc<BrokerShard>) -> Result<(), OpError> {
+    if shard.image().topic(TRANSACTION_STATE_TOPIC).is_some() {
+        return Ok(());
+    }
+    let spec = TopicSpec {
+        name: TRANSACTION_STATE_TOPIC.to_string(),
+        num_partitions: shard.config.transaction_state_log_num_partitions,
+        replication_factor: 1,
+        configs: BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            (
+                "segment.bytes".to_string(),
+                shard.config.transaction_state_log_segment_bytes.to_string(),
+            ),
+        ]),
+        assignments: Vec::new(),
+    };
+    let results = controller::call(shard, move |s| {
+        controller::create_topics(s, vec![spec], false)
+    })
+    .await?;
+    match results.into_iter().next() {
+        Some(Ok(_)) => Ok(()),
+        Some(Err(e)) if e.code == code(ResponseError::TopicAlreadyExists) => Ok(()),
+        Some(Err(e)) => Err(e),
+        None => Err(OpError::new(
+            ResponseError::UnknownServerError,
+            "the controller gave no answer",
+        )),
+    }
+}
+
+/// The `__transaction_state` partition of `transactional_id`.
+pub fn txn_partition(shard: &BrokerShard, transactional_id: &str) -> i32 {
+    let count = shard
+        .image()
+        .topic(TRANSACTION_STATE_TOPIC)
+        .map_or(shard.config.transaction_state_log_num_partitions, |t| {
+            t.partitions.len() as i32
+        });
+    group::partition_for(transactional_id, count.max(1))
+}
+
+/// The partition and the shard that coordinate `transactional_id` on this broker, or
+/// NOT_COORDINATOR (COORDINATOR_NOT_AVAILABLE before the topic exists).
+fn locate(shard: &BrokerShard, transactional_id: &str) -> Result<(i32, usize), i16> {
+    let image = shard.image();
+    if image.topic(TRANSACTION_STATE_TOPIC).is_none() {
+        return Err(code(ResponseError::CoordinatorNotAvailable));
+    }
+    let p = txn_partition(shard, transactional_id);
+    match image.partition(TRANSACTION_STATE_TOPIC, p) {
+        Some(m) if m.leader == shard.config.node_id => Ok((p, m.shard as usize)),
+        _ => Err(code(ResponseError::NotCoordinator)),
+    }
+}
+
+/// Runs `work` on the shard coordinating `transactional_id`, with its partition.
+pub async fn on_coordinator<R, F, Fut>(
+    shard: &Rc<BrokerShard>,
+    transactional_id: &str,
+    work: F,
+) -> Result<R, i16>
+where
+    R: Send + 'static,
+    F: FnOnce(Rc<BrokerShard>, i32) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<R, i16>> + 'static,
+{
+    let (p, target) = locate(shard, transactional_id)?;
+    if target == shard.id {
+        return work(shard.clone(), p).await;
+    }
+    match shard.mesh.call(target, move |s| work(s, p)).await {
+        Ok(r) => r,
+        Err(e) => {
+            warn!(target, error = %e, "cross-shard transaction coordinator call failed");
+            Err(code(ResponseError::CoordinatorNotAvailable))
+        }
+    }
+}
+
+/// Runs `f` on partition `p`'s coordinator if it is loaded and this broker still leads `p`.
+fn with_coordinator<R>(
+    shard: &BrokerShard,
+    p: i32,
+    f: impl FnOnce(&mut TransactionCoordinator, i64) -> R,
+) -> Result<R, i16> {
+    let leads = shard
+        .image()
+        .partition(TRANSACTION_STATE_TOPIC, p)
+        .is_some_and(|m| m.leader == shard.config.node_id);
+    let mut parts = shard.txns.partitions.borrow_mut();
+    let Some(tp) = parts.get_mut(&p) else {
+        return Err(code(ResponseError::NotCoordinator));
+    };
+    let open = shard
+        .partition(TRANSACTION_STATE_TOPIC, p)
+        .is_some_and(|part| part.topic_id == tp.topic_id);
+    if !leads || !open {
+        return Err(code(ResponseError::NotCoordinator));
+    }
+    match tp.state {
+        LoadState::Loading => Err(code(ResponseError::CoordinatorLoadInProgress)),
+        LoadState::Failed => Err(code(ResponseError::CoordinatorNotAvailable)),
+        LoadState::Loaded => {
+            let r = f(&mut tp.coordinator, now_ms());
+            if let Some(next) = tp.coordinator.next_deadline_ms() {
+                if next <= now_ms() + TIMER_IDLE_MS {
+                    shard.txns.timer_wake.borrow().fire();
+                }
+            }
+            Ok(r)
+        }
+    }
+}
+
+/// A request's answer: now, or after the write it started.
+pub enum Op<T> {
+    Now(T),
+    After(Write),
+}
+
+/// Runs one request against partition `p`'s coordinator: `f` decides, and a decision that
+/// needs a record is written and committed before its answer (from `write_completed`).
+pub async fn run(
+    shard: &Rc<BrokerShard>,
+    p: i32,
+    f: impl FnOnce(&mut TransactionCoordinator, i64) -> Op<Answer>,
+) -> Result<Answer, i16> {
+    let write = match with_coordinator(shard, p, f)? {
+        Op::Now(answer) => return Ok(answer),
+        Op::After(w) => w,
+    };
+    let id = write.transactional_id.clone();
+    let result = append(shard, p, &write).await;
+    let completion = with_coordinator(shard, p, |c, now| c.write_completed(&id, result, now))?;
+    spawn_actions(shard, p, completion.actions);
+    completion
+        .answer
+        .ok_or(code(ResponseError::UnknownServerError))
+}
+
+/// InitProducerId for a transactional id: takes a new producer id from the controller when
+/// the coordinator asks for one.
+pub async fn init_producer_id(
+    shard: Rc<BrokerShard>,
+    p: i32,
+    transactional_id: String,
+    timeout_ms: i32,
+    expected: Option<ProducerIdAndEpoch>,
+) -> Result<InitProducerIdResult, i16> {
+    let mut new_id = None;
+    loop {
+        let id = transactional_id.clone();
+        let mut need_id = false;
+        let answer = run(&shard, p, |c, now| {
+            match c.init_producer_id(&id, timeout_ms, expected, now, new_id) {
+                Reply::Now(r) => Op::Now(Answer::InitProducerId(r)),
+                Reply::AfterWrite(w) => Op::After(w),
+                Reply::NeedProducerId => {
+                    need_id = true;
+                    Op::Now(Answer::Error(NONE))
+                }
+            }
+        })
+        .await?;
+        if need_id {
+            if new_id.is_some() {
+                return Err(code(ResponseError::UnknownServerError));
+            }
+            let id = controller::call(&shard, controller::allocate_producer_id)
+                .await
+                .and_then(|r| r)
+                .map_err(|e| {
+                    warn!(error = %e.message, "no producer id for a transactional producer");
+                    e.code
+                })?;
+            new_id = Some(id);
+            continue;
+        }
+        return match answer {
+            Answer::InitProducerId(r) => Ok(r),
+            Answer::Error(e) => Err(e),
+        };
+    }
+}
+
+/// An answer that is an error code (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn).
+pub fn error_of(answer: Result<Answer, i16>) -> i16 {
+    match answer {
+        Ok(Answer::Error(e)) => e,
+        Ok(Answer::InitProducerId(r)) => r.error,
+        Err(e) => e,
+    }
+}
+
+/// `Reply<i16>` as an [`Op`].
+pub fn op(reply: Reply<i16>) -> Op<Answer> {
+    match reply {
+        Reply::Now(e) => Op::Now(Answer::Error(e)),
+        Reply::AfterWrite(w) => Op::After(w),
+        Reply::NeedProducerId => Op::Now(Answer::Error(code(ResponseError::UnknownServerError))),
+    }
+}
+
+/// Appends one record of the coordinator to partition `p` and waits for its commit.
+async fn append(shard: &Rc<BrokerShard>, p: i32, write: &Write) -> Result<(), i16> {
+    let Some(part) = shard.partition(TRANSACTION_STATE_TOPIC, p) else {
+        return Err(code(ResponseError::NotCoordinator));
+    };
+    let now = now_ms();
+    let batch =
+        group::records::encode_records_batch(&[(write.key.clone(), write.value.clone())], now)
+            .map_err(|e| {
+                error!(partition = p, error = %e, "encoding a transaction record failed");
+                code(ResponseError::UnknownServerError)
+            })?;
+    let info = part
+        .log
+        .append(batch, LeaderEpoch(part.leader_epoch.get()), now)
+        .map_err(|e| write_code(&e))?;
+    let end = Offset(info.last_offset.0 + 1);
+    let committed = part.log.commit(end).await;
+    shard.notify_data(&part);
+    committed.map_err(|e| {
+        error!(partition = p, error = %e, "transaction record not committed");
+        write_code(&e)
+    })
+}
+
+/// Kafka's mapping of a failed `__transaction_state` write (appendTransactionToLog).
+fn write_code(e: &StorageError) -> i16 {
+    code(match e {
+        StorageError::MessageTooLarge { .. } | StorageError::InvalidRecord(_) => {
+            ResponseError::UnknownServerError
+        }
+        _ => ResponseError::NotCoordinator,
+    })
+}
+
+/// Carries out the coordinator's own work in tasks of their own.
+pub fn spawn_actions(shard: &Rc<BrokerShard>, p: i32, actions: Vec<TxnAction>) {
+    for action in actions {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            match action {
+                TxnAction::Write(w) => {
+                    let id = w.transactional_id.clone();
+                    let result = append(&shard, p, &w).await;
+                    if let Ok(c) =
+                        with_coordinator(&shard, p, |c, now| c.write_completed(&id, result, now))
+                    {
+                        spawn_actions(&shard, p, c.actions);
+                    }
+                }
+                TxnAction::WriteMarkers(m) => write_markers(shard, p, m).await,
+            }
+        })
+        .detach();
+    }
+}
+
+/// Writes the transaction's markers to every partition, retrying those that fail, then tells
+/// the coordinator and writes its completion record.
+async fn write_markers(shard: Rc<BrokerShard>, p: i32, m: Markers) {
+    let mut left: Vec<TopicPartition> = m.partitions.clone();
+    loop {
+        let mut failed = Vec::new();
+        for tp in left {
+            match write_marker(&shard, &tp, &m).await {
+                Ok(()) => {}
+                Err(e) => {
+                    debug!(topic = %tp.topic, partition = tp.partition, error = e, "marker not written; retrying");
+                    failed.push(tp);
+                }
+            }
+        }
+        if failed.is_empty() {
+            break;
+        }
+        // Stop if this shard no longer coordinates the partition (a newer coordinator will
+        // write the markers after its load).
+        if with_coordinator(&shard, p, |c, _| c.coordinator_epoch()).ok()
+            != Some(m.coordinator_epoch)
+            || shard.shutdown.is_fired()
+        {
+            return;
+        }
+        warn!(
+            transactional_id = %m.transactional_id,
+            partitions = failed.len(),
+            "transaction markers not written yet; retrying"
+        );
+        glommio::timer::sleep(Duration::from_millis(MARKER_RETRY_MS)).await;
+        left = failed;
+    }
+    let id = m.transactional_id.clone();
+    let Ok(Some(write)) = with_coordinator(&shard, p, |c, now| c.markers_written(&id, now)) else {
+        return;
+    };
+    spawn_actions(&shard, p, vec![TxnAction::Write(write)]);
+}
+
+/// One marker: a control batch for the producer, appended and committed on the partition's
+/// owner shard.
+async fn write_marker(
+    shard: &Rc<BrokerShard>,
+    tp: &TopicPartition,
+    m: &Markers,
+) -> Result<(), i16> {
+    let image = shard.image();
+    let Some(meta) = image.partition(&tp.topic, tp.partition) else {
+        // Deleted since: nothing to mark (Kafka skips it too).
+        return Ok(());
+    };
+    if meta.leader != shard.config.node_id {
+        return Err(code(ResponseError::NotLeaderOrFollower));
+    }
+    let target = meta.shard as usize;
+    let (topic, partition) = (tp.topic.clone(), tp.partition);
+    let (pid, epoch, commit, coordinator_epoch) = (
+        m.producer_id,
+        m.producer_epoch,
+        m.commit,
+        m.coordinator_epoch,
+    );
+    let work = move |s: Rc<BrokerShard>| async move {
+        append_marker(&s, &topic, partition, pid, epoch, commit, coordinator_epoch).await
+    };
+    if target == shard.id {
+        return work(shard.clone()).await;
+    }
+    shard
+        .mesh
+        .call(target, work)
+        .await
+        .unwrap_or(Err(code(ResponseError::CoordinatorNotAvailable)))
+}
+
+/// Kafka's `EndTransactionMarker` as a control batch (one record: key = version 0 and the
+/// type, 0 abort / 1 commit; value = version 0 and the coordinator epoch).
+pub fn marker_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    now_ms: i64,
+) -> anyhow::Result<bytes::BytesMut> {
+    let mut key = bytes::BytesMut::with_capacity(4);
+    key.extend_from_slice(&0i16.to_be_bytes());
+    key.extend_from_slice(&i16::from(commit).to_be_bytes());
+    let mut value = bytes::BytesMut::with_capacity(6);
+    value.extend_from_slice(&0i16.to_be_bytes());
+    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
+    let record = Record {
+        transactional: true,
+        control: true,
+        partition_leader_epoch: 0,
+        producer_id,
+        producer_epoch,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: now_ms,
+        key: Some(key.freeze()),
+        value: Some(value.freeze()),
+        headers: Default::default(),
+        delete_horizon: false,
+    };
+    let mut buf = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        [&record],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )?;
+    Ok(buf)
+}
+
+/// Appends a marker on this shard (the partition's owner) and waits for its commit.
+pub async fn append_marker(
+    shard: &Rc<BrokerShard>,
+    topic: &str,
+    partition: i32,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+) -> Result<(), i16> {
+    let Some(part) = shard.partition(topic, partition) else {
+        return Err(code(ResponseError::NotLeaderOrFollower));
+    };
+    let now = now_ms();
+    let batch = marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now)
+        .map_err(|_| code(ResponseError::UnknownServerError))?;
+    let info = part
+        .log
+        .append(batch, LeaderEpoch(part.leader_epoch.get()), now)
+        .map_err(|e| crate::errors::storage_code(&e))?;
+    let end = Offset(info.last_offset.0 + 1);
+    let committed = part.log.commit(end).await;
+    shard.notify_data(&part);
+    committed.map_err(|e| crate::errors::storage_code(&e))
+}
+
+// ---- loading ---------------------------------------------------------------------------------
+
+/// Starts loading a just-opened `__transaction_state` partition (its leader epoch is the
+/// coordinator epoch); starts this shard's timer.
+pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
+    let p = part.index;
+    let load_id = shard.txns.next_load_id.get() + 1;
+    shard.txns.next_load_id.set(load_id);
+    let coordinator_epoch = part.leader_epoch.get();
+    shard.txns.partitions.borrow_mut().insert(
+        p,
+        TxnPartition {
+            topic_id: part.topic_id,
+            load_id,
+            state: LoadState::Loading,
+            coordinator: TransactionCoordinator::new(p, coordinator_epoch, txn_config(shard)),
+        },
+    );
+    let owner = shard.clone();
+    glommio::spawn_local(async move {
+        let mut coordinator = TransactionCoordinator::new(p, coordinator_epoch, txn_config(&owner));
+        let replayed = replay(&part, &mut coordinator).await;
+        let actions = {
+            let mut parts = owner.txns.partitions.borrow_mut();
+            let Some(tp) = parts.get_mut(&p).filter(|tp| tp.load_id == load_id) else {
+                return;
+            };
+            match replayed {
+                Ok(records) => {
+                    let actions = coordinator.finish_load(now_ms());
+                    if records > 0 {
+                        info!(
+                            shard = owner.id,
+                            partition = p,
+                            records,
+                            transactional_ids = coordinator.len(),
+                            unreadable = coordinator.unreadable_records(),
+                            "transaction coordinator partition loaded"
+                        );
+                    }
+                    tp.coordinator = coordinator;
+                    tp.state = LoadState::Loaded;
+                    actions
+                }
+                Err(e) => {
+                    error!(shard = owner.id, partition = p, error = %e, "loading a transaction coordinator partition failed");
+                    tp.state = LoadState::Failed;
+                    Vec::new()
+                }
+            }
+        };
+        spawn_actions(&owner, p, actions);
+    })
+    .detach();
+    start_timer(shard);
+}
+
+async fn replay(part: &Partition, c: &mut TransactionCoordinator) -> Result<u64, StorageError> {
+    let offsets = part.log.offsets();
+    let end = offsets.high_watermark;
+    let mut offset = offsets.log_start_offset;
+    let mut records = 0u64;
+    let mut unreadable_batches = 0u64;
+    while offset < end {
+        let read = part.log.read(offset, LOAD_READ_BYTES_MAX, end).await?;
+        let next = group::records::walk_batches(&read.records, &mut unreadable_batches, |k, v| {
+            records += 1;
+            c.replay(k.as_deref(), v.as_deref());
+        });
+        match next {
+            Some(n) if n > offset.0 => offset = Offset(n),
+            _ => break,
+        }
+        glommio::executor().yield_if_needed().await;
+    }
+    if unreadable_batches > 0 {
+        warn!(
+            partition = part.index,
+            batches = unreadable_batches,
+            "skipped unreadable transaction log batches"
+        );
+    }
+    Ok(records)
+}
+
+// ---- the timer -------------------------------------------------------------------------------
+
+fn start_timer(shard: &Rc<BrokerShard>) {
+    if shard.txns.timer_started.replace(true) {
+        return;
+    }
+    glommio::spawn_local(timer(shard.clone())).detach();
+}
+
+/// Until shutdown: ticks every loaded coordinator of this shard whose deadline is due.
+async fn timer(shard: Rc<BrokerShard>) {
+    loop {
+        let now = now_ms();
+        let loaded: Vec<i32> = shard.txns.partitions.borrow().keys().copied().collect();
+        let mut next = now + TIMER_IDLE_MS;
+        for p in loaded {
+            let due = with_coordinator(&shard, p, |c, now| {
+                let actions = if c.next_deadline_ms().is_some_and(|d| d <= now) {
+                    c.tick(now)
+                } else {
+                    Vec::new()
+                };
+                (actions, c.next_deadline_ms())
+            });
+            if let Ok((actions, deadline)) = due {
+                spawn_actions(&shard, p, actions);
+                if let Some(d) = deadline {
+                    next = next.min(d);
+                }
+            }
+        }
+        let wake = Event::new();
+        *shard.txns.timer_wake.borrow_mut() = wake.clone();
+        let sleep_ms = next.saturating_sub(now_ms()).clamp(1, TIMER_IDLE_MS);
+        let stop = futures_lite::future::or(
+            async {
+                futures_lite::future::or(
+                    glommio::timer::sleep(Duration::from_millis(sleep_ms as u64)),
+                    wake.wait(),
+                )
+                .await;
+                false
+            },
+            async {
+                shard.shutdown.wait().await;
+                true
+            },
+        )
+        .await;
+        if stop {
+            return;
+        }
+    }
+}
+
+/// DescribeTransactions of one id on its coordinator.
+pub async fn describe(
+    shard: Rc<BrokerShard>,
+    p: i32,
+    transactional_id: String,
+) -> Result<super::state::TxnDescription, i16> {
+    with_coordinator(&shard, p, |c, _| c.describe(&transactional_id))?
+}
+
+/// ListTransactions on every loaded coordinator of this shard.
+pub fn list_local(
+    shard: &BrokerShard,
+    states: &[super::state::TxnState],
+    producer_ids: &[i64],
+) -> (i16, Vec<super::state::TxnListing>) {
+    let ps: Vec<i32> = shard.txns.partitions.borrow().keys().copied().collect();
+    let mut error = NONE;
+    let mut out = Vec::new();
+    for p in ps {
+        match with_coordinator(shard, p, |c, _| c.list(states, producer_ids)) {
+            Ok(Ok(l)) => out.extend(l),
+            Ok(Err(e)) | Err(e) => {
+                if e == code(ResponseError::CoordinatorLoadInProgress) {
+                    error = e;
+                }
+            }
+        }
+    }
+    (error, out)
+}
