@@ -18,6 +18,10 @@ pub fn storage_code(e: &StorageError) -> i16 {
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         StorageError::InvalidProducerEpoch(_) => ResponseError::InvalidProducerEpoch,
         StorageError::OutOfOrderSequence(_) => ResponseError::OutOfOrderSequenceNumber,
+        StorageError::InvalidTxnState(_) => ResponseError::InvalidTxnState,
+        StorageError::TransactionCoordinatorFenced(_) => {
+            ResponseError::TransactionCoordinatorFenced
+        }
         StorageError::Poisoned(_)
         | StorageError::DiskFull(_)
         | StorageError::CorruptSegment { .. }

@@ -19,7 +19,7 @@ const NONE: i16 = 0;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const OFFSET_METADATA_TOO_LARGE: i16 = 12;
 const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+const INVALID_REQUEST: i16 = 42;
 const NOT_COORDINATOR: i16 = 16;
 const INVALID_TOPIC_EXCEPTION: i16 = 17;
 const INVALID_GROUP_ID: i16 = 24;
@@ -255,15 +255,12 @@ fn find_coordinator_batched_creates_the_internal_topic() {
         (NONE, 0, i32::from(b.port))
     );
 
-    // Transactions: no coordinator yet.
+    // Transactions (key type 1): this broker, after creating __transaction_state; v3 too.
     let txn = find_coordinators(&mut c, 1, &["txn-1"]);
-    assert_eq!(txn.coordinators[0].error_code, COORDINATOR_NOT_AVAILABLE);
-    let msg = txn.coordinators[0]
-        .error_message
-        .as_ref()
-        .unwrap()
-        .to_string();
-    assert!(msg.contains("transactions are not supported"), "{msg}");
+    assert_eq!(
+        (txn.coordinators[0].error_code, txn.coordinators[0].port),
+        (NONE, i32::from(b.port))
+    );
     let v3: FindCoordinatorResponse = c.send(
         ApiKey::FindCoordinator,
         3,
@@ -271,7 +268,10 @@ fn find_coordinator_batched_creates_the_internal_topic() {
             .with_key(s("txn-1"))
             .with_key_type(1),
     );
-    assert_eq!(v3.error_code, COORDINATOR_NOT_AVAILABLE);
+    assert_eq!((v3.error_code, v3.port), (NONE, i32::from(b.port)));
+    // Another key type is refused.
+    let other = find_coordinators(&mut c, 7, &["x"]);
+    assert_eq!(other.coordinators[0].error_code, INVALID_REQUEST);
 }
 
 #[test]

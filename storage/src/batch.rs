@@ -233,6 +233,7 @@ pub fn validate_batches(
         record_count: 0,
         max_timestamp_ms: -1,
         producer_batches: 0,
+        transactional_batches: 0,
     };
     let mut pos = 0usize;
     while pos < batches.len() {
@@ -241,9 +242,43 @@ pub fn validate_batches(
         summary.record_count += header.last_offset_delta as u64 + 1;
         summary.max_timestamp_ms = summary.max_timestamp_ms.max(header.max_timestamp);
         summary.producer_batches += u32::from(header.has_producer_id());
+        summary.transactional_batches +=
+            u32::from(header.is_transactional() || header.is_control());
         pos += header.size;
     }
     Ok(summary)
+}
+
+/// The offset after the last whole batch of `batches` (as a log read returns them), reading
+/// headers only; `None` when there is no whole batch.
+pub fn end_offset_of(batches: &[u8]) -> Option<i64> {
+    let mut pos = 0usize;
+    let mut end = None;
+    while let Some(header) = batches.get(pos..).and_then(BatchHeader::parse) {
+        match pos.checked_add(header.size) {
+            Some(next) if next <= batches.len() => pos = next,
+            _ => break,
+        }
+        end = Some(header.last_offset().saturating_add(1));
+    }
+    end
+}
+
+/// Whether any batch in `batches` is a control batch (a transaction marker), reading headers
+/// only: the broker refuses markers from clients before the log validates anything. Stops
+/// at the first header that does not parse or runs past the buffer (the log refuses those).
+pub fn contains_control_batch(batches: &[u8]) -> bool {
+    let mut pos = 0usize;
+    while let Some(header) = batches.get(pos..).and_then(BatchHeader::parse) {
+        pos = match pos.checked_add(header.size) {
+            Some(next) if next <= batches.len() => next,
+            _ => return false,
+        };
+        if header.is_control() {
+            return true;
+        }
+    }
+    false
 }
 
 /// Stamps the fields the CRC does not cover.

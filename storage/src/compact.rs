@@ -5,15 +5,20 @@
 //!
 //! Two steps: [`build_offset_map`] over the dirty segments records, per key, the last offset at
 //! which the key appears; [`clean_segment`] then keeps only each key's latest record (and drops
-//! tombstones older than the delete horizon).
+//! tombstones older than the delete horizon). Both skip the data batches of aborted
+//! transactions ([`AbortedTxns`], from the log's aborted transaction index): they are never
+//! mapped, so they cannot hide a committed record, and they are dropped whole.
 //!
 //! Invariants:
 //! - Offsets never move. A kept record keeps its bytes (offsetDelta, timestampDelta, headers);
 //!   a rewritten batch keeps baseOffset, lastOffsetDelta, timestamps, producer fields, epoch
 //!   and codec, so offsets after it stay valid and the log only gains gaps.
-//! - A record is dropped only if a later record of the same key is known, or it is a tombstone
-//!   past the horizon. Unkeyed records and control batches are kept. A map that covers only
-//!   part of the dirty range (built up to any point) is therefore still safe to clean with.
+//! - A record is dropped only if a later record of the same key is known, it is a tombstone
+//!   past the horizon, or its batch belongs to an aborted transaction. Unkeyed records and
+//!   control batches (transaction markers) are kept: Keel keeps markers for good, where Kafka
+//!   drops one after `delete.retention.ms` once nothing of its transaction is left. A map that
+//!   covers only part of the dirty range (built up to any point) is therefore still safe to
+//!   clean with.
 //! - Every output batch passes `validate_one`; a batch whose records all stay is copied
 //!   byte-for-byte, one left empty is dropped.
 //! - The input is untrusted (it came from clients via disk): every length is checked, CRCs are
@@ -90,10 +95,56 @@ impl OffsetMap {
 
 /// What [`clean_segment`] may drop besides superseded records.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct CleanParams {
+pub struct CleanParams<'a> {
     /// Tombstones (null value) in batches whose maxTimestamp is below this are dropped;
     /// `i64::MIN` keeps every tombstone (Kafka: now - `delete.retention.ms`).
     pub delete_horizon_ms: i64,
+    /// The aborted transactions of the range cleaned: their data batches are dropped.
+    pub aborted: &'a AbortedTxns,
+}
+
+/// The aborted transactions of a range of the log, as the cleaner asks about them: a
+/// transactional data batch belongs to one iff its producer's aborted transaction spans its
+/// base offset (a producer has one transaction open at a time, so its ranges do not overlap).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AbortedTxns {
+    /// (producer id, first offset, marker offset), ascending.
+    ranges: Vec<(i64, i64, i64)>,
+}
+
+impl AbortedTxns {
+    pub const NONE: AbortedTxns = AbortedTxns { ranges: Vec::new() };
+
+    /// From (producer id, first offset, marker offset) triples, in any order.
+    pub fn new(ranges: impl IntoIterator<Item = (i64, Offset, Offset)>) -> AbortedTxns {
+        let mut ranges: Vec<(i64, i64, i64)> = ranges
+            .into_iter()
+            .map(|(pid, first, last)| (pid, first.0, last.0))
+            .collect();
+        ranges.sort_unstable();
+        AbortedTxns { ranges }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// The batch is transactional data of an aborted transaction.
+    pub fn holds(&self, h: &BatchHeader) -> bool {
+        if h.attributes & CONTROL_BIT != 0 || !h.is_transactional() || !h.has_producer_id() {
+            return false;
+        }
+        let key = (h.producer_id, h.base_offset);
+        let i = self.ranges.partition_point(|&(p, f, _)| (p, f) <= key);
+        i > 0 && {
+            let (p, _, last) = self.ranges[i - 1];
+            p == h.producer_id && h.base_offset <= last
+        }
+    }
 }
 
 /// The result of cleaning one segment.
@@ -108,14 +159,19 @@ pub struct CleanOutcome {
     pub bytes_in: u64,
 }
 
-/// Adds every keyed record of every data batch in `segment` to `map`. Control batches and
-/// unkeyed records are skipped. On error `map` holds the records before the bad batch, which
-/// is still a valid (shorter) map: see the module invariants.
-pub fn build_offset_map(map: &mut OffsetMap, segment: &[u8]) -> Result<(), StorageError> {
+/// Adds every keyed record of every data batch in `segment` to `map`. Control batches,
+/// batches of `aborted` transactions and unkeyed records are skipped. On error `map` holds the
+/// records before the bad batch, which is still a valid (shorter) map: see the module
+/// invariants.
+pub fn build_offset_map(
+    map: &mut OffsetMap,
+    segment: &[u8],
+    aborted: &AbortedTxns,
+) -> Result<(), StorageError> {
     let mut pos = 0usize;
     while pos < segment.len() {
         let (batch, header) = next_batch(segment, &mut pos)?;
-        if header.attributes & CONTROL_BIT != 0 {
+        if header.attributes & CONTROL_BIT != 0 || aborted.holds(&header) {
             continue;
         }
         let section = records_section(batch, &header)?;
@@ -148,8 +204,9 @@ pub fn unkeyed_records(batches: &[u8]) -> Result<u64, StorageError> {
 }
 
 /// Filters `segment` against `map`: a keyed record stays iff no later offset of its key is in
-/// the map (Kafka keeps `offset >= map[key]`, so records past the mapped range also stay), and
-/// it is not a tombstone in a batch older than `params.delete_horizon_ms`.
+/// the map (Kafka keeps `offset >= map[key]`, so records past the mapped range also stay), it
+/// is not a tombstone in a batch older than `params.delete_horizon_ms`, and its batch is not
+/// one of `params.aborted`'s.
 pub fn clean_segment(
     segment: &[u8],
     map: &OffsetMap,
@@ -166,6 +223,10 @@ pub fn clean_segment(
         if header.attributes & CONTROL_BIT != 0 {
             outcome.bytes.extend_from_slice(batch);
             outcome.records_kept += header.records_count as u64;
+            continue;
+        }
+        if params.aborted.holds(&header) {
+            outcome.records_dropped += header.records_count.max(0) as u64;
             continue;
         }
         let section = records_section(batch, &header)?;
@@ -381,8 +442,9 @@ mod tests {
     use crate::test_util::{batch_with, put_varlong, GZIP, LZ4, SNAPPY, SNAPPY_XERIAL, ZSTD};
 
     const CODECS: [u8; 5] = [0, GZIP, SNAPPY, LZ4, ZSTD];
-    const KEEP_TOMBSTONES: CleanParams = CleanParams {
+    const KEEP_TOMBSTONES: CleanParams<'static> = CleanParams {
         delete_horizon_ms: i64::MIN,
+        aborted: &AbortedTxns::NONE,
     };
 
     #[derive(Clone, Debug)]
@@ -552,7 +614,7 @@ mod tests {
     fn map_over(segments: &[&[u8]]) -> OffsetMap {
         let mut map = OffsetMap::new();
         for s in segments {
-            build_offset_map(&mut map, s).unwrap();
+            build_offset_map(&mut map, s, &AbortedTxns::NONE).unwrap();
         }
         map
     }
@@ -667,6 +729,7 @@ mod tests {
         for (horizon, tombstone_kept) in [(i64::MIN, true), (1_000, true), (1_001, false)] {
             let params = CleanParams {
                 delete_horizon_ms: horizon,
+                aborted: &AbortedTxns::NONE,
             };
             let cleaned = clean_segment(&input, &map, &params).unwrap();
             let mut expected = vec![seen(3, "b", Some("b3"))];
@@ -686,6 +749,7 @@ mod tests {
         let map = map_over(&[&input]);
         let params = CleanParams {
             delete_horizon_ms: 4_000,
+            aborted: &AbortedTxns::NONE,
         };
         assert_eq!(clean_segment(&input, &map, &params).unwrap().bytes, input);
     }
@@ -726,7 +790,7 @@ mod tests {
             Spec::new(2, 0, vec![rec(0, Some("a"), Some("a2"))]),
         ]);
         let mut map = OffsetMap::new();
-        build_offset_map(&mut map, &marker.encode()).unwrap();
+        build_offset_map(&mut map, &marker.encode(), &AbortedTxns::NONE).unwrap();
         assert!(map.is_empty());
         let map = map_over(&[&input]);
         assert_eq!(map.get(b"a"), Some(Offset(2)));
@@ -734,6 +798,59 @@ mod tests {
         let expected = segment(&[marker, Spec::new(2, 0, vec![rec(0, Some("a"), Some("a2"))])]);
         assert_eq!(cleaned.bytes, expected);
         assert_eq!((cleaned.records_kept, cleaned.records_dropped), (2, 1));
+    }
+
+    #[test]
+    fn aborted_transactions_are_dropped_and_never_mapped() {
+        use crate::batch::TRANSACTIONAL_BIT;
+        // `Spec` batches carry producer id 4711: made transactional, they are its
+        // transaction's.
+        let txn = |spec: Spec| {
+            let mut b = spec.encode();
+            assert_eq!(BatchHeader::parse(&b).unwrap().producer_id, 4711);
+            let attrs = i16::from_be_bytes([b[ATTRIBUTES_AT], b[ATTRIBUTES_AT + 1]]);
+            b[ATTRIBUTES_AT..ATTRIBUTES_AT + 2]
+                .copy_from_slice(&(attrs | TRANSACTIONAL_BIT).to_be_bytes());
+            let crc = compute_crc(&b);
+            b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+            b
+        };
+        let mut marker = Spec::new(2, 0, vec![rec(0, Some("m"), Some("abort"))]);
+        marker.control = true;
+        let input = [
+            Spec::new(0, 0, vec![rec(0, Some("a"), Some("a0"))]).encode(),
+            txn(Spec::new(1, GZIP, vec![rec(0, Some("a"), Some("a1"))])),
+            marker.encode(),
+            txn(Spec::new(3, 0, vec![rec(0, Some("b"), Some("b3"))])),
+        ]
+        .concat();
+        // Producer 4711 aborted [1, 2]; its transaction at 3 is committed (not listed).
+        let aborted = AbortedTxns::new([(4711, Offset(1), Offset(2)), (9, Offset(0), Offset(5))]);
+        assert_eq!(aborted.len(), 2);
+        let mut map = OffsetMap::new();
+        build_offset_map(&mut map, &input, &aborted).unwrap();
+        assert_eq!(
+            map.get(b"a"),
+            Some(Offset(0)),
+            "the aborted a1 is not mapped"
+        );
+        let params = CleanParams {
+            delete_horizon_ms: i64::MIN,
+            aborted: &aborted,
+        };
+        let cleaned = clean_segment(&input, &map, &params).unwrap();
+        assert_eq!(
+            records_of(&cleaned.bytes),
+            vec![
+                seen(0, "a", Some("a0")),
+                seen(2, "m", Some("abort")),
+                seen(3, "b", Some("b3"))
+            ]
+        );
+        assert_eq!((cleaned.records_kept, cleaned.records_dropped), (3, 1));
+        // Non-transactional batches of the producer, and other producers, are not aborted.
+        let plain = BatchHeader::parse(&input).unwrap();
+        assert!(!aborted.holds(&plain));
     }
 
     #[test]
@@ -752,6 +869,7 @@ mod tests {
         assert_eq!(map.len(), 1);
         let params = CleanParams {
             delete_horizon_ms: i64::MAX,
+            aborted: &AbortedTxns::NONE,
         };
         let cleaned = clean_segment(&input, &map, &params).unwrap();
         let unkeyed = |offset, value: Option<&str>| Seen {
@@ -802,6 +920,7 @@ mod tests {
         let map = map_over(&[&tombstones]);
         let params = CleanParams {
             delete_horizon_ms: i64::MAX,
+            aborted: &AbortedTxns::NONE,
         };
         let cleaned = clean_segment(&tombstones, &map, &params).unwrap();
         assert!(cleaned.bytes.is_empty());
@@ -841,7 +960,10 @@ mod tests {
 
     fn check_both(bytes: &[u8], what: &str) {
         let map = OffsetMap::new();
-        assert_corrupt(build_offset_map(&mut OffsetMap::new(), bytes), what);
+        assert_corrupt(
+            build_offset_map(&mut OffsetMap::new(), bytes, &AbortedTxns::NONE),
+            what,
+        );
         assert_corrupt(clean_segment(bytes, &map, &KEEP_TOMBSTONES), what);
     }
 
@@ -1008,7 +1130,7 @@ mod tests {
             let older = encoded[..split].concat();
             let newer = encoded[split..].concat();
             let map = map_over(&[&older, &newer]);
-            let params = CleanParams { delete_horizon_ms: horizon_ms };
+            let params = CleanParams { delete_horizon_ms: horizon_ms, aborted: &AbortedTxns::NONE };
             let mut kept = Vec::new();
             let (mut records_kept, mut records_dropped) = (0, 0);
             for s in [&older, &newer] {
@@ -1040,7 +1162,7 @@ mod tests {
 
         #[test]
         fn garbage_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..400)) {
-            let _ = build_offset_map(&mut OffsetMap::new(), &bytes);
+            let _ = build_offset_map(&mut OffsetMap::new(), &bytes, &AbortedTxns::NONE);
             let _ = clean_segment(&bytes, &OffsetMap::new(), &KEEP_TOMBSTONES);
         }
 
@@ -1052,7 +1174,7 @@ mod tests {
         ) {
             let batch = batch_around(&payload, codec, records_count);
             let mut map = OffsetMap::new();
-            let _ = build_offset_map(&mut map, &batch);
+            let _ = build_offset_map(&mut map, &batch, &AbortedTxns::NONE);
             let _ = clean_segment(&batch, &map, &KEEP_TOMBSTONES);
         }
 
@@ -1071,7 +1193,7 @@ mod tests {
                 bytes[at] ^= xor;
             }
             let mut map = OffsetMap::new();
-            let _ = build_offset_map(&mut map, &bytes);
+            let _ = build_offset_map(&mut map, &bytes, &AbortedTxns::NONE);
             let _ = clean_segment(&bytes, &map, &KEEP_TOMBSTONES);
         }
     }

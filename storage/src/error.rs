@@ -1,7 +1,8 @@
 //! The one error enum of `keel-storage`. The broker maps each variant to a Kafka error code in
 //! one place (CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, OFFSET_OUT_OF_RANGE,
-//! INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, KAFKA_STORAGE_ERROR). Errors are
-//! logged where they are handled, not here.
+//! INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_TXN_STATE,
+//! TRANSACTION_COORDINATOR_FENCED, KAFKA_STORAGE_ERROR). Errors are logged where they are
+//! handled, not here.
 
 use crate::types::Offset;
 
@@ -55,6 +56,15 @@ pub enum StorageError {
     /// (a gap, or a new epoch not starting at 0): Kafka OUT_OF_ORDER_SEQUENCE_NUMBER.
     #[error("out of order sequence number: {0}")]
     OutOfOrderSequence(String),
+    /// A data batch that does not fit its producer's transaction: a non-transactional batch
+    /// from a producer with an open transaction (Kafka `appendDataBatch`). Kafka
+    /// INVALID_TXN_STATE.
+    #[error("invalid transaction state: {0}")]
+    InvalidTxnState(String),
+    /// A transaction marker written by a coordinator older than the one that wrote the
+    /// producer's last marker (a zombie coordinator). Kafka TRANSACTION_COORDINATOR_FENCED.
+    #[error("transaction coordinator fenced: {0}")]
+    TransactionCoordinatorFenced(String),
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
 }

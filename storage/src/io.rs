@@ -113,6 +113,15 @@ pub async fn prime_iopoll_probe(dir: &Path) -> Result<(), StorageError> {
     Ok(())
 }
 
+/// fsyncs a directory through the reactor, so renames and deletions in it survive a crash.
+pub async fn sync_dir_async(dir: &Path) -> Result<(), StorageError> {
+    let d = glommio::io::Directory::open(dir).await?;
+    let synced = d.sync().await;
+    d.close().await?;
+    synced?;
+    Ok(())
+}
+
 /// fsyncs a directory, so renames and deletions in it survive a crash. A blocking syscall,
 /// used only where an operation must complete in one step (the compaction swap).
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {

@@ -1,12 +1,14 @@
 //! `keel-storage`: the per-partition segmented log of Keel, in Kafka's on-disk layout
-//! (`<base>.log`, `.index`, `.timeindex`, `leader-epoch-checkpoint`).
+//! (`<base>.log`, `.index`, `.timeindex`, `.txnindex`, `leader-epoch-checkpoint`).
 //!
 //! A [`Log`] is owned by the shard (glommio executor) that owns the partition and is never sent
 //! across threads. Record batches stay opaque bytes: the log validates their header and CRC,
 //! stamps baseOffset / partitionLeaderEpoch (and LogAppendTime), and only walks records for
-//! ListOffsets by timestamp. Each log keeps its idempotent producers' state (epoch, last
-//! sequences) to refuse out-of-order batches and answer retries with the original offsets.
-//! Invariant: `log_start_offset <= high_watermark <= log_end_offset`.
+//! ListOffsets by timestamp and for transaction markers. Each log keeps its idempotent
+//! producers' state (epoch, last sequences) to refuse out-of-order batches and answer retries
+//! with the original offsets, and their open transactions, which hold the last stable offset;
+//! aborted transactions are indexed per segment for read_committed fetches and compaction.
+//! Invariant: `log_start_offset <= last_stable_offset <= high_watermark <= log_end_offset`.
 
 mod batch;
 pub mod compact;
@@ -21,6 +23,7 @@ mod records;
 mod recovery;
 mod segment;
 pub mod tail_budget;
+mod txn_index;
 mod types;
 
 #[cfg(test)]
@@ -33,11 +36,14 @@ mod recovery_tests;
 mod test_util;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod txn_tests;
 
-pub use batch::validate_batches;
+pub use batch::{contains_control_batch, end_offset_of, validate_batches};
 pub use error::StorageError;
 pub use log::Log;
 pub use producer_state::ProducerInfo;
+pub use records::{end_txn_marker, EndTxnMarker, MarkerType};
 pub use types::{
     AppendInfo, BatchesSummary, CompactionOutcome, FlushPolicy, LeaderEpoch, LogConfig, LogOffsets,
     Offset, ReadResult, RetentionOutcome, TimestampType,

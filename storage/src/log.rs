@@ -1,10 +1,13 @@
 //! The partition log: an ordered set of segments named by base offset, the offset bookkeeping
-//! (`log_start_offset <= high_watermark <= log_end_offset`), the tail cache, the leader epoch
-//! cache, the producer state (with its snapshots, see `snapshots`) and the group-commit
-//! flusher.
+//! (`log_start_offset <= last_stable_offset <= high_watermark <= log_end_offset`), the tail
+//! cache, the leader epoch cache, the producer state (with its snapshots, see `snapshots`),
+//! the transactions (last stable offset, aborted transaction indexes, see `txns`) and the
+//! group-commit flusher.
 //!
-//! Who moves what: `append` moves `log_end_offset` (and stages bytes) and the producer state,
-//! which it checks before staging anything, so a refused batch changes nothing; the flusher
+//! Who moves what: `append` moves `log_end_offset` (and stages bytes) and the producer state
+//! with its open transactions, which it checks before staging anything, so a refused batch
+//! changes nothing; the last stable offset follows the open transactions and the high
+//! watermark (it is computed, never stored); the flusher
 //! (one at a time, under `flush_lock`) moves `written_end`/`synced_end` and the segments'
 //! `written`/`synced`; `commit`/`sync` move `high_watermark`, never past what the flush policy
 //! has made committed. A failed write or fsync poisons the log. No `RefCell` borrow is held
@@ -14,9 +17,10 @@
 
 mod cleaner;
 mod snapshots;
+mod txns;
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -33,7 +37,7 @@ use crate::io::{
     list_segments, open_log_file, prime_iopoll_probe, read_file, write_file, write_file_atomic,
 };
 use crate::producer_state::{BatchMetadata, Check, ProducerStateManager};
-use crate::records::find_record;
+use crate::records::{end_txn_marker, find_record};
 use crate::recovery::scan_segment;
 use crate::segment::{align_down, align_up, segment_path, Segment};
 use crate::types::{
@@ -84,15 +88,39 @@ struct State {
     pending_snapshots: VecDeque<(Offset, Vec<u8>)>,
     /// Offsets of the snapshot files on disk, ascending.
     snapshots: Vec<Offset>,
+    /// Transactions a marker ended whose marker may not be below the high watermark yet:
+    /// first offset -> marker offset (Kafka `unreplicatedTxns`). They hold the last stable
+    /// offset as open ones do; `append` drops those the high watermark has passed.
+    unreplicated_txns: BTreeMap<i64, i64>,
 }
 
 impl State {
     fn offsets(&self) -> LogOffsets {
         LogOffsets {
             log_start_offset: self.log_start_offset,
+            last_stable_offset: self.last_stable_offset(),
             high_watermark: self.high_watermark,
             log_end_offset: self.log_end_offset,
         }
+    }
+
+    /// Kafka `lastStableOffset`: the first offset of the earliest transaction that is open or
+    /// whose marker is not below the high watermark (at least the log start offset), capped
+    /// at the high watermark.
+    fn last_stable_offset(&self) -> Offset {
+        let hw = self.high_watermark;
+        let unreplicated = self
+            .unreplicated_txns
+            .iter()
+            .find(|(_, &marker)| marker >= hw.0)
+            .map(|(&first, _)| first);
+        let first_unstable = match (self.producers.first_ongoing_offset(), unreplicated) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let lso = first_unstable.map_or(hw, |f| Offset(f).max(self.log_start_offset).min(hw));
+        debug_assert!(self.log_start_offset <= lso && lso <= hw);
+        lso
     }
 
     fn segment(&self, base: Offset) -> Option<&Segment> {
@@ -308,7 +336,9 @@ struct WriteJob {
 impl Log {
     /// Opens or creates the log in `dir` and recovers it (see the crate docs): closed segments
     /// keep trusted indexes (else rebuilt), the active segment is rescanned, a torn or corrupt
-    /// tail is truncated and segments after a gap are deleted.
+    /// tail is truncated and segments after a gap are deleted; the producer state (open
+    /// transactions included) is loaded and replayed, rebuilding the aborted transaction
+    /// indexes that did not load (see `txns`).
     pub async fn open(dir: &Path, config: LogConfig) -> Result<Log, StorageError> {
         std::fs::create_dir_all(dir)?;
         prime_iopoll_probe(dir).await?;
@@ -398,6 +428,7 @@ impl Log {
             producers: ProducerStateManager::new(),
             pending_snapshots: VecDeque::new(),
             snapshots: Vec::new(),
+            unreplicated_txns: BTreeMap::new(),
         };
         let log = Log {
             inner: Rc::new(Inner {
@@ -552,7 +583,7 @@ impl Log {
                 let _ = file.close_rc().await;
             }
             crate::file_cache::forget(&segment_path(&self.inner.dir, g.base_offset, "log"));
-            for ext in ["log", "index", "timeindex"] {
+            for ext in ["log", "index", "timeindex", "txnindex"] {
                 let path = segment_path(&self.inner.dir, g.base_offset, ext);
                 match glommio::io::remove(&path).await {
                     Ok(()) => {}
@@ -582,8 +613,23 @@ impl Log {
         leader_epoch: LeaderEpoch,
         now_ms: i64,
     ) -> Result<AppendInfo, StorageError> {
-        let info = self.append_inner(batches, leader_epoch, now_ms);
+        let info = self.append_inner(batches, leader_epoch, now_ms, true);
         // Over the shard's tail-cache budget: evict the shard's oldest cached batches.
+        crate::tail_budget::enforce();
+        info
+    }
+
+    /// [`Log::append`] for a batch the broker's own coordinator writes (Kafka's
+    /// `AppendOrigin.COORDINATOR`): a transactional offset commit carries the producer's id and
+    /// epoch but no sequence of the producer's, so its sequence is not checked (the epoch
+    /// still is).
+    pub fn append_from_coordinator(
+        &self,
+        batches: BytesMut,
+        leader_epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<AppendInfo, StorageError> {
+        let info = self.append_inner(batches, leader_epoch, now_ms, false);
         crate::tail_budget::enforce();
         info
     }
@@ -593,6 +639,7 @@ impl Log {
         mut batches: BytesMut,
         leader_epoch: LeaderEpoch,
         now_ms: i64,
+        check_sequences: bool,
     ) -> Result<AppendInfo, StorageError> {
         let mut s = self.inner.state.borrow_mut();
         s.check_writable()?;
@@ -605,6 +652,12 @@ impl Log {
                 )));
             }
         }
+        if summary.producer_batches == 0 && summary.transactional_batches > 0 {
+            return Err(StorageError::InvalidRecord(
+                "a transactional or control batch without a producer id".to_string(),
+            ));
+        }
+        let mut marker = None;
         if summary.producer_batches > 0 {
             // Kafka takes one batch per partition in a produce (v3+); sequence checks rely on it.
             if summary.batch_count > 1 {
@@ -616,7 +669,22 @@ impl Log {
             }
             let header = BatchHeader::parse(&batches)
                 .ok_or_else(|| StorageError::CorruptMessage("batch vanished".to_string()))?;
-            if let Check::Duplicate(original) = s.producers.check(&header)? {
+            if header.is_control() {
+                // A transaction marker: fenced by producer epoch, then by coordinator epoch
+                // (Kafka's order).
+                if !header.is_transactional() {
+                    return Err(StorageError::InvalidRecord(
+                        "a control batch that is not transactional".to_string(),
+                    ));
+                }
+                let m = end_txn_marker(&batches)?;
+                s.producers.check_epoch(&header)?;
+                s.producers.check_marker(&header, &m)?;
+                marker = Some(m);
+            }
+            if !check_sequences {
+                s.producers.check_epoch(&header)?;
+            } else if let Check::Duplicate(original) = s.producers.check(&header)? {
                 return Ok(duplicate_info(&original, s.log_start_offset));
             }
         }
@@ -649,6 +717,9 @@ impl Log {
             s.epochs_dirty = true;
         }
         let index_interval_bytes = s.config.index_interval_bytes;
+        let high_watermark = s.high_watermark.0;
+        s.unreplicated_txns
+            .retain(|_, marker_offset| *marker_offset >= high_watermark);
         let mut pos = 0usize;
         while pos < bytes.len() {
             let header = BatchHeader::parse(&bytes[pos..])
@@ -664,7 +735,13 @@ impl Log {
             active.stage(batch.clone());
             s.cache_push(&header, batch);
             // After the roll above: a snapshot it took is the state before this batch.
-            s.producers.record(&header);
+            if header.is_control() {
+                if let Some(txn) = s.producers.record_marker(&header, marker.as_ref()) {
+                    s.complete_txn(txn);
+                }
+            } else {
+                s.producers.record(&header);
+            }
             pos += header.size;
         }
         s.log_end_offset = Offset(next);
@@ -775,9 +852,10 @@ impl Log {
         Ok(())
     }
 
-    /// Flush + fdatasync, then writes the active segment's indexes, truncates its file to its
-    /// logical size and, when everything appended is synced, snapshots the producer state at
-    /// the log end (so the next open replays nothing). The log stays usable afterwards.
+    /// Flush + fdatasync, then writes the active segment's indexes (its aborted transaction
+    /// index too), truncates its file to its logical size and, when everything appended is
+    /// synced, snapshots the producer state at the log end (so the next open replays nothing).
+    /// The log stays usable afterwards.
     pub async fn close(&self) -> Result<(), StorageError> {
         let _permit = self.inner.flush_lock.acquire_permit(1).await?;
         self.flush_locked(true).await?;
@@ -810,6 +888,9 @@ impl Log {
             let dir = &self.inner.dir;
             write_file(&segment_path(dir, base, "index"), index).await?;
             write_file(&segment_path(dir, base, "timeindex"), time_index).await?;
+            // Under the flush lock: no byte reaches the segment between its flush above and
+            // this, so the file lists every marker written.
+            self.write_txn_index(base).await?;
             if let Some((offset, bytes)) = snapshot {
                 self.write_snapshot(offset, bytes).await?;
             }
@@ -872,6 +953,7 @@ impl Log {
             (s.log_end_offset, targets)
         };
         for (base, target_size, closed) in targets {
+            self.unlink_txn_index_before_write(base).await?;
             self.write_segment(base, target_size).await?;
             if sync || closed {
                 let file = self.segment_file(base)?;
@@ -1030,7 +1112,8 @@ impl Log {
         })
     }
 
-    /// A rolled segment whose bytes are all synced: cut the padding, write its indexes.
+    /// A rolled segment whose bytes are all synced: cut the padding, write its indexes (the
+    /// aborted transaction index last: it must list every marker of the file).
     async fn finalize_segment(&self, base: Offset) -> Result<(), StorageError> {
         let (file, size, index, time_index) = {
             let s = self.inner.state.borrow();
@@ -1057,6 +1140,7 @@ impl Log {
             time_index,
         )
         .await?;
+        self.write_txn_index(base).await?;
         let own = self
             .inner
             .state
@@ -1378,6 +1462,7 @@ fn result(records: Bytes, offsets: LogOffsets) -> ReadResult {
     ReadResult {
         records,
         high_watermark: offsets.high_watermark,
+        last_stable_offset: offsets.last_stable_offset,
         log_start_offset: offsets.log_start_offset,
         log_end_offset: offsets.log_end_offset,
     }
@@ -1505,7 +1590,10 @@ async fn recover_segment(
             });
         }
     }
-    if valid_end < file_size {
+    // Its `.txnindex` was written after the last byte of the file (see `txns`): a file cut
+    // short does not match it.
+    let truncated = valid_end < file_size;
+    if truncated {
         tracing::warn!(
             dir = %dir.display(),
             base_offset = base.0,
@@ -1549,6 +1637,12 @@ async fn recover_segment(
         if let Some(f) = seg.file.take() {
             drop(file);
             let _ = f.close_rc().await;
+        }
+    }
+    if !truncated {
+        if let Some(index) = txns::load_txn_index(dir, base, seg.next_offset).await? {
+            seg.txn_index = index;
+            seg.txn_index_on_disk = true;
         }
     }
     Ok(seg)

@@ -17,11 +17,17 @@
 //!
 //! A producer this partition has no state for (never seen, expired, or its state lost with
 //! deleted segments) is accepted at any sequence (KIP-360): since Kafka 2.5 Produce no longer
-//! answers `UNKNOWN_PRODUCER_ID`, and neither does Keel. Control batches (transaction markers)
-//! have no sequence: they are fenced by epoch, then take their epoch, end the open transaction
-//! and move the last timestamp. The first transactional data batch opens a transaction
-//! (`current_txn_first_offset`); `coordinator_epoch` is kept (and snapshotted) for the
-//! transaction coordinator, which does not exist yet.
+//! answers `UNKNOWN_PRODUCER_ID`, and neither does Keel.
+//!
+//! Transactions (Kafka `appendDataBatch` / `appendEndTxnMarker`): the first transactional
+//! data batch of a producer opens its transaction (`current_txn_first_offset`); a
+//! non-transactional data batch while one is open is `INVALID_TXN_STATE`. Control batches
+//! (transaction markers) have no sequence: they are fenced by producer epoch, then by
+//! coordinator epoch (a marker from a coordinator older than the producer's last one is
+//! `TRANSACTION_COORDINATOR_FENCED`), then take both epochs, end the open transaction (a
+//! [`CompletedTxn`] for the log: its aborted transaction index and last stable offset) and
+//! move the last timestamp. The open transactions are also kept by first offset, so the
+//! earliest is found at once (the last stable offset).
 //!
 //! Time here is the batch's `maxTimestamp` as stored (the broker's clock under LogAppendTime,
 //! the producer's under CreateTime), as Kafka's `lastTimestamp`: replaying the log gives the
@@ -50,6 +56,7 @@ use std::collections::BTreeMap;
 
 use crate::batch::{BatchHeader, NO_PRODUCER_EPOCH, NO_SEQUENCE};
 use crate::error::StorageError;
+use crate::records::{EndTxnMarker, MarkerType};
 use crate::types::Offset;
 
 /// Batches remembered per producer: Kafka's `NUM_BATCHES_TO_RETAIN`, matching the five
@@ -177,10 +184,23 @@ pub enum Check {
     Duplicate(BatchMetadata),
 }
 
+/// A transaction a marker ended (Kafka `CompletedTxn`). Offsets are inclusive.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// The marker's offset.
+    pub last_offset: i64,
+    pub aborted: bool,
+}
+
 /// The producer state of one partition.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProducerStateManager {
     producers: BTreeMap<i64, ProducerEntry>,
+    /// The open transactions: first offset -> producer id (Kafka `ongoingTxns`). Holds
+    /// exactly the producers with a `current_txn_first_offset`.
+    ongoing: BTreeMap<i64, i64>,
 }
 
 impl ProducerStateManager {
@@ -243,7 +263,43 @@ impl ProducerStateManager {
                 )));
             }
         }
+        if !h.is_transactional() {
+            if let Some(first) = entry.current_txn_first_offset {
+                return Err(StorageError::InvalidTxnState(format!(
+                    "expected a transactional write from producer {}: its transaction is open \
+                     since offset {first}",
+                    h.producer_id
+                )));
+            }
+        }
         Ok(Check::Append)
+    }
+
+    /// Kafka `checkCoordinatorEpoch`: the marker `marker` of control batch `h` must come from
+    /// a coordinator at least as new as the one that wrote the producer's last marker.
+    pub fn check_marker(&self, h: &BatchHeader, marker: &EndTxnMarker) -> Result<(), StorageError> {
+        let current = self
+            .producers
+            .get(&h.producer_id)
+            .map_or(-1, |e| e.coordinator_epoch);
+        if marker.coordinator_epoch < current {
+            return Err(StorageError::TransactionCoordinatorFenced(format!(
+                "invalid coordinator epoch for producer {}: {} (zombie), {current} (current)",
+                h.producer_id, marker.coordinator_epoch
+            )));
+        }
+        Ok(())
+    }
+
+    /// The epoch check alone (a batch the broker's own coordinator writes: its sequence is not
+    /// the producer's, see `Log::append_from_coordinator`).
+    pub fn check_epoch(&self, h: &BatchHeader) -> Result<(), StorageError> {
+        let entry = self
+            .producers
+            .get(&h.producer_id)
+            .copied()
+            .unwrap_or_else(ProducerEntry::empty);
+        check_epoch(h, &entry)
     }
 
     /// Applies one batch with a producer id, as stored (offsets assigned, timestamps
@@ -254,17 +310,7 @@ impl ProducerStateManager {
             return;
         }
         if h.is_control() {
-            // An empty control batch is what compaction leaves of a finished transaction.
-            if h.records_count == 0 {
-                return;
-            }
-            let entry = self
-                .producers
-                .entry(h.producer_id)
-                .or_insert_with(ProducerEntry::empty);
-            entry.maybe_update_epoch(h.producer_epoch);
-            entry.current_txn_first_offset = None;
-            entry.last_timestamp_ms = h.max_timestamp;
+            self.record_marker(h, None);
             return;
         }
         // Never accepted by `check`; a log written before sequences were checked may hold one.
@@ -288,7 +334,47 @@ impl ProducerStateManager {
         );
         if h.is_transactional() && entry.current_txn_first_offset.is_none() {
             entry.current_txn_first_offset = Some(h.base_offset);
+            self.ongoing.insert(h.base_offset, h.producer_id);
         }
+    }
+
+    /// Applies control batch `h` as stored, with its marker (`None` when the record does not
+    /// read as one: a log written before markers were checked; the transaction ends without
+    /// an outcome). Returns the transaction it ended, if one was open. No checks, as `record`.
+    pub fn record_marker(
+        &mut self,
+        h: &BatchHeader,
+        marker: Option<&EndTxnMarker>,
+    ) -> Option<CompletedTxn> {
+        // An empty control batch is what compaction leaves of a finished transaction.
+        if !h.has_producer_id() || !h.is_control() || h.records_count == 0 {
+            return None;
+        }
+        let entry = self
+            .producers
+            .entry(h.producer_id)
+            .or_insert_with(ProducerEntry::empty);
+        let open = entry.current_txn_first_offset.take();
+        entry.maybe_update_epoch(h.producer_epoch);
+        entry.last_timestamp_ms = h.max_timestamp;
+        if let Some(m) = marker {
+            entry.coordinator_epoch = m.coordinator_epoch;
+        }
+        let first_offset = open?;
+        if self.ongoing.get(&first_offset) == Some(&h.producer_id) {
+            self.ongoing.remove(&first_offset);
+        }
+        marker.map(|m| CompletedTxn {
+            producer_id: h.producer_id,
+            first_offset,
+            last_offset: h.base_offset,
+            aborted: m.kind == MarkerType::Abort,
+        })
+    }
+
+    /// First offset of the earliest open transaction.
+    pub fn first_ongoing_offset(&self) -> Option<i64> {
+        self.ongoing.keys().next().copied()
     }
 
     /// Kafka `removeExpiredProducers`: forgets producers without an open transaction whose
@@ -307,10 +393,13 @@ impl ProducerStateManager {
     /// where compaction may have removed a producer's later batches.
     pub fn forget_below(&mut self, offset: Offset) -> usize {
         let before = self.producers.len();
+        // An open transaction's batches lie past everything compaction touched (it stops at
+        // the last stable offset): its producer's state is whole.
         self.producers.retain(|_, e| {
-            e.batches()
-                .last()
-                .is_some_and(|b| b.last_offset >= offset.0)
+            e.current_txn_first_offset.is_some()
+                || e.batches()
+                    .last()
+                    .is_some_and(|b| b.last_offset >= offset.0)
         });
         before - self.producers.len()
     }
@@ -394,6 +483,7 @@ impl ProducerStateManager {
             return Err(format!("{count} producers do not fit in the file"));
         }
         let mut producers = BTreeMap::new();
+        let mut ongoing = BTreeMap::new();
         let mut previous = None;
         for _ in 0..count {
             let id = r.i64()?;
@@ -409,6 +499,11 @@ impl ProducerStateManager {
                 return Err(format!("producer {id}: transaction start {txn}"));
             }
             e.current_txn_first_offset = (txn >= 0).then_some(txn);
+            if txn >= 0 && ongoing.insert(txn, id).is_some() {
+                return Err(format!(
+                    "producer {id}: transaction start {txn} taken twice"
+                ));
+            }
             e.last_timestamp_ms = r.i64()?;
             let n = r.u8()?;
             if n as usize > BATCHES_RETAINED {
@@ -445,7 +540,7 @@ impl ProducerStateManager {
                 bytes.len() - r.pos
             ));
         }
-        Ok((Offset(offset), ProducerStateManager { producers }))
+        Ok((Offset(offset), ProducerStateManager { producers, ongoing }))
     }
 }
 
@@ -560,6 +655,28 @@ mod tests {
 
         fn control(&mut self, pid: i64, epoch: i16) -> Result<Check, StorageError> {
             self.send_header(header(pid, epoch, NO_SEQUENCE, 1, CONTROL_BIT))
+        }
+    }
+
+    impl Partition {
+        /// A marker of producer `pid`, checked and recorded as `Log::append` does.
+        fn marker(
+            &mut self,
+            pid: i64,
+            epoch: i16,
+            kind: MarkerType,
+            coordinator_epoch: i32,
+        ) -> Result<Option<CompletedTxn>, StorageError> {
+            let mut h = header(pid, epoch, NO_SEQUENCE, 1, CONTROL_BIT | TRANSACTIONAL_BIT);
+            let m = EndTxnMarker {
+                kind,
+                coordinator_epoch,
+            };
+            self.state.check(&h)?;
+            self.state.check_marker(&h, &m)?;
+            h.base_offset = self.log_end_offset;
+            self.log_end_offset += 1;
+            Ok(self.state.record_marker(&h, Some(&m)))
         }
     }
 
@@ -740,6 +857,61 @@ mod tests {
         assert_eq!(info.current_txn_start_offset, -1);
         assert_eq!(info.last_sequence, 3);
         assert_eq!(p.state.expire(i64::MAX, 1), 1);
+    }
+
+    #[test]
+    fn markers_complete_transactions_and_are_fenced_by_coordinator_epoch() {
+        let mut p = Partition::new();
+        p.send_header(header(1, 0, 0, 2, TRANSACTIONAL_BIT))
+            .unwrap(); // 0..=1
+        p.send_header(header(2, 0, 0, 1, TRANSACTIONAL_BIT))
+            .unwrap(); // 2
+        assert_eq!(p.state.first_ongoing_offset(), Some(0));
+        let done = p.marker(1, 0, MarkerType::Abort, 3).unwrap(); // 3
+        assert_eq!(
+            done,
+            Some(CompletedTxn {
+                producer_id: 1,
+                first_offset: 0,
+                last_offset: 3,
+                aborted: true,
+            })
+        );
+        assert_eq!(p.state.first_ongoing_offset(), Some(2));
+        assert_eq!(p.state.get(1).unwrap().coordinator_epoch, 3);
+        // An older coordinator is fenced; the same or a newer one is not.
+        let r = p.marker(1, 0, MarkerType::Commit, 2);
+        assert!(
+            matches!(r, Err(StorageError::TransactionCoordinatorFenced(_))),
+            "{r:?}"
+        );
+        // No transaction open: nothing completes.
+        assert_eq!(p.marker(1, 0, MarkerType::Commit, 3).unwrap(), None);
+        let done = p.marker(2, 0, MarkerType::Commit, 0).unwrap().unwrap();
+        assert!(!done.aborted);
+        assert_eq!(p.state.first_ongoing_offset(), None);
+    }
+
+    #[test]
+    fn a_non_transactional_batch_inside_an_open_transaction_is_refused() {
+        let mut p = Partition::new();
+        p.send_header(header(1, 0, 0, 1, TRANSACTIONAL_BIT))
+            .unwrap();
+        let r = p.send(1, 0, 1, 1);
+        assert!(matches!(r, Err(StorageError::InvalidTxnState(_))), "{r:?}");
+        // A retry of the transactional batch is still a duplicate; the next one goes in.
+        assert!(matches!(
+            p.send_header(header(1, 0, 0, 1, TRANSACTIONAL_BIT)),
+            Ok(Check::Duplicate(_))
+        ));
+        p.send_header(header(1, 0, 1, 1, TRANSACTIONAL_BIT))
+            .unwrap();
+        p.marker(1, 0, MarkerType::Commit, 0).unwrap();
+        assert_eq!(p.send(1, 0, 2, 1).unwrap(), Check::Append);
+        // Other producers are not concerned.
+        p.send_header(header(2, 0, 0, 1, TRANSACTIONAL_BIT))
+            .unwrap();
+        assert_eq!(p.send(3, 0, 0, 1).unwrap(), Check::Append);
     }
 
     #[test]

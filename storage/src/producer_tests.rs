@@ -236,15 +236,33 @@ fn control_and_transactional_batches_keep_the_transaction_fields() {
         log.close().await.unwrap();
         let log = Log::open(dir.path(), config()).await.unwrap();
         assert_eq!(log.producers()[0].current_txn_start_offset, 0);
-        let marker = with_producer(batch(1, TS, 5), 6, 1, -1, CONTROL_BIT | TRANSACTIONAL_BIT);
-        log.append(marker, LeaderEpoch(0), TS).unwrap();
+        log.append(marker_batch(6, 1, true, 3, TS), LeaderEpoch(0), TS)
+            .unwrap();
         let p = &log.producers()[0];
-        assert_eq!((p.current_txn_start_offset, p.last_sequence), (-1, 1));
-        let stale = with_producer(batch(1, TS, 5), 6, 0, -1, CONTROL_BIT);
+        assert_eq!(
+            (
+                p.current_txn_start_offset,
+                p.last_sequence,
+                p.coordinator_epoch
+            ),
+            (-1, 1, 3)
+        );
         assert!(matches!(
-            log.append(stale, LeaderEpoch(0), TS),
+            log.append(marker_batch(6, 0, true, 3, TS), LeaderEpoch(0), TS),
             Err(StorageError::InvalidProducerEpoch(_))
         ));
+        // A control batch whose record is no marker, or that is not transactional, or without
+        // a producer id, is refused.
+        for bad in [
+            with_producer(batch(1, TS, 5), 6, 1, -1, CONTROL_BIT | TRANSACTIONAL_BIT),
+            with_producer(batch(1, TS, 5), 6, 1, -1, CONTROL_BIT),
+            with_producer(batch(1, TS, 5), -1, -1, -1, CONTROL_BIT | TRANSACTIONAL_BIT),
+            with_producer(batch(1, TS, 5), -1, -1, -1, TRANSACTIONAL_BIT),
+        ] {
+            let r = log.append(bad, LeaderEpoch(0), TS);
+            assert!(matches!(r, Err(StorageError::InvalidRecord(_))), "{r:?}");
+        }
+        assert_eq!(log.offsets().log_end_offset, Offset(3));
     });
 }
 

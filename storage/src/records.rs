@@ -1,7 +1,9 @@
 //! Reading records inside a batch: decompression (gzip, snappy raw and xerial-framed, lz4
-//! frame, zstd) and a walk over the varint-encoded records. Used only off the produce path
-//! (ListOffsets by timestamp / max timestamp); the bytes are untrusted, so every varint and
-//! length is bounds-checked and decompressed output is capped. Runs on the owning shard.
+//! frame, zstd), a walk over the varint-encoded records, and the one record of a transaction
+//! marker. Used off the data produce path (ListOffsets by timestamp / max timestamp) and for
+//! control batches (a marker append, replay at open); the bytes are untrusted, so every
+//! varint and length is bounds-checked and decompressed output is capped. Runs on the owning
+//! shard.
 
 use std::io::Read;
 
@@ -154,4 +156,159 @@ pub fn find_record(
         pos = end;
     }
     Ok(None)
+}
+
+/// The outcome a transaction marker records (Kafka `ControlRecordType` ABORT / COMMIT).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MarkerType {
+    Abort,
+    Commit,
+}
+
+/// Kafka's `EndTransactionMarker`: the one record of a transaction's control batch. Its key
+/// is version i16 (0) + type i16 (0 = ABORT, 1 = COMMIT); its value version i16 (0) +
+/// coordinator epoch i32.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct EndTxnMarker {
+    pub kind: MarkerType,
+    pub coordinator_epoch: i32,
+}
+
+/// Reads the marker of the control batch `batch` (whole, validated). As Kafka's
+/// `EndTransactionMarker.deserialize`: a negative key or value version, a key type other
+/// than ABORT or COMMIT, or a key or value too short is `InvalidRecord`; later versions are
+/// read as version 0 (their extra bytes ignored). The batch must hold exactly one record.
+pub fn end_txn_marker(batch: &[u8]) -> Result<EndTxnMarker, StorageError> {
+    let header = BatchHeader::parse(batch).ok_or_else(|| corrupt("batch header too short"))?;
+    if header.size > batch.len() {
+        return Err(corrupt("batch truncated"));
+    }
+    let invalid = |why: String| StorageError::InvalidRecord(format!("transaction marker: {why}"));
+    if header.records_count != 1 {
+        return Err(invalid(format!(
+            "a control batch holds {} records, not 1",
+            header.records_count
+        )));
+    }
+    let section = &batch[HEADER_BYTES..header.size];
+    let owned;
+    let records: &[u8] = if header.compression() == 0 {
+        section
+    } else {
+        owned = decompress(header.compression(), section)?;
+        &owned
+    };
+    let mut pos = 0usize;
+    let len = read_varlong(records, &mut pos)?;
+    if len < 0 || len as u64 > (records.len() - pos) as u64 {
+        return Err(corrupt("record length out of bounds"));
+    }
+    let body = &records[..pos + len as usize];
+    pos += 1; // attributes
+    read_varlong(body, &mut pos)?; // timestampDelta
+    read_varlong(body, &mut pos)?; // offsetDelta
+    let key = read_bytes(body, &mut pos)?.unwrap_or_default();
+    let value = read_bytes(body, &mut pos)?.unwrap_or_default();
+    if key.len() < 4 {
+        return Err(invalid(format!("key of {} bytes, need 4", key.len())));
+    }
+    let key_version = i16::from_be_bytes([key[0], key[1]]);
+    if key_version < 0 {
+        return Err(invalid(format!("key version {key_version}")));
+    }
+    let kind = match i16::from_be_bytes([key[2], key[3]]) {
+        0 => MarkerType::Abort,
+        1 => MarkerType::Commit,
+        other => return Err(invalid(format!("control record type {other}"))),
+    };
+    if value.len() < 6 {
+        return Err(invalid(format!("value of {} bytes, need 6", value.len())));
+    }
+    let value_version = i16::from_be_bytes([value[0], value[1]]);
+    if value_version < 0 {
+        return Err(invalid(format!("value version {value_version}")));
+    }
+    Ok(EndTxnMarker {
+        kind,
+        coordinator_epoch: i32::from_be_bytes([value[2], value[3], value[4], value[5]]),
+    })
+}
+
+/// A varint length and that many bytes of `b` at `*pos`; a negative length is null.
+fn read_bytes<'a>(b: &'a [u8], pos: &mut usize) -> Result<Option<&'a [u8]>, StorageError> {
+    let len = read_varlong(b, pos)?;
+    if len < 0 {
+        return Ok(None);
+    }
+    if len as u64 > (b.len().saturating_sub(*pos)) as u64 {
+        return Err(corrupt("field length out of bounds"));
+    }
+    let at = *pos;
+    *pos += len as usize;
+    Ok(Some(&b[at..*pos]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{compute_crc, CRC_AT, RECORDS_COUNT_AT};
+    use crate::test_util::{marker_batch, put_varlong};
+
+    /// `marker_batch`'s layout with another key and value.
+    fn control(key: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut b = marker_batch(7, 0, true, 0, 1_000).to_vec();
+        b.truncate(HEADER_BYTES);
+        let mut body = vec![0u8];
+        put_varlong(&mut body, 0);
+        put_varlong(&mut body, 0);
+        put_varlong(&mut body, key.len() as i64);
+        body.extend_from_slice(key);
+        put_varlong(&mut body, value.len() as i64);
+        body.extend_from_slice(value);
+        put_varlong(&mut body, 0);
+        put_varlong(&mut b, body.len() as i64);
+        b.extend_from_slice(&body);
+        let len = (b.len() - 12) as i32;
+        b[8..12].copy_from_slice(&len.to_be_bytes());
+        let crc = compute_crc(&b);
+        b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn markers_read_as_kafka_writes_them() {
+        let m = end_txn_marker(&marker_batch(7, 0, true, 42, 1_000)).unwrap();
+        assert_eq!((m.kind, m.coordinator_epoch), (MarkerType::Commit, 42));
+        let m = end_txn_marker(&marker_batch(7, 0, false, -1, 1_000)).unwrap();
+        assert_eq!((m.kind, m.coordinator_epoch), (MarkerType::Abort, -1));
+        // A later version with more bytes reads as version 0.
+        let m = end_txn_marker(&control(&[0, 1, 0, 1, 9], &[0, 1, 0, 0, 0, 5, 9])).unwrap();
+        assert_eq!((m.kind, m.coordinator_epoch), (MarkerType::Commit, 5));
+    }
+
+    #[test]
+    fn malformed_markers_are_invalid_records() {
+        let epoch5 = [0u8, 0, 0, 0, 0, 5];
+        for (key, value) in [
+            (&[0u8, 0, 0, 2][..], &epoch5[..]), // type 2: not an end marker
+            (&[0xff, 0xff, 0, 1], &epoch5),     // negative key version
+            (&[0, 0, 0], &epoch5),              // short key
+            (&[0, 0, 0, 1], &[0xff, 0xff, 0, 0, 0, 5]),
+            (&[0, 0, 0, 1], &[0, 0, 0, 0, 5]),
+        ] {
+            let r = end_txn_marker(&control(key, value));
+            assert!(
+                matches!(r, Err(StorageError::InvalidRecord(_))),
+                "{key:?} {value:?}: {r:?}"
+            );
+        }
+        let mut two = marker_batch(7, 0, true, 0, 1_000);
+        two[RECORDS_COUNT_AT..RECORDS_COUNT_AT + 4].copy_from_slice(&2i32.to_be_bytes());
+        assert!(matches!(
+            end_txn_marker(&two),
+            Err(StorageError::InvalidRecord(_))
+        ));
+        let cut = marker_batch(7, 0, true, 0, 1_000);
+        assert!(end_txn_marker(&cut[..cut.len() - 3]).is_err());
+    }
 }

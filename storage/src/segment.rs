@@ -7,7 +7,9 @@
 //! `[written, size)` is staged in `pending`, whole batches in order. Only the flusher moves
 //! `written`/`synced`, and only one flush runs per log at a time. A `closed` segment takes no
 //! more appends; once its staged bytes are synced it is `finalized`: the file is truncated to
-//! `size` and its index files are written. Runs on the shard owning the partition.
+//! `size` and its index files are written. The aborted transaction index (`txn_index`) lists
+//! the ABORT markers in the segment; `txn_index_on_disk` says its `.txnindex` file is written
+//! and matches the file's bytes (see `txn_index`). Runs on the shard owning the partition.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ use glommio::io::DmaFile;
 
 use crate::batch::BatchHeader;
 use crate::index::{OffsetIndex, TimeIndex};
+use crate::txn_index::TxnIndex;
 use crate::types::Offset;
 
 /// O_DIRECT alignment of positions and lengths for `.log` writes.
@@ -49,6 +52,11 @@ pub struct Segment {
     pub pending: VecDeque<Bytes>,
     pub index: OffsetIndex,
     pub time_index: TimeIndex,
+    /// The ABORT markers in this segment.
+    pub txn_index: TxnIndex,
+    /// The `.txnindex` file exists and lists every marker written to the `.log` file: no
+    /// byte may be written to the segment before the file is removed.
+    pub txn_index_on_disk: bool,
     pub bytes_since_index: u64,
     /// Last offset + 1 of the batches in this segment; `base_offset` when empty.
     pub next_offset: Offset,
@@ -78,6 +86,8 @@ impl Segment {
             pending: VecDeque::new(),
             index: OffsetIndex::default(),
             time_index: TimeIndex::default(),
+            txn_index: TxnIndex::default(),
+            txn_index_on_disk: false,
             bytes_since_index: 0,
             next_offset: base_offset,
             max_timestamp_ms: -1,

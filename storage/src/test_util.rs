@@ -229,3 +229,67 @@ pub fn producer_batch(
         0,
     )
 }
+
+/// Kafka's `EndTransactionMarker` for producer `producer_id` at `producer_epoch`: a
+/// transactional control batch of one record, key = version 0 + type (0 abort, 1 commit),
+/// value = version 0 + `coordinator_epoch`, timestamp `ts`.
+pub fn marker_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    ts: i64,
+) -> BytesMut {
+    use crate::batch::{CONTROL_BIT, TRANSACTIONAL_BIT};
+    let key = [0u8, 0, 0, u8::from(commit)];
+    let mut value = vec![0u8, 0];
+    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
+    let mut body = vec![0u8]; // attributes
+    put_varlong(&mut body, 0); // timestampDelta
+    put_varlong(&mut body, 0); // offsetDelta
+    put_varlong(&mut body, key.len() as i64);
+    body.extend_from_slice(&key);
+    put_varlong(&mut body, value.len() as i64);
+    body.extend_from_slice(&value);
+    put_varlong(&mut body, 0); // headers
+    let mut payload = Vec::new();
+    put_varlong(&mut payload, body.len() as i64);
+    payload.extend_from_slice(&body);
+    let mut b = BytesMut::new();
+    b.put_i64(0);
+    b.put_i32((49 + payload.len()) as i32);
+    b.put_i32(-1);
+    b.put_i8(2);
+    b.put_u32(0);
+    b.put_i16(CONTROL_BIT | TRANSACTIONAL_BIT);
+    b.put_i32(0);
+    b.put_i64(ts);
+    b.put_i64(ts);
+    b.put_i64(producer_id);
+    b.put_i16(producer_epoch);
+    b.put_i32(-1);
+    b.put_i32(1);
+    b.put_slice(&payload);
+    let crc = compute_crc(&b);
+    b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+/// An uncompressed transactional batch of `count` records (timestamp `ts`) from producer
+/// `producer_id` at `producer_epoch`, starting at sequence `base_sequence`.
+pub fn txn_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    count: usize,
+    ts: i64,
+) -> BytesMut {
+    let records: Vec<(i64, Vec<u8>)> = (0..count).map(|_| (ts, b"t".to_vec())).collect();
+    with_producer(
+        batch_with(&records, 0),
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        crate::batch::TRANSACTIONAL_BIT,
+    )
+}

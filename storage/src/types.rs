@@ -146,14 +146,21 @@ pub struct ReadResult {
     /// Zero or more whole record batches.
     pub records: bytes::Bytes,
     pub high_watermark: Offset,
+    pub last_stable_offset: Offset,
     pub log_start_offset: Offset,
     pub log_end_offset: Offset,
 }
 
-/// The three offsets of a partition: `log_start_offset <= high_watermark <= log_end_offset`.
+/// The offsets of a partition:
+/// `log_start_offset <= last_stable_offset <= high_watermark <= log_end_offset`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LogOffsets {
     pub log_start_offset: Offset,
+    /// Kafka's LSO (exclusive): every offset below it is below the high watermark and in no
+    /// open transaction, so a read_committed consumer reads up to here. The first offset of
+    /// the earliest transaction whose marker is not yet below the high watermark (never below
+    /// the log start offset), else the high watermark.
+    pub last_stable_offset: Offset,
     pub high_watermark: Offset,
     pub log_end_offset: Offset,
 }
@@ -168,6 +175,8 @@ pub struct BatchesSummary {
     pub max_timestamp_ms: i64,
     /// Batches with a producer id (idempotent or transactional).
     pub producer_batches: u32,
+    /// Batches with the transactional or the control attribute bit.
+    pub transactional_batches: u32,
 }
 
 /// What one retention pass removed.

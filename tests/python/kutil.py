@@ -12,8 +12,7 @@ def admin(bootstrap, **kw):
 
 
 def producer(bootstrap, **kw):
-    # Keel has no InitProducerId yet, so idempotence (kafka-python 3's default) is off.
-    kw.setdefault("enable_idempotence", False)
+    # kafka-python 3 is idempotent by default (InitProducerId, sequence numbers): kept so.
     kw.setdefault("acks", "all")
     kw.setdefault("request_timeout_ms", 15000)
     kw.setdefault("max_block_ms", 15000)

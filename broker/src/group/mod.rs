@@ -369,6 +369,9 @@ pub struct GroupCoordinator {
     next_park_token: Cell<u64>,
     /// The topics consumer groups see, built once per metadata image version.
     topics_view: RefCell<Option<(u64, Rc<consumer::TopicsView>)>>,
+    /// Transactional offset commits (TxnOffsetCommit) in the log, waiting for their
+    /// producer's marker, by (partition, producer id).
+    txn_offsets: RefCell<HashMap<(i32, i64), Vec<OffsetChange>>>,
 }
 
 impl GroupCoordinator {
@@ -853,6 +856,138 @@ async fn write(shard: &Rc<BrokerShard>, p: i32, changes: Vec<OffsetChange>) -> R
     }
 }
 
+// ---- transactional offsets ---------------------------------------------------------------
+
+/// The marker of `producer_id`'s transaction is committed in partition `p` (on this shard):
+/// its pending offsets take effect (COMMIT) or are dropped (ABORT), as the replay of the log
+/// does.
+pub fn transactional_offsets_decided(shard: &BrokerShard, p: i32, producer_id: i64, commit: bool) {
+    let pending = shard
+        .groups
+        .txn_offsets
+        .borrow_mut()
+        .remove(&(p, producer_id))
+        .unwrap_or_default();
+    if !commit || pending.is_empty() {
+        return;
+    }
+    let mut groups = shard.groups.groups.borrow_mut();
+    for change in pending {
+        apply_change(&mut groups, p, change);
+    }
+}
+
+/// Whether a transaction's offsets of `group` for (topic, partition) wait for their marker in
+/// partition `p` (OffsetFetch with `require_stable` answers UNSTABLE_OFFSET_COMMIT for them).
+fn offset_unstable(shard: &BrokerShard, p: i32, group: &str, topic: &str, partition: i32) -> bool {
+    shard
+        .groups
+        .txn_offsets
+        .borrow()
+        .iter()
+        .filter(|((tp, _), _)| *tp == p)
+        .flat_map(|(_, changes)| changes.iter())
+        .any(|c| {
+            let k = c.key();
+            k.group == group && k.topic == topic && k.partition == partition
+        })
+}
+
+/// A TxnOffsetCommit for one group.
+pub struct TxnCommitRequest {
+    pub group: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// v3: the consumer's group membership, checked as OffsetCommit checks it (-1 / "": not
+    /// checked).
+    pub member_id: String,
+    pub generation_id: i32,
+    pub instance_id: Option<String>,
+    /// (topic, partition, offset, leader epoch, metadata).
+    pub offsets: Vec<(String, i32, i64, i32, String)>,
+}
+
+/// Writes a transaction's offsets for a group: appended to the group's partition as a
+/// transactional batch of the producer, committed, then held until the producer's marker
+/// (see [`transactional_offsets_decided`]).
+pub async fn txn_commit_offsets(
+    shard: Rc<BrokerShard>,
+    p: i32,
+    req: TxnCommitRequest,
+) -> Result<(), i16> {
+    let ready = shard.groups.ready(&shard, p);
+    if ready != NONE {
+        return Err(ready);
+    }
+    if !req.member_id.is_empty() || req.generation_id >= 0 {
+        let fenced = membership::with_group(&shard, p, &req.group, false, |g, now| {
+            check_member(
+                g,
+                &req.member_id,
+                req.generation_id,
+                req.instance_id.as_deref(),
+                now,
+            )
+        })
+        .unwrap_or(code(ResponseError::UnknownMemberId));
+        if fenced != NONE {
+            return Err(fenced);
+        }
+    }
+    let now = now_ms();
+    let changes: Vec<OffsetChange> = req
+        .offsets
+        .into_iter()
+        .map(|(topic, partition, offset, leader_epoch, metadata)| {
+            OffsetChange::Commit(
+                OffsetKey {
+                    group: req.group.clone(),
+                    topic,
+                    partition,
+                },
+                CommittedOffset {
+                    offset,
+                    leader_epoch,
+                    metadata,
+                    commit_timestamp_ms: now,
+                },
+            )
+        })
+        .collect();
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let Some(part) = shard.partition(OFFSETS_TOPIC, p) else {
+        return Err(code(ResponseError::NotCoordinator));
+    };
+    let encoded: Vec<(Bytes, Option<Bytes>)> = changes.iter().map(OffsetChange::encode).collect();
+    let batch =
+        records::encode_transactional_batch(&encoded, req.producer_id, req.producer_epoch, now)
+            .map_err(|_| code(ResponseError::UnknownServerError))?;
+    let info = part
+        .log
+        .append_from_coordinator(batch, LeaderEpoch(part.leader_epoch.get()), now)
+        .map_err(|e| match e {
+            StorageError::InvalidProducerEpoch(_) => code(ResponseError::ProducerFenced),
+            e => coordinator_write_code(&e),
+        })?;
+    let end = Offset(info.last_offset.0 + 1);
+    // Held before the commit completes: a marker cannot come before this request is answered.
+    shard
+        .groups
+        .txn_offsets
+        .borrow_mut()
+        .entry((p, req.producer_id))
+        .or_default()
+        .extend(changes);
+    let committed = part.log.commit(end).await;
+    shard.notify_data(&part);
+    committed.map_err(|e| {
+        error!(partition = p, error = %e, "transactional offsets not committed");
+        coordinator_write_code(&e)
+    })
+}
+
 // ---- operations, on the coordinator shard ------------------------------------------------
 
 /// An OffsetCommit for one group, already checked for unknown partitions and metadata size.
@@ -907,8 +1042,10 @@ pub async fn commit_offsets(shard: Rc<BrokerShard>, p: i32, req: CommitRequest) 
     write(&shard, p, changes).await
 }
 
-/// Committed offsets of a topic's partitions: `None` where nothing is committed.
-pub type FetchedTopic = (String, Vec<(i32, Option<CommittedOffset>)>);
+/// Committed offsets of a topic's partitions: `None` where nothing is committed, with the
+/// partition's error code (UNSTABLE_OFFSET_COMMIT while a transaction's offset for it waits
+/// for its marker and the fetch requires stable offsets).
+pub type FetchedTopic = (String, Vec<(i32, Option<CommittedOffset>, i16)>);
 
 /// The group's committed offsets of `topics` (`None`: every partition it committed).
 /// `member` (OffsetFetch v9: member id and epoch) is checked against a consumer group's
@@ -920,6 +1057,7 @@ pub async fn fetch_offsets(
     group: String,
     topics: Option<Vec<(String, Vec<i32>)>>,
     member: Option<(String, i32)>,
+    require_stable: bool,
 ) -> Result<Vec<FetchedTopic>, i16> {
     let ready = shard.groups.ready(&shard, p);
     if ready != NONE {
@@ -943,24 +1081,35 @@ pub async fn fetch_offsets(
     let groups = shard.groups.groups.borrow();
     let entry = groups.get(&group);
     let committed = |topic: &str, partition: i32| {
-        entry.and_then(|g| g.offsets.get(&(topic.to_string(), partition)).cloned())
+        if require_stable && offset_unstable(&shard, p, &group, topic, partition) {
+            return (None, code(ResponseError::UnstableOffsetCommit));
+        }
+        let o = entry.and_then(|g| g.offsets.get(&(topic.to_string(), partition)).cloned());
+        (o, NONE)
     };
     let out = match topics {
         Some(topics) => topics
             .into_iter()
             .map(|(t, parts)| {
-                let ps = parts.into_iter().map(|i| (i, committed(&t, i))).collect();
+                let ps = parts
+                    .into_iter()
+                    .map(|i| {
+                        let (o, e) = committed(&t, i);
+                        (i, o, e)
+                    })
+                    .collect();
                 (t, ps)
             })
             .collect(),
         None => {
             let mut by_topic: Vec<FetchedTopic> = Vec::new();
-            for ((t, i), o) in entry.iter().flat_map(|g| g.offsets.iter()) {
+            for ((t, i), _) in entry.iter().flat_map(|g| g.offsets.iter()) {
                 if by_topic.last().is_none_or(|(last, _)| last != t) {
                     by_topic.push((t.clone(), Vec::new()));
                 }
+                let (o, e) = committed(t, *i);
                 if let Some((_, ps)) = by_topic.last_mut() {
-                    ps.push((*i, Some(o.clone())));
+                    ps.push((*i, o, e));
                 }
             }
             by_topic
@@ -1036,6 +1185,8 @@ struct Replayed {
     classic: HashMap<String, Option<records::GroupMetadataValue>>,
     /// The latest consumer-group records per group, by key (tombstones remove keys).
     consumer: HashMap<String, BTreeMap<Bytes, Bytes>>,
+    /// Transactional offset commits without their marker yet, by producer id.
+    txn_pending: HashMap<i64, Vec<OffsetChange>>,
     records: u64,
     unreadable_records: u64,
     unreadable_batches: u64,
@@ -1057,7 +1208,7 @@ pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
     glommio::spawn_local(async move {
         let started = Instant::now();
         let loaded = match replay(&part).await {
-            Ok(r) => {
+            Ok(mut r) => {
                 if r.unreadable_records > 0 || r.unreadable_batches > 0 {
                     warn!(
                         shard = owner.id,
@@ -1080,6 +1231,11 @@ pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
                 } else {
                     tracing::debug!(shard = owner.id, partition = p, "coordinator partition loaded (empty)");
                 }
+                let txn_pending = std::mem::take(&mut r.txn_pending);
+                let mut txn = owner.groups.txn_offsets.borrow_mut();
+                txn.retain(|(tp, _), _| *tp != p);
+                txn.extend(txn_pending.into_iter().map(|(pid, c)| ((p, pid), c)));
+                drop(txn);
                 Some(restore_memberships(&owner, p, r))
             }
             Err(e) => {
@@ -1167,30 +1323,52 @@ async fn replay(part: &Partition) -> Result<Replayed, StorageError> {
         let groups = &mut out.groups;
         let classic = &mut out.classic;
         let consumer = &mut out.consumer;
-        let next = records::walk_batches(&read.records, &mut out.unreadable_batches, |k, v| {
-            records += 1;
-            if let Some(group) = k.as_ref().and_then(consumer_records::record_group) {
-                let keys = consumer.entry(group).or_default();
-                let key = k.unwrap_or_default();
-                match v {
-                    Some(v) => keys.insert(key, v),
-                    None => keys.remove(&key),
-                };
-                return;
-            }
-            match records::decode_record(k, v) {
-                CoordinatorRecord::Offset(change) => apply_change(groups, p, change),
-                CoordinatorRecord::GroupMetadata(change) => match change {
-                    GroupMetadataChange::Store(group, value) => {
-                        classic.insert(group, Some(value));
+        let txn_pending = &mut out.txn_pending;
+        let next =
+            records::walk_batches_with(&read.records, &mut out.unreadable_batches, |kind, k, v| {
+                if kind.control {
+                    // A transaction marker: the producer's pending offsets take effect or go.
+                    let pending = txn_pending.remove(&kind.producer_id).unwrap_or_default();
+                    if records::marker_commits(k.as_ref()) == Some(true) {
+                        for change in pending {
+                            apply_change(groups, p, change);
+                        }
                     }
-                    GroupMetadataChange::Delete(group) => {
-                        classic.insert(group, None);
+                    return;
+                }
+                records += 1;
+                if kind.transactional {
+                    match records::decode_record(k, v) {
+                        CoordinatorRecord::Offset(change) => txn_pending
+                            .entry(kind.producer_id)
+                            .or_default()
+                            .push(change),
+                        _ => unreadable += 1,
                     }
-                },
-                CoordinatorRecord::Unreadable => unreadable += 1,
-            }
-        });
+                    return;
+                }
+                if let Some(group) = k.as_ref().and_then(consumer_records::record_group) {
+                    let keys = consumer.entry(group).or_default();
+                    let key = k.unwrap_or_default();
+                    match v {
+                        Some(v) => keys.insert(key, v),
+                        None => keys.remove(&key),
+                    };
+                    return;
+                }
+                match records::decode_record(k, v) {
+                    CoordinatorRecord::Offset(change) => apply_change(groups, p, change),
+                    CoordinatorRecord::GroupMetadata(change) => match change {
+                        GroupMetadataChange::Store(group, value) => {
+                            classic.insert(group, Some(value));
+                        }
+                        GroupMetadataChange::Delete(group) => {
+                            classic.insert(group, None);
+                        }
+                    },
+                    CoordinatorRecord::Unreadable => unreadable += 1,
+                }
+            });
         out.records += records;
         out.unreadable_records += unreadable;
         match next {

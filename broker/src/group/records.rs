@@ -482,14 +482,91 @@ pub fn encode_records_batch(
     Ok(buf)
 }
 
+/// A transactional offset commit (TxnOffsetCommit): the records in one batch carrying the
+/// producer's id and epoch, transactional, base sequence 0 (as Kafka's coordinator writes it;
+/// appended with `Log::append_from_coordinator`). They take effect with the producer's COMMIT
+/// marker in the same partition, and are dropped by an ABORT.
+pub fn encode_transactional_batch(
+    records: &[(Bytes, Option<Bytes>)],
+    producer_id: i64,
+    producer_epoch: i16,
+    now_ms: i64,
+) -> anyhow::Result<BytesMut> {
+    let records: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (key, value))| Record {
+            transactional: true,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id,
+            producer_epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32,
+            timestamp: now_ms,
+            key: Some(key.clone()),
+            value: value.clone(),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )?;
+    Ok(buf)
+}
+
+/// What a record's batch says of it, for the replay of transactional offset commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchKind {
+    pub producer_id: i64,
+    pub transactional: bool,
+    /// A control record (a transaction marker): its key holds the marker type.
+    pub control: bool,
+}
+
+/// A transaction marker's decision from a control record's key (version i16, type i16: 0
+/// abort, 1 commit); `None` for another control record or malformed bytes.
+pub fn marker_commits(key: Option<&Bytes>) -> Option<bool> {
+    let k = key?;
+    if k.len() < 4 {
+        return None;
+    }
+    match i16::from_be_bytes([k[2], k[3]]) {
+        0 => Some(false),
+        1 => Some(true),
+        _ => None,
+    }
+}
+
 /// Walks the whole batches in `bytes` (as a log read returns them), calling `each` with every
-/// record's key and value. Returns the offset after the last batch walked (so the next read
-/// starts there), or `None` if there was no whole batch. A batch that cannot be decoded is
-/// skipped (counted in `unreadable`), its offsets still passed.
+/// record's key and value (control records left out). Returns the offset after the last batch
+/// walked (so the next read starts there), or `None` if there was no whole batch. A batch that
+/// cannot be decoded is skipped (counted in `unreadable`), its offsets still passed.
 pub fn walk_batches(
     bytes: &Bytes,
     unreadable: &mut u64,
     mut each: impl FnMut(Option<Bytes>, Option<Bytes>),
+) -> Option<i64> {
+    walk_batches_with(bytes, unreadable, |kind, k, v| {
+        if !kind.control {
+            each(k, v);
+        }
+    })
+}
+
+/// [`walk_batches`] with what each record's batch says of it, control records included.
+pub fn walk_batches_with(
+    bytes: &Bytes,
+    unreadable: &mut u64,
+    mut each: impl FnMut(BatchKind, Option<Bytes>, Option<Bytes>),
 ) -> Option<i64> {
     let mut pos = 0usize;
     let mut next = None;
@@ -508,8 +585,13 @@ pub fn walk_batches(
         }));
         match decoded {
             Ok(Ok(set)) => {
-                for r in set.records.into_iter().filter(|r| !r.control) {
-                    each(r.key, r.value);
+                for r in set.records {
+                    let kind = BatchKind {
+                        producer_id: r.producer_id,
+                        transactional: r.transactional,
+                        control: r.control,
+                    };
+                    each(kind, r.key, r.value);
                 }
             }
             _ => *unreadable += 1,

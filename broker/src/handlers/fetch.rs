@@ -1,7 +1,11 @@
 //! Fetch (key 1), v4-12. Reads whole batches from the owner shards up to the high
-//! watermark, honouring max_bytes, per-partition max bytes (always at least one batch for
-//! the first partition with data, KIP-74) and long poll (min_bytes, max_wait_ms: waits on
-//! the owners' "high watermark moved" events, never a busy poll).
+//! watermark, or with isolation_level=1 (read_committed) up to the last stable offset along
+//! with the aborted transactions of the batches read (Kafka's `collectAbortedTxns`), honouring
+//! max_bytes, per-partition max bytes (always at least one batch for the first partition with
+//! data, KIP-74) and long poll (min_bytes, max_wait_ms: waits on the owners' "data committed"
+//! events, which follow every move of the high watermark and of the last stable offset — both
+//! move only when an append, data or marker, is committed — never a busy poll). Every answer
+//! carries the partition's real last stable offset.
 //!
 //! Fetch sessions (KIP-227): Keel does not cache sessions yet. A request for a new session
 //! gets session id 0, which tells the client "no session: send full fetches" — a valid
@@ -13,10 +17,12 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, RequestHeader};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, ProducerId, RequestHeader};
 use kafka_protocol::ResponseError;
-use keel_storage::{Offset, StorageError};
+use keel_storage::{end_offset_of, Offset, StorageError};
 
 use super::ApiSupport;
 use crate::errors::{code, storage_code, NONE};
@@ -33,27 +39,38 @@ pub const SUPPORT: ApiSupport = ApiSupport {
 /// Longest long-poll Keel honours, whatever max_wait_ms says.
 const MAX_WAIT_MS_CAP: u64 = 60_000;
 
+/// Fetch's isolation_level 1: only records below the last stable offset.
+const READ_COMMITTED: i8 = 1;
+
 #[derive(Clone, Copy)]
 pub struct FetchPart {
     pub fetch_offset: i64,
     pub partition_max_bytes: i32,
     pub current_leader_epoch: i32,
+    /// isolation_level=1: read up to the last stable offset, with the aborted transactions.
+    pub read_committed: bool,
 }
 
 #[derive(Clone, Debug)]
 pub struct PartData {
     pub error: i16,
     pub high_watermark: i64,
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
     pub records: Bytes,
+    /// read_committed: (producer id, first offset) of the aborted transactions meeting the
+    /// batches read; `None` for read_uncommitted.
+    pub aborted: Option<Vec<(i64, i64)>>,
 }
 
 fn failed(error: i16) -> PartData {
     PartData {
         error,
         high_watermark: -1,
+        last_stable_offset: -1,
         log_start_offset: -1,
         records: Bytes::new(),
+        aborted: None,
     }
 }
 
@@ -87,19 +104,28 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
             continue;
         }
         let max = usize::try_from(item.payload.partition_max_bytes.max(0)).unwrap_or(0);
-        let data = match part
-            .log
-            .read(
-                Offset(item.payload.fetch_offset),
-                max,
-                offsets.high_watermark,
-            )
-            .await
-        {
+        let read_committed = item.payload.read_committed;
+        let upto = if read_committed {
+            offsets.last_stable_offset
+        } else {
+            offsets.high_watermark
+        };
+        let fetch_offset = Offset(item.payload.fetch_offset);
+        let data = match part.log.read(fetch_offset, max, upto).await {
             Ok(r) => PartData {
                 error: NONE,
                 high_watermark: r.high_watermark.0,
+                last_stable_offset: r.last_stable_offset.0,
                 log_start_offset: r.log_start_offset.0,
+                aborted: read_committed.then(|| {
+                    end_offset_of(&r.records).map_or_else(Vec::new, |end| {
+                        part.log
+                            .aborted_transactions(fetch_offset, Offset(end))
+                            .into_iter()
+                            .map(|(pid, first)| (pid, first.0))
+                            .collect()
+                    })
+                }),
                 records: r.records,
             },
             Err(e) => {
@@ -109,8 +135,10 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
                 PartData {
                     error: storage_code(&e),
                     high_watermark: offsets.high_watermark.0,
+                    last_stable_offset: offsets.last_stable_offset.0,
                     log_start_offset: offsets.log_start_offset.0,
                     records: Bytes::new(),
+                    aborted: None,
                 }
             }
         };
@@ -124,20 +152,40 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
 }
 
 /// On the owner: registers `waiter` with each partition; true when a partition already has
-/// data past its fetch offset (or moved away), so the caller should re-read now. Returns at
-/// once: a waiting fetch holds no mesh slot on the owner.
-fn wait_on_owner(shard: &BrokerShard, parts: &[(String, i32, i64)], waiter: DataWaiter) -> bool {
+/// data past its fetch offset (below the high watermark, or the last stable offset for a
+/// read_committed fetch) or moved away, so the caller should re-read now. Returns at once: a
+/// waiting fetch holds no mesh slot on the owner.
+fn wait_on_owner(
+    shard: &BrokerShard,
+    parts: &[(String, i32, i64)],
+    waiter: DataWaiter,
+    read_committed: bool,
+) -> bool {
     for (topic, index, offset) in parts {
-        match shard.partition(topic, *index) {
-            Some(p) if p.log.offsets().high_watermark.0 <= *offset => p.waiters.register(waiter),
-            _ => return true,
+        let Some(p) = shard.partition(topic, *index) else {
+            return true;
+        };
+        let offsets = p.log.offsets();
+        let visible_end = if read_committed {
+            offsets.last_stable_offset
+        } else {
+            offsets.high_watermark
+        };
+        if visible_end.0 > *offset {
+            return true;
         }
+        p.waiters.register(waiter);
     }
     false
 }
 
 /// Waits until any owner reports new data, the deadline passes or shutdown begins.
-async fn wait_any(shard: &Rc<BrokerShard>, parts: Vec<(String, i32, i64)>, deadline: Instant) {
+async fn wait_any(
+    shard: &Rc<BrokerShard>,
+    parts: Vec<(String, i32, i64)>,
+    deadline: Instant,
+    read_committed: bool,
+) {
     let image = shard.image();
     let mut by_shard: BTreeMap<usize, Vec<(String, i32, i64)>> = BTreeMap::new();
     for p in parts {
@@ -150,15 +198,14 @@ async fn wait_any(shard: &Rc<BrokerShard>, parts: Vec<(String, i32, i64)>, deadl
     let mut data_now = false;
     for (target, parts) in by_shard {
         let ready = if target == shard.id {
-            wait_on_owner(shard, &parts, waiter)
+            wait_on_owner(shard, &parts, waiter, read_committed)
         } else {
             // Unreachable owner (shutting down): re-read now.
             shard
                 .mesh
-                .call(
-                    target,
-                    move |s| async move { wait_on_owner(&s, &parts, waiter) },
-                )
+                .call(target, move |s| async move {
+                    wait_on_owner(&s, &parts, waiter, read_committed)
+                })
                 .await
                 .unwrap_or(true)
         };
@@ -194,6 +241,7 @@ pub async fn handle(
     if req.session_epoch > 0 {
         return resp.with_error_code(code(ResponseError::InvalidFetchSessionEpoch));
     }
+    let read_committed = req.isolation_level == READ_COMMITTED;
     let mut shape: Vec<(String, Vec<i32>)> = Vec::new();
     let mut items = Vec::new();
     for t in &req.topics {
@@ -213,6 +261,7 @@ pub async fn handle(
                         p.partition_max_bytes
                     },
                     current_leader_epoch: p.current_leader_epoch,
+                    read_committed,
                 },
             });
         }
@@ -253,7 +302,7 @@ pub async fn handle(
             .iter()
             .map(|i| (i.topic.clone(), i.partition, i.payload.fetch_offset))
             .collect();
-        wait_any(shard, waits, deadline).await;
+        wait_any(shard, waits, deadline, read_committed).await;
         if Instant::now() >= deadline {
             // One last read so data that arrived with the deadline is not missed.
             break read_all().await;
@@ -283,7 +332,16 @@ pub async fn handle(
                     .with_partition_index(index)
                     .with_error_code(r.error)
                     .with_high_watermark(r.high_watermark)
-                    .with_last_stable_offset(r.high_watermark)
+                    .with_last_stable_offset(r.last_stable_offset)
+                    .with_aborted_transactions(r.aborted.map(|list| {
+                        list.into_iter()
+                            .map(|(pid, first)| {
+                                AbortedTransaction::default()
+                                    .with_producer_id(ProducerId(pid))
+                                    .with_first_offset(first)
+                            })
+                            .collect()
+                    }))
                     // log_start_offset exists from v5.
                     .with_log_start_offset(if hdr.request_api_version >= 5 {
                         r.log_start_offset

@@ -1,5 +1,7 @@
-//! ListOffsets (key 2), v1-8: earliest (-2), latest (-1), max timestamp (-3), or the first
-//! offset whose timestamp is >= the given one (through the time index).
+//! ListOffsets (key 2), v1-8: earliest (-2), latest (-1: the high watermark, or with
+//! isolation_level=1, v2+, the last stable offset), max timestamp (-3), or the first offset
+//! whose timestamp is >= the given one (through the time index); read_committed, a record
+//! found by time at or past the last stable offset is not found (as Kafka).
 
 use std::rc::Rc;
 
@@ -22,6 +24,8 @@ pub const SUPPORT: ApiSupport = ApiSupport {
 };
 
 pub const LATEST: i64 = -1;
+/// isolation_level 1 (read_committed): "latest" is the last stable offset.
+const READ_COMMITTED: i8 = 1;
 pub const EARLIEST: i64 = -2;
 pub const MAX_TIMESTAMP: i64 = -3;
 
@@ -42,7 +46,10 @@ fn failed(error: i16) -> Found {
     }
 }
 
-async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<(i64, i32)>>) -> Vec<Found> {
+/// What one partition is asked: (timestamp, current leader epoch, read_committed).
+type Ask = (i64, i32, bool);
+
+async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<Ask>>) -> Vec<Found> {
     let mut out = Vec::with_capacity(items.len());
     for item in items {
         let Some(part) = shard.partition(&item.topic, item.partition) else {
@@ -54,7 +61,7 @@ async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<(i64, i32)>>) -
             })));
             continue;
         };
-        let (timestamp, current_epoch) = item.payload;
+        let (timestamp, current_epoch, read_committed) = item.payload;
         let epoch = part.leader_epoch.get();
         let epoch_error = check_epoch(current_epoch, epoch);
         if epoch_error != NONE {
@@ -63,6 +70,7 @@ async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<(i64, i32)>>) -
         }
         let offsets = part.log.offsets();
         let found = match timestamp {
+            LATEST if read_committed => Ok(Some((offsets.last_stable_offset.0, -1))),
             LATEST => Ok(Some((offsets.high_watermark.0, -1))),
             EARLIEST => Ok(Some((offsets.log_start_offset.0, -1))),
             MAX_TIMESTAMP => part
@@ -79,6 +87,14 @@ async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<(i64, i32)>>) -
                 out.push(failed(code(ResponseError::InvalidRequest)));
                 continue;
             }
+        };
+        // Kafka: a read_committed lookup by time finds nothing at or past the LSO.
+        let by_time = timestamp >= 0 || timestamp == MAX_TIMESTAMP;
+        let found = if read_committed && by_time {
+            let lso = offsets.last_stable_offset.0;
+            found.map(|o| o.filter(|&(offset, _)| offset < lso))
+        } else {
+            found
         };
         out.push(match found {
             Ok(Some((offset, ts))) => Found {
@@ -104,6 +120,8 @@ pub async fn handle(
     hdr: &RequestHeader,
     req: ListOffsetsRequest,
 ) -> ListOffsetsResponse {
+    // isolation_level exists from v2.
+    let read_committed = hdr.request_api_version >= 2 && req.isolation_level == READ_COMMITTED;
     let mut shape = Vec::new();
     let mut items = Vec::new();
     for t in req.topics {
@@ -114,7 +132,7 @@ pub async fn handle(
             items.push(Item {
                 topic: name.clone(),
                 partition: p.partition_index,
-                payload: (p.timestamp, p.current_leader_epoch),
+                payload: (p.timestamp, p.current_leader_epoch, read_committed),
             });
         }
         shape.push((name, parts));

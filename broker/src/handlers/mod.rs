@@ -29,6 +29,8 @@ pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_log_dirs;
+pub mod describe_producers;
+pub mod describe_transactions;
 pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
@@ -38,6 +40,7 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
+pub mod list_transactions;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_delete;
@@ -45,6 +48,8 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sync_group;
+pub mod txn_offset_commit;
+pub mod write_txn_markers;
 
 /// One API Keel answers, and its version range (inclusive).
 #[derive(Debug, Clone, Copy)]
@@ -88,6 +93,11 @@ pub const SUPPORTED: &[ApiSupport] = &[
     add_partitions_to_txn::SUPPORT,
     add_offsets_to_txn::SUPPORT,
     end_txn::SUPPORT,
+    txn_offset_commit::SUPPORT,
+    describe_producers::SUPPORT,
+    describe_transactions::SUPPORT,
+    list_transactions::SUPPORT,
+    write_txn_markers::SUPPORT,
 ];
 
 pub fn support(key: ApiKey) -> Option<ApiSupport> {
@@ -336,6 +346,38 @@ pub async fn handle_frame(shard: Rc<BrokerShard>, mut frame: Bytes, client_host:
             add_offsets_to_txn::handle
         ),
         ApiKey::EndTxn => call!(shard, hdr, api, body, EndTxnRequest, end_txn::handle),
+        ApiKey::DescribeProducers => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            DescribeProducersRequest,
+            describe_producers::handle
+        ),
+        ApiKey::DescribeTransactions => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            DescribeTransactionsRequest,
+            describe_transactions::handle
+        ),
+        ApiKey::ListTransactions => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            ListTransactionsRequest,
+            list_transactions::handle
+        ),
+        ApiKey::TxnOffsetCommit => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            TxnOffsetCommitRequest,
+            txn_offset_commit::handle
+        ),
         ApiKey::InitProducerId => call!(
             shard,
             hdr,
@@ -377,6 +419,14 @@ pub async fn handle_frame(shard: Rc<BrokerShard>, mut frame: Bytes, client_host:
             body,
             DeleteGroupsRequest,
             delete_groups::handle
+        ),
+        ApiKey::WriteTxnMarkers => call!(
+            shard,
+            hdr,
+            api,
+            body,
+            WriteTxnMarkersRequest,
+            write_txn_markers::handle
         ),
         _ => Reply::FrameThenClose(unsupported_frame(hdr.correlation_id)),
     }

@@ -5,7 +5,8 @@
 //! in the top-level (v2-7) or per-group (v8+) error code, and in v1 in every partition.
 //!
 //! v0 is not offered (kafka-protocol decodes v1+ only; v0 read offsets from ZooKeeper).
-//! `require_stable` is satisfied trivially: without transactions no offset is pending.
+//! `require_stable` (v7+): a partition whose offset a transaction committed and whose marker
+//! has not been written yet answers UNSTABLE_OFFSET_COMMIT (the client retries), as Kafka.
 //! v9's `member_id`/`member_epoch` (KIP-848 consumer groups) are checked against the group's
 //! members, as Kafka does: UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH for the group.
 
@@ -21,7 +22,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, topic_name, ApiSupport};
-use crate::errors::{code, NONE};
+use crate::errors::code;
 use crate::group::{self, CommittedOffset, FetchedTopic};
 use crate::notify::join_all;
 use crate::server::BrokerShard;
@@ -44,6 +45,7 @@ pub async fn handle(
     req: OffsetFetchRequest,
 ) -> OffsetFetchResponse {
     let version = hdr.request_api_version;
+    let require_stable = version >= 7 && req.require_stable;
     if version >= 8 {
         let queries: Vec<(String, Wanted, Member)> = req
             .groups
@@ -66,7 +68,7 @@ pub async fn handle(
         let runs = queries.into_iter().map(|(g, topics, member)| {
             let shard = shard.clone();
             async move {
-                let answer = fetch_group(&shard, &g, topics, member).await;
+                let answer = fetch_group(&shard, &g, topics, member, require_stable).await;
                 (g, answer)
             }
         });
@@ -80,7 +82,7 @@ pub async fn handle(
             .collect()
     });
     let group_id = req.group_id.0.to_string();
-    let answer = fetch_group(shard, &group_id, wanted.clone(), None).await;
+    let answer = fetch_group(shard, &group_id, wanted.clone(), None, require_stable).await;
     single_group(version, wanted, answer)
 }
 
@@ -92,13 +94,14 @@ async fn fetch_group(
     group_id: &str,
     topics: Wanted,
     member: Member,
+    require_stable: bool,
 ) -> GroupAnswer {
     if !group::valid_group_id(group_id) {
         return Err(code(ResponseError::InvalidGroupId));
     }
     let g = group_id.to_string();
     group::on_coordinator(shard, group_id, move |s, p| {
-        group::fetch_offsets(s, p, g, topics, member)
+        group::fetch_offsets(s, p, g, topics, member, require_stable)
     })
     .await
 }
@@ -124,14 +127,14 @@ fn group_v8(group_id: String, answer: GroupAnswer) -> OffsetFetchResponseGroup {
                         .with_partitions(
                             parts
                                 .into_iter()
-                                .map(|(index, o)| {
+                                .map(|(index, o, error)| {
                                     let (offset, epoch, metadata) = fields(o);
                                     OffsetFetchResponsePartitions::default()
                                         .with_partition_index(index)
                                         .with_committed_offset(offset)
                                         .with_committed_leader_epoch(epoch)
                                         .with_metadata(Some(str_bytes(metadata)))
-                                        .with_error_code(NONE)
+                                        .with_error_code(error)
                                 })
                                 .collect(),
                         )
@@ -164,7 +167,7 @@ fn single_group(version: i16, wanted: Wanted, answer: GroupAnswer) -> OffsetFetc
                 .map(|(name, parts)| {
                     let ps = parts
                         .into_iter()
-                        .map(|(i, o)| partition(i, o, NONE))
+                        .map(|(i, o, e)| partition(i, o, e))
                         .collect();
                     topic(&name, ps)
                 })

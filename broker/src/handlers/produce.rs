@@ -3,7 +3,9 @@
 //! the log commit (group commit: fdatasync shared by concurrent requests under
 //! flush.policy=group); acks=0 gets no answer at all. A retry from an idempotent producer
 //! (a duplicate of one of its last five batches) is answered NONE with the original batch's
-//! offsets, as Kafka does; sequence and epoch errors come from the log's producer state.
+//! offsets, as Kafka does; sequence and epoch errors come from the log's producer state. A
+//! control batch (a transaction marker) is INVALID_RECORD: only transaction coordinators
+//! write markers, straight to the log or through WriteTxnMarkers, never through Produce.
 
 use std::rc::Rc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -168,6 +170,13 @@ async fn append_on_owner(
             results.push(r);
             continue;
         };
+        if keel_storage::contains_control_batch(&records) {
+            // Kafka's LogValidator refuses them from clients the same way.
+            let mut r = failed(code(ResponseError::InvalidRecord));
+            r.message = Some("clients are not allowed to write control records".into());
+            results.push(r);
+            continue;
+        }
         // One broker: the ISR is this broker alone.
         if acks == -1 && part.min_insync_replicas.get() > ISR_SIZE {
             let mut r = failed(code(ResponseError::NotEnoughReplicas));

@@ -16,8 +16,8 @@
 //!
 //! Markers: a commit or abort control batch for the producer goes to every partition of the
 //! transaction, appended on the shard that owns the partition and committed before the
-//! transaction is marked complete. (TxnOffsetCommit, the offsets of a transaction, is not
-//! supported yet: AddOffsetsToTxn adds the group's partition, which gets its marker.) A partition led by
+//! transaction is marked complete. For a `__consumer_offsets` partition the group coordinator
+//! is told too (the transaction's offsets take effect or go). A partition led by
 //! another broker cannot take a marker yet (Keel has no inter-broker WriteTxnMarkers client):
 //! the markers are retried every [`MARKER_RETRY_MS`] and the transaction stays `Prepare*`, so a
 //! transaction never completes half-written; this is logged. A partition that no longer exists
@@ -476,7 +476,9 @@ pub fn marker_batch(
     Ok(buf)
 }
 
-/// Appends a marker on this shard (the partition's owner) and waits for its commit.
+/// Appends a marker on this shard (the partition's owner) and waits for its commit; in a
+/// `__consumer_offsets` partition the producer's transactional offsets then take effect
+/// (COMMIT) or go (ABORT).
 pub async fn append_marker(
     shard: &Rc<BrokerShard>,
     topic: &str,
@@ -499,7 +501,11 @@ pub async fn append_marker(
     let end = Offset(info.last_offset.0 + 1);
     let committed = part.log.commit(end).await;
     shard.notify_data(&part);
-    committed.map_err(|e| crate::errors::storage_code(&e))
+    committed.map_err(|e| crate::errors::storage_code(&e))?;
+    if topic == group::OFFSETS_TOPIC {
+        group::transactional_offsets_decided(shard, partition, producer_id, commit);
+    }
+    Ok(())
 }
 
 // ---- loading ---------------------------------------------------------------------------------
@@ -651,17 +657,32 @@ pub async fn describe(
     with_coordinator(&shard, p, |c, _| c.describe(&transactional_id))?
 }
 
-/// ListTransactions on every loaded coordinator of this shard.
+/// ListTransactions on every loaded coordinator of this shard; `duration_ms` >= 0 keeps the
+/// transactions open longer than that.
 pub fn list_local(
     shard: &BrokerShard,
     states: &[super::state::TxnState],
     producer_ids: &[i64],
+    duration_ms: i64,
 ) -> (i16, Vec<super::state::TxnListing>) {
     let ps: Vec<i32> = shard.txns.partitions.borrow().keys().copied().collect();
     let mut error = NONE;
     let mut out = Vec::new();
     for p in ps {
-        match with_coordinator(shard, p, |c, _| c.list(states, producer_ids)) {
+        let listed = with_coordinator(shard, p, |c, now| {
+            c.list(states, producer_ids).map(|l| {
+                l.into_iter()
+                    .filter(|t| {
+                        duration_ms < 0
+                            || c.get(&t.transactional_id).is_some_and(|m| {
+                                m.state() == super::state::TxnState::Ongoing
+                                    && now - m.start_timestamp_ms() > duration_ms
+                            })
+                    })
+                    .collect::<Vec<_>>()
+            })
+        });
+        match listed {
             Ok(Ok(l)) => out.extend(l),
             Ok(Err(e)) | Err(e) => {
                 if e == code(ResponseError::CoordinatorLoadInProgress) {

@@ -100,6 +100,91 @@ pub fn batch(values: &[&[u8]]) -> Bytes {
     buf.freeze()
 }
 
+/// One uncompressed batch from producer `producer_id` at `producer_epoch` (transactional or
+/// idempotent), its records numbered from `base_sequence`, wrapping after `i32::MAX` as Kafka's
+/// sequences do; keys k0, k1, ...
+pub fn producer_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    transactional: bool,
+    values: &[&[u8]],
+) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id,
+            producer_epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: base_sequence.wrapping_add(i as i32),
+            timestamp: 1_700_000_000_000 + i as i64,
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::copy_from_slice(v)),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    buf.freeze()
+}
+
+/// Kafka's `EndTransactionMarker` as the coordinator writes it: a transactional control batch
+/// of one record, key = version 0 + type (0 abort, 1 commit), value = version 0 +
+/// `coordinator_epoch`.
+pub fn marker_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+) -> Bytes {
+    let mut value = vec![0u8, 0];
+    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
+    let record = Record {
+        transactional: true,
+        control: true,
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id,
+        producer_epoch,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: 1_700_000_000_000,
+        key: Some(Bytes::from(vec![0, 0, 0, u8::from(commit)])),
+        value: Some(Bytes::from(value)),
+        headers: Default::default(),
+    };
+    encode(&[record])
+}
+
+fn encode(records: &[Record]) -> Bytes {
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    buf.freeze()
+}
+
 /// (offset, value) of every record in a fetch response's records.
 pub fn values(records: &Option<Bytes>) -> Vec<(i64, Vec<u8>)> {
     let mut out = Vec::new();
@@ -115,6 +200,19 @@ pub fn values(records: &Option<Bytes>) -> Vec<(i64, Vec<u8>)> {
 }
 
 pub fn produce(c: &mut Client, name: &str, partition: i32, batch: Bytes) -> i64 {
+    let p = try_produce(c, name, partition, batch);
+    assert_eq!(p.error_code, 0, "produce failed: {p:?}");
+    p.base_offset
+}
+
+/// Produces one partition's batch (acks=all) and returns the partition's answer, errors and
+/// all.
+pub fn try_produce(
+    c: &mut Client,
+    name: &str,
+    partition: i32,
+    batch: Bytes,
+) -> produce_response::PartitionProduceResponse {
     let req = ProduceRequest::default()
         .with_acks(-1)
         .with_timeout_ms(5000)
@@ -126,9 +224,7 @@ pub fn produce(c: &mut Client, name: &str, partition: i32, batch: Bytes) -> i64 
                     .with_records(Some(batch)),
             ])]);
     let resp: ProduceResponse = c.send(ApiKey::Produce, 9, &req);
-    let p = &resp.responses[0].partition_responses[0];
-    assert_eq!(p.error_code, 0, "produce failed: {p:?}");
-    p.base_offset
+    resp.responses[0].partition_responses[0].clone()
 }
 
 pub fn create_topic(c: &mut Client, name: &str, partitions: i32) {

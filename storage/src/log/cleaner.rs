@@ -1,13 +1,17 @@
 //! Log compaction (`cleanup.policy=compact`) of one partition, on the shard that owns it.
 //!
 //! A pass takes the cleanable prefix of the log — closed, finalized segments wholly below the
-//! high watermark and older than `min.compaction.lag.ms` (the active segment never) — and runs
+//! last stable offset (so every transaction in them has its marker, and none is open) and
+//! older than `min.compaction.lag.ms` (the active segment never) — and runs
 //! when its dirty part (at or after the cleaner checkpoint) is at least
 //! `min.cleanable.dirty.ratio` of it, or when dirty records are older than
 //! `max.compaction.lag.ms`. It maps each key of the dirty part to its latest offset, rewrites
 //! every cleanable segment keeping the latest record per key (tombstones until
 //! `delete.retention.ms` has passed; offsets kept, so gaps appear; every codec rewritten with
-//! itself), merges small cleaned segments up to `segment.bytes`, and swaps them in.
+//! itself), drops the batches of aborted transactions (from the aborted transaction indexes;
+//! they are never mapped either) and keeps every transaction marker, merges small cleaned
+//! segments up to `segment.bytes` (their aborted transaction indexes concatenated), and swaps
+//! them in.
 //!
 //! Swap protocol (crash safe, as Kafka's): each merged segment is written and synced as
 //! `<base>.log.cleaned`, renamed to `<base>.log.swap` (from here it replaces its members),
@@ -21,10 +25,11 @@
 use std::path::Path;
 
 use crate::batch::BatchHeader;
-use crate::compact::{build_offset_map, clean_segment, CleanParams, OffsetMap};
+use crate::compact::{build_offset_map, clean_segment, AbortedTxns, CleanParams, OffsetMap};
 use crate::error::StorageError;
 use crate::io::{list_segments, open_log_file, read_file, write_file, write_file_atomic};
 use crate::segment::{align_up, segment_path, Segment};
+use crate::txn_index::TxnIndex;
 use crate::types::{CompactionOutcome, Offset};
 
 use super::Log;
@@ -98,6 +103,14 @@ impl Log {
         let Some((sources, dirty_from)) = self.cleanable(now_ms) else {
             return Ok(None);
         };
+        let aborted = match (sources.first(), sources.last()) {
+            (Some(first), Some(last)) => AbortedTxns::new(
+                self.aborted_txns(first.base, last.next_offset)
+                    .into_iter()
+                    .map(|t| (t.producer_id, t.first_offset, t.last_offset)),
+            ),
+            _ => AbortedTxns::default(),
+        };
         // Map the dirty segments' keys to their latest offsets.
         let mut map = OffsetMap::new();
         let mut mapped_end = dirty_from;
@@ -107,7 +120,7 @@ impl Log {
             }
             let bytes = self.read_range(src.base, 0, src.size).await?;
             for slice in slices(&bytes)? {
-                build_offset_map(&mut map, slice)?;
+                build_offset_map(&mut map, slice, &aborted)?;
                 glommio::executor().yield_if_needed().await;
             }
             mapped_end = src.next_offset;
@@ -119,6 +132,7 @@ impl Log {
         let config = self.config();
         let params = CleanParams {
             delete_horizon_ms: now_ms.saturating_sub(config.delete_retention_ms.max(0)),
+            aborted: &aborted,
         };
         let mut outputs: Vec<Output> = Vec::new();
         let mut outcome = CompactionOutcome {
@@ -192,11 +206,12 @@ impl Log {
             return None;
         }
         let dirty_from = self.inner.cleaned_up_to.get().max(s.log_start_offset);
+        let last_stable_offset = s.last_stable_offset();
         let mut sources = Vec::new();
         for g in &s.segments[..s.segments.len() - 1] {
             let old_enough = g.max_timestamp_ms < 0
                 || now_ms.saturating_sub(g.max_timestamp_ms) >= c.min_compaction_lag_ms;
-            if !(g.closed && g.finalized) || g.next_offset > s.high_watermark || !old_enough {
+            if !(g.closed && g.finalized) || g.next_offset > last_stable_offset || !old_enough {
                 break;
             }
             sources.push(Source {
@@ -271,6 +286,17 @@ impl Log {
         let mut fresh: Vec<Segment> = Vec::with_capacity(outputs.len());
         for out in outputs {
             let mut seg = Segment::new(out.base, None);
+            // Markers are kept: the members' aborted transactions stay, in order.
+            let mut txn_index = TxnIndex::default();
+            {
+                let s = self.inner.state.borrow();
+                for m in &out.members {
+                    if let Some(g) = s.segment(*m) {
+                        txn_index.extend(&g.txn_index);
+                    }
+                }
+            }
+            seg.txn_index = txn_index;
             let mut pos = 0usize;
             while pos < out.bytes.len() {
                 let header = BatchHeader::parse(&out.bytes[pos..]).ok_or_else(|| {
@@ -296,7 +322,7 @@ impl Log {
                     suffixed(&dir, out.base, ".swap"),
                 )?;
                 for &m in &out.members {
-                    for ext in ["index", "timeindex"] {
+                    for ext in ["index", "timeindex", super::txns::TXN_INDEX_EXT] {
                         let p = segment_path(&dir, m, ext);
                         if p.exists() {
                             std::fs::remove_file(&p)?;
@@ -342,6 +368,8 @@ impl Log {
         for (base, index, time_index) in indexes {
             write_file(segment_path(&dir, base, "index").as_path(), index).await?;
             write_file(segment_path(&dir, base, "timeindex").as_path(), time_index).await?;
+            // Missing, it is rebuilt at open (from the log, as a lost one is).
+            self.write_txn_index(base).await?;
         }
         for g in old {
             if let Some(f) = g.file {
@@ -382,7 +410,8 @@ pub(super) async fn complete_swaps(dir: &Path) -> Result<Option<Offset>, Storage
         }
         for m in list_segments(dir)? {
             if m >= base && m < next {
-                for ext in ["index", "timeindex"] {
+                // The base's own `.txnindex` lists only its markers: rebuilt at open.
+                for ext in ["index", "timeindex", super::txns::TXN_INDEX_EXT] {
                     let p = segment_path(dir, m, ext);
                     if p.exists() {
                         std::fs::remove_file(&p)?;

@@ -5,22 +5,28 @@
 //! When they are written: at each segment roll (the state as of the new segment's base
 //! offset, taken by `append` and written by the flush that has synced every segment below it),
 //! and by `close` at the log end when everything appended is synced. The newest
-//! `SNAPSHOTS_KEPT` are kept; a snapshot below the first segment goes when retention or
-//! DeleteRecords deletes that segment. Every snapshot file operation runs under the flush lock
+//! `SNAPSHOTS_KEPT` are kept, and the newest at or below the active segment's base (an unclean
+//! restart replays from there to rebuild the active segment's aborted transaction index); a
+//! snapshot below the first segment goes when retention or DeleteRecords deletes that
+//! segment. Every snapshot file operation runs under the flush lock
 //! (or at open, before the log is shared), so the list in `State::snapshots` matches the
 //! directory.
 //!
 //! At open: snapshots past the recovered log end (a truncated tail) or below the first
-//! segment are deleted; the newest that decodes (version, CRC, offset matching its name) is
-//! loaded, a corrupt one deleted and the next older tried; then the batch headers from its
-//! offset (or from the first segment, with none) to the log end are replayed. A bad snapshot
-//! never fails the open: at worst the state is rebuilt from the whole log.
+//! segment are deleted; the newest that decodes (version, CRC, offset matching its name) and
+//! lies at or below the first segment whose aborted transaction index must be rebuilt (see
+//! `txns`) is loaded, a corrupt one deleted and the next older tried; then the batch headers
+//! (and the markers of control batches) from its offset (or from the first segment, with none)
+//! to the log end are replayed, rebuilding those indexes on the way. A bad snapshot never
+//! fails the open: at worst the state is rebuilt from the whole log.
 
 use crate::batch::{BatchHeader, HEADER_BYTES};
 use crate::error::StorageError;
 use crate::io::{list_offset_files, read_file, write_file_atomic};
 use crate::producer_state::{ProducerInfo, ProducerStateManager};
+use crate::records::end_txn_marker;
 use crate::segment::segment_path;
+use crate::txn_index::AbortedTxn;
 use crate::types::Offset;
 
 use super::Log;
@@ -87,8 +93,24 @@ impl Log {
             if let Err(i) = s.snapshots.binary_search(&offset) {
                 s.snapshots.insert(i, offset);
             }
-            let excess = s.snapshots.len().saturating_sub(SNAPSHOTS_KEPT);
-            s.snapshots.drain(..excess).collect()
+            let active_base = s.segments[s.segments.len() - 1].base_offset;
+            let keep = s
+                .snapshots
+                .iter()
+                .rev()
+                .find(|o| **o <= active_base)
+                .copied();
+            let mut excess = s.snapshots.len().saturating_sub(SNAPSHOTS_KEPT);
+            let mut doomed = Vec::new();
+            s.snapshots.retain(|o| {
+                if excess == 0 || Some(*o) == keep {
+                    return true;
+                }
+                excess -= 1;
+                doomed.push(*o);
+                false
+            });
+            doomed
         };
         for o in doomed {
             remove_snapshot(dir, o).await?;
@@ -126,11 +148,14 @@ impl Log {
             let s = self.inner.state.borrow();
             (s.segments[0].base_offset, s.log_end_offset)
         };
-        // A temp file is a write cut short; the snapshot it was to replace (if any) is whole.
-        for o in list_offset_files(&dir, ".snapshot.tmp")? {
-            let mut tmp = segment_path(&dir, o, SNAPSHOT_EXT).into_os_string();
-            tmp.push(".tmp");
-            let _ = std::fs::remove_file(tmp);
+        let rebuild_from = self.txn_index_rebuild_from();
+        // A temp file is a write cut short; the file it was to replace (if any) is whole.
+        for ext in [SNAPSHOT_EXT, super::txns::TXN_INDEX_EXT] {
+            for o in list_offset_files(&dir, &format!(".{ext}.tmp"))? {
+                let mut tmp = segment_path(&dir, o, ext).into_os_string();
+                tmp.push(".tmp");
+                let _ = std::fs::remove_file(tmp);
+            }
         }
         let (mut usable, stale): (Vec<Offset>, Vec<Offset>) = list_offset_files(&dir, ".snapshot")?
             .into_iter()
@@ -139,15 +164,21 @@ impl Log {
             tracing::info!(dir = %dir.display(), offset = o.0, "deleting a producer snapshot outside the log");
             remove_snapshot(&dir, o).await?;
         }
+        // Replaying from a snapshot at or below `rebuild_from` meets every marker of the
+        // segments to rebuild.
+        let limit = rebuild_from.unwrap_or(log_end_offset);
+        let mut candidates = usable.partition_point(|o| *o <= limit);
         let mut loaded = None;
-        while let Some(o) = usable.pop() {
+        while candidates > 0 {
+            candidates -= 1;
+            let o = usable[candidates];
             match read_snapshot(&dir, o).await {
                 Ok(state) => {
                     loaded = Some((o, state));
-                    usable.push(o);
                     break;
                 }
                 Err(why) => {
+                    usable.remove(candidates);
                     tracing::warn!(dir = %dir.display(), offset = o.0, reason = %why, "corrupt producer snapshot; deleting it and falling back to an older one or the log");
                     // It can never load (its CRC or shape is wrong): left behind, it is only
                     // skipped again.
@@ -158,7 +189,13 @@ impl Log {
             }
         }
         let (from, mut producers) = loaded.unwrap_or((first_base, ProducerStateManager::new()));
-        self.replay_producers(from, &mut producers).await?;
+        let aborted = self
+            .replay_producers(from, &mut producers, rebuild_from)
+            .await?;
+        if let Some(rebuild_from) = rebuild_from {
+            self.install_rebuilt_txn_indexes(rebuild_from, aborted)
+                .await?;
+        }
         if from < cleaned_up_to {
             let forgotten = producers.forget_below(cleaned_up_to);
             if forgotten > 0 {
@@ -178,12 +215,15 @@ impl Log {
     }
 
     /// Records into `producers` every batch with a producer id from offset `from` (a batch
-    /// boundary) to the log end, reading headers only.
+    /// boundary) to the log end, reading headers (and control batches' markers) only. Returns
+    /// the aborted transaction entries of the ABORT markers at or after `index_from`.
     async fn replay_producers(
         &self,
         from: Offset,
         producers: &mut ProducerStateManager,
-    ) -> Result<(), StorageError> {
+        index_from: Option<Offset>,
+    ) -> Result<Vec<AbortedTxn>, StorageError> {
+        let mut aborted = Vec::new();
         let plan: Vec<(Offset, u64, u64)> = {
             let s = self.inner.state.borrow();
             s.segments
@@ -213,7 +253,32 @@ impl Log {
                             base.0
                         ))
                     })?;
-                    if header.base_offset >= from.0 {
+                    if header.base_offset >= from.0 && header.is_control() {
+                        let marker = match window.get(off..off + header.size) {
+                            Some(batch) => end_txn_marker(batch).ok(),
+                            None => end_txn_marker(
+                                &self
+                                    .read_range(base, pos + off as u64, header.size as u64)
+                                    .await?,
+                            )
+                            .ok(),
+                        };
+                        let completed = producers.record_marker(&header, marker.as_ref());
+                        if let Some(txn) = completed.filter(|t| t.aborted) {
+                            if index_from.is_some_and(|i| txn.last_offset >= i.0) {
+                                aborted.push(AbortedTxn {
+                                    producer_id: txn.producer_id,
+                                    first_offset: Offset(txn.first_offset),
+                                    last_offset: Offset(txn.last_offset),
+                                    last_stable_offset: Offset(
+                                        producers
+                                            .first_ongoing_offset()
+                                            .unwrap_or(txn.last_offset + 1),
+                                    ),
+                                });
+                            }
+                        }
+                    } else if header.base_offset >= from.0 {
                         producers.record(&header);
                     }
                     off += header.size;
@@ -225,7 +290,7 @@ impl Log {
                 glommio::executor().yield_if_needed().await;
             }
         }
-        Ok(())
+        Ok(aborted)
     }
 }
 

@@ -1,0 +1,97 @@
+//! DescribeProducers (key 61), v0: the active idempotent and transactional producers of
+//! partitions (producer id, epoch, last sequence, last timestamp, coordinator epoch, and the
+//! first offset of the open transaction, -1 if none), read from each partition's producer
+//! state on its owner shard. Partitions this broker does not lead get NOT_LEADER_OR_FOLLOWER;
+//! unknown ones UNKNOWN_TOPIC_OR_PARTITION.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use kafka_protocol::messages::{
+    ApiKey, DescribeProducersRequest, DescribeProducersResponse, ProducerId, RequestHeader,
+};
+use kafka_protocol::ResponseError;
+use keel_storage::ProducerInfo;
+
+use super::{topic_name, ApiSupport};
+use crate::errors::{code, NONE};
+use crate::route::{on_owners, Item};
+use crate::server::BrokerShard;
+
+pub const SUPPORT: ApiSupport = ApiSupport {
+    key: ApiKey::DescribeProducers,
+    min: 0,
+    max: 0,
+};
+
+type Answer = Result<Vec<ProducerInfo>, i16>;
+
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    _hdr: &RequestHeader,
+    req: DescribeProducersRequest,
+) -> DescribeProducersResponse {
+    let wanted: Vec<(String, Vec<i32>)> = req
+        .topics
+        .into_iter()
+        .map(|t| (t.name.0.to_string(), t.partition_indexes))
+        .collect();
+    let items: Vec<Item<()>> = wanted
+        .iter()
+        .flat_map(|(t, ps)| {
+            ps.iter().map(|&p| Item {
+                topic: t.clone(),
+                partition: p,
+                payload: (),
+            })
+        })
+        .collect();
+    let answers: Vec<Answer> = on_owners(shard, items, Err, |s, items| async move {
+        items
+            .into_iter()
+            .map(|i| match s.partition(&i.topic, i.partition) {
+                Some(part) => Ok(part.log.producers()),
+                None => Err(code(ResponseError::NotLeaderOrFollower)),
+            })
+            .collect()
+    })
+    .await;
+    let mut answers = answers.into_iter();
+    let topics = wanted
+        .into_iter()
+        .map(|(t, ps)| {
+            let partitions = ps
+                .into_iter()
+                .map(|p| {
+                    let r = PartitionResponse::default().with_partition_index(p);
+                    match answers
+                        .next()
+                        .unwrap_or(Err(code(ResponseError::UnknownServerError)))
+                    {
+                        Err(e) => r.with_error_code(e),
+                        Ok(producers) => r.with_error_code(NONE).with_active_producers(
+                            producers
+                                .into_iter()
+                                .map(|p| {
+                                    ProducerState::default()
+                                        .with_producer_id(ProducerId(p.producer_id))
+                                        .with_producer_epoch(i32::from(p.producer_epoch))
+                                        .with_last_sequence(p.last_sequence)
+                                        .with_last_timestamp(p.last_timestamp_ms)
+                                        .with_coordinator_epoch(p.coordinator_epoch)
+                                        .with_current_txn_start_offset(p.current_txn_start_offset)
+                                })
+                                .collect(),
+                        ),
+                    }
+                })
+                .collect();
+            TopicResponse::default()
+                .with_name(topic_name(&t))
+                .with_partitions(partitions)
+        })
+        .collect();
+    DescribeProducersResponse::default().with_topics(topics)
+}

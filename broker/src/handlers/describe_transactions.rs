@@ -1,0 +1,72 @@
+//! DescribeTransactions (key 65), v0: the state of transactional ids (state, producer id and
+//! epoch, timeout, start time, the partitions of the open transaction), each answered by its
+//! coordinator (`txn::coordinator::describe`). An id this broker does not coordinate gets
+//! NOT_COORDINATOR; an unknown one TRANSACTIONAL_ID_NOT_FOUND.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
+use kafka_protocol::messages::{
+    ApiKey, DescribeTransactionsRequest, DescribeTransactionsResponse, ProducerId, RequestHeader,
+    TransactionalId,
+};
+
+use super::{str_bytes, topic_name, ApiSupport};
+use crate::errors::NONE;
+use crate::notify::join_all;
+use crate::server::BrokerShard;
+use crate::txn::coordinator;
+
+pub const SUPPORT: ApiSupport = ApiSupport {
+    key: ApiKey::DescribeTransactions,
+    min: 0,
+    max: 0,
+};
+
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    _hdr: &RequestHeader,
+    req: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
+    let asks = req.transactional_ids.into_iter().map(|id| {
+        let shard = shard.clone();
+        let id = id.0.to_string();
+        async move {
+            let tid = id.clone();
+            let answer = coordinator::on_coordinator(&shard, &id, move |s, p| {
+                coordinator::describe(s, p, tid)
+            })
+            .await;
+            (id, answer)
+        }
+    });
+    let states = join_all(asks.collect())
+        .await
+        .into_iter()
+        .map(|(id, answer)| {
+            let t =
+                TransactionState::default().with_transactional_id(TransactionalId(str_bytes(id)));
+            match answer {
+                Err(e) => t.with_error_code(e).with_producer_id(ProducerId(-1)),
+                Ok(d) => t
+                    .with_error_code(NONE)
+                    .with_transaction_state(str_bytes(d.state.name()))
+                    .with_transaction_timeout_ms(d.transaction_timeout_ms)
+                    .with_transaction_start_time_ms(d.transaction_start_time_ms)
+                    .with_producer_id(ProducerId(d.producer_id))
+                    .with_producer_epoch(d.producer_epoch)
+                    .with_topics(
+                        d.topics
+                            .into_iter()
+                            .map(|(topic, partitions)| {
+                                TopicData::default()
+                                    .with_topic(topic_name(&topic))
+                                    .with_partitions(partitions)
+                            })
+                            .collect(),
+                    ),
+            }
+        })
+        .collect();
+    DescribeTransactionsResponse::default().with_transaction_states(states)
+}

@@ -1,0 +1,120 @@
+//! TxnOffsetCommit (key 28), v0-3: a transactional producer commits a consumer group's offsets
+//! as part of its transaction (`send_offsets_to_transaction`). The group's coordinator appends
+//! them to the group's `__consumer_offsets` partition as a transactional batch of the producer
+//! and holds them until the producer's marker there: COMMIT makes them the group's committed
+//! offsets, ABORT drops them (`group::txn_commit_offsets`). v3 carries the consumer's group
+//! membership, checked as OffsetCommit checks it (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+//! FENCED_INSTANCE_ID); a batch from an older epoch of the producer gets PRODUCER_FENCED.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, RequestHeader, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+};
+use kafka_protocol::ResponseError;
+
+use super::{topic_name, ApiSupport};
+use crate::errors::{code, NONE};
+use crate::group::{self, TxnCommitRequest, RECORD_STRING_BYTES_MAX};
+use crate::server::BrokerShard;
+
+pub const SUPPORT: ApiSupport = ApiSupport {
+    key: ApiKey::TxnOffsetCommit,
+    min: 0,
+    max: 3,
+};
+
+/// Marks a partition whose answer is the coordinator's.
+const PENDING: i16 = i16::MIN;
+
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    hdr: &RequestHeader,
+    req: TxnOffsetCommitRequest,
+) -> TxnOffsetCommitResponse {
+    let group_id = req.group_id.0.to_string();
+    let group_ok = group::valid_group_id(&group_id);
+    let image = shard.image();
+    let metadata_max = shard
+        .config
+        .offset_metadata_max_bytes
+        .min(RECORD_STRING_BYTES_MAX);
+    let mut answers: Vec<(String, Vec<(i32, i16)>)> = Vec::with_capacity(req.topics.len());
+    let mut offsets = Vec::new();
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let metadata = p
+                .committed_metadata
+                .map(|m| m.to_string())
+                .unwrap_or_default();
+            let error = if !group_ok {
+                code(ResponseError::InvalidGroupId)
+            } else if image.partition(&name, p.partition_index).is_none() {
+                code(ResponseError::UnknownTopicOrPartition)
+            } else if metadata.len() > metadata_max {
+                code(ResponseError::OffsetMetadataTooLarge)
+            } else {
+                offsets.push((
+                    name.clone(),
+                    p.partition_index,
+                    p.committed_offset,
+                    p.committed_leader_epoch,
+                    metadata,
+                ));
+                PENDING
+            };
+            parts.push((p.partition_index, error));
+        }
+        answers.push((name, parts));
+    }
+    let outcome = if offsets.is_empty() {
+        NONE
+    } else {
+        let v3 = hdr.request_api_version >= 3;
+        let commit = TxnCommitRequest {
+            group: group_id.clone(),
+            producer_id: req.producer_id.0,
+            producer_epoch: req.producer_epoch,
+            member_id: if v3 {
+                req.member_id.to_string()
+            } else {
+                String::new()
+            },
+            generation_id: if v3 { req.generation_id } else { -1 },
+            instance_id: req.group_instance_id.filter(|_| v3).map(|i| i.to_string()),
+            offsets,
+        };
+        match group::on_coordinator(shard, &group_id, move |s, p| {
+            group::txn_commit_offsets(s, p, commit)
+        })
+        .await
+        {
+            Ok(()) => NONE,
+            Err(e) => e,
+        }
+    };
+    TxnOffsetCommitResponse::default().with_topics(
+        answers
+            .into_iter()
+            .map(|(name, parts)| {
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(topic_name(&name))
+                    .with_partitions(
+                        parts
+                            .into_iter()
+                            .map(|(index, error)| {
+                                TxnOffsetCommitResponsePartition::default()
+                                    .with_partition_index(index)
+                                    .with_error_code(if error == PENDING { outcome } else { error })
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+    )
+}
