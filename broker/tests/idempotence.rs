@@ -304,3 +304,32 @@ fn an_idempotent_producer_through_cut_connections_writes_each_record_once() {
     }
     eprintln!("{RECORDS} records through {cuts} connection cuts: each exactly once");
 }
+
+/// Producer ids come in blocks taken through the metadata log: ids are never handed out twice,
+/// also across a restart (the restarted broker takes the next block; the rest of its old one
+/// is never used).
+#[test]
+fn producer_ids_are_unique_across_restarts() {
+    use common::client::Client;
+    use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse};
+    let init = |c: &mut Client| -> (i16, i64, i16) {
+        let r: InitProducerIdResponse = c.send(
+            ApiKey::InitProducerId,
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+                .with_producer_epoch(-1),
+        );
+        (r.error_code, r.producer_id.0, r.producer_epoch)
+    };
+    let mut b = Broker::start(&[]);
+    let mut c = Client::connect(&b.bootstrap());
+    let first: Vec<(i16, i64, i16)> = (0..3).map(|_| init(&mut c)).collect();
+    assert_eq!(first, vec![(0, 0, 0), (0, 1, 0), (0, 2, 0)]);
+    b.kill9_and_restart();
+    let mut c = Client::connect(&b.bootstrap());
+    assert_eq!(init(&mut c), (0, 1000, 0), "a new block after the restart");
+    assert_eq!(init(&mut c), (0, 1001, 0));
+}
