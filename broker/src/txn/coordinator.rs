@@ -15,13 +15,15 @@
 //! way.
 //!
 //! Markers: a commit or abort control batch for the producer goes to every partition of the
-//! transaction, appended on the shard that owns the partition and committed before the
-//! transaction is marked complete. For a `__consumer_offsets` partition the group coordinator
-//! is told too (the transaction's offsets take effect or go). A partition led by
-//! another broker cannot take a marker yet (Keel has no inter-broker WriteTxnMarkers client):
-//! the markers are retried every [`MARKER_RETRY_MS`] and the transaction stays `Prepare*`, so a
-//! transaction never completes half-written; this is logged. A partition that no longer exists
-//! is skipped, as Kafka does.
+//! transaction and is committed there before the transaction is marked complete. A partition
+//! this broker leads takes it on the shard that owns it; for a `__consumer_offsets` partition
+//! the group coordinator is told too (the transaction's offsets take effect or go). The
+//! partitions led by another broker get theirs in one WriteTxnMarkers request per broker
+//! ([`super::markers_client`]), all destinations at once. A marker that fails is retried every
+//! [`MARKER_RETRY_MS`] while this shard still coordinates the transaction at the same epoch, and
+//! the transaction stays `Prepare*` until all are written, so it never completes half-written;
+//! TRANSACTION_COORDINATOR_FENCED stops the retries (a newer coordinator owns the transaction
+//! and writes them). A partition that no longer exists is skipped, as Kafka does.
 //!
 //! All state is shard-local (`RefCell`); no borrow is held across an `.await`.
 
@@ -39,6 +41,7 @@ use keel_shard::Event;
 use keel_storage::{LeaderEpoch, Offset, StorageError};
 use tracing::{debug, error, info, warn};
 
+use super::markers_client::{Marker, MarkerClients};
 use super::records::TopicPartition;
 use super::state::{
     Answer, InitProducerIdResult, Markers, ProducerIdAndEpoch, Reply, TransactionCoordinator,
@@ -78,6 +81,8 @@ pub struct TxnShard {
     next_load_id: Cell<u64>,
     timer_started: Cell<bool>,
     timer_wake: RefCell<Rc<Event>>,
+    /// Connections to the other brokers, for the markers of their partitions.
+    markers: MarkerClients,
 }
 
 fn now_ms() -> i64 {
@@ -360,14 +365,29 @@ pub fn spawn_actions(shard: &Rc<BrokerShard>, p: i32, actions: Vec<TxnAction>) {
 /// Writes the transaction's markers to every partition, retrying those that fail, then tells
 /// the coordinator and writes its completion record.
 async fn write_markers(shard: Rc<BrokerShard>, p: i32, m: Markers) {
+    let fenced = code(ResponseError::TransactionCoordinatorFenced);
     let mut left: Vec<TopicPartition> = m.partitions.clone();
     loop {
         let mut failed = Vec::new();
-        for tp in left {
-            match write_marker(&shard, &tp, &m).await {
+        let mut errors = Vec::new();
+        for (tp, result) in write_marker_round(&shard, left, &m).await {
+            match result {
                 Ok(()) => {}
+                Err(e) if e == fenced => {
+                    warn!(
+                        transactional_id = %m.transactional_id,
+                        topic = %tp.topic,
+                        partition = tp.partition,
+                        coordinator_epoch = m.coordinator_epoch,
+                        "transaction coordinator fenced while writing markers; stopping"
+                    );
+                    return;
+                }
                 Err(e) => {
                     debug!(topic = %tp.topic, partition = tp.partition, error = e, "marker not written; retrying");
+                    if !errors.contains(&e) {
+                        errors.push(e);
+                    }
                     failed.push(tp);
                 }
             }
@@ -386,6 +406,7 @@ async fn write_markers(shard: Rc<BrokerShard>, p: i32, m: Markers) {
         warn!(
             transactional_id = %m.transactional_id,
             partitions = failed.len(),
+            ?errors,
             "transaction markers not written yet; retrying"
         );
         glommio::timer::sleep(Duration::from_millis(MARKER_RETRY_MS)).await;
@@ -398,16 +419,100 @@ async fn write_markers(shard: Rc<BrokerShard>, p: i32, m: Markers) {
     spawn_actions(&shard, p, vec![TxnAction::Write(write)]);
 }
 
-/// One marker: a control batch for the producer, appended and committed on the partition's
-/// owner shard.
+type MarkerResults = Vec<(TopicPartition, Result<(), i16>)>;
+
+/// One try at the markers of `partitions`, all destinations at once: each partition this
+/// broker leads on its owner shard, those of each other broker in one request. A partition
+/// that no longer exists counts as written.
+async fn write_marker_round(
+    shard: &Rc<BrokerShard>,
+    partitions: Vec<TopicPartition>,
+    m: &Markers,
+) -> MarkerResults {
+    let image = shard.image();
+    let marker = Marker {
+        producer_id: m.producer_id,
+        producer_epoch: m.producer_epoch,
+        commit: m.commit,
+        coordinator_epoch: m.coordinator_epoch,
+    };
+    let mut remote: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
+    let mut writes: Vec<std::pin::Pin<Box<dyn Future<Output = MarkerResults>>>> = Vec::new();
+    for tp in partitions {
+        match image.partition(&tp.topic, tp.partition) {
+            // Deleted since: nothing to mark (Kafka skips it too).
+            None => {}
+            Some(meta) if meta.leader == shard.config.node_id => {
+                let shard = shard.clone();
+                writes.push(Box::pin(async move {
+                    let r = write_marker(&shard, &tp, marker).await;
+                    vec![(tp, r)]
+                }));
+            }
+            Some(meta) => remote.entry(meta.leader).or_default().push(tp),
+        }
+    }
+    for (leader, tps) in remote {
+        writes.push(Box::pin(write_remote_markers(
+            shard.clone(),
+            leader,
+            tps,
+            marker,
+        )));
+    }
+    crate::notify::join_all(writes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// The markers of partitions led by broker `leader`, in one WriteTxnMarkers request.
+async fn write_remote_markers(
+    shard: Rc<BrokerShard>,
+    leader: i32,
+    tps: Vec<TopicPartition>,
+    marker: Marker,
+) -> MarkerResults {
+    let image = shard.image();
+    let Some(broker) = image.brokers.get(&leader) else {
+        // Not alive in this broker's view: wait for the partition to move or the broker to
+        // come back.
+        let e = code(ResponseError::BrokerNotAvailable);
+        return tps.into_iter().map(|tp| (tp, Err(e))).collect();
+    };
+    let partitions: Vec<(String, i32)> = tps
+        .iter()
+        .map(|tp| (tp.topic.clone(), tp.partition))
+        .collect();
+    let answer = shard
+        .txns
+        .markers
+        .write_markers(shard.config.node_id, broker, marker, &partitions)
+        .await;
+    match answer {
+        Ok(codes) => tps
+            .into_iter()
+            .zip(codes)
+            .map(|(tp, e)| (tp, if e == NONE { Ok(()) } else { Err(e) }))
+            .collect(),
+        Err(e) => {
+            debug!(broker = leader, partitions = tps.len(), error = %e, "WriteTxnMarkers to another broker failed");
+            let e = e.code();
+            tps.into_iter().map(|tp| (tp, Err(e))).collect()
+        }
+    }
+}
+
+/// One marker for a partition this broker leads: a control batch for the producer, appended
+/// and committed on the partition's owner shard.
 async fn write_marker(
     shard: &Rc<BrokerShard>,
     tp: &TopicPartition,
-    m: &Markers,
+    marker: Marker,
 ) -> Result<(), i16> {
     let image = shard.image();
     let Some(meta) = image.partition(&tp.topic, tp.partition) else {
-        // Deleted since: nothing to mark (Kafka skips it too).
         return Ok(());
     };
     if meta.leader != shard.config.node_id {
@@ -415,14 +520,17 @@ async fn write_marker(
     }
     let target = meta.shard as usize;
     let (topic, partition) = (tp.topic.clone(), tp.partition);
-    let (pid, epoch, commit, coordinator_epoch) = (
-        m.producer_id,
-        m.producer_epoch,
-        m.commit,
-        m.coordinator_epoch,
-    );
     let work = move |s: Rc<BrokerShard>| async move {
-        append_marker(&s, &topic, partition, pid, epoch, commit, coordinator_epoch).await
+        append_marker(
+            &s,
+            &topic,
+            partition,
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.commit,
+            marker.coordinator_epoch,
+        )
+        .await
     };
     if target == shard.id {
         return work(shard.clone()).await;

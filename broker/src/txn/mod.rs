@@ -9,11 +9,14 @@
 //!
 //! - [`records`]: Kafka's `TransactionLogKey` / `TransactionLogValue` records, the contents of
 //!   `__transaction_state`, with panic-free decoders;
+//! - [`markers_client`]: the inter-broker WriteTxnMarkers client, for markers of partitions
+//!   led by other brokers;
 //! - [`state`]: the coordinator of one `__transaction_state` partition as a sans-I/O state
 //!   machine ([`state::TransactionCoordinator`]): requests and time go in, records to append
 //!   and transaction markers to write come out, and the shard carries them out.
 
 pub mod coordinator;
+pub mod markers_client;
 pub mod records;
 pub mod state;
 

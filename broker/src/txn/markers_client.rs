@@ -1,0 +1,557 @@
+//! The inter-broker WriteTxnMarkers client: how a transaction coordinator has another broker
+//! append a transaction's COMMIT or ABORT markers to the partitions that broker leads (Kafka's
+//! `TransactionMarkerChannelManager`, without its queues: the caller retries).
+//!
+//! One request (WriteTxnMarkers v1, header client id `keel-broker-<node id>`) carries one
+//! transaction's marker for every partition of the transaction that the target broker leads;
+//! the answer is one error code per partition, in the caller's order. A partition the answer
+//! leaves out gets UNKNOWN_SERVER_ERROR, so the caller retries it.
+//!
+//! Runs on the shard of the coordinator that asks, which owns its [`MarkerClients`]: a few idle
+//! connections per target broker, reused for the next request. A connection is in use by one
+//! request at a time (taken out of the pool, given back after a whole answer); concurrent
+//! requests to one broker open more. Any error drops the connection: a cached one that breaks
+//! (I/O error) is replaced once by a fresh one at once, anything else is the caller's to retry.
+//!
+//! Every byte of the answer is hostile: the frame size is bounded by [`RESPONSE_BYTES_MAX`],
+//! the correlation id must match, decoding runs inside `catch_unwind`. Connecting is bounded
+//! by [`CONNECT_TIMEOUT_MS`], the whole exchange by [`REQUEST_TIMEOUT_MS`]. If the future is
+//! dropped midway the connection it holds is closed (never pooled half-read).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use kafka_protocol::messages::write_txn_markers_request::{
+    WritableTxnMarker, WritableTxnMarkerTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, ProducerId, RequestHeader, ResponseHeader, WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::ResponseError;
+use tracing::debug;
+
+use crate::errors::code;
+use crate::metadata::BrokerMeta;
+
+/// The WriteTxnMarkers version sent (the only one Keel serves).
+const API_VERSION: i16 = 1;
+/// How long connecting to a broker may take.
+pub const CONNECT_TIMEOUT_MS: u64 = 3_000;
+/// How long one request may take, from its first byte sent to its answer's last byte read
+/// (the markers are appended and committed before the answer).
+pub const REQUEST_TIMEOUT_MS: u64 = 15_000;
+/// The largest answer frame read (a WriteTxnMarkers answer is a few bytes per partition).
+pub const RESPONSE_BYTES_MAX: usize = 1 << 20;
+/// Idle connections kept per target broker.
+const IDLE_CONNECTIONS_PER_BROKER_MAX: usize = 2;
+
+/// One transaction's marker, as WriteTxnMarkers carries it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Marker {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+}
+
+/// Why a whole request failed (no per-partition answer).
+#[derive(Debug, thiserror::Error)]
+pub enum MarkerClientError {
+    #[error("connecting to {addr}: {reason}")]
+    Connect { addr: String, reason: String },
+    #[error("talking to {addr}: {reason}")]
+    Io { addr: String, reason: String },
+    #[error("{addr} did not answer within {timeout_ms} ms")]
+    Timeout { addr: String, timeout_ms: u64 },
+    #[error("bad answer from {addr}: {reason}")]
+    BadResponse { addr: String, reason: String },
+    #[error("encoding the request failed: {0}")]
+    Encode(String),
+}
+
+impl MarkerClientError {
+    /// The Kafka error code the coordinator logs and retries on.
+    pub fn code(&self) -> i16 {
+        code(match self {
+            MarkerClientError::Connect { .. } => ResponseError::BrokerNotAvailable,
+            MarkerClientError::Io { .. } => ResponseError::NetworkException,
+            MarkerClientError::Timeout { .. } => ResponseError::RequestTimedOut,
+            MarkerClientError::BadResponse { .. } | MarkerClientError::Encode(_) => {
+                ResponseError::UnknownServerError
+            }
+        })
+    }
+}
+
+struct Conn {
+    stream: TcpStream,
+    addr: SocketAddr,
+}
+
+/// One shard's connections to other brokers, for markers.
+#[derive(Default)]
+pub struct MarkerClients {
+    idle: RefCell<HashMap<i32, Vec<Conn>>>,
+    next_correlation_id: Cell<i32>,
+}
+
+impl MarkerClients {
+    /// Sends `marker` for `partitions` (all led by `broker`, as this broker last saw) and
+    /// returns one error code per partition, in order.
+    pub async fn write_markers(
+        &self,
+        node_id: i32,
+        broker: &BrokerMeta,
+        marker: Marker,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<i16>, MarkerClientError> {
+        let addr = resolve(broker)?;
+        let correlation_id = self.next_correlation_id.get();
+        self.next_correlation_id
+            .set(correlation_id.wrapping_add(1) & i32::MAX);
+        let frame = encode_request(node_id, correlation_id, marker, partitions)?;
+        let response = match self.take_idle(broker.id, addr) {
+            Some(conn) => match timed(addr, exchange(conn, &frame, correlation_id)).await {
+                Ok(r) => Ok(r),
+                // A stale connection (the peer closed it while idle): once more, fresh.
+                Err(e @ MarkerClientError::Io { .. }) => {
+                    debug!(broker = broker.id, error = %e, "cached marker connection failed; reconnecting");
+                    timed(addr, exchange(connect(addr).await?, &frame, correlation_id)).await
+                }
+                Err(e) => Err(e),
+            },
+            None => timed(addr, exchange(connect(addr).await?, &frame, correlation_id)).await,
+        };
+        let (conn, response) = response?;
+        self.give_back(broker.id, conn);
+        Ok(error_codes(&response, marker.producer_id, partitions))
+    }
+
+    fn take_idle(&self, broker_id: i32, addr: SocketAddr) -> Option<Conn> {
+        let mut idle = self.idle.borrow_mut();
+        let conns = idle.get_mut(&broker_id)?;
+        // A broker that moved: its old connections go.
+        conns.retain(|c| c.addr == addr);
+        conns.pop()
+    }
+
+    fn give_back(&self, broker_id: i32, conn: Conn) {
+        let mut idle = self.idle.borrow_mut();
+        let conns = idle.entry(broker_id).or_default();
+        if conns.len() < IDLE_CONNECTIONS_PER_BROKER_MAX {
+            conns.push(conn);
+        }
+    }
+}
+
+/// The broker's address. A host that is not an IP address is resolved with the system
+/// resolver, which blocks this shard for as long as it takes (brokers register addresses).
+fn resolve(broker: &BrokerMeta) -> Result<SocketAddr, MarkerClientError> {
+    let text = format!("{}:{}", broker.host, broker.port);
+    let err = |reason: String| MarkerClientError::Connect {
+        addr: text.clone(),
+        reason,
+    };
+    let port = u16::try_from(broker.port).map_err(|_| err("bad port".to_string()))?;
+    if let Ok(ip) = broker.host.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    (broker.host.as_str(), port)
+        .to_socket_addrs()
+        .map_err(|e| err(e.to_string()))?
+        .next()
+        .ok_or_else(|| err("the host has no address".to_string()))
+}
+
+async fn connect(addr: SocketAddr) -> Result<Conn, MarkerClientError> {
+    let stream = TcpStream::connect_timeout(addr, Duration::from_millis(CONNECT_TIMEOUT_MS))
+        .await
+        .map_err(|e| MarkerClientError::Connect {
+            addr: addr.to_string(),
+            reason: e.to_string(),
+        })?;
+    let _ = stream.set_nodelay(true);
+    Ok(Conn { stream, addr })
+}
+
+/// `work`, or a timeout error after [`REQUEST_TIMEOUT_MS`] (dropping `work` and its connection).
+async fn timed<T>(
+    addr: SocketAddr,
+    work: impl std::future::Future<Output = Result<T, MarkerClientError>>,
+) -> Result<T, MarkerClientError> {
+    futures_lite::future::or(work, async {
+        glommio::timer::sleep(Duration::from_millis(REQUEST_TIMEOUT_MS)).await;
+        Err(MarkerClientError::Timeout {
+            addr: addr.to_string(),
+            timeout_ms: REQUEST_TIMEOUT_MS,
+        })
+    })
+    .await
+}
+
+/// Sends one request frame and reads its answer; the connection comes back only after a
+/// whole, well-formed answer.
+async fn exchange(
+    mut conn: Conn,
+    frame: &[u8],
+    correlation_id: i32,
+) -> Result<(Conn, WriteTxnMarkersResponse), MarkerClientError> {
+    let addr = conn.addr.to_string();
+    let io = |e: std::io::Error| MarkerClientError::Io {
+        addr: addr.clone(),
+        reason: e.to_string(),
+    };
+    conn.stream.write_all(frame).await.map_err(io)?;
+    conn.stream.flush().await.map_err(io)?;
+    let mut size_buf = [0u8; 4];
+    conn.stream.read_exact(&mut size_buf).await.map_err(io)?;
+    let size = check_response_size(i32::from_be_bytes(size_buf)).map_err(|reason| {
+        MarkerClientError::BadResponse {
+            addr: addr.clone(),
+            reason,
+        }
+    })?;
+    let mut body = BytesMut::zeroed(size);
+    conn.stream.read_exact(&mut body).await.map_err(io)?;
+    let response = decode_response(body.freeze(), correlation_id).map_err(|reason| {
+        MarkerClientError::BadResponse {
+            addr: addr.clone(),
+            reason,
+        }
+    })?;
+    Ok((conn, response))
+}
+
+/// An answer frame's size: at least a correlation id, at most [`RESPONSE_BYTES_MAX`].
+fn check_response_size(size: i32) -> Result<usize, String> {
+    match usize::try_from(size) {
+        Ok(s) if (4..=RESPONSE_BYTES_MAX).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "frame of {size} bytes is outside 4..={RESPONSE_BYTES_MAX}"
+        )),
+    }
+}
+
+/// The whole request frame: size, header (v2, client id `keel-broker-<node_id>`), body.
+fn encode_request(
+    node_id: i32,
+    correlation_id: i32,
+    marker: Marker,
+    partitions: &[(String, i32)],
+) -> Result<Bytes, MarkerClientError> {
+    // By topic, in first-seen order; the answer is matched by name and index, not position.
+    let mut topics: Vec<WritableTxnMarkerTopic> = Vec::new();
+    for (topic, partition) in partitions {
+        match topics.iter_mut().find(|t| t.name.0.as_str() == topic) {
+            Some(t) => t.partition_indexes.push(*partition),
+            None => topics.push(
+                WritableTxnMarkerTopic::default()
+                    .with_name(crate::handlers::topic_name(topic))
+                    .with_partition_indexes(vec![*partition]),
+            ),
+        }
+    }
+    let request =
+        WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+            .with_producer_id(ProducerId(marker.producer_id))
+            .with_producer_epoch(marker.producer_epoch)
+            .with_transaction_result(marker.commit)
+            .with_topics(topics)
+            .with_coordinator_epoch(marker.coordinator_epoch)]);
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::WriteTxnMarkers as i16)
+        .with_request_api_version(API_VERSION)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_string(format!(
+            "keel-broker-{node_id}"
+        ))));
+    let mut buf = BytesMut::with_capacity(64 + 16 * partitions.len());
+    buf.put_i32(0);
+    let encode_err = |e: anyhow::Error| MarkerClientError::Encode(e.to_string());
+    header
+        .encode(
+            &mut buf,
+            ApiKey::WriteTxnMarkers.request_header_version(API_VERSION),
+        )
+        .map_err(encode_err)?;
+    request.encode(&mut buf, API_VERSION).map_err(encode_err)?;
+    let size = i32::try_from(buf.len() - 4)
+        .map_err(|_| MarkerClientError::Encode("request too large".to_string()))?;
+    buf[0..4].copy_from_slice(&size.to_be_bytes());
+    Ok(buf.freeze())
+}
+
+fn guarded<T>(f: impl FnOnce() -> anyhow::Result<T>) -> Result<T, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{e:#}")),
+        Err(_) => Err("decoder panicked".to_string()),
+    }
+}
+
+/// Decodes an answer frame (after its size): header, then a WriteTxnMarkers v1 body.
+fn decode_response(
+    mut body: Bytes,
+    correlation_id: i32,
+) -> Result<WriteTxnMarkersResponse, String> {
+    let header_version = ApiKey::WriteTxnMarkers.response_header_version(API_VERSION);
+    let header = guarded(|| ResponseHeader::decode(&mut body, header_version))?;
+    if header.correlation_id != correlation_id {
+        return Err(format!(
+            "correlation id {} for request {correlation_id}",
+            header.correlation_id
+        ));
+    }
+    guarded(|| WriteTxnMarkersResponse::decode(&mut body, API_VERSION))
+}
+
+/// One error code per requested partition, in order, from the answer's entries for
+/// `producer_id`; a partition the answer does not name gets UNKNOWN_SERVER_ERROR.
+fn error_codes(
+    response: &WriteTxnMarkersResponse,
+    producer_id: i64,
+    partitions: &[(String, i32)],
+) -> Vec<i16> {
+    let mut by_partition: HashMap<(&str, i32), i16> = HashMap::new();
+    for m in response
+        .markers
+        .iter()
+        .filter(|m| m.producer_id.0 == producer_id)
+    {
+        for t in &m.topics {
+            for p in &t.partitions {
+                by_partition.insert((t.name.0.as_str(), p.partition_index), p.error_code);
+            }
+        }
+    }
+    partitions
+        .iter()
+        .map(|(topic, partition)| {
+            by_partition
+                .get(&(topic.as_str(), *partition))
+                .copied()
+                .unwrap_or_else(|| code(ResponseError::UnknownServerError))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::write_txn_markers_response::{
+        WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+    };
+    use std::io::{Read, Write};
+
+    const MARKER: Marker = Marker {
+        producer_id: 7,
+        producer_epoch: 3,
+        commit: true,
+        coordinator_epoch: 2,
+    };
+
+    fn parts() -> Vec<(String, i32)> {
+        vec![
+            ("a".to_string(), 0),
+            ("b".to_string(), 4),
+            ("a".to_string(), 2),
+        ]
+    }
+
+    fn answer(producer_id: i64, entries: &[(&str, i32, i16)]) -> WriteTxnMarkersResponse {
+        let mut m = WritableTxnMarkerResult::default().with_producer_id(ProducerId(producer_id));
+        for (topic, partition, error) in entries {
+            m.topics.push(
+                WritableTxnMarkerTopicResult::default()
+                    .with_name(crate::handlers::topic_name(topic))
+                    .with_partitions(vec![WritableTxnMarkerPartitionResult::default()
+                        .with_partition_index(*partition)
+                        .with_error_code(*error)]),
+            );
+        }
+        WriteTxnMarkersResponse::default().with_markers(vec![m])
+    }
+
+    fn response_frame(correlation_id: i32, r: &WriteTxnMarkersResponse) -> Vec<u8> {
+        crate::protocol::encode_response(ApiKey::WriteTxnMarkers, 1, correlation_id, r)
+            .unwrap()
+            .to_vec()
+    }
+
+    #[test]
+    fn request_round_trips_through_the_server_decoder() {
+        let frame = encode_request(4, 9, MARKER, &parts()).unwrap();
+        let size = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
+        assert_eq!(size, frame.len() - 4);
+        let mut body = frame.slice(4..);
+        let hdr = crate::protocol::decode_header(ApiKey::WriteTxnMarkers, 1, &mut body).unwrap();
+        assert_eq!(hdr.correlation_id, 9);
+        assert_eq!(hdr.client_id.as_deref(), Some("keel-broker-4"));
+        let req: WriteTxnMarkersRequest =
+            crate::protocol::decode_body(ApiKey::WriteTxnMarkers, 1, &mut body).unwrap();
+        let m = &req.markers[0];
+        assert_eq!(
+            (
+                m.producer_id.0,
+                m.producer_epoch,
+                m.transaction_result,
+                m.coordinator_epoch
+            ),
+            (7, 3, true, 2)
+        );
+        let topics: Vec<(&str, Vec<i32>)> = m
+            .topics
+            .iter()
+            .map(|t| (t.name.0.as_str(), t.partition_indexes.clone()))
+            .collect();
+        assert_eq!(topics, vec![("a", vec![0, 2]), ("b", vec![4])]);
+    }
+
+    #[test]
+    fn answers_map_back_by_name_and_index() {
+        let r = answer(7, &[("a", 2, 52), ("b", 4, 0), ("a", 0, 6)]);
+        assert_eq!(error_codes(&r, 7, &parts()), vec![6, 0, 52]);
+        // Missing partitions, or another producer's entries, are not an answer.
+        let r = answer(8, &[("a", 0, 0), ("b", 4, 0), ("a", 2, 0)]);
+        assert_eq!(error_codes(&r, 7, &parts()), vec![-1, -1, -1]);
+        assert_eq!(
+            error_codes(&answer(7, &[("b", 4, 0)]), 7, &parts()),
+            vec![-1, 0, -1]
+        );
+    }
+
+    #[test]
+    fn hostile_answers_are_errors_not_panics() {
+        for size in [i32::MIN, -1, 0, 3, RESPONSE_BYTES_MAX as i32 + 1, i32::MAX] {
+            assert!(check_response_size(size).is_err(), "{size}");
+        }
+        assert_eq!(check_response_size(4), Ok(4));
+        let good = response_frame(5, &answer(7, &[("a", 0, 0)]));
+        assert!(decode_response(Bytes::from(good[4..].to_vec()), 5).is_ok());
+        assert!(decode_response(Bytes::from(good[4..].to_vec()), 6).is_err());
+        for cut in 0..good.len() - 4 {
+            let _ = decode_response(Bytes::from(good[4..4 + cut].to_vec()), 5);
+        }
+        for fill in [0x00u8, 0x7f, 0xff] {
+            for len in 0..64 {
+                let _ = decode_response(Bytes::from(vec![fill; len]), 0);
+            }
+        }
+    }
+
+    fn run<T>(f: impl std::future::Future<Output = T> + 'static) -> T
+    where
+        T: 'static,
+    {
+        glommio::LocalExecutorBuilder::default()
+            .io_memory(1 << 20)
+            .make()
+            .expect("glommio executor")
+            .run(f)
+    }
+
+    /// A one-shot server: reads one request frame, answers with `reply(correlation_id)`.
+    fn fake_broker(
+        reply: impl FnOnce(i32) -> Vec<u8> + Send + 'static,
+    ) -> (BrokerMeta, std::thread::JoinHandle<()>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut size = [0u8; 4];
+            s.read_exact(&mut size).unwrap();
+            let mut req = vec![0u8; i32::from_be_bytes(size) as usize];
+            s.read_exact(&mut req).unwrap();
+            let correlation_id = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
+            let _ = s.write_all(&reply(correlation_id));
+            // Hold the connection open a moment so the client reads what it was sent.
+            std::thread::sleep(Duration::from_millis(200));
+        });
+        let broker = BrokerMeta {
+            id: 2,
+            host: "127.0.0.1".to_string(),
+            port: i32::from(port),
+            rack: None,
+        };
+        (broker, server)
+    }
+
+    #[test]
+    fn a_good_answer_and_hostile_ones_over_tcp() {
+        let (broker, server) =
+            fake_broker(|c| response_frame(c, &answer(7, &[("a", 0, 0), ("b", 4, 52)])));
+        let r = run(async move {
+            MarkerClients::default()
+                .write_markers(1, &broker, MARKER, &parts())
+                .await
+        });
+        server.join().unwrap();
+        assert_eq!(r.unwrap(), vec![0, 52, -1]);
+
+        // A frame size far past the bound is refused before any allocation.
+        let (broker, server) = fake_broker(|_| i32::MAX.to_be_bytes().to_vec());
+        let r = run(async move {
+            MarkerClients::default()
+                .write_markers(1, &broker, MARKER, &parts())
+                .await
+        });
+        server.join().unwrap();
+        assert!(
+            matches!(r, Err(MarkerClientError::BadResponse { .. })),
+            "{r:?}"
+        );
+
+        // Garbage of the announced size.
+        let (broker, server) = fake_broker(|_| {
+            let mut f = 40i32.to_be_bytes().to_vec();
+            f.extend_from_slice(&[0xff; 40]);
+            f
+        });
+        let r = run(async move {
+            MarkerClients::default()
+                .write_markers(1, &broker, MARKER, &parts())
+                .await
+        });
+        server.join().unwrap();
+        assert!(
+            matches!(r, Err(MarkerClientError::BadResponse { .. })),
+            "{r:?}"
+        );
+
+        // The peer closes mid-frame.
+        let (broker, server) = fake_broker(|_| 100i32.to_be_bytes().to_vec());
+        let r = run(async move {
+            MarkerClients::default()
+                .write_markers(1, &broker, MARKER, &parts())
+                .await
+        });
+        server.join().unwrap();
+        assert!(matches!(r, Err(MarkerClientError::Io { .. })), "{r:?}");
+
+        // Nobody listens.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let broker = BrokerMeta {
+            id: 3,
+            host: "127.0.0.1".to_string(),
+            port: i32::from(port),
+            rack: None,
+        };
+        let r = run(async move {
+            MarkerClients::default()
+                .write_markers(1, &broker, MARKER, &parts())
+                .await
+        });
+        assert!(matches!(r, Err(MarkerClientError::Connect { .. })), "{r:?}");
+    }
+}
