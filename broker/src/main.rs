@@ -18,7 +18,6 @@ mod notify;
 mod protocol;
 mod route;
 mod server;
-#[allow(dead_code)] // wired in by the coordinator
 mod txn;
 
 use std::sync::Arc;
