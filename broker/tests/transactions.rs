@@ -775,8 +775,14 @@ impl Drop for Worker {
 
 #[test]
 fn exactly_once_pipeline() {
-    // Short sessions, so the killed worker's member leaves the group quickly.
-    let b = Broker::start(&["--set", "group.min.session.timeout.ms=1000"]);
+    // Short sessions, so the killed worker's member leaves the group quickly; one offsets
+    // partition, so the group's pending transactional offsets are seen on partition 0.
+    let b = Broker::start(&[
+        "--set",
+        "group.min.session.timeout.ms=1000",
+        "--set",
+        "offsets.topic.num.partitions=1",
+    ]);
     let bs = b.bootstrap();
     create_topic(&bs, EOS_IN, EOS_PARTITIONS);
     create_topic(&bs, EOS_OUT, EOS_PARTITIONS);
@@ -804,11 +810,18 @@ fn exactly_once_pipeline() {
             .sum();
         written >= EOS_RECORDS / 3
     });
+    // Best at the worker's pause: its records and its offsets pending (the offsets are a
+    // transactional batch in __consumer_offsets, holding that partition's last stable offset).
+    let offsets_pending = |c: &mut Client| {
+        let (hw, lso) = ends(c, "__consumer_offsets", 1)[0];
+        lso < hw
+    };
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline
-        && ends(&mut c, EOS_OUT, EOS_PARTITIONS)
+        && (ends(&mut c, EOS_OUT, EOS_PARTITIONS)
             .iter()
             .all(|(hw, lso)| lso == hw)
+            || !offsets_pending(&mut c))
     {
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -822,7 +835,11 @@ fn exactly_once_pipeline() {
     // the log, until the next worker's init_transactions aborts it.
     std::thread::sleep(Duration::from_millis(500));
     let killed_at = ends(&mut c, EOS_OUT, EOS_PARTITIONS);
-    eprintln!("worker killed; output (high watermark, last stable offset) {killed_at:?}");
+    let pending = offsets_pending(&mut c);
+    eprintln!(
+        "worker killed; output (high watermark, last stable offset) {killed_at:?}; \
+         offsets pending: {pending}"
+    );
     assert!(
         killed_at.iter().any(|(hw, lso)| lso < hw),
         "the worker was not killed inside a transaction: the test did not test"
@@ -1012,7 +1029,13 @@ fn coordinator_restart_mid_transaction() {
     drop(q);
     c = Client::connect(&bs);
 
-    // (1): the new producer's init_transactions aborts the old transaction, in bounded time.
+    // (1): still open after the restart (the partition's producer state is rebuilt), until
+    // the new producer's init_transactions aborts it, in bounded time.
+    assert_eq!(
+        ends(&mut c, open_topic, 1),
+        [(2, 0)],
+        "the open transaction holds the last stable offset after the restart"
+    );
     let started = Instant::now();
     let p = txn_producer(&bs, "restart-open-txn", &[]);
     let took = started.elapsed();
@@ -1065,6 +1088,29 @@ fn coordinator_restart_mid_transaction() {
         .map(|e| e.0)
         .collect();
     eprintln!("committed transaction's partitions after the restart, high watermarks {hws:?}");
+
+    // Another kill: what was aborted stays aborted (the aborted transaction index survives),
+    // what was committed stays visible.
+    b.kill9_and_restart();
+    c = Client::connect(&bs);
+    assert_eq!(ends(&mut c, open_topic, 1), [(5, 5)]);
+    assert_eq!(
+        read_to_eof(&bs, open_topic, 1, READ_COMMITTED),
+        [vec![rec(3, "r2")]]
+    );
+    let data = fetch_all(&mut c, open_topic, 0, WIRE_READ_COMMITTED);
+    let aborted: Vec<(i64, i64)> = data
+        .aborted_transactions
+        .unwrap_or_default()
+        .iter()
+        .map(|a| (a.producer_id.0, a.first_offset))
+        .collect();
+    let r0 = by_key(&records, "r0");
+    assert_eq!(aborted, [(r0.producer_id, 0)]);
+    let seen = read_to_eof(&bs, done_topic, DONE_PARTITIONS, READ_COMMITTED);
+    for part in 0..DONE_PARTITIONS {
+        assert_eq!(seen[part as usize], [rec(0, &format!("c{part}"))]);
+    }
 }
 
 // ---- 6. bad input ------------------------------------------------------------------------
