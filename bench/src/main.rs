@@ -15,11 +15,13 @@ keel-bench: latency and throughput of any Kafka-compatible broker
 
 usage:
   keel-bench run --bootstrap HOST:PORT [--workload FILE] [options]
-  keel-bench compare NAME=HOST:PORT NAME=HOST:PORT ... [--workload FILE] [--rounds N] [options]
+  keel-bench compare NAME=HOST:PORT[@WORKLOAD] NAME=HOST:PORT[@WORKLOAD] ... [--workload FILE] [--rounds N] [options]
   keel-bench probe [--dir DIR] [--quick] [--out DIR]
 
 options:
   --workload FILE        workload TOML (see bench/workloads/); default: built-in defaults
+                         (compare: a target written NAME=HOST:PORT@FILE runs FILE instead,
+                         so one compare can set workloads side by side on one broker)
   --set KEY=VALUE        override a workload field (repeatable), e.g. --set message_size=100
   --partitions N         partitions per topic (same as --set partitions_per_topic=N)
   --rate N               total records/s over all producers, 0 = as fast as possible
@@ -51,7 +53,8 @@ struct Common {
     quiet: bool,
     rounds: u32,
     bootstrap: Option<String>,
-    targets: Vec<(String, String)>,
+    /// name, address, and the target's own workload file (NAME=HOST:PORT@FILE).
+    targets: Vec<(String, String, Option<PathBuf>)>,
     dir: Option<PathBuf>,
 }
 
@@ -104,7 +107,11 @@ fn parse(args: &[String], positional_targets: bool) -> Result<Common> {
                 let (n, a) = other
                     .split_once('=')
                     .with_context(|| format!("a target is NAME=HOST:PORT, got {other:?}"))?;
-                c.targets.push((n.into(), a.into()));
+                let (a, file) = match a.split_once('@') {
+                    Some((a, f)) => (a, Some(PathBuf::from(f))),
+                    None => (a, None),
+                };
+                c.targets.push((n.into(), a.into(), file));
             }
             other => bail!("unknown argument {other:?}; see keel-bench --help"),
         }
@@ -113,7 +120,12 @@ fn parse(args: &[String], positional_targets: bool) -> Result<Common> {
 }
 
 fn workload(c: &Common) -> Result<Workload> {
-    let mut w = match &c.workload {
+    workload_from(c, c.workload.as_deref())
+}
+
+/// The workload in `file` (built-in defaults without one), with the `--set` overrides.
+fn workload_from(c: &Common, file: Option<&Path>) -> Result<Workload> {
+    let mut w = match file {
         Some(p) => Workload::from_file(p)?,
         None => Workload::default(),
     };
@@ -228,6 +240,14 @@ fn cmd_compare(args: &[String]) -> Result<i32> {
         bail!("compare needs at least two targets: NAME=HOST:PORT NAME=HOST:PORT");
     }
     let w = workload(&c)?;
+    let workloads = c
+        .targets
+        .iter()
+        .map(|(_, _, file)| match file {
+            Some(f) => workload_from(&c, Some(f)),
+            None => Ok(w.clone()),
+        })
+        .collect::<Result<Vec<Workload>>>()?;
     let out = out_dir(&c)?;
     let probe = maybe_probe(&c)?;
     let metrics_for = |name: &str| -> Option<String> {
@@ -242,7 +262,8 @@ fn cmd_compare(args: &[String]) -> Result<i32> {
         // Rotate the order each round so drift and warm caches hit every target alike.
         let n = c.targets.len();
         for i in 0..n {
-            let (name, addr) = &c.targets[(i + round as usize) % n];
+            let (name, addr, _) = &c.targets[(i + round as usize) % n];
+            let w = &workloads[(i + round as usize) % n];
             eprintln!(
                 "== round {}/{}: {name} ({addr})",
                 round + 1,
@@ -253,7 +274,7 @@ fn cmd_compare(args: &[String]) -> Result<i32> {
                 name,
                 addr,
                 metrics_for(name),
-                &w,
+                w,
                 probe.clone(),
             ))?;
             eprintln!(

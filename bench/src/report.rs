@@ -329,9 +329,16 @@ fn workload_line(w: &WorkloadSummary) -> String {
     } else {
         &w.compression
     };
+    let producer = if w.transaction_records > 0 {
+        format!(", transactions of {} records", w.transaction_records)
+    } else if w.idempotent {
+        ", idempotent".to_string()
+    } else {
+        String::new()
+    };
     format!(
         "workload {name}: {topics} topic(s) x {parts} partition(s), {size} B messages, \
-         {prod} producer(s) and {cons} consumer(s) per topic, acks={acks}, compression {compression}, \
+         {prod} producer(s) and {cons} consumer(s) per topic, acks={acks}{producer}, compression {compression}, \
          batch {batch} B, linger {linger} ms, rate {rate}, warmup {warmup} s, duration {duration} s",
         name = w.name,
         topics = w.topics,
@@ -639,8 +646,18 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
             c.runs.len()
         )),
         Block::Line(workload_line(&c.workload)),
-        Block::Line(format!("machine: {} cores", c.machine_cores)),
     ];
+    // Targets that ran their own workload (compare NAME=HOST:PORT@FILE).
+    for t in &targets {
+        if let Some(r) = t.runs.first().filter(|r| r.workload != c.workload) {
+            blocks.push(Block::Line(format!(
+                "{}: {}",
+                t.name,
+                workload_line(&r.workload)
+            )));
+        }
+    }
+    blocks.push(Block::Line(format!("machine: {} cores", c.machine_cores)));
     if let Some(p) = &c.probe {
         blocks.push(Block::Line(probe_line(p)));
     }
@@ -1198,6 +1215,7 @@ mod tests {
                 target_rate: 0,
                 warmup_s: 5.0,
                 duration_s: 60.0,
+                ..Default::default()
             },
             started_unix_ms: 1_700_000_000_000,
             measured_s: 60.0,

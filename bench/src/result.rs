@@ -103,6 +103,12 @@ pub struct WorkloadSummary {
     pub target_rate: u64,
     pub warmup_s: f64,
     pub duration_s: f64,
+    /// Idempotent (or transactional) producers.
+    #[serde(default)]
+    pub idempotent: bool,
+    /// Records per transaction; 0 = no transactions.
+    #[serde(default)]
+    pub transaction_records: u64,
 }
 
 /// One run against one target.

@@ -22,7 +22,11 @@ use glommio::{LocalExecutorBuilder, Placement};
 use kafka_protocol::messages::*;
 
 use crate::client::admin::{self, ClusterMap, Connections};
-use crate::client::batch::{for_each_record, BatchBuilder, Codec};
+use crate::client::batch::{
+    for_each_committed_record, BatchBuilder, Codec, ProducerStamp, Sequences,
+};
+use crate::client::conn::Conn;
+use crate::client::txn::{self, ProducerIdentity};
 use crate::hist::LatencyHist;
 use crate::keys::{KeyDistribution, KeyGen};
 use crate::payload::{PayloadGen, PayloadHeader, PayloadSource};
@@ -41,6 +45,8 @@ const IO_MEMORY: usize = 64 * 1024;
 const FETCH_MAX_BYTES: i32 = 50 * 1024 * 1024;
 const PARTITION_FETCH_MAX_BYTES: i32 = 1024 * 1024;
 const FETCH_MAX_WAIT_MS: i32 = 100;
+/// A transactional producer's transaction.timeout.ms (Kafka's default).
+const TRANSACTION_TIMEOUT_MS: i32 = 60_000;
 
 /// How to run.
 #[derive(Clone, Debug)]
@@ -220,9 +226,145 @@ struct ProducerCtx {
     verifier: Rc<RefCell<Verifier>>,
     verify: bool,
     outstanding: Rc<Cell<u64>>,
+    /// Idempotent or transactional: the producer id and epoch from InitProducerId.
+    identity: Cell<Option<ProducerIdentity>>,
+    /// Idempotent: the next base sequence of each partition.
+    sequences: RefCell<Sequences>,
+    /// Transactional: the open transaction.
+    txn: Option<TxnState>,
+}
+
+/// (sequence, intended send time) of each record of a batch.
+type RecordMeta = Vec<(u64, Instant)>;
+
+/// A transactional producer's state.
+struct TxnState {
+    transactional_id: String,
+    /// Connection to the transaction coordinator.
+    coordinator: RefCell<Option<Rc<Conn>>>,
+    /// Partitions added to the open transaction.
+    added: RefCell<Vec<bool>>,
+    /// Records of the open transaction acknowledged by their partitions, awaiting the commit.
+    acked: RefCell<Vec<(i32, RecordMeta)>>,
+    /// A batch of the open transaction failed: it is aborted instead of committed.
+    failed: Cell<bool>,
 }
 
 impl ProducerCtx {
+    /// InitProducerId (after FindCoordinator, for a transactional producer).
+    async fn init_producer(&self) -> Result<()> {
+        if !self.w.is_idempotent() {
+            return Ok(());
+        }
+        let addr = self
+            .cluster
+            .leader_addr(&self.spec.topic, 0)
+            .ok_or_else(|| anyhow!("no leader for {}/0", self.spec.topic))?
+            .to_string();
+        let conn = self.conns.get(&addr).await?;
+        let identity = match &self.txn {
+            None => txn::init_producer_id(&conn, None, 0).await?,
+            Some(t) => {
+                let coordinator =
+                    txn::find_transaction_coordinator(&conn, &t.transactional_id).await?;
+                let coordinator = self.conns.get(&coordinator).await?;
+                let identity = txn::init_producer_id(
+                    &coordinator,
+                    Some(&t.transactional_id),
+                    TRANSACTION_TIMEOUT_MS,
+                )
+                .await?;
+                *t.coordinator.borrow_mut() = Some(coordinator);
+                identity
+            }
+        };
+        self.identity.set(Some(identity));
+        Ok(())
+    }
+
+    fn coordinator(&self, t: &TxnState) -> Result<Rc<Conn>> {
+        t.coordinator
+            .borrow()
+            .clone()
+            .ok_or_else(|| anyhow!("no transaction coordinator"))
+    }
+
+    /// Adds the partitions not yet in the open transaction (AddPartitionsToTxn).
+    async fn add_to_txn(&self, partitions: &[i32]) -> Result<()> {
+        let (Some(t), Some(identity)) = (&self.txn, self.identity.get()) else {
+            return Ok(());
+        };
+        let new: Vec<i32> = partitions
+            .iter()
+            .copied()
+            .filter(|&p| !t.added.borrow().get(p as usize).copied().unwrap_or(false))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let coordinator = self.coordinator(t)?;
+        txn::add_partitions_to_txn(
+            &coordinator,
+            &t.transactional_id,
+            identity,
+            &self.spec.topic,
+            &new,
+        )
+        .await?;
+        let mut added = t.added.borrow_mut();
+        for p in new {
+            if let Some(slot) = added.get_mut(p as usize) {
+                *slot = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends every pending batch, waits for their answers, and ends the open transaction:
+    /// commit, or abort if a batch failed. Committed records count as published now.
+    async fn end_txn(self: &Rc<Self>, pending: &mut [Pending]) -> Result<()> {
+        let (Some(t), Some(identity)) = (&self.txn, self.identity.get()) else {
+            return Ok(());
+        };
+        for p in 0..pending.len() as i32 {
+            self.dispatch(p, pending).await?;
+        }
+        // Every in-flight slot free = every batch of the transaction answered.
+        let sems: Vec<Rc<Semaphore>> = self.in_flight.borrow().values().cloned().collect();
+        let slots = u64::from(self.w.max_in_flight.max(1));
+        for sem in sems {
+            let _all = sem
+                .acquire_permit(slots)
+                .await
+                .map_err(|e| anyhow!("{e}"))?;
+        }
+        if !t.added.borrow().iter().any(|&a| a) {
+            return Ok(()); // nothing written since the last commit
+        }
+        let commit = !t.failed.get();
+        let coordinator = self.coordinator(t)?;
+        let ended = txn::end_txn(&coordinator, &t.transactional_id, identity, commit).await;
+        t.added.borrow_mut().iter_mut().for_each(|a| *a = false);
+        t.failed.set(false);
+        let acked = std::mem::take(&mut *t.acked.borrow_mut());
+        match ended {
+            Ok(()) if commit => {
+                for (p, meta) in acked {
+                    self.record_acked(&meta, p);
+                }
+            }
+            Ok(()) => {}
+            Err(e) => {
+                let measured = acked
+                    .iter()
+                    .any(|(_, m)| m.first().is_some_and(|m| self.clock.measured(m.1)));
+                self.shared
+                    .error(measured, format!("{e:#} ({})", t.transactional_id));
+            }
+        }
+        Ok(())
+    }
+
     fn semaphore(&self, addr: &str) -> Rc<Semaphore> {
         self.in_flight
             .borrow_mut()
@@ -256,7 +398,16 @@ impl ProducerCtx {
             {
                 continue;
             }
-            let records = b.builder.finish(self.codec)?;
+            let stamp = self.identity.get().map(|id| ProducerStamp {
+                producer_id: id.producer_id,
+                epoch: id.epoch,
+                base_sequence: self
+                    .sequences
+                    .borrow_mut()
+                    .take(i as usize, b.builder.len() as i32),
+                transactional: self.txn.is_some(),
+            });
+            let records = b.builder.finish_stamped(self.codec, stamp)?;
             b.created = None;
             metas.push((i, std::mem::take(&mut b.meta)));
             parts.push(
@@ -268,6 +419,10 @@ impl ProducerCtx {
         if parts.is_empty() {
             return Ok(());
         }
+        if self.txn.is_some() {
+            let partitions: Vec<i32> = metas.iter().map(|(p, _)| *p).collect();
+            self.add_to_txn(&partitions).await?;
+        }
         let conn = self.conns.get(&addr).await?;
         let sem = self.semaphore(&addr);
         let permit = sem
@@ -275,6 +430,11 @@ impl ProducerCtx {
             .await
             .map_err(|e| anyhow!("{e}"))?;
         let req = ProduceRequest::default()
+            .with_transactional_id(
+                self.txn
+                    .as_ref()
+                    .map(|t| TransactionalId(t.transactional_id.as_str().to_string().into())),
+            )
             .with_acks(self.w.acks)
             .with_timeout_ms(30_000)
             .with_topic_data(vec![produce_request::TopicProduceData::default()
@@ -291,8 +451,8 @@ impl ProducerCtx {
             drop(permit);
             self.outstanding.set(self.outstanding.get() - 1);
             let err = sent.err().map(|e| format!("{e:#}"));
-            for (p, meta) in &metas {
-                self.account(meta, err.clone(), *p);
+            for (p, meta) in metas {
+                self.account(meta, err.clone(), p);
             }
             return Ok(());
         }
@@ -308,7 +468,7 @@ impl ProducerCtx {
             .await;
             drop(permit);
             this.outstanding.set(this.outstanding.get() - 1);
-            for (p, meta) in &metas {
+            for (p, meta) in metas {
                 let err = match &outcome {
                     Err(e) => Some(format!("produce to {}: {e:#}", this.spec.topic)),
                     Ok(resp) => {
@@ -316,7 +476,7 @@ impl ProducerCtx {
                             .responses
                             .iter()
                             .flat_map(|t| t.partition_responses.iter())
-                            .find(|r| r.index == *p);
+                            .find(|r| r.index == p);
                         match part {
                             None => Some(format!(
                                 "produce to {}/{p}: no answer for the partition",
@@ -332,52 +492,61 @@ impl ProducerCtx {
                         }
                     }
                 };
-                this.account(meta, err, *p);
+                this.account(meta, err, p);
             }
         })
         .detach();
         Ok(())
     }
 
-    fn account(&self, meta: &[(u64, Instant)], error: Option<String>, p: i32) {
-        let now = Instant::now();
+    /// A batch's answer: an error, or its records published (for a transactional producer:
+    /// acknowledged by the partition, published when the transaction commits).
+    fn account(&self, meta: Vec<(u64, Instant)>, error: Option<String>, p: i32) {
         let measured_first = meta.first().is_some_and(|m| self.clock.measured(m.1));
-        let bytes_each = u64::from(self.w.message_size);
-        match error {
-            Some(e) => self.shared.error(measured_first, e),
-            None => {
-                self.shared
-                    .acked_total
-                    .fetch_add(meta.len() as u64, Ordering::Relaxed);
-                let mut publish = self.publish.borrow_mut();
-                let mut interval = self
-                    .shared
-                    .interval
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                let mut n = 0u64;
-                for &(seq, intended) in meta {
-                    if self.verify {
-                        self.verifier.borrow_mut().ack(
-                            (self.spec.topic_index, p),
-                            self.spec.id,
-                            seq,
-                        );
-                    }
-                    if self.clock.measured(intended) {
-                        let us = now.saturating_duration_since(intended).as_micros() as u64;
-                        publish.record_us(us);
-                        interval.record_us(us);
-                        n += 1;
-                    }
+        match (error, &self.txn) {
+            (Some(e), txn) => {
+                if let Some(t) = txn {
+                    t.failed.set(true);
                 }
-                if n > 0 {
-                    self.shared.produced_records.fetch_add(n, Ordering::Relaxed);
-                    self.shared
-                        .produced_bytes
-                        .fetch_add(bytes_each * n, Ordering::Relaxed);
-                }
+                self.shared.error(measured_first, e)
             }
+            (None, Some(t)) => t.acked.borrow_mut().push((p, meta)),
+            (None, None) => self.record_acked(&meta, p),
+        }
+    }
+
+    /// Counts published records and their latency (from each one's intended send time).
+    fn record_acked(&self, meta: &[(u64, Instant)], p: i32) {
+        let now = Instant::now();
+        let bytes_each = u64::from(self.w.message_size);
+        self.shared
+            .acked_total
+            .fetch_add(meta.len() as u64, Ordering::Relaxed);
+        let mut publish = self.publish.borrow_mut();
+        let mut interval = self
+            .shared
+            .interval
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut n = 0u64;
+        for &(seq, intended) in meta {
+            if self.verify {
+                self.verifier
+                    .borrow_mut()
+                    .ack((self.spec.topic_index, p), self.spec.id, seq);
+            }
+            if self.clock.measured(intended) {
+                let us = now.saturating_duration_since(intended).as_micros() as u64;
+                publish.record_us(us);
+                interval.record_us(us);
+                n += 1;
+            }
+        }
+        if n > 0 {
+            self.shared.produced_records.fetch_add(n, Ordering::Relaxed);
+            self.shared
+                .produced_bytes
+                .fetch_add(bytes_each * n, Ordering::Relaxed);
         }
     }
 }
@@ -423,6 +592,9 @@ async fn producer(ctx: Rc<ProducerCtx>) -> Result<()> {
     let mut value = Vec::with_capacity(w.message_size as usize);
     let mut sticky = (ctx.spec.id as i32) % n;
     let mut seq: u64 = 0;
+    ctx.init_producer().await?;
+    // Records in the open transaction.
+    let mut in_txn: u64 = 0;
     // Records this producer sent for the measured phase (what `max_messages` bounds).
     let mut measured: u64 = 0;
     let end = ctx.clock.end;
@@ -506,11 +678,24 @@ async fn producer(ctx: Rc<ProducerCtx>) -> Result<()> {
                 sticky = (sticky + 1) % n;
             }
         }
+        if w.is_transactional() {
+            in_txn += 1;
+            if in_txn >= w.transaction_records {
+                ctx.end_txn(&mut pending).await?;
+                in_txn = 0;
+                oldest = None;
+                if !has_key {
+                    sticky = (sticky + 1) % n;
+                }
+            }
+        }
         // Unlimited rate: yield now and then so acks and other tasks run.
         if seq % 64 == 0 {
             glommio::executor().yield_if_needed().await;
         }
     }
+    // The last, partial transaction commits too.
+    ctx.end_txn(&mut pending).await?;
     for p in 0..n {
         ctx.dispatch(p, &mut pending).await?;
     }
@@ -528,6 +713,8 @@ struct ConsumerSinks {
     verifier: Rc<RefCell<Verifier>>,
     verify: bool,
     message_size: u32,
+    /// Fetch with isolation level read_committed (and skip aborted transactions).
+    read_committed: bool,
 }
 
 async fn consumer(
@@ -542,6 +729,7 @@ async fn consumer(
         verifier,
         verify,
         message_size,
+        read_committed,
     } = sinks;
     while !shared.consumers_go.load(Ordering::Relaxed) {
         if shared.stop.load(Ordering::Relaxed) {
@@ -590,6 +778,7 @@ async fn consumer(
                 .with_min_bytes(1)
                 .with_max_bytes(FETCH_MAX_BYTES)
                 .with_session_epoch(-1)
+                .with_isolation_level(i8::from(read_committed))
                 .with_topics(vec![fetch_request::FetchTopic::default()
                     .with_topic(admin::topic_name(&spec.topic))
                     .with_partitions(
@@ -636,7 +825,13 @@ async fn consumer(
                     let mut measured = 0u64;
                     let mut e2e = e2e.borrow_mut();
                     let mut verifier = verifier.borrow_mut();
-                    let next = for_each_record(records, |r| {
+                    let aborted: Vec<(i64, i64)> = pd
+                        .aborted_transactions
+                        .iter()
+                        .flatten()
+                        .map(|a| (a.producer_id.0, a.first_offset))
+                        .collect();
+                    let next = for_each_committed_record(records, &aborted, |r| {
                         if r.offset < fetch_offset {
                             return; // earlier records of the first batch
                         }
@@ -705,6 +900,14 @@ async fn thread_main(
     };
     let mut tasks = Vec::new();
     for spec in producers {
+        let partitions = spec.partitions.max(0) as usize;
+        let txn = w.is_transactional().then(|| TxnState {
+            transactional_id: format!("{}-txn-{}", spec.topic, spec.id),
+            coordinator: RefCell::new(None),
+            added: RefCell::new(vec![false; partitions]),
+            acked: RefCell::new(Vec::new()),
+            failed: Cell::new(false),
+        });
         let ctx = Rc::new(ProducerCtx {
             spec,
             w: w.clone(),
@@ -718,6 +921,9 @@ async fn thread_main(
             verifier: verifier.clone(),
             verify,
             outstanding: Rc::new(Cell::new(0)),
+            identity: Cell::new(None),
+            sequences: RefCell::new(Sequences::new(partitions)),
+            txn,
         });
         let shared = shared.clone();
         tasks.push(glommio::spawn_local(async move {
@@ -735,6 +941,7 @@ async fn thread_main(
             verifier.clone(),
         );
         let size = w.message_size;
+        let read_committed = w.is_transactional();
         tasks.push(glommio::spawn_local(async move {
             let s = shared.clone();
             let sinks = ConsumerSinks {
@@ -742,6 +949,7 @@ async fn thread_main(
                 verifier,
                 verify,
                 message_size: size,
+                read_committed,
             };
             if let Err(e) = consumer(spec, clock, shared, cluster, sinks).await {
                 s.error(true, format!("consumer: {e:#}"));
@@ -780,15 +988,26 @@ fn setup(bootstrap: &str, w: &Workload) -> Result<ClusterMap> {
     let partitions = w.partitions_per_topic as i32;
     let configs = w.topic_configs.clone();
     let create = w.create_topics;
+    let mut apis = vec![
+        ApiKey::Produce,
+        ApiKey::Fetch,
+        ApiKey::Metadata,
+        ApiKey::ListOffsets,
+    ];
+    if w.is_idempotent() {
+        apis.push(ApiKey::InitProducerId);
+    }
+    if w.is_transactional() {
+        apis.extend([
+            ApiKey::FindCoordinator,
+            ApiKey::AddPartitionsToTxn,
+            ApiKey::EndTxn,
+        ]);
+    }
     on_executor(move || {
         Box::pin(async move {
             let conn = crate::client::conn::Conn::connect(&bootstrap).await?;
-            for api in [
-                ApiKey::Produce,
-                ApiKey::Fetch,
-                ApiKey::Metadata,
-                ApiKey::ListOffsets,
-            ] {
+            for api in apis {
                 conn.version(api)?;
             }
             if !create {

@@ -32,6 +32,10 @@ const ZIPF_KEY_COUNT_MAX: u32 = 10_000_000;
 const BATCH_SIZE_MAX: u32 = 64 << 20;
 const LINGER_MS_MAX: u64 = 60_000;
 const MAX_IN_FLIGHT_MAX: u32 = 1_000;
+/// Records of one transaction.
+const TRANSACTION_RECORDS_MAX: u64 = 100_000_000;
+/// Kafka's limit on an idempotent producer's in-flight requests per connection.
+const IDEMPOTENT_IN_FLIGHT_MAX: u32 = 5;
 /// Kafka's limit on a topic name's length.
 const TOPIC_NAME_LEN_MAX: usize = 249;
 /// One week: long enough for any soak, short enough to catch a unit mistake.
@@ -86,6 +90,15 @@ pub struct Workload {
     pub create_topics: bool,
     /// Seed of keys and payload bodies.
     pub seed: u64,
+    /// Idempotent producers: each producer gets a producer id (InitProducerId) and stamps
+    /// every batch with it and per-partition sequence numbers. Needs acks = all.
+    pub idempotent: bool,
+    /// If > 0, each producer writes transactions of this many records (implies idempotent):
+    /// a transactional id per producer, AddPartitionsToTxn before a partition's first batch
+    /// in a transaction, EndTxn(commit) after the last record. Records count as published,
+    /// and their publish latency ends, when the commit is answered; consumers read
+    /// committed.
+    pub transaction_records: u64,
 }
 
 impl Default for Workload {
@@ -118,6 +131,8 @@ impl Default for Workload {
             delete_topics_after: true,
             create_topics: true,
             seed: 1,
+            idempotent: false,
+            transaction_records: 0,
         }
     }
 }
@@ -224,6 +239,8 @@ impl Workload {
             "delete_topics_after" => self.delete_topics_after = parse_bool(&key, value)?,
             "create_topics" => self.create_topics = parse_bool(&key, value)?,
             "seed" => self.seed = parse_num(&key, value)?,
+            "idempotent" => self.idempotent = parse_bool(&key, value)?,
+            "transaction_records" => self.transaction_records = parse_num(&key, value)?,
             _ => bail!("--set {key}: unknown workload field (see bench/workloads/*.toml for the field names)"),
         }
         Ok(())
@@ -354,6 +371,31 @@ impl Workload {
         check_range("batch_size", self.batch_size, 1, BATCH_SIZE_MAX)?;
         check_range("linger_ms", self.linger_ms, 0, LINGER_MS_MAX)?;
         check_range("max_in_flight", self.max_in_flight, 1, MAX_IN_FLIGHT_MAX)?;
+        check_range(
+            "transaction_records",
+            self.transaction_records,
+            0,
+            TRANSACTION_RECORDS_MAX,
+        )?;
+        if self.is_idempotent() {
+            let what = if self.is_transactional() {
+                "transaction_records"
+            } else {
+                "idempotent"
+            };
+            if self.acks != -1 {
+                bail!(
+                    "{what} needs acks = all (Kafka's idempotent producer); acks is {}",
+                    self.acks
+                );
+            }
+            if self.max_in_flight > IDEMPOTENT_IN_FLIGHT_MAX {
+                bail!(
+                    "{what} allows at most {IDEMPOTENT_IN_FLIGHT_MAX} requests in flight per connection (the broker deduplicates the last five batches); max_in_flight is {}",
+                    self.max_in_flight
+                );
+            }
+        }
         Ok(())
     }
 
@@ -362,6 +404,16 @@ impl Workload {
         check_seconds("duration_s", self.duration_s, true)?;
         check_seconds("backlog_s", self.backlog_s, false)?;
         Ok(())
+    }
+
+    /// Whether producers use producer ids and sequence numbers (idempotent or transactional).
+    pub fn is_idempotent(&self) -> bool {
+        self.idempotent || self.is_transactional()
+    }
+
+    /// Whether producers write transactions (and consumers read committed).
+    pub fn is_transactional(&self) -> bool {
+        self.transaction_records > 0
     }
 
     /// The parsed key distribution.
@@ -417,6 +469,8 @@ impl Workload {
             target_rate: self.producer_rate,
             warmup_s: self.warmup_s,
             duration_s: self.duration_s,
+            idempotent: self.is_idempotent(),
+            transaction_records: self.transaction_records,
         }
     }
 }
@@ -678,6 +732,50 @@ mod tests {
     }
 
     #[test]
+    fn idempotent_and_transactional_options() {
+        let mut w = Workload::default();
+        assert!(!w.is_idempotent() && !w.is_transactional());
+        w.set("idempotent", "true").unwrap();
+        assert!(w.is_idempotent() && !w.is_transactional());
+        w.validate().unwrap();
+        w.set("acks", "1").unwrap();
+        let e = w.validate().unwrap_err().to_string();
+        assert!(e.contains("idempotent") && e.contains("acks"), "{e}");
+
+        let mut w = Workload::default();
+        w.set("transaction-records", "100").unwrap();
+        assert!(w.is_idempotent() && w.is_transactional());
+        w.validate().unwrap();
+        let s = w.summary();
+        assert!(s.idempotent);
+        assert_eq!(s.transaction_records, 100);
+        w.set("max_in_flight", "6").unwrap();
+        let e = w.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("transaction_records") && e.contains("max_in_flight"),
+            "{e}"
+        );
+
+        // The shipped variants differ from max-throughput only in the producer option.
+        let dir = workloads_dir();
+        let base = Workload::from_file(dir.join("max-throughput.toml")).unwrap();
+        for (file, idempotent, records) in [
+            ("idempotent.toml", true, 0),
+            ("transactions-100.toml", false, 100),
+        ] {
+            let mut v = Workload::from_file(dir.join(file)).unwrap();
+            assert_eq!((v.idempotent, v.transaction_records), (idempotent, records));
+            v.name = base.name.clone();
+            v.idempotent = false;
+            v.transaction_records = 0;
+            assert_eq!(
+                v, base,
+                "{file} is max-throughput.toml plus its producer option"
+            );
+        }
+    }
+
+    #[test]
     fn shipped_workloads_parse_and_validate() {
         let expected = [
             "max-throughput",
@@ -689,6 +787,8 @@ mod tests {
             "keyed",
             "retention-at-limit",
             "backlog-drain",
+            "idempotent",
+            "transactions-100",
         ];
         let mut found = Vec::new();
         for entry in std::fs::read_dir(workloads_dir()).unwrap() {

@@ -692,6 +692,39 @@ pub async fn allocate_producer_id(shard: Rc<BrokerShard>) -> Result<i64, OpError
         .unwrap_or_else(|| OpError::new(ResponseError::UnknownServerError, "no producer id block")))
 }
 
+/// Creates an internal, compacted topic (`__consumer_offsets`, `__transaction_state`) with
+/// replication factor 1 if it does not exist yet; a concurrent creation is a success.
+pub async fn ensure_internal_topic(
+    shard: &Rc<BrokerShard>,
+    name: &str,
+    partitions: i32,
+    segment_bytes: i64,
+) -> Result<(), OpError> {
+    if shard.image().topic(name).is_some() {
+        return Ok(());
+    }
+    let spec = TopicSpec {
+        name: name.to_string(),
+        num_partitions: partitions,
+        replication_factor: 1,
+        configs: BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            ("segment.bytes".to_string(), segment_bytes.to_string()),
+        ]),
+        assignments: Vec::new(),
+    };
+    let results = call(shard, move |s| create_topics(s, vec![spec], false)).await?;
+    match results.into_iter().next() {
+        Some(Ok(_)) => Ok(()),
+        Some(Err(e)) if e.code == code(ResponseError::TopicAlreadyExists) => Ok(()),
+        Some(Err(e)) => Err(e),
+        None => Err(OpError::new(
+            ResponseError::UnknownServerError,
+            "the controller gave no answer",
+        )),
+    }
+}
+
 /// The topic, or UNKNOWN_TOPIC_OR_PARTITION with Kafka's message.
 fn known_topic<'a>(image: &'a MetadataImage, name: &str) -> Result<&'a Arc<TopicMeta>, OpError> {
     image.topic(name).ok_or_else(|| {

@@ -32,6 +32,12 @@ pub fn client_max_version(api: ApiKey) -> i16 {
         ApiKey::ApiVersions => 3,
         ApiKey::CreateTopics => 7,
         ApiKey::DeleteTopics => 5,
+        // Key type 1 (transaction) needs v1; v4 asks for many keys at once.
+        ApiKey::FindCoordinator => 3,
+        ApiKey::InitProducerId => 4,
+        // v4 is the broker-to-broker form (many transactions per request).
+        ApiKey::AddPartitionsToTxn => 3,
+        ApiKey::EndTxn => 3,
         _ => 0,
     }
 }
@@ -45,6 +51,7 @@ fn client_min_version(api: ApiKey) -> i16 {
         ApiKey::Metadata => 1,
         ApiKey::CreateTopics => 2,
         ApiKey::DeleteTopics => 1,
+        ApiKey::FindCoordinator => 1,
         _ => 0,
     }
 }

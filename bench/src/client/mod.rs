@@ -5,3 +5,4 @@
 pub mod admin;
 pub mod batch;
 pub mod conn;
+pub mod txn;

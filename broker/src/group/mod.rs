@@ -53,7 +53,7 @@ use keel_shard::Event;
 use keel_storage::{LeaderEpoch, Offset, StorageError};
 use tracing::{error, info, warn};
 
-use crate::controller::{self, OpError, TopicSpec};
+use crate::controller::{self, OpError};
 use crate::errors::{code, coordinator_write_code, NONE};
 use crate::server::{BrokerShard, Partition};
 use classic::{ClassicGroup, GroupState};
@@ -565,35 +565,13 @@ fn now_ms() -> i64 {
 /// Creates `__consumer_offsets` if it does not exist: `offsets.topic.num.partitions`
 /// partitions, replication factor 1, compacted, `offsets.topic.segment.bytes` segments.
 pub async fn ensure_offsets_topic(shard: &Rc<BrokerShard>) -> Result<(), OpError> {
-    if shard.image().topic(OFFSETS_TOPIC).is_some() {
-        return Ok(());
-    }
-    let spec = TopicSpec {
-        name: OFFSETS_TOPIC.to_string(),
-        num_partitions: shard.config.offsets_topic_num_partitions,
-        replication_factor: 1,
-        configs: BTreeMap::from([
-            ("cleanup.policy".to_string(), "compact".to_string()),
-            (
-                "segment.bytes".to_string(),
-                shard.config.offsets_topic_segment_bytes.to_string(),
-            ),
-        ]),
-        assignments: Vec::new(),
-    };
-    let results = controller::call(shard, move |s| {
-        controller::create_topics(s, vec![spec], false)
-    })
-    .await?;
-    match results.into_iter().next() {
-        Some(Ok(_)) => Ok(()),
-        Some(Err(e)) if e.code == code(ResponseError::TopicAlreadyExists) => Ok(()),
-        Some(Err(e)) => Err(e),
-        None => Err(OpError::new(
-            ResponseError::UnknownServerError,
-            "the controller gave no answer",
-        )),
-    }
+    controller::ensure_internal_topic(
+        shard,
+        OFFSETS_TOPIC,
+        shard.config.offsets_topic_num_partitions,
+        shard.config.offsets_topic_segment_bytes,
+    )
+    .await
 }
 
 /// The `__consumer_offsets` partition of `group` given the image: the topic's partition count
@@ -935,25 +913,7 @@ pub async fn txn_commit_offsets(
         }
     }
     let now = now_ms();
-    let changes: Vec<OffsetChange> = req
-        .offsets
-        .into_iter()
-        .map(|(topic, partition, offset, leader_epoch, metadata)| {
-            OffsetChange::Commit(
-                OffsetKey {
-                    group: req.group.clone(),
-                    topic,
-                    partition,
-                },
-                CommittedOffset {
-                    offset,
-                    leader_epoch,
-                    metadata,
-                    commit_timestamp_ms: now,
-                },
-            )
-        })
-        .collect();
+    let changes = commit_changes(&req.group, req.offsets, now);
     if changes.is_empty() {
         return Ok(());
     }
@@ -1019,14 +979,23 @@ pub async fn commit_offsets(shard: Rc<BrokerShard>, p: i32, req: CommitRequest) 
     if fenced != NONE {
         return Err(fenced);
     }
-    let now = now_ms();
-    let changes = req
-        .offsets
+    let changes = commit_changes(&req.group, req.offsets, now_ms());
+    write(&shard, p, changes).await
+}
+
+/// The commit records of a group's offsets, (topic, partition, offset, leader epoch,
+/// metadata) each, stamped `now`.
+fn commit_changes(
+    group: &str,
+    offsets: Vec<(String, i32, i64, i32, String)>,
+    now: i64,
+) -> Vec<OffsetChange> {
+    offsets
         .into_iter()
         .map(|(topic, partition, offset, leader_epoch, metadata)| {
             OffsetChange::Commit(
                 OffsetKey {
-                    group: req.group.clone(),
+                    group: group.to_string(),
                     topic,
                     partition,
                 },
@@ -1038,8 +1007,7 @@ pub async fn commit_offsets(shard: Rc<BrokerShard>, p: i32, req: CommitRequest) 
                 },
             )
         })
-        .collect();
-    write(&shard, p, changes).await
+        .collect()
 }
 
 /// Committed offsets of a topic's partitions: `None` where nothing is committed, with the

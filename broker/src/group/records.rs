@@ -448,22 +448,37 @@ pub fn encode_records_batch(
     records: &[(Bytes, Option<Bytes>)],
     now_ms: i64,
 ) -> anyhow::Result<BytesMut> {
+    encode_batch_of(records, None, now_ms)
+}
+
+/// One batch of `records`; with `producer` (id, epoch) a transactional one of that producer.
+fn encode_batch_of(
+    records: &[(Bytes, Option<Bytes>)],
+    producer: Option<(i64, i16)>,
+    now_ms: i64,
+) -> anyhow::Result<BytesMut> {
+    let (producer_id, producer_epoch) = producer.unwrap_or((-1, -1));
     let records: Vec<Record> = records
         .iter()
         .enumerate()
         .map(|(i, (key, value))| Record {
-            transactional: false,
+            transactional: producer.is_some(),
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
+            producer_id,
+            producer_epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
             // The encoder starts a new batch wherever `offset - sequence` changes; keeping it
-            // constant keeps every record in one batch, whose base sequence stays -1 (no
-            // producer id: not idempotent).
-            sequence: (i as i32).wrapping_sub(1),
+            // constant keeps every record in one batch. Without a producer its base sequence
+            // stays -1 (not idempotent); a transactional batch starts at 0, as Kafka's
+            // coordinator writes it.
+            sequence: if producer.is_some() {
+                i as i32
+            } else {
+                (i as i32).wrapping_sub(1)
+            },
             timestamp: now_ms,
             key: Some(key.clone()),
             value: value.clone(),
@@ -492,35 +507,7 @@ pub fn encode_transactional_batch(
     producer_epoch: i16,
     now_ms: i64,
 ) -> anyhow::Result<BytesMut> {
-    let records: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, (key, value))| Record {
-            transactional: true,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id,
-            producer_epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32,
-            timestamp: now_ms,
-            key: Some(key.clone()),
-            value: value.clone(),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )?;
-    Ok(buf)
+    encode_batch_of(records, Some((producer_id, producer_epoch)), now_ms)
 }
 
 /// What a record's batch says of it, for the replay of transactional offset commits.

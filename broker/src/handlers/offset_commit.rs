@@ -27,7 +27,64 @@ pub const SUPPORT: ApiSupport = ApiSupport {
 };
 
 /// Marks a partition whose answer is the coordinator's.
-const PENDING: i16 = i16::MIN;
+pub const PENDING: i16 = i16::MIN;
+
+/// A topic's partitions and their answers.
+pub type TopicAnswers = (String, Vec<(i32, i16)>);
+/// (topic, partition, offset, leader epoch, metadata).
+pub type OffsetToCommit = (String, i32, i64, i32, String);
+
+/// One partition's offset to commit, as OffsetCommit and TxnOffsetCommit carry it.
+pub struct PartitionCommit {
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+}
+
+/// The checks both commit APIs make before the coordinator: a valid group id, a known
+/// partition, metadata within `offset.metadata.max.bytes`. Returns each partition's answer
+/// ([`PENDING`]: the coordinator's) by topic, and the offsets to commit as (topic, partition,
+/// offset, leader epoch, metadata).
+pub fn check_partitions(
+    shard: &BrokerShard,
+    group_id: &str,
+    topics: impl Iterator<Item = (String, Vec<PartitionCommit>)>,
+) -> (Vec<TopicAnswers>, Vec<OffsetToCommit>) {
+    let group_ok = group::valid_group_id(group_id);
+    let image = shard.image();
+    let metadata_max = shard
+        .config
+        .offset_metadata_max_bytes
+        .min(RECORD_STRING_BYTES_MAX);
+    let mut answers = Vec::new();
+    let mut offsets = Vec::new();
+    for (name, partitions) in topics {
+        let mut parts = Vec::with_capacity(partitions.len());
+        for p in partitions {
+            let metadata = p.metadata.unwrap_or_default();
+            let error = if !group_ok {
+                code(ResponseError::InvalidGroupId)
+            } else if image.partition(&name, p.partition).is_none() {
+                code(ResponseError::UnknownTopicOrPartition)
+            } else if metadata.len() > metadata_max {
+                code(ResponseError::OffsetMetadataTooLarge)
+            } else {
+                offsets.push((
+                    name.clone(),
+                    p.partition,
+                    p.offset,
+                    p.leader_epoch,
+                    metadata,
+                ));
+                PENDING
+            };
+            parts.push((p.partition, error));
+        }
+        answers.push((name, parts));
+    }
+    (answers, offsets)
+}
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,
@@ -35,42 +92,16 @@ pub async fn handle(
     req: OffsetCommitRequest,
 ) -> OffsetCommitResponse {
     let group_id = req.group_id.0.to_string();
-    let group_ok = group::valid_group_id(&group_id);
-    let image = shard.image();
-    let metadata_max = shard
-        .config
-        .offset_metadata_max_bytes
-        .min(RECORD_STRING_BYTES_MAX);
-    let mut answers: Vec<(String, Vec<(i32, i16)>)> = Vec::with_capacity(req.topics.len());
-    let mut offsets = Vec::new();
-    for t in req.topics {
-        let name = t.name.0.to_string();
-        let mut parts = Vec::with_capacity(t.partitions.len());
-        for p in t.partitions {
-            let metadata = p
-                .committed_metadata
-                .map(|m| m.to_string())
-                .unwrap_or_default();
-            let error = if !group_ok {
-                code(ResponseError::InvalidGroupId)
-            } else if image.partition(&name, p.partition_index).is_none() {
-                code(ResponseError::UnknownTopicOrPartition)
-            } else if metadata.len() > metadata_max {
-                code(ResponseError::OffsetMetadataTooLarge)
-            } else {
-                offsets.push((
-                    name.clone(),
-                    p.partition_index,
-                    p.committed_offset,
-                    p.committed_leader_epoch,
-                    metadata,
-                ));
-                PENDING
-            };
-            parts.push((p.partition_index, error));
-        }
-        answers.push((name, parts));
-    }
+    let topics = req.topics.into_iter().map(|t| {
+        let parts = t.partitions.into_iter().map(|p| PartitionCommit {
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: p.committed_leader_epoch,
+            metadata: p.committed_metadata.map(|m| m.to_string()),
+        });
+        (t.name.0.to_string(), parts.collect())
+    });
+    let (answers, offsets) = check_partitions(shard, &group_id, topics);
     let outcome = if offsets.is_empty() {
         NONE
     } else {

@@ -14,11 +14,11 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::{
     ApiKey, RequestHeader, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
-use kafka_protocol::ResponseError;
 
+use super::offset_commit::{check_partitions, PartitionCommit, PENDING};
 use super::{topic_name, ApiSupport};
-use crate::errors::{code, NONE};
-use crate::group::{self, TxnCommitRequest, RECORD_STRING_BYTES_MAX};
+use crate::errors::NONE;
+use crate::group::{self, TxnCommitRequest};
 use crate::server::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport {
@@ -27,51 +27,22 @@ pub const SUPPORT: ApiSupport = ApiSupport {
     max: 3,
 };
 
-/// Marks a partition whose answer is the coordinator's.
-const PENDING: i16 = i16::MIN;
-
 pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: TxnOffsetCommitRequest,
 ) -> TxnOffsetCommitResponse {
     let group_id = req.group_id.0.to_string();
-    let group_ok = group::valid_group_id(&group_id);
-    let image = shard.image();
-    let metadata_max = shard
-        .config
-        .offset_metadata_max_bytes
-        .min(RECORD_STRING_BYTES_MAX);
-    let mut answers: Vec<(String, Vec<(i32, i16)>)> = Vec::with_capacity(req.topics.len());
-    let mut offsets = Vec::new();
-    for t in req.topics {
-        let name = t.name.0.to_string();
-        let mut parts = Vec::with_capacity(t.partitions.len());
-        for p in t.partitions {
-            let metadata = p
-                .committed_metadata
-                .map(|m| m.to_string())
-                .unwrap_or_default();
-            let error = if !group_ok {
-                code(ResponseError::InvalidGroupId)
-            } else if image.partition(&name, p.partition_index).is_none() {
-                code(ResponseError::UnknownTopicOrPartition)
-            } else if metadata.len() > metadata_max {
-                code(ResponseError::OffsetMetadataTooLarge)
-            } else {
-                offsets.push((
-                    name.clone(),
-                    p.partition_index,
-                    p.committed_offset,
-                    p.committed_leader_epoch,
-                    metadata,
-                ));
-                PENDING
-            };
-            parts.push((p.partition_index, error));
-        }
-        answers.push((name, parts));
-    }
+    let topics = req.topics.into_iter().map(|t| {
+        let parts = t.partitions.into_iter().map(|p| PartitionCommit {
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: p.committed_leader_epoch,
+            metadata: p.committed_metadata.map(|m| m.to_string()),
+        });
+        (t.name.0.to_string(), parts.collect())
+    });
+    let (answers, offsets) = check_partitions(shard, &group_id, topics);
     let outcome = if offsets.is_empty() {
         NONE
     } else {

@@ -48,7 +48,7 @@ use super::state::{
     TxnAction, TxnConfig, Write,
 };
 use super::TRANSACTION_STATE_TOPIC;
-use crate::controller::{self, OpError, TopicSpec};
+use crate::controller::{self, OpError};
 use crate::errors::{code, NONE};
 use crate::group;
 use crate::server::{BrokerShard, Partition};
@@ -101,35 +101,13 @@ pub fn txn_config(shard: &BrokerShard) -> TxnConfig {
 
 /// Creates `__transaction_state` (compacted) if it does not exist yet.
 pub async fn ensure_topic(shard: &Rc<BrokerShard>) -> Result<(), OpError> {
-    if shard.image().topic(TRANSACTION_STATE_TOPIC).is_some() {
-        return Ok(());
-    }
-    let spec = TopicSpec {
-        name: TRANSACTION_STATE_TOPIC.to_string(),
-        num_partitions: shard.config.transaction_state_log_num_partitions,
-        replication_factor: 1,
-        configs: BTreeMap::from([
-            ("cleanup.policy".to_string(), "compact".to_string()),
-            (
-                "segment.bytes".to_string(),
-                shard.config.transaction_state_log_segment_bytes.to_string(),
-            ),
-        ]),
-        assignments: Vec::new(),
-    };
-    let results = controller::call(shard, move |s| {
-        controller::create_topics(s, vec![spec], false)
-    })
-    .await?;
-    match results.into_iter().next() {
-        Some(Ok(_)) => Ok(()),
-        Some(Err(e)) if e.code == code(ResponseError::TopicAlreadyExists) => Ok(()),
-        Some(Err(e)) => Err(e),
-        None => Err(OpError::new(
-            ResponseError::UnknownServerError,
-            "the controller gave no answer",
-        )),
-    }
+    controller::ensure_internal_topic(
+        shard,
+        TRANSACTION_STATE_TOPIC,
+        shard.config.transaction_state_log_num_partitions,
+        shard.config.transaction_state_log_segment_bytes,
+    )
+    .await
 }
 
 /// The `__transaction_state` partition of `transactional_id`.
