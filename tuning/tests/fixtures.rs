@@ -1,0 +1,530 @@
+//! Each check against fixture trees of `/proc` and `/sys` content built in a temp dir: good,
+//! bad, and unreadable (missing, or a directory where a file should be — which defeats root's
+//! permission bypass). Also the table and JSON renderings.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use keel_tuning::{checks, report, run_all, Finding, Host, Limit, Needs, Rlimit, Status};
+
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        Fixture {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    fn file(&self, abs: &str, content: &str) -> &Fixture {
+        let path = self.path(abs);
+        fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        fs::write(path, content).expect("write");
+        self
+    }
+
+    /// A directory where the check expects a file: reading it fails even as root.
+    fn unreadable(&self, abs: &str) -> &Fixture {
+        fs::create_dir_all(self.path(abs)).expect("mkdir");
+        self
+    }
+
+    fn dir(&self, abs: &str) -> &Fixture {
+        fs::create_dir_all(self.path(abs)).expect("mkdir");
+        self
+    }
+
+    fn path(&self, abs: &str) -> PathBuf {
+        self.dir.path().join(abs.trim_start_matches('/'))
+    }
+
+    fn host(&self) -> Host {
+        Host::at(self.dir.path()).with_rlimits(None, None)
+    }
+
+    /// An NVMe data disk holding `/data`, partitioned, with the given queue knobs.
+    fn nvme(
+        &self,
+        scheduler: &str,
+        nomerges: &str,
+        rq_affinity: &str,
+        write_cache: &str,
+    ) -> &Fixture {
+        self.file(
+            "/proc/mounts",
+            "/dev/sda1 / ext4 rw 0 0\n/dev/nvme0n1p1 /data xfs rw,noatime 0 0\n",
+        )
+        .dir("/sys/block/sda/sda1")
+        .dir("/sys/block/nvme0n1/nvme0n1p1")
+        .file("/sys/block/nvme0n1/queue/rotational", "0\n")
+        .file("/sys/block/nvme0n1/queue/scheduler", scheduler)
+        .file("/sys/block/nvme0n1/queue/nomerges", nomerges)
+        .file("/sys/block/nvme0n1/queue/rq_affinity", rq_affinity)
+        .file("/sys/block/nvme0n1/queue/write_cache", write_cache)
+    }
+}
+
+fn needs() -> Needs {
+    Needs {
+        data_dir: PathBuf::from("/data/keel"),
+        shards: 4,
+        partitions: 1000,
+        io_memory_bytes: Needs::IO_MEMORY_BYTES_DEFAULT,
+    }
+}
+
+fn find<'a>(findings: &'a [Finding], check: &str) -> &'a Finding {
+    findings
+        .iter()
+        .find(|f| f.check == check)
+        .unwrap_or_else(|| panic!("no {check} in {findings:?}"))
+}
+
+fn assert_unknown(f: &Finding) {
+    assert_eq!(f.status, Status::Unknown, "{f:?}");
+    assert!(!f.current.is_empty() && !f.fix.is_empty(), "{f:?}");
+}
+
+#[test]
+fn governor_good_bad_unreadable() {
+    let good = Fixture::new();
+    good.file(
+        "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor",
+        "performance\n",
+    )
+    .file(
+        "/sys/devices/system/cpu/cpu1/cpufreq/scaling_governor",
+        "performance\n",
+    )
+    .dir("/sys/devices/system/cpu/cpufreq")
+    .dir("/sys/devices/system/cpu/cpuidle");
+    let f = checks::governor(&good.host());
+    assert_eq!(
+        (f.status, f.current.as_str(), f.fix.as_str()),
+        (Status::Ok, "performance", "")
+    );
+
+    let bad = Fixture::new();
+    bad.file(
+        "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor",
+        "performance\n",
+    )
+    .file(
+        "/sys/devices/system/cpu/cpu1/cpufreq/scaling_governor",
+        "powersave\n",
+    );
+    let f = checks::governor(&bad.host());
+    assert_eq!(f.status, Status::Warn);
+    assert!(f.current.contains("powersave (1/2 cpus)"), "{f:?}");
+    assert!(f.fix.contains("cpupower frequency-set -g performance"));
+
+    let unreadable = Fixture::new();
+    unreadable.unreadable("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor");
+    assert_unknown(&checks::governor(&unreadable.host()));
+    assert_unknown(&checks::governor(&Fixture::new().host()));
+}
+
+#[test]
+fn disk_queue_good() {
+    let fx = Fixture::new();
+    fx.nvme(
+        "[none] mq-deadline kyber\n",
+        "2\n",
+        "2\n",
+        "write through\n",
+    );
+    let findings = run_all(&fx.host(), &needs());
+    for check in [
+        "disk.scheduler",
+        "disk.nomerges",
+        "disk.rq_affinity",
+        "disk.write_cache",
+    ] {
+        assert_eq!(
+            find(&findings, check).status,
+            Status::Ok,
+            "{:?}",
+            find(&findings, check)
+        );
+    }
+    assert_eq!(find(&findings, "disk.scheduler").current, "none");
+    assert!(find(&findings, "disk.scheduler")
+        .recommended
+        .contains("nvme0n1, NVMe"));
+}
+
+#[test]
+fn disk_queue_bad() {
+    let fx = Fixture::new();
+    fx.nvme("none [mq-deadline] kyber\n", "0\n", "1\n", "write back\n");
+    let findings = run_all(&fx.host(), &needs());
+    let sched = find(&findings, "disk.scheduler");
+    assert_eq!(
+        (sched.status, sched.current.as_str()),
+        (Status::Warn, "mq-deadline")
+    );
+    assert!(
+        sched
+            .fix
+            .contains("echo none > /sys/block/nvme0n1/queue/scheduler"),
+        "{sched:?}"
+    );
+    let merges = find(&findings, "disk.nomerges");
+    assert_eq!(
+        (merges.status, merges.current.as_str()),
+        (Status::Warn, "0")
+    );
+    assert!(merges
+        .fix
+        .contains("echo 2 > /sys/block/nvme0n1/queue/nomerges"));
+    assert_eq!(find(&findings, "disk.rq_affinity").status, Status::Warn);
+    let cache = find(&findings, "disk.write_cache");
+    assert_eq!(
+        (cache.status, cache.current.as_str()),
+        (Status::Warn, "write back")
+    );
+    assert!(cache.fix.contains("power-loss protection"));
+}
+
+#[test]
+fn disk_queue_unreadable() {
+    // Knobs unreadable or garbage.
+    let fx = Fixture::new();
+    fx.nvme("", "lots\n", "", "");
+    fs::remove_file(fx.path("/sys/block/nvme0n1/queue/rq_affinity")).expect("rm");
+    fx.unreadable("/sys/block/nvme0n1/queue/rq_affinity");
+    fs::remove_file(fx.path("/sys/block/nvme0n1/queue/write_cache")).expect("rm");
+    fs::remove_file(fx.path("/sys/block/nvme0n1/queue/scheduler")).expect("rm");
+    let findings = run_all(&fx.host(), &needs());
+    for check in [
+        "disk.scheduler",
+        "disk.nomerges",
+        "disk.rq_affinity",
+        "disk.write_cache",
+    ] {
+        assert_unknown(find(&findings, check));
+    }
+    // The data dir on a mount with no block device (a container's overlay).
+    let overlay = Fixture::new();
+    overlay.file("/proc/mounts", "overlay / overlay rw 0 0\n");
+    let findings = run_all(&overlay.host(), &needs());
+    let sched = find(&findings, "disk.scheduler");
+    assert_unknown(sched);
+    assert!(sched.current.contains("not a block device"), "{sched:?}");
+}
+
+#[test]
+fn whole_disk_mount_and_spinning_disk() {
+    let fx = Fixture::new();
+    fx.file("/proc/mounts", "/dev/sdb /data ext4 rw 0 0\n")
+        .file("/sys/block/sdb/queue/rotational", "1\n")
+        .file("/sys/block/sdb/queue/scheduler", "[mq-deadline] none\n");
+    let f = &run_all(&fx.host(), &needs())[1];
+    assert_eq!((f.check, f.status), ("disk.scheduler", Status::Ok), "{f:?}");
+    assert!(f.recommended.starts_with("mq-deadline"));
+}
+
+fn one_file_check(path: &str, good: &str, bad: &str, check: fn(&Host) -> Finding, bad_fix: &str) {
+    let fx = Fixture::new();
+    fx.file(path, good);
+    let f = check(&fx.host());
+    assert_eq!(f.status, Status::Ok, "{f:?}");
+    let fx = Fixture::new();
+    fx.file(path, bad);
+    let f = check(&fx.host());
+    assert_eq!(f.status, Status::Warn, "{f:?}");
+    assert!(f.fix.contains(bad_fix), "{f:?}");
+    let fx = Fixture::new();
+    fx.unreadable(path);
+    assert_unknown(&check(&fx.host()));
+    assert_unknown(&check(&Fixture::new().host()));
+}
+
+#[test]
+fn swappiness_good_bad_unreadable() {
+    one_file_check(
+        "/proc/sys/vm/swappiness",
+        "1\n",
+        "60\n",
+        checks::swappiness,
+        "vm.swappiness=1",
+    );
+    let fx = Fixture::new();
+    fx.file("/proc/sys/vm/swappiness", "sixty");
+    assert_unknown(&checks::swappiness(&fx.host()));
+}
+
+#[test]
+fn transparent_hugepages_good_bad_unreadable() {
+    const PATH: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+    one_file_check(
+        PATH,
+        "always [madvise] never\n",
+        "[always] madvise never\n",
+        checks::transparent_hugepages,
+        "echo madvise",
+    );
+    let fx = Fixture::new();
+    fx.file(PATH, "always madvise [never]\n");
+    assert_eq!(checks::transparent_hugepages(&fx.host()).current, "never");
+}
+
+#[test]
+fn clocksource_good_bad_unreadable() {
+    const DIR: &str = "/sys/devices/system/clocksource/clocksource0";
+    one_file_check(
+        &format!("{DIR}/current_clocksource"),
+        "tsc\n",
+        "hpet\n",
+        checks::clocksource,
+        "available_clocksource",
+    );
+    let fx = Fixture::new();
+    fx.file(&format!("{DIR}/current_clocksource"), "kvm-clock\n")
+        .file(
+            &format!("{DIR}/available_clocksource"),
+            "kvm-clock tsc acpi_pm\n",
+        );
+    let f = checks::clocksource(&fx.host());
+    assert_eq!((f.status, f.current.as_str()), (Status::Warn, "kvm-clock"));
+    assert!(f.fix.starts_with("echo tsc > "), "{f:?}");
+}
+
+#[test]
+fn aio_max_nr_good_bad_unreadable() {
+    const PATH: &str = "/proc/sys/fs/aio-max-nr";
+    let n = needs(); // 4 shards: 4 x 1024 + 4096 = 8192
+    let fx = Fixture::new();
+    fx.file(PATH, "8192\n");
+    let f = checks::aio_max_nr(&fx.host(), &n);
+    assert_eq!(f.status, Status::Ok, "{f:?}");
+    assert!(f.recommended.starts_with(">= 8192"));
+    let fx = Fixture::new();
+    fx.file(PATH, "8191\n");
+    let f = checks::aio_max_nr(&fx.host(), &n);
+    assert_eq!(f.status, Status::Fail, "{f:?}");
+    assert!(f.fix.contains("sysctl -w fs.aio-max-nr=8192"));
+    let fx = Fixture::new();
+    fx.unreadable(PATH);
+    assert_unknown(&checks::aio_max_nr(&fx.host(), &n));
+}
+
+fn limits(soft: Limit, hard: Limit) -> Option<Rlimit> {
+    Some(Rlimit { soft, hard })
+}
+
+#[test]
+fn memlock_levels() {
+    let n = needs(); // need 4 x 3 x 4 MiB = 48 MiB; floor 4 x 3 x 64 KiB = 768 KiB
+    let fx = Fixture::new();
+    let with = |m| checks::memlock(&Host::at(fx.dir.path()).with_rlimits(m, None), &n);
+    let mib = |v: u64| Limit::Finite(v << 20);
+    assert_eq!(
+        with(limits(Limit::Unlimited, Limit::Unlimited)).status,
+        Status::Ok
+    );
+    assert_eq!(with(limits(mib(48), mib(48))).status, Status::Ok);
+    let f = with(limits(mib(8), Limit::Unlimited));
+    assert_eq!(f.status, Status::Warn);
+    assert!(f.fix.contains("raises its soft limit"), "{f:?}");
+    let f = with(limits(mib(8), mib(8)));
+    assert_eq!(f.status, Status::Warn);
+    assert!(f.fix.contains("shrink io.memory.bytes"), "{f:?}");
+    let f = with(limits(Limit::Finite(65536), Limit::Finite(65536)));
+    assert_eq!(f.status, Status::Fail);
+    assert_eq!(f.current, "soft 65536 / hard 65536");
+    assert_unknown(&with(None));
+}
+
+#[test]
+fn nofile_levels() {
+    let n = needs(); // need 1000 x 8 + 16384 = 24384
+    let fx = Fixture::new();
+    let with = |l| checks::nofile(&Host::at(fx.dir.path()).with_rlimits(None, l), &n);
+    assert_eq!(
+        with(limits(Limit::Finite(24384), Limit::Finite(24384))).status,
+        Status::Ok
+    );
+    let f = with(limits(Limit::Finite(1024), Limit::Finite(1 << 20)));
+    assert_eq!(f.status, Status::Warn);
+    assert!(f.fix.contains("ulimit -n 24384"), "{f:?}");
+    let f = with(limits(Limit::Finite(1024), Limit::Finite(4096)));
+    assert_eq!(f.status, Status::Fail);
+    assert!(f.fix.contains("LimitNOFILE=24384"), "{f:?}");
+    assert_unknown(&with(None));
+}
+
+#[test]
+fn live_limits_are_read() {
+    let f = checks::nofile(&Host::at("/nonexistent"), &needs());
+    assert_ne!(
+        f.status,
+        Status::Unknown,
+        "getrlimit should work here: {f:?}"
+    );
+    assert!(f.current.starts_with("soft "));
+}
+
+#[test]
+fn filesystem_good_bad_unreadable() {
+    let fx = Fixture::new();
+    fx.file(
+        "/proc/mounts",
+        "/dev/sda1 / ext4 rw 0 0\n/dev/nvme0n1p1 /data xfs rw,noatime 0 0\n",
+    );
+    let f = checks::filesystem(&fx.host(), &needs());
+    assert_eq!(
+        (f.status, f.current.as_str()),
+        (Status::Ok, "xfs on /data (rw,noatime)")
+    );
+    // The longest matching mount point wins; /database is not under /data.
+    let fx = Fixture::new();
+    fx.file(
+        "/proc/mounts",
+        "/dev/sda1 / ext4 rw 0 0\n/dev/sdc1 /database btrfs rw 0 0\ntmpfs /data tmpfs rw 0 0\n",
+    );
+    let f = checks::filesystem(&fx.host(), &needs());
+    assert_eq!(f.status, Status::Warn, "{f:?}");
+    assert!(f.current.starts_with("tmpfs on /data"), "{f:?}");
+    assert!(f.fix.contains("xfs"));
+    let fx = Fixture::new();
+    fx.unreadable("/proc/mounts");
+    assert_unknown(&checks::filesystem(&fx.host(), &needs()));
+    assert_unknown(&checks::filesystem(&Fixture::new().host(), &needs()));
+}
+
+/// A fully tuned host: every check ok.
+fn good_host() -> Fixture {
+    let fx = Fixture::new();
+    fx.nvme("[none] mq-deadline\n", "2\n", "2\n", "write through\n")
+        .file(
+            "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor",
+            "performance\n",
+        )
+        .file("/proc/sys/vm/swappiness", "1\n")
+        .file(
+            "/sys/kernel/mm/transparent_hugepage/enabled",
+            "always [madvise] never\n",
+        )
+        .file(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+            "tsc\n",
+        )
+        .file("/proc/sys/fs/aio-max-nr", "1048576\n");
+    fx
+}
+
+const ALL_CHECKS: [&str; 12] = [
+    "cpu.governor",
+    "disk.scheduler",
+    "disk.nomerges",
+    "disk.rq_affinity",
+    "disk.write_cache",
+    "vm.swappiness",
+    "mm.transparent_hugepage",
+    "clocksource",
+    "fs.aio-max-nr",
+    "rlimit.memlock",
+    "rlimit.nofile",
+    "fs.type",
+];
+
+#[test]
+fn good_host_all_ok_and_table() {
+    let fx = good_host();
+    let unlimited = limits(Limit::Unlimited, Limit::Unlimited);
+    let host = Host::at(fx.dir.path()).with_rlimits(unlimited, unlimited);
+    let findings = run_all(&host, &needs());
+    let names: Vec<&str> = findings.iter().map(|f| f.check).collect();
+    assert_eq!(names, ALL_CHECKS);
+    assert!(
+        findings.iter().all(|f| f.status == Status::Ok),
+        "{findings:#?}"
+    );
+
+    let table = report::table(&findings);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 14, "{table}");
+    assert!(
+        lines[0].starts_with("CHECK") && lines[0].ends_with("FIX"),
+        "{table}"
+    );
+    // Columns line up: STATUS starts at the same offset on every row.
+    let status_at = lines[0].find("STATUS").expect("STATUS header");
+    for (line, f) in lines[1..13].iter().zip(&findings) {
+        assert!(line.starts_with(f.check), "{line}");
+        assert_eq!(&line[status_at..status_at + 2], "ok", "{line}");
+    }
+    assert_eq!(lines[13], "12 checks: 12 ok, 0 warn, 0 fail, 0 unknown");
+}
+
+#[test]
+fn empty_host_all_unknown_and_json() {
+    let fx = Fixture::new();
+    let findings = run_all(&fx.host(), &needs());
+    assert_eq!(findings.len(), ALL_CHECKS.len());
+    for f in &findings {
+        assert_unknown(f);
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&report::json(Path::new("/fixture"), &needs(), &findings))
+            .expect("valid JSON");
+    assert_eq!(json["root"], "/fixture");
+    assert_eq!(json["data_dir"], "/data/keel");
+    assert_eq!(json["shards"], 4);
+    let rows = json["checks"].as_array().expect("checks array");
+    assert_eq!(rows.len(), 12);
+    for (row, name) in rows.iter().zip(ALL_CHECKS) {
+        assert_eq!(row["check"], name);
+        assert_eq!(row["status"], "unknown");
+        for key in ["current", "recommended", "fix"] {
+            assert!(row[key].is_string(), "{row}");
+        }
+    }
+    assert!(report::table(&findings).ends_with("12 checks: 0 ok, 0 warn, 0 fail, 12 unknown\n"));
+}
+
+#[test]
+fn bad_host_json_statuses() {
+    let fx = Fixture::new();
+    fx.nvme("[kyber] none\n", "0\n", "1\n", "write back\n")
+        .file(
+            "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor",
+            "powersave\n",
+        )
+        .file("/proc/sys/vm/swappiness", "60\n")
+        .file(
+            "/sys/kernel/mm/transparent_hugepage/enabled",
+            "[always] madvise never\n",
+        )
+        .file(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+            "hpet\n",
+        )
+        .file("/proc/sys/fs/aio-max-nr", "1024\n");
+    let tiny = limits(Limit::Finite(1024), Limit::Finite(1024));
+    let host = Host::at(fx.dir.path()).with_rlimits(tiny, tiny);
+    let findings = run_all(&host, &needs());
+    let json: serde_json::Value =
+        serde_json::from_str(&report::json(host.root(), &needs(), &findings)).expect("valid JSON");
+    let status: Vec<&str> = json["checks"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|r| r["status"].as_str().expect("str"))
+        .collect();
+    assert_eq!(
+        status,
+        [
+            "warn", "warn", "warn", "warn", "warn", "warn", "warn", "warn", "fail", "fail", "fail",
+            "ok"
+        ]
+    );
+    for row in json["checks"].as_array().expect("array") {
+        if row["status"] != "ok" {
+            assert!(!row["fix"].as_str().expect("fix").is_empty(), "{row}");
+        }
+    }
+}
