@@ -86,6 +86,10 @@ pub struct Needs {
     pub partitions: u64,
     /// io_uring registered memory per shard (`io.memory.bytes`).
     pub io_memory_bytes: u64,
+    /// The ballast file (absolute, as seen from the host's root); `None`: `<data_dir>/ballast`.
+    pub ballast_path: Option<PathBuf>,
+    /// The least a ballast must hold on disk to count as headroom.
+    pub ballast_bytes_min: u64,
 }
 
 impl Needs {
@@ -93,4 +97,19 @@ impl Needs {
     pub const IO_MEMORY_BYTES_DEFAULT: u64 = 4 * 1024 * 1024;
     /// The partition count assumed when the operator does not say.
     pub const PARTITIONS_DEFAULT: u64 = 1000;
+    /// The ballast size wanted when the operator does not say: 1 GiB.
+    pub const BALLAST_BYTES_DEFAULT: u64 = 1 << 30;
+
+    /// Where the ballast file is (or should be).
+    pub fn ballast(&self) -> PathBuf {
+        self.ballast_path
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("ballast"))
+    }
+
+    /// The cores the shards are pinned to: the broker puts shard `i` on the `i`-th core it may
+    /// use, so on a host whose cores are all allowed these are `0..shards`.
+    pub fn shard_cores(&self) -> std::ops::Range<u64> {
+        0..self.shards
+    }
 }

@@ -3,6 +3,8 @@
 //! Tests root a `Host` at a fixture tree of `/proc` and `/sys` content.
 
 use std::fs;
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// A resource limit value.
@@ -144,6 +146,32 @@ impl Host {
         target.file_name().map(|n| n.to_string_lossy().into_owned())
     }
 
+    /// Replaces the content of an existing file with `value` and a newline, as `echo value >
+    /// file` does; never creates a file. The error is a short, printable reason (read-only
+    /// filesystem, permission denied, missing, or what the kernel refused).
+    pub fn write(&self, abs: impl AsRef<Path>, value: &str) -> Result<(), String> {
+        let abs = abs.as_ref();
+        let written = fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(self.path(abs))
+            .and_then(|mut f| f.write_all(format!("{value}\n").as_bytes()));
+        written.map_err(|e| format!("{}: {}", short_io_error(&e), abs.display()))
+    }
+
+    /// What a file occupies on disk: (bytes allocated, bytes long). A sparse file is long but
+    /// holds few blocks. `Ok(None)` when it does not exist; `Err` when it cannot be looked at
+    /// or is not a regular file.
+    pub fn file_size(&self, abs: impl AsRef<Path>) -> Result<Option<(u64, u64)>, String> {
+        let abs = abs.as_ref();
+        match fs::metadata(self.path(abs)) {
+            Ok(m) if m.is_file() => Ok(Some((m.blocks().saturating_mul(512), m.len()))),
+            Ok(_) => Err(format!("not a regular file: {}", abs.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: {}", short_io_error(&e), abs.display())),
+        }
+    }
+
     /// Soft and hard limit of `resource`, or `None` when it cannot be read.
     pub fn rlimit(&self, resource: Resource) -> Option<Rlimit> {
         match &self.rlimits {
@@ -179,6 +207,8 @@ fn short_io_error(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::NotFound => "missing".to_string(),
         std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        std::io::ErrorKind::ReadOnlyFilesystem => "read-only filesystem".to_string(),
+        _ if e.raw_os_error() == Some(libc::EPERM) => "operation not permitted".to_string(),
         _ => e.to_string(),
     }
 }

@@ -4,8 +4,10 @@
 //! Every check reads the machine through [`Host`], which is rooted at a directory (`/` on a live
 //! host, a fixture tree in tests). A check never fails and never panics: a knob that cannot be
 //! read (a VM, a container, a missing driver) is reported as [`Status::Unknown`] with the reason.
+//! Only [`apply`] writes, through the same [`Host`], and only when asked (`--apply`).
 //! Nothing here runs on a shard; `keel-tune` is a plain single-threaded binary.
 
+pub mod apply;
 pub mod check;
 pub mod checks;
 pub mod host;

@@ -1,22 +1,30 @@
 //! `keel-tune`: checks the host against what Keel wants and prints what to change.
-//! Read-only: it never changes the host. Exits 0 whatever it finds (unless `--strict` and a
-//! check fails), 2 on bad arguments.
+//! Read-only unless `--apply` (then it sets what it can, see `keel_tuning::apply`, and prints
+//! how to undo each change; `--dry-run` prints the same and writes nothing). Exits 0 whatever
+//! it finds or cannot change (unless `--strict` and a check fails), 2 on bad arguments.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use keel_tuning::apply::{self, Mode};
 use keel_tuning::{report, run_all, Host, Needs, Status};
 
 const USAGE: &str = "\
 keel-tune: check the host for Keel
 
 usage:
-  keel-tune [--data-dir DIR] [--shards N] [--partitions N] [--io-memory-bytes N] [--json] [--strict] [--root DIR]
+  keel-tune [--data-dir DIR] [--shards N] [--partitions N] [--io-memory-bytes N]
+            [--ballast PATH] [--ballast-bytes N] [--apply | --dry-run] [--json] [--strict] [--root DIR]
 
   --data-dir DIR          the broker's data dir (default ./keel-data); picks the disk and filesystem checked
   --shards N              shards the broker will run (default: CPUs available)
   --partitions N          partitions the broker will hold (default 1000)
   --io-memory-bytes N     io.memory.bytes per shard (default 4194304)
+  --ballast PATH          the ballast file (default DATA_DIR/ballast)
+  --ballast-bytes N       the ballast size wanted (default 1073741824)
+  --apply                 as root, set the CPU governor, nomerges, rq_affinity, swappiness, THP and
+                          fs.aio-max-nr; print each change and how to undo it (not persistent)
+  --dry-run               print what --apply would change, write nothing
   --json                  print JSON instead of a table
   --strict                exit 1 when a check fails
   --root DIR              read /proc and /sys under DIR instead of / (fixtures; limits stay this process's)
@@ -27,6 +35,7 @@ struct Args {
     needs: Needs,
     json: bool,
     strict: bool,
+    mode: Option<Mode>,
 }
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
@@ -38,9 +47,12 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
             shards: shards_default,
             partitions: Needs::PARTITIONS_DEFAULT,
             io_memory_bytes: Needs::IO_MEMORY_BYTES_DEFAULT,
+            ballast_path: None,
+            ballast_bytes_min: Needs::BALLAST_BYTES_DEFAULT,
         },
         json: false,
         strict: false,
+        mode: None,
     };
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
@@ -56,6 +68,10 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         match flag.as_str() {
             "--json" => args.json = true,
             "--strict" => args.strict = true,
+            "--apply" => args.mode = args.mode.or(Some(Mode::Apply)),
+            "--dry-run" => args.mode = Some(Mode::DryRun),
+            "--ballast" => args.needs.ballast_path = Some(PathBuf::from(value()?)),
+            "--ballast-bytes" => args.needs.ballast_bytes_min = number(value()?)?,
             "--root" => args.root = PathBuf::from(value()?),
             "--data-dir" => args.needs.data_dir = PathBuf::from(value()?),
             "--shards" => args.needs.shards = number(value()?)?.max(1),
@@ -93,6 +109,31 @@ fn absolute_data_dir(root: &Path, dir: &Path) -> PathBuf {
         .unwrap_or(abs)
 }
 
+/// What `--apply` / `--dry-run` did, then what it never changes and why.
+fn render_changes(mode: Mode, changes: &[apply::Change]) -> String {
+    let mut out = String::new();
+    match mode {
+        Mode::DryRun => out.push_str("dry run: nothing is written\n"),
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        Mode::Apply if unsafe { libc::geteuid() } != 0 => {
+            out.push_str("not root: most writes will be refused\n")
+        }
+        Mode::Apply => {}
+    }
+    if changes.is_empty() {
+        out.push_str("nothing to change\n");
+    }
+    for change in changes {
+        out.push_str(&change.render());
+        out.push('\n');
+    }
+    for (check, why) in apply::never_changed() {
+        out.push_str(&format!("{check}: not changed automatically: {why}\n"));
+    }
+    out.push('\n');
+    out
+}
+
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.iter().any(|a| a == "--help" || a == "-h") {
@@ -107,11 +148,23 @@ fn main() -> ExitCode {
         }
     };
     args.needs.data_dir = absolute_data_dir(&args.root, &args.needs.data_dir);
+    args.needs.ballast_path = args
+        .needs
+        .ballast_path
+        .take()
+        .map(|p| absolute_data_dir(&args.root, &p));
     let host = Host::at(&args.root);
+    let changes = args.mode.map(|mode| apply::run(&host, &args.needs, mode));
     let findings = run_all(&host, &args.needs);
     if args.json {
-        println!("{}", report::json(host.root(), &args.needs, &findings));
+        println!(
+            "{}",
+            report::json_with_changes(host.root(), &args.needs, &findings, changes.as_deref())
+        );
     } else {
+        if let (Some(mode), Some(changes)) = (args.mode, &changes) {
+            print!("{}", render_changes(mode, changes));
+        }
         println!(
             "data dir {} · {} shards · {} partitions",
             args.needs.data_dir.display(),

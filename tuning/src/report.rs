@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::apply::Change;
 use crate::check::{Finding, Needs, Status};
 
 const HEADERS: [&str; 5] = ["CHECK", "CURRENT", "RECOMMENDED", "STATUS", "FIX"];
@@ -64,16 +65,30 @@ struct JsonReport<'a> {
     shards: u64,
     partitions: u64,
     checks: &'a [Finding],
+    /// What `--apply` or `--dry-run` did; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changes: Option<&'a [Change]>,
 }
 
 /// The findings with what they were measured against, as pretty JSON.
 pub fn json(root: &std::path::Path, needs: &Needs, findings: &[Finding]) -> String {
+    json_with_changes(root, needs, findings, None)
+}
+
+/// [`json`] with what `--apply` or `--dry-run` did.
+pub fn json_with_changes(
+    root: &std::path::Path,
+    needs: &Needs,
+    findings: &[Finding],
+    changes: Option<&[Change]>,
+) -> String {
     let report = JsonReport {
         root: root.display().to_string(),
         data_dir: needs.data_dir.display().to_string(),
         shards: needs.shards,
         partitions: needs.partitions,
         checks: findings,
+        changes,
     };
     // Serializing plain strings and integers cannot fail.
     serde_json::to_string_pretty(&report).unwrap_or_default()

@@ -2,8 +2,10 @@
 
 use std::process::Command;
 
-const ALL_CHECKS: [&str; 12] = [
+const ALL_CHECKS: [&str; 16] = [
     "cpu.governor",
+    "irq.nvme",
+    "irq.nic",
     "disk.scheduler",
     "disk.nomerges",
     "disk.rq_affinity",
@@ -15,6 +17,8 @@ const ALL_CHECKS: [&str; 12] = [
     "rlimit.memlock",
     "rlimit.nofile",
     "fs.type",
+    "fs.mount_options",
+    "fs.ballast",
 ];
 
 fn keel_tune(args: &[&str]) -> (i32, String, String) {
@@ -40,7 +44,7 @@ fn live_host_table() {
             "{check} missing:\n{stdout}"
         );
     }
-    assert!(stdout.contains("12 checks: "), "{stdout}");
+    assert!(stdout.contains("16 checks: "), "{stdout}");
 }
 
 #[test]

@@ -40,6 +40,34 @@ impl Fixture {
         self.dir.path().join(abs.trim_start_matches('/'))
     }
 
+    /// `/proc/interrupts` lines (appended) and each IRQ's `smp_affinity_list`.
+    fn interrupts(&self, irqs: &[(u64, &str, &str)]) -> &Fixture {
+        let path = self.path("/proc/interrupts");
+        let mut content = fs::read_to_string(&path)
+            .unwrap_or_else(|_| "           CPU0       CPU1       CPU2       CPU3\n".to_string());
+        for (irq, name, cpus) in irqs {
+            content.push_str(&format!(
+                "{irq:>4}:  10  0  0  0  PCI-MSIX-0000:00:04.0  1-edge  {name}\n"
+            ));
+            self.file(
+                &format!("/proc/irq/{irq}/smp_affinity_list"),
+                &format!("{cpus}\n"),
+            );
+        }
+        content.push_str(" NMI:   0   0   0   0   Non-maskable interrupts\n");
+        self.file("/proc/interrupts", &content)
+    }
+
+    /// A ballast of `bytes` written out (allocated, not sparse).
+    fn ballast(&self, abs: &str, bytes: u64) -> &Fixture {
+        let len = usize::try_from(bytes).expect("small");
+        self.file(abs, &"x".repeat(len));
+        fs::File::open(self.path(abs))
+            .and_then(|f| f.sync_all())
+            .expect("sync");
+        self
+    }
+
     fn host(&self) -> Host {
         Host::at(self.dir.path()).with_rlimits(None, None)
     }
@@ -72,8 +100,13 @@ fn needs() -> Needs {
         shards: 4,
         partitions: 1000,
         io_memory_bytes: Needs::IO_MEMORY_BYTES_DEFAULT,
+        ballast_path: None,
+        ballast_bytes_min: BALLAST_BYTES,
     }
 }
+
+/// Small, so fixtures hold a real (not sparse) ballast.
+const BALLAST_BYTES: u64 = 64 * 1024;
 
 fn find<'a>(findings: &'a [Finding], check: &str) -> &'a Finding {
     findings
@@ -221,7 +254,8 @@ fn whole_disk_mount_and_spinning_disk() {
     fx.file("/proc/mounts", "/dev/sdb /data ext4 rw 0 0\n")
         .file("/sys/block/sdb/queue/rotational", "1\n")
         .file("/sys/block/sdb/queue/scheduler", "[mq-deadline] none\n");
-    let f = &run_all(&fx.host(), &needs())[1];
+    let findings = run_all(&fx.host(), &needs());
+    let f = find(&findings, "disk.scheduler");
     assert_eq!((f.check, f.status), ("disk.scheduler", Status::Ok), "{f:?}");
     assert!(f.recommended.starts_with("mq-deadline"));
 }
@@ -412,12 +446,22 @@ fn good_host() -> Fixture {
             "/sys/devices/system/clocksource/clocksource0/current_clocksource",
             "tsc\n",
         )
-        .file("/proc/sys/fs/aio-max-nr", "1048576\n");
+        .file("/proc/sys/fs/aio-max-nr", "1048576\n")
+        .interrupts(&[
+            (40, "nvme0q0", "0"),
+            (41, "nvme0q1", "1"),
+            (42, "nvme0q2", "2-3"),
+            (50, "virtio2-input.0", "2"),
+            (51, "virtio2-output.0", "3"),
+        ])
+        .ballast("/data/keel/ballast", 2 * BALLAST_BYTES);
     fx
 }
 
-const ALL_CHECKS: [&str; 12] = [
+const ALL_CHECKS: [&str; 16] = [
     "cpu.governor",
+    "irq.nvme",
+    "irq.nic",
     "disk.scheduler",
     "disk.nomerges",
     "disk.rq_affinity",
@@ -429,6 +473,8 @@ const ALL_CHECKS: [&str; 12] = [
     "rlimit.memlock",
     "rlimit.nofile",
     "fs.type",
+    "fs.mount_options",
+    "fs.ballast",
 ];
 
 #[test]
@@ -446,18 +492,18 @@ fn good_host_all_ok_and_table() {
 
     let table = report::table(&findings);
     let lines: Vec<&str> = table.lines().collect();
-    assert_eq!(lines.len(), 14, "{table}");
+    assert_eq!(lines.len(), 18, "{table}");
     assert!(
         lines[0].starts_with("CHECK") && lines[0].ends_with("FIX"),
         "{table}"
     );
     // Columns line up: STATUS starts at the same offset on every row.
     let status_at = lines[0].find("STATUS").expect("STATUS header");
-    for (line, f) in lines[1..13].iter().zip(&findings) {
+    for (line, f) in lines[1..17].iter().zip(&findings) {
         assert!(line.starts_with(f.check), "{line}");
         assert_eq!(&line[status_at..status_at + 2], "ok", "{line}");
     }
-    assert_eq!(lines[13], "12 checks: 12 ok, 0 warn, 0 fail, 0 unknown");
+    assert_eq!(lines[17], "16 checks: 16 ok, 0 warn, 0 fail, 0 unknown");
 }
 
 #[test]
@@ -475,7 +521,7 @@ fn empty_host_all_unknown_and_json() {
     assert_eq!(json["data_dir"], "/data/keel");
     assert_eq!(json["shards"], 4);
     let rows = json["checks"].as_array().expect("checks array");
-    assert_eq!(rows.len(), 12);
+    assert_eq!(rows.len(), 16);
     for (row, name) in rows.iter().zip(ALL_CHECKS) {
         assert_eq!(row["check"], name);
         assert_eq!(row["status"], "unknown");
@@ -483,7 +529,7 @@ fn empty_host_all_unknown_and_json() {
             assert!(row[key].is_string(), "{row}");
         }
     }
-    assert!(report::table(&findings).ends_with("12 checks: 0 ok, 0 warn, 0 fail, 12 unknown\n"));
+    assert!(report::table(&findings).ends_with("16 checks: 0 ok, 0 warn, 0 fail, 16 unknown\n"));
 }
 
 #[test]
@@ -503,7 +549,10 @@ fn bad_host_json_statuses() {
             "/sys/devices/system/clocksource/clocksource0/current_clocksource",
             "hpet\n",
         )
-        .file("/proc/sys/fs/aio-max-nr", "1024\n");
+        .file("/proc/sys/fs/aio-max-nr", "1024\n")
+        .interrupts(&[(40, "nvme0q1", "0-3"), (41, "nvme0q2", "0-3")])
+        .interrupts(&[(50, "eth0-TxRx-0", "0"), (51, "eth0-TxRx-1", "0")])
+        .dir("/data/keel");
     let tiny = limits(Limit::Finite(1024), Limit::Finite(1024));
     let host = Host::at(fx.dir.path()).with_rlimits(tiny, tiny);
     let findings = run_all(&host, &needs());
@@ -518,8 +567,8 @@ fn bad_host_json_statuses() {
     assert_eq!(
         status,
         [
-            "warn", "warn", "warn", "warn", "warn", "warn", "warn", "warn", "fail", "fail", "fail",
-            "ok"
+            "warn", "warn", "warn", "warn", "warn", "warn", "warn", "warn", "warn", "warn", "fail",
+            "fail", "fail", "ok", "ok", "warn"
         ]
     );
     for row in json["checks"].as_array().expect("array") {
@@ -527,4 +576,141 @@ fn bad_host_json_statuses() {
             assert!(!row["fix"].as_str().expect("fix").is_empty(), "{row}");
         }
     }
+}
+
+#[test]
+fn irq_affinity_good_bad_unreadable() {
+    let good = Fixture::new();
+    good.interrupts(&[
+        (40, "nvme0q0", "0"),
+        (41, "nvme0q1", "1"),
+        (50, "mlx5_comp0@pci:0000:00:08.0", "2"),
+        (51, "mlx5_comp1@pci:0000:00:08.0", "3"),
+    ]);
+    for f in [
+        checks::irq_nvme(&good.host(), &needs()),
+        checks::irq_nic(&good.host(), &needs()),
+    ] {
+        assert_eq!((f.status, f.fix.as_str()), (Status::Ok, ""), "{f:?}");
+        assert!(f.current.starts_with("2 queue IRQs"), "{f:?}");
+    }
+
+    // Unpinned: may fire on every shard core (0-3 of 4 shards).
+    let every = Fixture::new();
+    every.interrupts(&[(40, "nvme0q0", "0-7"), (41, "nvme0q1", "3")]);
+    let f = checks::irq_nvme(&every.host(), &needs());
+    assert_eq!(f.status, Status::Warn, "{f:?}");
+    assert!(
+        f.current
+            .contains("1 may fire on every shard core 0..3 (e.g. IRQ 40)"),
+        "{f:?}"
+    );
+    assert!(f.fix.contains("/proc/irq/40/smp_affinity_list"), "{f:?}");
+
+    // All queues on one core.
+    let one = Fixture::new();
+    one.interrupts(&[(50, "ens5-rx-0", "1"), (51, "ens5-tx-0", "1")]);
+    let f = checks::irq_nic(&one.host(), &needs());
+    assert_eq!(f.status, Status::Warn, "{f:?}");
+    assert!(f.current.contains("all on cpu 1"), "{f:?}");
+    // No NVMe queue there: unknown, as in a VM with a virtio disk.
+    assert_unknown(&checks::irq_nvme(&one.host(), &needs()));
+
+    // Named, but no readable affinity (a directory where the file should be).
+    let unreadable = Fixture::new();
+    unreadable.interrupts(&[(40, "nvme0q0", "0")]);
+    fs::remove_file(unreadable.path("/proc/irq/40/smp_affinity_list")).expect("rm");
+    unreadable.unreadable("/proc/irq/40/smp_affinity_list");
+    let f = checks::irq_nvme(&unreadable.host(), &needs());
+    assert_unknown(&f);
+    assert!(f.current.contains("no readable smp_affinity_list"), "{f:?}");
+    // No /proc/interrupts at all.
+    assert_unknown(&checks::irq_nic(&Fixture::new().host(), &needs()));
+    let dir = Fixture::new();
+    dir.unreadable("/proc/interrupts");
+    assert_unknown(&checks::irq_nic(&dir.host(), &needs()));
+}
+
+#[test]
+fn mount_options_good_bad_unreadable() {
+    let good = Fixture::new();
+    good.nvme("none", "2", "2", "write through");
+    let f = checks::mount_options(&good.host(), &needs());
+    assert_eq!(
+        (f.status, f.current.as_str()),
+        (Status::Ok, "rw,noatime on /data")
+    );
+
+    for options in ["rw,relatime", "rw"] {
+        let bad = Fixture::new();
+        bad.file(
+            "/proc/mounts",
+            &format!("/dev/nvme0n1 /data xfs {options} 0 0\n"),
+        );
+        let f = checks::mount_options(&bad.host(), &needs());
+        assert_eq!(f.status, Status::Warn, "{f:?}");
+        assert!(f.fix.starts_with("mount -o remount,noatime /data"), "{f:?}");
+    }
+
+    let unreadable = Fixture::new();
+    unreadable.unreadable("/proc/mounts");
+    assert_unknown(&checks::mount_options(&unreadable.host(), &needs()));
+    assert_unknown(&checks::mount_options(&Fixture::new().host(), &needs()));
+}
+
+#[test]
+fn ballast_good_bad_unreadable() {
+    let good = Fixture::new();
+    good.ballast("/data/keel/ballast", BALLAST_BYTES);
+    let f = checks::ballast(&good.host(), &needs());
+    assert_eq!(f.status, Status::Ok, "{f:?}");
+    assert!(f.current.ends_with("bytes allocated"), "{f:?}");
+
+    // `--ballast PATH` elsewhere; the default path is then not looked at.
+    let elsewhere = Fixture::new();
+    elsewhere.ballast("/var/keel-ballast", BALLAST_BYTES);
+    let mut custom = needs();
+    custom.ballast_path = Some(PathBuf::from("/var/keel-ballast"));
+    assert_eq!(
+        checks::ballast(&elsewhere.host(), &custom).status,
+        Status::Ok
+    );
+
+    // Missing: warn, and the fix is the fallocate command (1 GiB by default).
+    let missing = Fixture::new();
+    missing.dir("/data/keel");
+    let mut gib = needs();
+    gib.ballast_bytes_min = Needs::BALLAST_BYTES_DEFAULT;
+    let f = checks::ballast(&missing.host(), &gib);
+    assert_eq!((f.status, f.current.as_str()), (Status::Warn, "missing"));
+    assert_eq!(f.fix, "fallocate -l 1G /data/keel/ballast");
+
+    // Too small, and sparse: long enough but holding no blocks.
+    let small = Fixture::new();
+    small.ballast("/data/keel/ballast", 4096);
+    let f = checks::ballast(&small.host(), &needs());
+    assert_eq!(f.status, Status::Warn, "{f:?}");
+    assert_eq!(
+        f.fix,
+        "rm /data/keel/ballast && fallocate -l 65536 /data/keel/ballast"
+    );
+    let sparse = Fixture::new();
+    sparse.dir("/data/keel");
+    fs::File::create(sparse.path("/data/keel/ballast"))
+        .and_then(|f| f.set_len(BALLAST_BYTES * 16))
+        .expect("sparse file");
+    let f = checks::ballast(&sparse.host(), &needs());
+    assert_eq!(f.status, Status::Warn, "{f:?}");
+    assert!(f.current.contains("bytes long"), "{f:?}");
+
+    // A directory where the file should be: unknown. No data dir yet: unknown, says to make it.
+    let unreadable = Fixture::new();
+    unreadable.unreadable("/data/keel/ballast");
+    assert_unknown(&checks::ballast(&unreadable.host(), &needs()));
+    let f = checks::ballast(&Fixture::new().host(), &needs());
+    assert_unknown(&f);
+    assert!(
+        f.fix.starts_with("mkdir -p /data/keel && fallocate"),
+        "{f:?}"
+    );
 }

@@ -78,9 +78,14 @@ pub fn clocksource(host: &Host) -> Finding {
     Finding::new(CHECK, value, WANT, status, fix)
 }
 
+/// The `fs.aio-max-nr` the shards need, with the margin for the rest of the host.
+pub fn aio_need(needs: &Needs) -> u64 {
+    needs.shards * AIO_EVENTS_PER_SHARD + AIO_EVENTS_MARGIN
+}
+
 pub fn aio_max_nr(host: &Host, needs: &Needs) -> Finding {
     const CHECK: &str = "fs.aio-max-nr";
-    let need = needs.shards * AIO_EVENTS_PER_SHARD + AIO_EVENTS_MARGIN;
+    let need = aio_need(needs);
     let want = format!(
         ">= {need} ({} shards x {AIO_EVENTS_PER_SHARD} + {AIO_EVENTS_MARGIN})",
         needs.shards
