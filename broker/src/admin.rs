@@ -2,7 +2,8 @@
 //! shard's counters in Prometheus text format, gathered over the mesh, consumer group lag
 //! ([`crate::group::lag`]) and the metadata quorum's gauges; `GET /quorum` shows the quorum
 //! as JSON: voters, learners, leader, term, last log, committed and applied index, snapshot,
-//! and on the leader each member's lag. A tiny HTTP/1.1 reader: one request per connection,
+//! and on the leader each member's lag. Debug builds only: `GET /debug/block?ms=N` blocks
+//! shard 0's reactor for N ms (a test hook for the stall detector). A tiny HTTP/1.1 reader: one request per connection,
 //! head bounded to 8 KiB, anything else gets 404/400.
 
 use std::net::SocketAddr;
@@ -76,6 +77,7 @@ fn snapshot(shard: &BrokerShard) -> CountersSnapshot {
     let stats = glommio::executor().executor_stats();
     s.busy_s = stats.total_runtime().as_secs_f64();
     s.tasks_executed = stats.tasks_executed();
+    s.reactor_stalls = keel_shard::reactor_stalls();
     s
 }
 
@@ -113,6 +115,17 @@ async fn serve(shard: Rc<BrokerShard>, mut stream: TcpStream) {
                 None => "{}\n".to_string(),
             };
             let _ = respond(&mut stream, "200 OK", &body).await;
+        }
+        // Test hook, compiled into debug builds only: blocks this shard's reactor for `ms`
+        // milliseconds (at most 10 s) so that tests can see the stall detector fire.
+        #[cfg(debug_assertions)]
+        ("GET", p) if p.starts_with("/debug/block?ms=") => {
+            let ms: u64 = p["/debug/block?ms=".len()..]
+                .parse()
+                .unwrap_or(0)
+                .min(10_000);
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            let _ = respond(&mut stream, "200 OK", &format!("blocked {ms} ms\n")).await;
         }
         ("GET", _) => {
             let _ = respond(

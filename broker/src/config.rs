@@ -38,6 +38,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "metadata.log.snapshot.entries", default: "1000", doc: "snapshot the metadata image after this many Raft entries" },
     BrokerKey { name: "cluster.id", default: "keel-single-node", doc: "cluster id reported to clients" },
     BrokerKey { name: "io.memory.bytes", default: "4194304", doc: "io_uring registered memory per shard" },
+    BrokerKey { name: "reactor.stall.threshold.ms", default: "10", doc: "a task holding a shard's reactor this long past its task queue's budget is logged with a backtrace and counted (keel_reactor_stalls_total); 0 = off" },
     BrokerKey { name: "num.partitions", default: "1", doc: "partitions of an auto-created topic" },
     BrokerKey { name: "default.replication.factor", default: "1", doc: "replication factor of an auto-created topic" },
     BrokerKey { name: "auto.create.topics.enable", default: "true", doc: "create unknown topics on Metadata/Produce" },
@@ -274,6 +275,8 @@ pub struct BrokerConfig {
     pub metadata_snapshot_entries: u64,
     pub cluster_id: String,
     pub io_memory_bytes: usize,
+    /// Stall detector threshold past a task queue's budget; 0 = off.
+    pub reactor_stall_threshold_ms: u64,
     pub num_partitions: i32,
     pub default_replication_factor: i16,
     pub auto_create_topics_enable: bool,
@@ -388,6 +391,10 @@ impl BrokerConfig {
             )?,
             cluster_id: get("cluster.id"),
             io_memory_bytes: parse("io.memory.bytes", &get("io.memory.bytes"))?,
+            reactor_stall_threshold_ms: parse(
+                "reactor.stall.threshold.ms",
+                &get("reactor.stall.threshold.ms"),
+            )?,
             num_partitions: parse("num.partitions", &get("num.partitions"))?,
             default_replication_factor: parse(
                 "default.replication.factor",

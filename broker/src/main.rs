@@ -212,6 +212,8 @@ fn run() -> Result<()> {
     let mut runtime = RuntimeConfig {
         smp: config.smp,
         io_memory_bytes: config.io_memory_bytes,
+        stall_threshold: (config.reactor_stall_threshold_ms > 0)
+            .then(|| std::time::Duration::from_millis(config.reactor_stall_threshold_ms)),
         ..RuntimeConfig::default()
     };
     let shards = runtime.shard_count();

@@ -123,6 +123,8 @@ pub struct CountersSnapshot {
     /// Seconds the shard's executor spent running tasks and polling I/O (not parked).
     pub busy_s: f64,
     pub tasks_executed: u64,
+    /// Times the stall detector caught a task holding the reactor past its budget.
+    pub reactor_stalls: u64,
     pub produce_appends: u64,
     pub produce_append_s: f64,
     pub produce_commit_s: f64,
@@ -211,6 +213,12 @@ pub fn render(shards: &[CountersSnapshot]) -> String {
         "counter",
         "Tasks the shard's executor ran.",
         &|s| s.tasks_executed as f64,
+    );
+    family(
+        "keel_reactor_stalls_total",
+        "counter",
+        "Tasks that held the shard's reactor past their task queue's budget plus reactor.stall.threshold.ms.",
+        &|s| s.reactor_stalls as f64,
     );
     family(
         "keel_requests_unknown_api_total",

@@ -18,5 +18,7 @@ pub use event::Event;
 pub use listen::listen_reuseport;
 pub use mesh::{Job, Mesh, MeshCounters, Message, Reply};
 pub use placement::{shard_for_partition, ShardId};
-pub use runtime::{launch, memlock_limit, raise_memlock_limit, RuntimeConfig, ShardBoot};
+pub use runtime::{
+    launch, memlock_limit, raise_memlock_limit, reactor_stalls, RuntimeConfig, ShardBoot,
+};
 pub use shutdown::{install_signal_handlers, shutdown_requested};

@@ -5,9 +5,11 @@
 
 use std::future::Future;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use glommio::channels::channel_mesh::{MeshBuilder, Receivers};
-use glommio::{LocalExecutorBuilder, Placement};
+use glommio::{LocalExecutorBuilder, Placement, StallDetectionHandler, TaskQueueHandle};
 
 use crate::mesh::{Mesh, Message};
 use crate::ShardError;
@@ -23,6 +25,10 @@ pub struct RuntimeConfig {
     pub mesh_channel_capacity: usize,
     /// Pin executors to cores.
     pub pin: bool,
+    /// A task that keeps the reactor this long past its task queue's preemption budget is
+    /// logged (task queue, backtrace) and counted in [`reactor_stalls`]. `None` disables the
+    /// stall detector.
+    pub stall_threshold: Option<Duration>,
 }
 
 impl Default for RuntimeConfig {
@@ -32,6 +38,7 @@ impl Default for RuntimeConfig {
             io_memory_bytes: 4 << 20,
             mesh_channel_capacity: 1024,
             pin: true,
+            stall_threshold: Some(Duration::from_millis(10)),
         }
     }
 }
@@ -52,6 +59,53 @@ impl RuntimeConfig {
             Self::allowed_cores().len().max(1)
         }
     }
+}
+
+thread_local! {
+    // Const-initialised and without Drop: touching it from a signal handler allocates and
+    // registers nothing.
+    static STALLS: AtomicU64 = const { AtomicU64::new(0) };
+}
+
+/// Stalls the stall detector has seen on the calling shard (0 off a shard thread or with the
+/// detector disabled).
+pub fn reactor_stalls() -> u64 {
+    STALLS.with(|s| s.load(Ordering::Relaxed))
+}
+
+/// glommio's stall detector arms a timer when a task queue starts running; if the queue is
+/// still running `threshold` past its preemption budget, the timer thread sends SIGUSR1 to
+/// the shard thread, whose handler captures a backtrace; when the queue yields, glommio logs
+/// (through `log`, which tracing-subscriber forwards) the task queue's name, its overage, the
+/// budget and the resolved backtrace. glommio's `StallDetection` is not exported, so
+/// `stall()` cannot be overridden here: the default logger is kept, and stalls are counted
+/// by a second SIGUSR1 handler ([`count_stalls`]) on the shard thread.
+#[derive(Debug)]
+struct StallThreshold(Duration);
+
+impl StallDetectionHandler for StallThreshold {
+    fn threshold(&self, _: TaskQueueHandle, _: Duration) -> Option<Duration> {
+        Some(self.0)
+    }
+}
+
+/// Registers (once per process) a SIGUSR1 handler that counts a stall on the thread it
+/// lands on. glommio's timer thread directs the signal at the stalled shard thread only.
+fn count_stalls() -> Result<(), ShardError> {
+    static ONCE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        // SAFETY: the action only does an atomic add on a const-initialised thread local,
+        // which is async-signal-safe.
+        unsafe {
+            signal_hook::low_level::register(libc::SIGUSR1, || {
+                let _ = STALLS.try_with(|s| s.fetch_add(1, Ordering::Relaxed));
+            })
+        }
+        .map(|_| ())
+        .map_err(|e| format!("stall detector: registering SIGUSR1: {e}"))
+    })
+    .clone()
+    .map_err(ShardError::Setup)
 }
 
 /// What each shard's start function receives.
@@ -139,9 +193,13 @@ where
         } else {
             Placement::Unbound
         };
-        let builder = LocalExecutorBuilder::new(placement)
+        let mut builder = LocalExecutorBuilder::new(placement)
             .name(&format!("keel-shard-{shard_id}"))
             .io_memory(config.io_memory_bytes);
+        if let Some(threshold) = config.stall_threshold {
+            count_stalls()?;
+            builder = builder.detect_stalls(Some(Box::new(StallThreshold(threshold))));
+        }
         let mesh_builder = mesh_builder.clone();
         let start = start.clone();
         let handle = builder

@@ -20,6 +20,7 @@ fn a_full_channel_applies_backpressure_and_loses_nothing() {
         io_memory_bytes: 65536,
         mesh_channel_capacity: 1,
         pin: false,
+        ..RuntimeConfig::default()
     };
     launch(&config, |boot: ShardBoot<State>| async move {
         let state = Rc::new(State::default());

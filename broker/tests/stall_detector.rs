@@ -1,0 +1,44 @@
+//! The reactor stall detector (`reactor.stall.threshold.ms`): a task that blocks a shard's
+//! reactor is logged with its task queue and a backtrace, and counted per shard. Uses the
+//! debug-build-only admin hook `/debug/block?ms=N`, which blocks shard 0's reactor.
+#![cfg(debug_assertions)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Broker;
+
+#[test]
+fn stall_detector_fires_on_a_blocking_task() {
+    let broker = Broker::start(&["--set", "reactor.stall.threshold.ms=20"]);
+    assert_eq!(
+        broker.metric_by_shard("keel_reactor_stalls_total"),
+        vec![0, 0]
+    );
+    // The threshold counts past the task queue's preemption budget (glommio's default
+    // 100 ms), so block well beyond both.
+    let body = broker.admin_get("/debug/block?ms=400");
+    assert!(body.contains("blocked 400 ms"), "{body}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let log = loop {
+        let log = broker.log_text();
+        if log.contains("stall-detector") || Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let line = log
+        .lines()
+        .find(|l| l.contains("stall-detector"))
+        .unwrap_or_else(|| panic!("no stall logged; log:\n{log}"));
+    assert!(line.contains("task queue"), "{line}");
+    assert!(line.contains("went over-budget"), "{line}");
+    // The backtrace runs through the blocking admin handler.
+    let trace = &log[log.find("stall-detector").unwrap()..];
+    assert!(trace.contains("Backtrace"), "{trace}");
+    assert!(trace.contains("keel::admin::serve"), "{trace}");
+    let stalls = broker.metric_by_shard("keel_reactor_stalls_total");
+    assert!(stalls[0] >= 1, "{stalls:?}");
+    assert_eq!(stalls[1], 0, "{stalls:?}");
+}
