@@ -611,6 +611,23 @@ where
     Fut: Future<Output = Result<R, i16>> + 'static,
 {
     let (p, target) = locate(shard, group)?;
+    on_shard(shard, target, p, work).await
+}
+
+/// Runs `work` on shard `target` with coordinator partition `p` (group or transaction
+/// coordinators): inline when that is this shard, else over the mesh;
+/// COORDINATOR_NOT_AVAILABLE if the mesh call fails.
+pub async fn on_shard<R, F, Fut>(
+    shard: &Rc<BrokerShard>,
+    target: usize,
+    p: i32,
+    work: F,
+) -> Result<R, i16>
+where
+    R: Send + 'static,
+    F: FnOnce(Rc<BrokerShard>, i32) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<R, i16>> + 'static,
+{
     if target == shard.id {
         return work(shard.clone(), p).await;
     }

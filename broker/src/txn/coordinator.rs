@@ -147,16 +147,7 @@ where
     Fut: Future<Output = Result<R, i16>> + 'static,
 {
     let (p, target) = locate(shard, transactional_id)?;
-    if target == shard.id {
-        return work(shard.clone(), p).await;
-    }
-    match shard.mesh.call(target, move |s| work(s, p)).await {
-        Ok(r) => r,
-        Err(e) => {
-            warn!(target, error = %e, "cross-shard transaction coordinator call failed");
-            Err(code(ResponseError::CoordinatorNotAvailable))
-        }
-    }
+    group::on_shard(shard, target, p, work).await
 }
 
 /// Runs `f` on partition `p`'s coordinator if it is loaded and this broker still leads `p`.
