@@ -2,7 +2,8 @@
 //! shard's counters in Prometheus text format, gathered over the mesh, consumer group lag
 //! ([`crate::group::lag`]) and the metadata quorum's gauges; `GET /quorum` shows the quorum
 //! as JSON: voters, learners, leader, term, last log, committed and applied index, snapshot,
-//! and on the leader each member's lag. Debug builds only: `GET /debug/block?ms=N` blocks
+//! and on the leader each member's lag. `GET /debug/stalls`: the last reactor stalls as JSON
+//! (see [`crate::stalls`]). Debug builds only: `GET /debug/block?ms=N` blocks
 //! shard 0's reactor for N ms (a test hook for the stall detector). A tiny HTTP/1.1 reader: one request per connection,
 //! head bounded to 8 KiB, anything else gets 404/400.
 
@@ -13,7 +14,7 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use tracing::{info, warn};
 
-use crate::metrics::{render, CountersSnapshot};
+use crate::metrics::{render, CountersSnapshot, PartitionSnapshot};
 use crate::server::BrokerShard;
 
 const HEAD_MAX: usize = 8192;
@@ -74,9 +75,31 @@ fn snapshot(shard: &BrokerShard) -> CountersSnapshot {
     s.tail_cache_bytes = cached as u64;
     s.tail_cache_evictions = evicted;
     s.segment_files_open = keel_storage::file_cache::stats().0 as u64;
-    let stats = glommio::executor().executor_stats();
-    s.busy_s = stats.total_runtime().as_secs_f64();
-    s.tasks_executed = stats.tasks_executed();
+    // SAFETY: gettid takes no arguments and cannot fail.
+    s.thread_id = unsafe { libc::syscall(libc::SYS_gettid) };
+    // procfs reads do not block.
+    s.thread_name = std::fs::read_to_string(format!("/proc/self/task/{}/comm", s.thread_id))
+        .map(|n| n.trim().to_string())
+        .unwrap_or_default();
+    s.partitions = shard
+        .all_partitions()
+        .iter()
+        .map(|p| {
+            let o = p.log.offsets();
+            PartitionSnapshot {
+                topic: p.topic.clone(),
+                partition: p.index,
+                log_start_offset: o.log_start_offset.0,
+                high_watermark: o.high_watermark.0,
+                log_end_offset: o.log_end_offset.0,
+                last_stable_offset: o.last_stable_offset.0,
+                size_bytes: p.log.size_bytes(),
+                segments: p.log.segment_count() as u64,
+            }
+        })
+        .collect();
+    s.partitions
+        .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
     s.reactor_stalls = keel_shard::reactor_stalls();
     s
 }
@@ -114,6 +137,10 @@ async fn serve(shard: Rc<BrokerShard>, mut stream: TcpStream) {
                 }
                 None => "{}\n".to_string(),
             };
+            let _ = respond(&mut stream, "200 OK", &body).await;
+        }
+        ("GET", "/debug/stalls") => {
+            let body = crate::stalls::to_json(&crate::stalls::recent()) + "\n";
             let _ = respond(&mut stream, "200 OK", &body).await;
         }
         // Test hook, compiled into debug builds only: blocks this shard's reactor for `ms`

@@ -37,7 +37,11 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "metadata.log.max.snapshot.interval.ms", default: "3600000", doc: "snapshot the metadata image at least this often when it changed" },
     BrokerKey { name: "metadata.log.snapshot.entries", default: "1000", doc: "snapshot the metadata image after this many Raft entries" },
     BrokerKey { name: "cluster.id", default: "keel-single-node", doc: "cluster id reported to clients" },
-    BrokerKey { name: "io.memory.bytes", default: "4194304", doc: "io_uring registered memory per shard" },
+    BrokerKey { name: "io.memory.bytes", default: "4194304", doc: "io_uring registered memory per shard (derived from io.properties.file unless set)" },
+    BrokerKey { name: "io.properties.file", default: "", doc: "the disk's measured properties, written by `keel-tune iotune`; empty = DATA_DIR/io-properties.toml when it exists; off = none" },
+    BrokerKey { name: "io.latency.goal.us", default: "100000", doc: "how long a shard runs tasks before it reaps I/O completions and switches task queues (glommio's preempt timer; derived from io.properties.file unless set)" },
+    BrokerKey { name: "log.write.buffer.bytes", default: "1048576", doc: "most bytes in one DMA write of a segment (derived from io.properties.file unless set)" },
+    BrokerKey { name: "log.write.inflight.shard.max", default: "0", doc: "segment writes a shard keeps in flight at once; 0 = no bound (derived from io.properties.file unless set)" },
     BrokerKey { name: "reactor.stall.threshold.ms", default: "10", doc: "a task holding a shard's reactor this long past its task queue's budget is logged with a backtrace and counted (keel_reactor_stalls_total); 0 = off" },
     BrokerKey { name: "num.partitions", default: "1", doc: "partitions of an auto-created topic" },
     BrokerKey { name: "default.replication.factor", default: "1", doc: "replication factor of an auto-created topic" },
@@ -277,6 +281,14 @@ pub struct BrokerConfig {
     pub io_memory_bytes: usize,
     /// Stall detector threshold past a task queue's budget; 0 = off.
     pub reactor_stall_threshold_ms: u64,
+    /// `io.properties.file` as given: empty = the data dir's `io-properties.toml` if present.
+    pub io_properties_file: String,
+    /// glommio's preempt timer on every shard (`io.latency.goal.us`).
+    pub io_latency_goal_us: u64,
+    /// Most bytes in one DMA write of a segment (`log.write.buffer.bytes`).
+    pub write_buffer_bytes: u64,
+    /// Segment writes in flight per shard; 0 = unbounded (`log.write.inflight.shard.max`).
+    pub write_inflight_shard_max: usize,
     pub num_partitions: i32,
     pub default_replication_factor: i16,
     pub auto_create_topics_enable: bool,
@@ -395,6 +407,13 @@ impl BrokerConfig {
                 "reactor.stall.threshold.ms",
                 &get("reactor.stall.threshold.ms"),
             )?,
+            io_properties_file: get("io.properties.file"),
+            io_latency_goal_us: parse("io.latency.goal.us", &get("io.latency.goal.us"))?,
+            write_buffer_bytes: parse("log.write.buffer.bytes", &get("log.write.buffer.bytes"))?,
+            write_inflight_shard_max: parse(
+                "log.write.inflight.shard.max",
+                &get("log.write.inflight.shard.max"),
+            )?,
             num_partitions: parse("num.partitions", &get("num.partitions"))?,
             default_replication_factor: parse(
                 "default.replication.factor",
@@ -485,6 +504,15 @@ impl BrokerConfig {
         };
         if cfg.num_partitions < 1 {
             bail!("num.partitions must be >= 1");
+        }
+        if !(100..=1_000_000).contains(&cfg.io_latency_goal_us) {
+            bail!("io.latency.goal.us must be between 100 and 1000000");
+        }
+        if !(4096..=64 << 20).contains(&cfg.write_buffer_bytes) {
+            bail!(
+                "log.write.buffer.bytes must be between 4096 and {}",
+                64 << 20
+            );
         }
         if parse::<i64>(
             "producer.id.expiration.ms",
@@ -622,7 +650,8 @@ impl BrokerConfig {
         if let Ok(v) = value("max.compaction.lag.ms").parse::<i64>() {
             c.max_compaction_lag_ms = v;
         }
-        // A broker setting only, as in Kafka: the same for every topic.
+        // Broker settings only: the same for every topic.
+        c.write_bytes_max = self.write_buffer_bytes;
         if let Some(Ok(v)) = self
             .values
             .get("producer.id.expiration.ms")

@@ -7,15 +7,18 @@
 //! On shutdown the reader stops at the next frame boundary; in-flight requests finish.
 
 use std::rc::Rc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::TcpStream;
 use glommio::task::JoinHandle;
+use kafka_protocol::messages::ApiKey;
 use tracing::{debug, warn};
 
 use crate::handlers;
+use crate::metrics::Stage;
 use crate::protocol::{check_frame_size, FrameError};
 use crate::server::BrokerShard;
 
@@ -30,6 +33,13 @@ pub enum Reply {
     FrameThenClose(Bytes),
 }
 
+/// A request in flight on the connection, in arrival order.
+struct Pending {
+    api: i16,
+    read_at: Instant,
+    task: JoinHandle<Reply>,
+}
+
 pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream) {
     let peer_addr = stream.peer_addr().ok();
     let peer = peer_addr.map(|a| a.to_string()).unwrap_or_default();
@@ -40,12 +50,12 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     shard.counters.connection_opened();
     let (mut reader, mut writer) = futures_lite::io::split(stream);
-    let (tx, rx) = local_channel::new_bounded::<JoinHandle<Reply>>(MAX_IN_FLIGHT);
+    let (tx, rx) = local_channel::new_bounded::<Pending>(MAX_IN_FLIGHT);
 
     let writer_shard = shard.clone();
     let writer_peer = peer.clone();
     let writer_task = glommio::spawn_local(async move {
-        while let Some(task) = rx.recv().await {
+        while let Some(Pending { api, read_at, task }) = rx.recv().await {
             let reply = match task.await {
                 Some(r) => r,
                 None => break,
@@ -61,11 +71,17 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream) {
             };
             if let Some(frame) = frame {
                 writer_shard.counters.add_bytes_out(frame.len());
+                let write_started = Instant::now();
                 if let Err(e) = writer.write_all(&frame).await {
                     debug!(peer = %writer_peer, error = %e, "write failed");
                     break;
                 }
+                let c = &writer_shard.counters;
+                c.record(api, Stage::ResponseWrite, write_started.elapsed());
             }
+            writer_shard
+                .counters
+                .record(api, Stage::Total, read_at.elapsed());
             if close {
                 break;
             }
@@ -104,15 +120,26 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream) {
             break;
         }
         shard.counters.add_bytes_in(size + 4);
+        let read_at = Instant::now();
         let frame = frame.freeze();
-        debug!(shard = shard.id, peer = %peer, api = i16::from_be_bytes([frame[0], frame[1]]), "request");
-        let task = glommio::spawn_local(handlers::handle_frame(
-            shard.clone(),
-            frame,
-            client_host.clone(),
-        ))
+        // handle_frame refuses a frame too short for an API key or with an unknown one; their
+        // timings are filed under -1, so hostile keys cannot grow the histogram map.
+        let api = frame
+            .get(..2)
+            .map(|k| i16::from_be_bytes([k[0], k[1]]))
+            .filter(|k| ApiKey::try_from(*k).is_ok())
+            .unwrap_or(-1);
+        debug!(shard = shard.id, peer = %peer, api, "request");
+        let task_shard = shard.clone();
+        let task_host = client_host.clone();
+        let task = glommio::spawn_local(async move {
+            task_shard
+                .counters
+                .record(api, Stage::QueueWait, read_at.elapsed());
+            handlers::handle_frame(task_shard, frame, task_host).await
+        })
         .detach();
-        if tx.send(task).await.is_err() {
+        if tx.send(Pending { api, read_at, task }).await.is_err() {
             break; // the writer stopped: the connection is closing
         }
     }

@@ -12,12 +12,16 @@ mod controller;
 mod errors;
 mod group;
 mod handlers;
+mod host_checks;
+mod io_sizing;
 mod metadata;
 mod metrics;
 mod notify;
+mod profile;
 mod protocol;
 mod route;
 mod server;
+mod stalls;
 mod txn;
 
 use std::sync::Arc;
@@ -37,6 +41,8 @@ const USAGE: &str = "\
 keel: a Kafka-compatible, thread-per-core streaming log broker
 
 usage: keel [serve] [OPTIONS]
+       keel topic|produce|consume|group|cluster ...   (admin CLI, see below)
+       keel profile [--duration 30s] [--admin HOST:PORT] [--out DIR]
 
 options:
   --listen HOST:PORT     Kafka listener (default 127.0.0.1:9092)
@@ -82,7 +88,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<BrokerConfig>> {
         };
         match name.as_str() {
             "--help" | "-h" => {
-                print!("{USAGE}\nsettings (default):\n");
+                print!("{USAGE}\n{}\nsettings (default):\n", keel_cli::HELP);
                 for k in BROKER_KEYS {
                     println!(
                         "  {:<28} {:<16} {}",
@@ -137,16 +143,39 @@ fn parse_args(args: Vec<String>) -> Result<Option<BrokerConfig>> {
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
+    if let Some(code) = client_command(std::env::args().skip(1).collect()) {
+        std::process::exit(code);
+    }
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    // The stall layer sees warnings whatever RUST_LOG says (glommio reports stalls as
+    // warnings); its own filter keeps everything below WARN from being built for it.
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter),
         )
-        .with_writer(std::io::stderr)
+        .with(stalls::StallLayer.with_filter(tracing_subscriber::filter::LevelFilter::WARN))
         .init();
     if let Err(e) = run() {
         eprintln!("keel: {e:#}");
         std::process::exit(2);
+    }
+}
+
+/// Subcommands that are clients of a broker rather than the broker: the admin CLI
+/// (`keel topic|produce|consume|group|cluster ...`, keel-cli) and `keel profile` (of a live
+/// broker's admin endpoint). They run without the broker's logging and limits; `None` for
+/// the broker's own arguments.
+fn client_command(args: Vec<String>) -> Option<i32> {
+    match args.first().map(String::as_str) {
+        Some("profile") => Some(profile::main(&args[1..])),
+        Some(command) if keel_cli::is_command(command) => Some(keel_cli::run(args)),
+        _ => None,
     }
 }
 
@@ -204,16 +233,24 @@ fn raise_nofile_limit() -> u64 {
 }
 
 fn run() -> Result<()> {
-    let Some(config) = parse_args(std::env::args().skip(1).collect())? else {
+    let Some(mut config) = parse_args(std::env::args().skip(1).collect())? else {
         return Ok(());
     };
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+    // The disk's measured properties (keel-tune iotune) size the I/O settings left unset.
+    let shard_count = RuntimeConfig {
+        smp: config.smp,
+        ..RuntimeConfig::default()
+    }
+    .shard_count();
+    io_sizing::configure(&mut config, shard_count)?;
     let mut runtime = RuntimeConfig {
         smp: config.smp,
         io_memory_bytes: config.io_memory_bytes,
         stall_threshold: (config.reactor_stall_threshold_ms > 0)
             .then(|| std::time::Duration::from_millis(config.reactor_stall_threshold_ms)),
+        preempt_timer: std::time::Duration::from_micros(config.io_latency_goal_us),
         ..RuntimeConfig::default()
     };
     let shards = runtime.shard_count();
@@ -250,6 +287,7 @@ fn run() -> Result<()> {
         open_files_limit = nofile,
         "RLIMIT_NOFILE (each partition keeps its active segment open; closed segments go through a per-shard cache of log.closed.segment.files.shard.max)"
     );
+    host_checks::log_findings(&config.data_dir, shards, runtime.io_memory_bytes);
     wait_for_port(config.listen, "listen")?;
     if let Some(admin) = config.admin {
         wait_for_port(admin, "admin")?;

@@ -1,7 +1,14 @@
 //! Per-shard counters: plain `Cell`s bumped on the shard's own thread, read by the admin
 //! endpoint through the mesh and summed there. No atomics on the hot path.
+//!
+//! Besides counters: request latency histograms by API and stage (fixed buckets, merged
+//! across shards when rendered), glommio's executor and task-queue run times (glommio hands
+//! out deltas and resets them; the shard accumulates them here), the shard's I/O queue depth
+//! (`keel_storage::io_depth`) and each owned partition's offsets and size.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
 
@@ -25,6 +32,87 @@ pub struct ShardCounters {
     /// Compaction passes: bytes read (segments cleaned) and time spent.
     pub compacted_bytes: Cell<u64>,
     pub compaction_ns: Cell<u64>,
+    /// Latency histograms by (API key, stage).
+    latency: RefCell<HashMap<(i16, Stage), Histogram>>,
+    /// glommio's run times, accumulated (glommio resets them on every read).
+    started: Instant,
+    busy_ns: Cell<u64>,
+    tasks: Cell<u64>,
+    /// Task queues by glommio index: name, run time, times selected.
+    queues: RefCell<BTreeMap<usize, QueueTotals>>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct QueueTotals {
+    name: String,
+    busy_ns: u64,
+    selected: u64,
+}
+
+/// Where a request's time goes. `Total` is the whole request, from its frame being read to
+/// its response being written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stage {
+    /// Frame read, until the request's task first runs.
+    QueueWait,
+    /// Round trip to the owner shard, less the work done there.
+    Hop,
+    /// Validating and appending batches to the log (owner shard, CPU).
+    Append,
+    /// Waiting for the append to be committed: written, and fdatasync'ed under
+    /// flush.policy=group.
+    Flush,
+    /// Writing the response to the socket.
+    ResponseWrite,
+    Total,
+}
+
+// No replication_wait stage: Keel does not replicate partition data yet (acks=all is
+// answered once the leader's log is committed), so there is no wait to measure.
+impl Stage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::QueueWait => "queue_wait",
+            Stage::Hop => "hop",
+            Stage::Append => "append",
+            Stage::Flush => "flush",
+            Stage::ResponseWrite => "response_write",
+            Stage::Total => "total",
+        }
+    }
+}
+
+/// Upper bounds of the latency buckets, in seconds (Prometheus `le`), 50 us to 10 s.
+pub const BUCKETS_S: [f64; 17] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+];
+
+/// A fixed-bucket latency histogram; `buckets[i]` counts samples in
+/// `(BUCKETS_S[i-1], BUCKETS_S[i]]`, the last slot those above every bound.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    pub buckets: [u64; BUCKETS_S.len() + 1],
+    pub count: u64,
+    pub sum_s: f64,
+}
+
+impl Histogram {
+    pub fn record(&mut self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = BUCKETS_S.partition_point(|&b| b < s);
+        self.buckets[i] += 1;
+        self.count += 1;
+        self.sum_s += s;
+    }
+
+    pub fn merge(&mut self, other: &Histogram) {
+        for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
+            *a += b;
+        }
+        self.count += other.count;
+        self.sum_s += other.sum_s;
+    }
 }
 
 impl Default for ShardCounters {
@@ -44,6 +132,11 @@ impl Default for ShardCounters {
             produce_commit_ns: Cell::new(0),
             compacted_bytes: Cell::new(0),
             compaction_ns: Cell::new(0),
+            latency: RefCell::new(HashMap::new()),
+            started: Instant::now(),
+            busy_ns: Cell::new(0),
+            tasks: Cell::new(0),
+            queues: RefCell::new(BTreeMap::new()),
         }
     }
 }
@@ -74,14 +167,82 @@ impl ShardCounters {
             .set(self.connections_open.get().saturating_sub(1));
     }
 
+    /// Records `d` for `api` (a raw API key) at `stage`.
+    pub fn record(&self, api: i16, stage: Stage, d: Duration) {
+        self.latency
+            .borrow_mut()
+            .entry((api, stage))
+            .or_default()
+            .record(d);
+    }
+
+    /// Names a task queue in the metrics (glommio's stats carry only its index).
+    pub fn name_queue(&self, handle: glommio::TaskQueueHandle, name: &str) {
+        self.queues
+            .borrow_mut()
+            .entry(handle.index())
+            .or_default()
+            .name = name.to_string();
+    }
+
+    /// Adds glommio's run times since the last call to the totals. Must run on the shard.
+    fn sample_executor(&self) {
+        let ex = glommio::executor();
+        let stats = ex.executor_stats();
+        bump(&self.busy_ns, stats.total_runtime().as_nanos() as u64);
+        bump(&self.tasks, stats.tasks_executed());
+        let mut queues = self.queues.borrow_mut();
+        for q in ex.all_task_queue_stats(Vec::new()) {
+            let t = queues.entry(q.index().index()).or_default();
+            if t.name.is_empty() {
+                t.name = if q.index().index() == 0 {
+                    "default".into()
+                } else {
+                    format!("tq{}", q.index().index())
+                };
+            }
+            t.busy_ns += q.runtime().as_nanos() as u64;
+            t.selected += q.queue_selected();
+        }
+    }
+
     pub fn note_compaction(&self, bytes_in: u64, elapsed: std::time::Duration) {
         bump(&self.compacted_bytes, bytes_in);
         bump(&self.compaction_ns, elapsed.as_nanos() as u64);
     }
 
     /// A `Send` copy of the counters, to carry to the shard that renders metrics.
+    /// Must run on the shard (it reads the shard's executor).
     pub fn snapshot(&self) -> CountersSnapshot {
+        self.sample_executor();
+        let uptime = self.started.elapsed().as_secs_f64();
+        let busy_s = self.busy_ns.get() as f64 / 1e9;
+        let io = keel_storage::io_depth::stats();
         CountersSnapshot {
+            busy_s,
+            idle_s: (uptime - busy_s).max(0.0),
+            tasks_executed: self.tasks.get(),
+            task_queues: self
+                .queues
+                .borrow()
+                .values()
+                .map(|q| TaskQueueSnapshot {
+                    name: q.name.clone(),
+                    busy_s: q.busy_ns as f64 / 1e9,
+                    idle_s: (uptime - q.busy_ns as f64 / 1e9).max(0.0),
+                    selected: q.selected,
+                })
+                .collect(),
+            latency: self
+                .latency
+                .borrow()
+                .iter()
+                .map(|(k, h)| (*k, h.clone()))
+                .collect(),
+            io_in_flight: io.in_flight,
+            io_depth_seconds: io.depth_seconds,
+            io_ops: io.ops,
+            io_latency_s: io.latency_seconds,
             requests: (0..API_SLOTS)
                 .filter_map(|i| {
                     let n = self.requests[i].get();
@@ -120,9 +281,22 @@ pub struct CountersSnapshot {
     pub cross_shard_hops: u64,
     pub cross_shard_jobs: u64,
     pub partitions_owned: u64,
-    /// Seconds the shard's executor spent running tasks and polling I/O (not parked).
+    /// Seconds the shard's executor spent running tasks and polling I/O (not parked), and
+    /// the rest of its uptime.
     pub busy_s: f64,
+    pub idle_s: f64,
     pub tasks_executed: u64,
+    pub task_queues: Vec<TaskQueueSnapshot>,
+    pub latency: Vec<((i16, Stage), Histogram)>,
+    /// The shard thread's kernel thread id (for `perf top -t`).
+    pub thread_id: i64,
+    /// The kernel's name of the thread (`keel-shard-N`).
+    pub thread_name: String,
+    pub io_in_flight: u64,
+    pub io_depth_seconds: f64,
+    pub io_ops: [u64; 3],
+    pub io_latency_s: [f64; 3],
+    pub partitions: Vec<PartitionSnapshot>,
     /// Times the stall detector caught a task holding the reactor past its budget.
     pub reactor_stalls: u64,
     pub produce_appends: u64,
@@ -135,6 +309,39 @@ pub struct CountersSnapshot {
     pub tail_cache_evictions: u64,
     /// Closed segment files open in the shard's file cache.
     pub segment_files_open: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct TaskQueueSnapshot {
+    pub name: String,
+    pub busy_s: f64,
+    pub idle_s: f64,
+    pub selected: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct PartitionSnapshot {
+    pub topic: String,
+    pub partition: i32,
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    pub log_end_offset: i64,
+    pub last_stable_offset: i64,
+    pub size_bytes: u64,
+    pub segments: u64,
+}
+
+/// A label value, escaped as the text format wants.
+pub fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn api_name(key: i16) -> String {
+    ApiKey::try_from(key)
+        .map(|k| format!("{k:?}"))
+        .unwrap_or_else(|_| key.to_string())
 }
 
 /// Renders every shard's counters in Prometheus text format.
@@ -286,31 +493,281 @@ pub fn render(shards: &[CountersSnapshot]) -> String {
     );
     for (i, s) in shards.iter().enumerate() {
         for (key, n) in &s.requests {
-            let api = ApiKey::try_from(*key)
-                .map(|k| format!("{k:?}"))
-                .unwrap_or_else(|_| key.to_string());
+            let api = api_name(*key);
             let _ = writeln!(
                 out,
                 "keel_requests_total{{shard=\"{i}\",api=\"{api}\"}} {n}"
             );
         }
     }
+    render_shard_details(&mut out, shards);
+    render_partitions(&mut out, shards);
+    render_latency(&mut out, shards);
     out
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// A family with one or more series per shard: `series` gives each series' labels after
+/// `shard` (empty, or starting with a comma) and its value.
+fn per_shard(
+    out: &mut String,
+    shards: &[CountersSnapshot],
+    (name, kind, help): (&str, &str, &str),
+    series: impl Fn(&CountersSnapshot) -> Vec<(String, f64)>,
+) {
+    use std::fmt::Write;
+    header(out, name, kind, help);
+    for (i, s) in shards.iter().enumerate() {
+        for (labels, value) in series(s) {
+            let _ = writeln!(out, "{name}{{shard=\"{i}\"{labels}}} {value}");
+        }
+    }
+}
+
+/// Idle time, thread ids, task queues and I/O depth, per shard.
+fn render_shard_details(out: &mut String, shards: &[CountersSnapshot]) {
+    let one = |v: f64| vec![(String::new(), v)];
+    let by_queue = |f: fn(&TaskQueueSnapshot) -> f64| {
+        move |s: &CountersSnapshot| {
+            s.task_queues
+                .iter()
+                .map(|q| (format!(",queue=\"{}\"", label(&q.name)), f(q)))
+                .collect()
+        }
+    };
+    let by_op = |f: fn(&CountersSnapshot, usize) -> f64| {
+        move |s: &CountersSnapshot| {
+            keel_storage::io_depth::KINDS
+                .iter()
+                .map(|(k, name)| (format!(",op=\"{name}\""), f(s, *k as usize)))
+                .collect()
+        }
+    };
+    per_shard(
+        out,
+        shards,
+        (
+            "keel_shard_idle_seconds_total",
+            "counter",
+            "Time the shard's executor was parked or spinning with nothing to run (its uptime less busy time).",
+        ),
+        |s| one(s.idle_s),
+    );
+    per_shard(
+        out,
+        shards,
+        (
+            "keel_shard_info",
+            "gauge",
+            "The shard's thread: its kernel thread id (perf top -t TID) and name.",
+        ),
+        |s| {
+            vec![(
+                format!(
+                    ",thread_id=\"{}\",thread_name=\"{}\"",
+                    s.thread_id,
+                    label(&s.thread_name)
+                ),
+                1.0,
+            )]
+        },
+    );
+    per_shard(
+        out,
+        shards,
+        (
+            "keel_task_queue_busy_seconds_total",
+            "counter",
+            "Time each glommio task queue of the shard ran tasks.",
+        ),
+        by_queue(|q| q.busy_s),
+    );
+    per_shard(
+        out,
+        shards,
+        (
+            "keel_task_queue_idle_seconds_total",
+            "counter",
+            "Time each glommio task queue of the shard did not run (the shard's uptime less the queue's busy time).",
+        ),
+        by_queue(|q| q.idle_s),
+    );
+    per_shard(
+        out,
+        shards,
+        (
+            "keel_task_queue_runs_total",
+            "counter",
+            "Times the shard's scheduler picked each task queue to run.",
+        ),
+        by_queue(|q| q.selected as f64),
+    );
+    per_shard(
+        out,
+        shards,
+        (
+            "keel_io_queue_depth",
+            "gauge",
+            "Log writes, fdatasyncs and reads the shard has in flight in io_uring now.",
+        ),
+        |s| one(s.io_in_flight as f64),
+    );
+    per_shard(
+        out,
+        shards,
+        (
+            "keel_io_queue_depth_seconds_total",
+            "counter",
+            "Integral of the shard's I/O queue depth over time: its rate is the mean depth.",
+        ),
+        |s| one(s.io_depth_seconds),
+    );
+    per_shard(
+        out,
+        shards,
+        (
+            "keel_io_operations_total",
+            "counter",
+            "Log I/Os the shard completed, by kind.",
+        ),
+        by_op(|s, k| s.io_ops[k] as f64),
+    );
+    per_shard(
+        out,
+        shards,
+        (
+            "keel_io_latency_seconds_total",
+            "counter",
+            "Summed latency of the log I/Os the shard completed, by kind.",
+        ),
+        by_op(|s, k| s.io_latency_s[k]),
+    );
+}
+
+/// Offsets and size of every partition a shard owns.
+fn render_partitions(out: &mut String, shards: &[CountersSnapshot]) {
+    use std::fmt::Write;
+    type Field = fn(&PartitionSnapshot) -> f64;
+    let families: [(&str, &str, Field); 6] = [
+        (
+            "keel_partition_log_start_offset",
+            "The partition's log start offset.",
+            |p| p.log_start_offset as f64,
+        ),
+        (
+            "keel_partition_high_watermark",
+            "The partition's high watermark.",
+            |p| p.high_watermark as f64,
+        ),
+        (
+            "keel_partition_log_end_offset",
+            "The partition's log end offset.",
+            |p| p.log_end_offset as f64,
+        ),
+        (
+            "keel_partition_last_stable_offset",
+            "The partition's last stable offset (read_committed consumers read up to it).",
+            |p| p.last_stable_offset as f64,
+        ),
+        (
+            "keel_partition_size_bytes",
+            "Bytes of the partition's segment files.",
+            |p| p.size_bytes as f64,
+        ),
+        (
+            "keel_partition_segments",
+            "Segments of the partition's log.",
+            |p| p.segments as f64,
+        ),
+    ];
+    for (name, help, field) in families {
+        header(out, name, "gauge", help);
+        for (i, s) in shards.iter().enumerate() {
+            for p in &s.partitions {
+                let _ = writeln!(
+                    out,
+                    "{name}{{topic=\"{}\",partition=\"{}\",shard=\"{i}\"}} {}",
+                    label(&p.topic),
+                    p.partition,
+                    field(p)
+                );
+            }
+        }
+    }
+}
+
+/// Latency histograms by API and stage, merged across shards.
+fn render_latency(out: &mut String, shards: &[CountersSnapshot]) {
+    use std::fmt::Write;
+    let mut merged: BTreeMap<(i16, Stage), Histogram> = BTreeMap::new();
+    for s in shards {
+        for (k, h) in &s.latency {
+            merged.entry(*k).or_default().merge(h);
+        }
+    }
+    let families = [
+        (
+            "keel_request_latency_seconds",
+            "Whole requests, from the frame read to the response written, by API.",
+            true,
+        ),
+        (
+            "keel_request_stage_seconds",
+            "Time requests spent in each stage (queue_wait, hop, append, flush, response_write), by API.",
+            false,
+        ),
+    ];
+    for (name, help, total) in families {
+        header(out, name, "histogram", help);
+        for ((api, stage), h) in &merged {
+            if (*stage == Stage::Total) != total {
+                continue;
+            }
+            let labels = if total {
+                format!("api=\"{}\"", api_name(*api))
+            } else {
+                format!("api=\"{}\",stage=\"{}\"", api_name(*api), stage.name())
+            };
+            let mut cumulative = 0;
+            for (i, bound) in BUCKETS_S.iter().enumerate() {
+                cumulative += h.buckets[i];
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+            }
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum_s);
+            let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Snapshots read the shard's executor, so the tests run on one.
+    fn on_executor<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move { f() })
+            .unwrap()
+            .join()
+            .unwrap()
+    }
+
     #[test]
     fn renders_per_shard_lines() {
-        let c = ShardCounters::default();
-        c.count_request(Some(ApiKey::Produce));
-        c.count_request(Some(ApiKey::Produce));
-        c.add_bytes_in(10);
-        let mut s = c.snapshot();
-        s.partitions_owned = 3;
-        let text = render(&[s, CountersSnapshot::default()]);
+        let text = on_executor(|| {
+            let c = ShardCounters::default();
+            c.count_request(Some(ApiKey::Produce));
+            c.count_request(Some(ApiKey::Produce));
+            c.add_bytes_in(10);
+            let mut s = c.snapshot();
+            s.partitions_owned = 3;
+            render(&[s, CountersSnapshot::default()])
+        });
         assert!(
             text.contains("keel_requests_total{shard=\"0\",api=\"Produce\"} 2"),
             "{text}"
@@ -318,5 +775,54 @@ mod tests {
         assert!(text.contains("keel_bytes_in_total{shard=\"0\"} 10"));
         assert!(text.contains("keel_partitions_owned{shard=\"0\"} 3"));
         assert!(text.contains("keel_partitions_owned{shard=\"1\"} 0"));
+        assert!(
+            text.contains("keel_task_queue_busy_seconds_total{shard=\"0\",queue=\"default\"}"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn histograms_bucket_merge_and_render_cumulatively() {
+        let mut h = Histogram::default();
+        h.record(Duration::from_micros(10)); // first bucket
+        h.record(Duration::from_micros(100)); // exactly on the 100 us bound
+        h.record(Duration::from_millis(3)); // (2.5 ms, 5 ms]
+        h.record(Duration::from_secs(60)); // above every bound
+        assert_eq!(h.buckets[0], 1);
+        assert_eq!(h.buckets[1], 1);
+        assert_eq!(h.buckets[6], 1);
+        assert_eq!(h.buckets[BUCKETS_S.len()], 1);
+        assert_eq!(h.count, 4);
+        let text = on_executor(move || {
+            let a = ShardCounters::default();
+            let b = ShardCounters::default();
+            a.record(0, Stage::Flush, Duration::from_millis(3));
+            b.record(0, Stage::Flush, Duration::from_millis(30));
+            b.record(0, Stage::Total, Duration::from_millis(40));
+            render(&[a.snapshot(), b.snapshot()])
+        });
+        let line = |needle: &str| {
+            text.lines()
+                .find(|l| l.starts_with(needle))
+                .unwrap_or_else(|| panic!("{needle} missing:\n{text}"))
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        let stage = "keel_request_stage_seconds_bucket{api=\"Produce\",stage=\"flush\",";
+        assert_eq!(line(&format!("{stage}le=\"0.0025\"}}")), "0");
+        assert_eq!(line(&format!("{stage}le=\"0.005\"}}")), "1");
+        assert_eq!(line(&format!("{stage}le=\"0.05\"}}")), "2");
+        assert_eq!(line(&format!("{stage}le=\"+Inf\"}}")), "2");
+        assert_eq!(
+            line("keel_request_stage_seconds_count{api=\"Produce\",stage=\"flush\"}"),
+            "2"
+        );
+        assert_eq!(
+            line("keel_request_latency_seconds_count{api=\"Produce\"}"),
+            "1"
+        );
+        assert!(!text.contains("stage=\"total\""), "{text}");
     }
 }

@@ -10,9 +10,13 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::rc::Rc;
 
+use std::time::Instant;
+
+use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
 
 use crate::errors::code;
+use crate::metrics::Stage;
 use crate::notify::join_all;
 use crate::server::BrokerShard;
 
@@ -25,8 +29,11 @@ pub struct Item<P> {
 
 /// Runs `work` on the owners of the items' partitions. `work` gets the owner shard and its
 /// items and must answer one result per item, in order. `fail(code)` builds the answer for
-/// an item that could not be routed.
+/// an item that could not be routed. Each trip to another shard is timed as `api`'s hop
+/// stage (the round trip less the work done on the owner); `None` for work that is not a
+/// client request.
 pub async fn on_owners<P, R, F, Fut>(
+    api: Option<ApiKey>,
     shard: &Rc<BrokerShard>,
     items: Vec<Item<P>>,
     fail: fn(i16) -> R,
@@ -64,8 +71,20 @@ where
             let answers = if target == shard.id {
                 work(shard.clone(), items).await
             } else {
-                match shard.mesh.call(target, move |s| work(s, items)).await {
-                    Ok(a) => a,
+                let sent = Instant::now();
+                let call = shard.mesh.call(target, move |s| async move {
+                    let started = Instant::now();
+                    let answers = work(s, items).await;
+                    (answers, started.elapsed())
+                });
+                match call.await {
+                    Ok((a, worked)) => {
+                        if let Some(api) = api {
+                            let hop = sent.elapsed().saturating_sub(worked);
+                            shard.counters.record(api as i16, Stage::Hop, hop);
+                        }
+                        a
+                    }
                     Err(e) => {
                         tracing::warn!(target, error = %e, "cross-shard call failed");
                         (0..n)

@@ -157,7 +157,7 @@ impl BrokerShard {
         self.partitions.borrow().values().map(HashMap::len).sum()
     }
 
-    fn all_partitions(&self) -> Vec<Rc<Partition>> {
+    pub fn all_partitions(&self) -> Vec<Rc<Partition>> {
         self.partitions
             .borrow()
             .values()
@@ -526,6 +526,7 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
     // Storage's per-shard limits: the tail caches' memory, the closed segments' open files.
     keel_storage::tail_budget::set_budget(config.tail_cache_shard_bytes);
     keel_storage::file_cache::set_capacity(config.closed_segment_files_shard_max);
+    keel_storage::write_slots::set_max(config.write_inflight_shard_max);
     mesh.serve(receivers, shard.clone(), 4096);
     glommio::spawn_local(shard.clone().ticker()).detach();
     // Retention deletes files in the background: a task queue with a tenth of the default
@@ -535,6 +536,7 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
         glommio::Latency::NotImportant,
         "retention",
     );
+    shard.counters.name_queue(background, "retention");
     match glommio::spawn_local_into(shard.clone().compaction(), background) {
         Ok(task) => {
             task.detach();

@@ -41,4 +41,29 @@ fn stall_detector_fires_on_a_blocking_task() {
     let stalls = broker.metric_by_shard("keel_reactor_stalls_total");
     assert!(stalls[0] >= 1, "{stalls:?}");
     assert_eq!(stalls[1], 0, "{stalls:?}");
+    // /debug/stalls keeps the report: shard 0, the default task queue, an overage of about
+    // 400 ms less the budget and the threshold, and the blocking handler's frame.
+    let body = broker.admin_get("/debug/stalls");
+    let json: serde_json::Value = serde_json::from_str(&body).expect(&body);
+    let kept = json["stalls"].as_array().expect(&body);
+    assert_eq!(kept.len(), 1, "{body}");
+    let s = &kept[0];
+    assert_eq!(s["shard"], 0, "{body}");
+    assert_eq!(s["queue"], "default", "{body}");
+    let overage = s["overage_ms"].as_f64().unwrap();
+    let budget = s["budget_ms"].as_f64().unwrap();
+    assert!(
+        budget > 0.0 && overage > 100.0 && overage + budget < 1000.0,
+        "{body}"
+    );
+    let frames: Vec<&str> = s["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    assert!(
+        frames.iter().any(|f| f.starts_with("broker/src/admin.rs:")),
+        "{body}"
+    );
 }

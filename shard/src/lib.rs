@@ -19,6 +19,7 @@ pub use listen::listen_reuseport;
 pub use mesh::{Job, Mesh, MeshCounters, Message, Reply};
 pub use placement::{shard_for_partition, ShardId};
 pub use runtime::{
-    launch, memlock_limit, raise_memlock_limit, reactor_stalls, RuntimeConfig, ShardBoot,
+    launch, memlock_limit, raise_memlock_limit, reactor_stalls, shard_of_thread_name,
+    RuntimeConfig, ShardBoot,
 };
 pub use shutdown::{install_signal_handlers, shutdown_requested};

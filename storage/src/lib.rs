@@ -17,6 +17,7 @@ mod error;
 pub mod file_cache;
 mod index;
 mod io;
+pub mod io_depth;
 mod log;
 mod producer_state;
 mod records;
@@ -25,6 +26,7 @@ mod segment;
 pub mod tail_budget;
 mod txn_index;
 mod types;
+pub mod write_slots;
 
 #[cfg(test)]
 mod producer_tests;

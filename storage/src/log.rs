@@ -36,6 +36,7 @@ use crate::index::{OffsetIndex, TimeIndex};
 use crate::io::{
     list_segments, open_log_file, prime_iopoll_probe, read_file, write_file, write_file_atomic,
 };
+use crate::io_depth::IoKind;
 use crate::producer_state::{BatchMetadata, Check, ProducerStateManager};
 use crate::records::{end_txn_marker, find_record};
 use crate::recovery::scan_segment;
@@ -48,8 +49,6 @@ use crate::types::{
 /// The log start offset moved by DeleteRecords (Kafka keeps it in
 /// `log-start-offset-checkpoint`; Keel keeps one file per partition).
 const LOG_START_FILE: &str = "log-start-offset";
-/// Most bytes handed to one `write_at` (bounds the DMA buffer of a flush).
-const WRITE_BYTES_MAX: u64 = 1024 * 1024;
 /// Bytes read per I/O when walking batch headers in a segment.
 const LOCATE_WINDOW_BYTES: u64 = 64 * 1024;
 
@@ -883,7 +882,7 @@ impl Log {
         let result = async {
             if let Some(file) = file {
                 file.truncate(size).await?;
-                file.fdatasync().await?;
+                crate::io_depth::track(IoKind::Sync, file.fdatasync()).await?;
             }
             let dir = &self.inner.dir;
             write_file(&segment_path(dir, base, "index"), index).await?;
@@ -957,7 +956,7 @@ impl Log {
             self.write_segment(base, target_size).await?;
             if sync || closed {
                 let file = self.segment_file(base)?;
-                file.fdatasync().await?;
+                crate::io_depth::track(IoKind::Sync, file.fdatasync()).await?;
                 if let Some(g) = self.inner.state.borrow_mut().segment_mut(base) {
                     g.synced = g.synced.max(target_size);
                 }
@@ -1042,18 +1041,21 @@ impl Log {
             if self.inner.inject_disk_full.get() {
                 return Err(StorageError::DiskFull("injected ENOSPC".into()));
             }
-            let n = job
-                .file
-                .write_at(job.buffer, job.block_start)
-                .await
-                .map_err(|e| {
-                    let e = std::io::Error::from(e);
-                    if is_enospc(&e) {
-                        StorageError::DiskFull(format!("writing segment {}: {e}", base.0))
-                    } else {
-                        StorageError::Io(e)
-                    }
-                })?;
+            // Bounded per shard (log.write.inflight.shard.max); held until the write completes.
+            let _slot = crate::write_slots::acquire().await;
+            let n = crate::io_depth::track(
+                IoKind::Write,
+                job.file.write_at(job.buffer, job.block_start),
+            )
+            .await
+            .map_err(|e| {
+                let e = std::io::Error::from(e);
+                if is_enospc(&e) {
+                    StorageError::DiskFull(format!("writing segment {}: {e}", base.0))
+                } else {
+                    StorageError::Io(e)
+                }
+            })?;
             if n != len {
                 return Err(StorageError::Io(std::io::Error::other(format!(
                     "short write to segment {}: {n} of {len} bytes",
@@ -1078,7 +1080,7 @@ impl Log {
         let mut data_len = 0u64;
         let mut chunks = 0usize;
         for chunk in &g.pending {
-            if chunks > 0 && (data_len + chunk.len() as u64 > WRITE_BYTES_MAX)
+            if chunks > 0 && (data_len + chunk.len() as u64 > s.config.write_bytes_max)
                 || g.written + data_len >= target_size
             {
                 break;
@@ -1132,7 +1134,7 @@ impl Log {
         };
         if let Some(file) = file {
             file.truncate(size).await?;
-            file.fdatasync().await?;
+            crate::io_depth::track(IoKind::Sync, file.fdatasync()).await?;
         }
         write_file(&segment_path(&self.inner.dir, base, "index"), index).await?;
         write_file(
@@ -1189,7 +1191,7 @@ impl Log {
             }
         };
         let want = (memory_from - pos) as usize;
-        let read = file.read_at(pos, want).await?;
+        let read = crate::io_depth::track(IoKind::Read, file.read_at(pos, want)).await?;
         if read.len() < want {
             return Err(StorageError::Io(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
@@ -1602,7 +1604,7 @@ async fn recover_segment(
             "truncating invalid tail of segment"
         );
         file.truncate(valid_end).await?;
-        file.fdatasync().await?;
+        crate::io_depth::track(IoKind::Sync, file.fdatasync()).await?;
     }
     seg.size = valid_end;
     seg.written = valid_end;

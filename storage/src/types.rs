@@ -56,6 +56,9 @@ impl FromStr for TimestampType {
     }
 }
 
+/// The default [`LogConfig::write_bytes_max`]: 1 MiB.
+pub const WRITE_BYTES_MAX_DEFAULT: u64 = 1024 * 1024;
+
 /// Per-topic log configuration (Kafka names in the field docs).
 #[derive(Clone, Debug)]
 pub struct LogConfig {
@@ -97,6 +100,9 @@ pub struct LogConfig {
     /// whose last batch's timestamp is at least this old, and with no open transaction, is
     /// forgotten (its next batch is accepted at any sequence).
     pub producer_id_expiration_ms: i64,
+    /// Most bytes handed to one DMA `write_at` of the `.log` (bounds a flush's DMA buffer; one
+    /// batch larger than this still goes in one write). The broker's `log.write.buffer.bytes`.
+    pub write_bytes_max: u64,
 }
 
 impl Default for LogConfig {
@@ -118,6 +124,7 @@ impl Default for LogConfig {
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
             producer_id_expiration_ms: 86_400_000,
+            write_bytes_max: WRITE_BYTES_MAX_DEFAULT,
         }
     }
 }

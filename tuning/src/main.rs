@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use keel_tuning::apply::{self, Mode};
-use keel_tuning::{report, run_all, Host, Needs, Status};
+use keel_tuning::{iotune, report, run_all, Host, Needs, Status};
 
 const USAGE: &str = "\
 keel-tune: check the host for Keel
@@ -28,6 +28,16 @@ usage:
   --json                  print JSON instead of a table
   --strict                exit 1 when a check fails
   --root DIR              read /proc and /sys under DIR instead of / (fixtures; limits stay this process's)
+
+  keel-tune iotune [--data-dir DIR] [--duration 10s] [--out FILE] [--file-bytes-max N]
+
+  measures the disk holding DIR (sequential write and read bandwidth, random 4 KiB read IOPS at
+  queue depths 1, 4, 16, 64, random write IOPS, fdatasync latency) with a probe file that it
+  removes, and writes the io-properties file `keel serve` sizes its I/O from
+  --data-dir DIR          the broker's data dir (default ./keel-data); the probe file goes there
+  --duration D            the whole run, split among the phases: 10s (default), 1500ms, 2m
+  --out FILE              where to write (default DATA_DIR/io-properties.toml, which keel serve reads)
+  --file-bytes-max N      cap on the probe file (default 1073741824; also at most 1/4 of free space)
 ";
 
 struct Args {
@@ -140,6 +150,9 @@ fn main() -> ExitCode {
         print!("{USAGE}");
         return ExitCode::SUCCESS;
     }
+    if argv.first().map(String::as_str) == Some("iotune") {
+        return iotune_main(&argv[1..]);
+    }
     let mut args = match parse_args(&argv) {
         Ok(args) => args,
         Err(e) => {
@@ -176,5 +189,64 @@ fn main() -> ExitCode {
     if args.strict && findings.iter().any(|f| f.status == Status::Fail) {
         return ExitCode::FAILURE;
     }
+    ExitCode::SUCCESS
+}
+
+/// `keel-tune iotune`: exits 0 with the file written, 1 when the disk could not be measured,
+/// 2 on bad arguments.
+fn iotune_main(argv: &[String]) -> ExitCode {
+    let bad = |e: String| {
+        eprintln!("keel-tune iotune: {e}\n\n{USAGE}");
+        ExitCode::from(2)
+    };
+    let mut data_dir = PathBuf::from("keel-data");
+    let mut duration = iotune::DURATION_DEFAULT;
+    let mut out: Option<PathBuf> = None;
+    let mut file_bytes_max = iotune::FILE_BYTES_MAX_DEFAULT;
+    let mut it = argv.iter();
+    while let Some(flag) = it.next() {
+        let Some(value) = it.next() else {
+            return bad(format!("{flag} needs a value (or is unknown)"));
+        };
+        match flag.as_str() {
+            "--data-dir" => data_dir = PathBuf::from(value),
+            "--out" => out = Some(PathBuf::from(value)),
+            "--duration" => match iotune::parse_duration(value) {
+                Ok(d) => duration = d,
+                Err(e) => return bad(e),
+            },
+            "--file-bytes-max" => match value.parse::<u64>() {
+                Ok(n) => file_bytes_max = n,
+                Err(_) => return bad(format!("--file-bytes-max: not a number: {value}")),
+            },
+            other => return bad(format!("unknown argument: {other}")),
+        }
+    }
+    let data_dir = absolute_data_dir(Path::new("/"), &data_dir);
+    let out = out.unwrap_or_else(|| data_dir.join(iotune::FILE_NAME));
+    eprintln!(
+        "keel-tune iotune: measuring the disk under {} for about {:.1}s",
+        data_dir.display(),
+        duration.as_secs_f64()
+    );
+    let options = iotune::Options {
+        data_dir,
+        duration,
+        file_bytes_max,
+    };
+    let props = match iotune::run(&options) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("keel-tune iotune: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let text = props.to_toml();
+    if let Err(e) = std::fs::write(&out, &text) {
+        eprintln!("keel-tune iotune: writing {}: {e}", out.display());
+        return ExitCode::FAILURE;
+    }
+    print!("{text}");
+    eprintln!("keel-tune iotune: wrote {}", out.display());
     ExitCode::SUCCESS
 }

@@ -161,7 +161,7 @@ async fn gather_high_watermarks(
             payload: (),
         })
         .collect();
-    let found = on_owners(shard, items, |_| None, high_watermarks_on_owner).await;
+    let found = on_owners(None, shard, items, |_| None, high_watermarks_on_owner).await;
     wanted
         .into_iter()
         .zip(found)

@@ -48,6 +48,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
 use keel_shard::Event;
 use keel_storage::{LeaderEpoch, Offset, StorageError};
@@ -601,6 +602,7 @@ pub fn locate(shard: &BrokerShard, group: &str) -> Result<(i32, usize), i16> {
 /// Runs `work` on the shard coordinating `group`, with the group's partition: inline when that
 /// is this shard, else over the mesh. Errors are Kafka codes for the whole group.
 pub async fn on_coordinator<R, F, Fut>(
+    api: ApiKey,
     shard: &Rc<BrokerShard>,
     group: &str,
     work: F,
@@ -611,13 +613,15 @@ where
     Fut: Future<Output = Result<R, i16>> + 'static,
 {
     let (p, target) = locate(shard, group)?;
-    on_shard(shard, target, p, work).await
+    on_shard(api, shard, target, p, work).await
 }
 
 /// Runs `work` on shard `target` with coordinator partition `p` (group or transaction
 /// coordinators): inline when that is this shard, else over the mesh;
-/// COORDINATOR_NOT_AVAILABLE if the mesh call fails.
+/// COORDINATOR_NOT_AVAILABLE if the mesh call fails. A trip over the mesh is timed as
+/// `api`'s hop stage (the round trip less the work).
 pub async fn on_shard<R, F, Fut>(
+    api: ApiKey,
     shard: &Rc<BrokerShard>,
     target: usize,
     p: i32,
@@ -631,8 +635,20 @@ where
     if target == shard.id {
         return work(shard.clone(), p).await;
     }
-    match shard.mesh.call(target, move |s| work(s, p)).await {
-        Ok(r) => r,
+    let sent = std::time::Instant::now();
+    let call = shard.mesh.call(target, move |s| async move {
+        let started = std::time::Instant::now();
+        let r = work(s, p).await;
+        (r, started.elapsed())
+    });
+    match call.await {
+        Ok((r, worked)) => {
+            let hop = sent.elapsed().saturating_sub(worked);
+            shard
+                .counters
+                .record(api as i16, crate::metrics::Stage::Hop, hop);
+            r
+        }
         Err(e) => {
             warn!(target, error = %e, "cross-shard coordinator call failed");
             Err(code(ResponseError::CoordinatorNotAvailable))

@@ -40,12 +40,17 @@ pub async fn handle(
     let txn_id = req.transactional_id.0.to_string();
     let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
     let id = txn_id.clone();
-    let answer = coordinator::on_coordinator(shard, &txn_id, move |s, p| async move {
-        Ok(coordinator::run(&s, p, |c, now| {
-            op(c.add_offsets(&id, pid, epoch, offsets_partition, now))
-        })
-        .await)
-    })
+    let answer = coordinator::on_coordinator(
+        ApiKey::AddOffsetsToTxn,
+        shard,
+        &txn_id,
+        move |s, p| async move {
+            Ok(coordinator::run(&s, p, |c, now| {
+                op(c.add_offsets(&id, pid, epoch, offsets_partition, now))
+            })
+            .await)
+        },
+    )
     .await;
     let e = error_of(answer.and_then(|a| a));
     AddOffsetsToTxnResponse::default().with_error_code(producer_fenced_compat(

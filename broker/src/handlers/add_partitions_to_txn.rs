@@ -63,12 +63,17 @@ pub async fn handle(
             })
             .collect();
         let id = txn_id.clone();
-        let answer = coordinator::on_coordinator(shard, &txn_id, move |s, p| async move {
-            Ok(coordinator::run(&s, p, |c, now| {
-                op(c.add_partitions(&id, pid, epoch, &partitions, now))
-            })
-            .await)
-        })
+        let answer = coordinator::on_coordinator(
+            ApiKey::AddPartitionsToTxn,
+            shard,
+            &txn_id,
+            move |s, p| async move {
+                Ok(coordinator::run(&s, p, |c, now| {
+                    op(c.add_partitions(&id, pid, epoch, &partitions, now))
+                })
+                .await)
+            },
+        )
         .await;
         Some(producer_fenced_compat(
             ApiKey::AddPartitionsToTxn as i16,

@@ -50,9 +50,12 @@ pub async fn handle(
         async move {
             let answer = if group::valid_group_id(&group_id) {
                 let gid = group_id.clone();
-                group::on_coordinator(&shard, &group_id, move |s, p| async move {
-                    Ok(consumer_membership::describe(s, p, gid).await)
-                })
+                group::on_coordinator(
+                    ApiKey::ConsumerGroupDescribe,
+                    &shard,
+                    &group_id,
+                    move |s, p| async move { Ok(consumer_membership::describe(s, p, gid).await) },
+                )
                 .await
                 .unwrap_or_else(|e| Err((e, String::new())))
             } else {

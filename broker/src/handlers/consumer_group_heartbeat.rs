@@ -76,9 +76,12 @@ pub async fn handle(
         client_host: client_host.to_string(),
     };
     let g = group_id.clone();
-    let answer = group::on_coordinator(shard, &group_id, move |s, p| async move {
-        Ok(consumer_membership::heartbeat(s, p, g, request).await)
-    })
+    let answer = group::on_coordinator(
+        ApiKey::ConsumerGroupHeartbeat,
+        shard,
+        &group_id,
+        move |s, p| async move { Ok(consumer_membership::heartbeat(s, p, g, request).await) },
+    )
     .await;
     let r = match answer {
         Ok(Ok(r)) => r,

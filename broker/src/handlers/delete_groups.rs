@@ -38,7 +38,7 @@ pub async fn handle(
         async move {
             let outcome = if group::valid_group_id(&group_id) {
                 let gid = group_id.clone();
-                group::on_coordinator(&shard, &group_id, move |s, p| {
+                group::on_coordinator(ApiKey::DeleteGroups, &shard, &group_id, move |s, p| {
                     membership::delete_group(s, p, gid)
                 })
                 .await

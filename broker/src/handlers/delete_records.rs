@@ -74,8 +74,17 @@ pub async fn handle(
     let count = items.len();
     let work = {
         let shard = shard.clone();
-        glommio::spawn_local(async move { on_owners(&shard, items, failed, delete_on_owner).await })
-            .detach()
+        glommio::spawn_local(async move {
+            on_owners(
+                Some(ApiKey::DeleteRecords),
+                &shard,
+                items,
+                failed,
+                delete_on_owner,
+            )
+            .await
+        })
+        .detach()
     };
     let results = if req.timeout_ms > 0 {
         let timeout = Duration::from_millis(req.timeout_ms as u64);

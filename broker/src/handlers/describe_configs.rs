@@ -56,6 +56,7 @@ fn config_type(name: &str) -> i8 {
         | "num.partitions"
         | "node.id"
         | "socket.request.max.bytes"
+        | "log.write.inflight.shard.max"
         | "smp" => 3,
         "default.replication.factor" => 4,
         "auto.create.topics.enable" => 1,
@@ -67,7 +68,9 @@ fn config_type(name: &str) -> i8 {
         | "log.retention.bytes"
         | "log.roll.ms"
         | "log.flush.interval.ms"
-        | "io.memory.bytes" => 5,
+        | "io.memory.bytes"
+        | "io.latency.goal.us"
+        | "log.write.buffer.bytes" => 5,
         _ => 2,
     }
 }

@@ -48,7 +48,7 @@ pub async fn handle(
         async move {
             let answer = if group::valid_group_id(&group_id) {
                 let gid = group_id.clone();
-                group::on_coordinator(&shard, &group_id, move |s, p| {
+                group::on_coordinator(ApiKey::DescribeGroups, &shard, &group_id, move |s, p| {
                     membership::describe_group(s, p, gid)
                 })
                 .await

@@ -48,15 +48,21 @@ pub async fn handle(
             })
         })
         .collect();
-    let answers: Vec<Answer> = on_owners(shard, items, Err, |s, items| async move {
-        items
-            .into_iter()
-            .map(|i| match s.partition(&i.topic, i.partition) {
-                Some(part) => Ok(part.log.producers()),
-                None => Err(code(ResponseError::NotLeaderOrFollower)),
-            })
-            .collect()
-    })
+    let answers: Vec<Answer> = on_owners(
+        Some(ApiKey::DescribeProducers),
+        shard,
+        items,
+        Err,
+        |s, items| async move {
+            items
+                .into_iter()
+                .map(|i| match s.partition(&i.topic, i.partition) {
+                    Some(part) => Ok(part.log.producers()),
+                    None => Err(code(ResponseError::NotLeaderOrFollower)),
+                })
+                .collect()
+        },
+    )
     .await;
     let mut answers = answers.into_iter();
     let topics = wanted

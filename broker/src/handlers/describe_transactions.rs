@@ -33,9 +33,12 @@ pub async fn handle(
         let id = id.0.to_string();
         async move {
             let tid = id.clone();
-            let answer = coordinator::on_coordinator(&shard, &id, move |s, p| {
-                coordinator::describe(s, p, tid)
-            })
+            let answer = coordinator::on_coordinator(
+                ApiKey::DescribeTransactions,
+                &shard,
+                &id,
+                move |s, p| coordinator::describe(s, p, tid),
+            )
             .await;
             (id, answer)
         }

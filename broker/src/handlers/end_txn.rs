@@ -26,10 +26,11 @@ pub async fn handle(
     let txn_id = req.transactional_id.0.to_string();
     let (pid, epoch, commit) = (req.producer_id.0, req.producer_epoch, req.committed);
     let id = txn_id.clone();
-    let answer = coordinator::on_coordinator(shard, &txn_id, move |s, p| async move {
-        Ok(coordinator::run(&s, p, |c, now| op(c.end_txn(&id, pid, epoch, commit, now))).await)
-    })
-    .await;
+    let answer =
+        coordinator::on_coordinator(ApiKey::EndTxn, shard, &txn_id, move |s, p| async move {
+            Ok(coordinator::run(&s, p, |c, now| op(c.end_txn(&id, pid, epoch, commit, now))).await)
+        })
+        .await;
     let e = error_of(answer.and_then(|a| a));
     EndTxnResponse::default().with_error_code(producer_fenced_compat(
         ApiKey::EndTxn as i16,

@@ -285,7 +285,7 @@ pub async fn handle(
                 payload: i.payload,
             })
             .collect();
-        on_owners(shard, batch, failed, read_on_owner)
+        on_owners(Some(ApiKey::Fetch), shard, batch, failed, read_on_owner)
     };
     let results = loop {
         let results = read_all().await;

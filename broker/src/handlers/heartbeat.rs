@@ -32,7 +32,7 @@ pub async fn handle(
     let instance_id = req.group_instance_id.map(|i| i.to_string());
     let generation_id = req.generation_id;
     let g = group_id.clone();
-    let error = group::on_coordinator(shard, &group_id, move |s, p| {
+    let error = group::on_coordinator(ApiKey::Heartbeat, shard, &group_id, move |s, p| {
         membership::heartbeat(s, p, g, member_id, instance_id, generation_id)
     })
     .await

@@ -55,10 +55,11 @@ pub async fn handle(
         );
         let timeout = req.transaction_timeout_ms;
         let id = txn_id.clone();
-        let answer = coordinator::on_coordinator(shard, &txn_id, move |s, p| {
-            coordinator::init_producer_id(s, p, id, timeout, expected)
-        })
-        .await;
+        let answer =
+            coordinator::on_coordinator(ApiKey::InitProducerId, shard, &txn_id, move |s, p| {
+                coordinator::init_producer_id(s, p, id, timeout, expected)
+            })
+            .await;
         let r = match answer {
             Ok(r) => r,
             Err(e) => {

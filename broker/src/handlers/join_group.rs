@@ -90,7 +90,7 @@ async fn join(shard: &Rc<BrokerShard>, group_id: String, request: JoinRequest) -
     let mut parking = membership::park(shard);
     let waiter = parking.waiter();
     let g = group_id.clone();
-    let answer = group::on_coordinator(shard, &group_id, move |s, p| {
+    let answer = group::on_coordinator(ApiKey::JoinGroup, shard, &group_id, move |s, p| {
         membership::join_group(s, p, g, request, waiter)
     })
     .await;

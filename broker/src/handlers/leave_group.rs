@@ -51,7 +51,7 @@ pub async fn handle(
     let outcome = if group::valid_group_id(&group_id) {
         let g = group_id.clone();
         let members = leaving.clone();
-        group::on_coordinator(shard, &group_id, move |s, p| {
+        group::on_coordinator(ApiKey::LeaveGroup, shard, &group_id, move |s, p| {
             membership::leave_group(s, p, g, members)
         })
         .await

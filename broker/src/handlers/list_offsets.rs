@@ -137,9 +137,15 @@ pub async fn handle(
         }
         shape.push((name, parts));
     }
-    let mut results = on_owners(shard, items, failed, lookup_on_owner)
-        .await
-        .into_iter();
+    let mut results = on_owners(
+        Some(ApiKey::ListOffsets),
+        shard,
+        items,
+        failed,
+        lookup_on_owner,
+    )
+    .await
+    .into_iter();
     let mut resp = ListOffsetsResponse::default();
     for (name, parts) in shape {
         let mut t = ListOffsetsTopicResponse::default().with_name(super::topic_name(&name));

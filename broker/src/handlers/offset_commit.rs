@@ -112,7 +112,7 @@ pub async fn handle(
             instance_id: req.group_instance_id.map(|i| i.to_string()),
             offsets,
         };
-        match group::on_coordinator(shard, &group_id, move |s, p| {
+        match group::on_coordinator(ApiKey::OffsetCommit, shard, &group_id, move |s, p| {
             group::commit_offsets(s, p, commit)
         })
         .await

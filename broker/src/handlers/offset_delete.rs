@@ -59,7 +59,7 @@ pub async fn handle(
         answers.push((name, parts));
     }
     let g = group_id.clone();
-    let outcome = group::on_coordinator(shard, &group_id, move |s, p| {
+    let outcome = group::on_coordinator(ApiKey::OffsetDelete, shard, &group_id, move |s, p| {
         group::delete_offsets(s, p, g, known)
     })
     .await;

@@ -100,7 +100,7 @@ async fn fetch_group(
         return Err(code(ResponseError::InvalidGroupId));
     }
     let g = group_id.to_string();
-    group::on_coordinator(shard, group_id, move |s, p| {
+    group::on_coordinator(ApiKey::OffsetFetch, shard, group_id, move |s, p| {
         group::fetch_offsets(s, p, g, topics, member, require_stable)
     })
     .await

@@ -80,9 +80,15 @@ pub async fn handle(
         }
         shape.push((name, parts));
     }
-    let mut results = on_owners(shard, items, failed, lookup_on_owner)
-        .await
-        .into_iter();
+    let mut results = on_owners(
+        Some(ApiKey::OffsetForLeaderEpoch),
+        shard,
+        items,
+        failed,
+        lookup_on_owner,
+    )
+    .await
+    .into_iter();
     let mut resp = OffsetForLeaderEpochResponse::default();
     for (name, parts) in shape {
         let mut t = OffsetForLeaderTopicResult::default().with_topic(super::topic_name(&name));

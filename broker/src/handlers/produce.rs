@@ -18,6 +18,7 @@ use keel_storage::LeaderEpoch;
 
 use super::{str_bytes, ApiSupport};
 use crate::errors::{code, storage_code, NONE};
+use crate::metrics::Stage;
 use crate::notify::join_all;
 use crate::route::{on_owners, Item};
 use crate::server::BrokerShard;
@@ -94,9 +95,13 @@ pub async fn handle(
             .map(|_| failed(code(ResponseError::InvalidRequiredAcks)))
             .collect()
     } else {
-        on_owners(shard, items, failed, move |s, items| {
-            append_on_owner(s, items, acks)
-        })
+        on_owners(
+            Some(ApiKey::Produce),
+            shard,
+            items,
+            failed,
+            move |s, items| append_on_owner(s, items, acks),
+        )
         .await
     };
     if acks == 0 {
@@ -229,8 +234,10 @@ async fn append_on_owner(
     let c = &shard.counters;
     c.produce_appends
         .set(c.produce_appends.get() + commits.len() as u64);
+    let appending = append_started.elapsed();
     c.produce_append_ns
-        .set(c.produce_append_ns.get() + append_started.elapsed().as_nanos() as u64);
+        .set(c.produce_append_ns.get() + appending.as_nanos() as u64);
+    c.record(ApiKey::Produce as i16, Stage::Append, appending);
     let commit_started = std::time::Instant::now();
     let commit_all = commits.into_iter().map(|(i, part, upto)| {
         let shard = shard.clone();
@@ -254,8 +261,12 @@ async fn append_on_owner(
     }
     let committed = join_all(commit_all.collect()).await;
     let c = &shard.counters;
+    let committing = commit_started.elapsed();
     c.produce_commit_ns
-        .set(c.produce_commit_ns.get() + commit_started.elapsed().as_nanos() as u64);
+        .set(c.produce_commit_ns.get() + committing.as_nanos() as u64);
+    if !committed.is_empty() {
+        c.record(ApiKey::Produce as i16, Stage::Flush, committing);
+    }
     for (i, r) in committed {
         if let Err(e) = r {
             tracing::error!(error = %e, "commit failed");

@@ -67,7 +67,7 @@ async fn sync(shard: &Rc<BrokerShard>, group_id: String, request: SyncRequest) -
     let mut parking = membership::park(shard);
     let waiter = parking.waiter();
     let g = group_id.clone();
-    let answer = group::on_coordinator(shard, &group_id, move |s, p| {
+    let answer = group::on_coordinator(ApiKey::SyncGroup, shard, &group_id, move |s, p| {
         membership::sync_group(s, p, g, request, waiter)
     })
     .await;

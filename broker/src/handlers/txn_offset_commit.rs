@@ -60,7 +60,7 @@ pub async fn handle(
             instance_id: req.group_instance_id.filter(|_| v3).map(|i| i.to_string()),
             offsets,
         };
-        match group::on_coordinator(shard, &group_id, move |s, p| {
+        match group::on_coordinator(ApiKey::TxnOffsetCommit, shard, &group_id, move |s, p| {
             group::txn_commit_offsets(s, p, commit)
         })
         .await

@@ -103,9 +103,15 @@ pub async fn handle(
         }
         shape.push((marker.producer_id, topics));
     }
-    let mut results = on_owners(shard, items, failed, write_on_owner)
-        .await
-        .into_iter();
+    let mut results = on_owners(
+        Some(ApiKey::WriteTxnMarkers),
+        shard,
+        items,
+        failed,
+        write_on_owner,
+    )
+    .await
+    .into_iter();
     let mut resp = WriteTxnMarkersResponse::default();
     for (producer_id, topics) in shape {
         let mut marker = WritableTxnMarkerResult::default()

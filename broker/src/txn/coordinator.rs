@@ -33,6 +33,7 @@ use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
+use kafka_protocol::messages::ApiKey;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -137,6 +138,7 @@ fn locate(shard: &BrokerShard, transactional_id: &str) -> Result<(i32, usize), i
 
 /// Runs `work` on the shard coordinating `transactional_id`, with its partition.
 pub async fn on_coordinator<R, F, Fut>(
+    api: ApiKey,
     shard: &Rc<BrokerShard>,
     transactional_id: &str,
     work: F,
@@ -147,7 +149,7 @@ where
     Fut: Future<Output = Result<R, i16>> + 'static,
 {
     let (p, target) = locate(shard, transactional_id)?;
-    group::on_shard(shard, target, p, work).await
+    group::on_shard(api, shard, target, p, work).await
 }
 
 /// Runs `f` on partition `p`'s coordinator if it is loaded and this broker still leads `p`.

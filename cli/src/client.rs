@@ -1,0 +1,479 @@
+//! A small blocking Kafka client over `std::net`, for admin commands against any
+//! Kafka-compatible broker. Each connection starts with ApiVersions (v0, which every broker
+//! answers) and from then on picks, per API, the highest version both sides speak: the
+//! broker's advertised range intersected with the range this client knows how to fill in.
+//! Requests go one at a time (no pipelining); every read has a timeout, so a silent broker
+//! becomes an error, never a hang. Partition requests are routed to the partition leader from
+//! Metadata, group requests to the group's coordinator from FindCoordinator.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, StrBytes};
+
+use crate::error::{check, CliError, Result};
+
+const CLIENT_ID: &str = "keel-cli";
+/// Largest response frame accepted (a fetch answers at most a few MiB).
+const RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One broker connection with the API versions it advertised.
+pub struct Conn {
+    addr: String,
+    stream: TcpStream,
+    correlation_id: i32,
+    /// api key -> (min, max) as the broker advertised.
+    versions: HashMap<i16, (i16, i16)>,
+}
+
+impl Conn {
+    pub fn connect(addr: &str, request_timeout: Duration) -> Result<Conn> {
+        let connect_err = |source| CliError::Connect {
+            addr: addr.to_string(),
+            source,
+        };
+        let addrs: Vec<_> = addr.to_socket_addrs().map_err(connect_err)?.collect();
+        let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address resolved");
+        let mut stream = None;
+        for a in addrs {
+            match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = e,
+            }
+        }
+        let stream = stream.ok_or_else(|| connect_err(last))?;
+        let io = |source| CliError::Io {
+            addr: addr.to_string(),
+            source,
+        };
+        stream.set_read_timeout(Some(request_timeout)).map_err(io)?;
+        stream
+            .set_write_timeout(Some(request_timeout))
+            .map_err(io)?;
+        stream.set_nodelay(true).map_err(io)?;
+        let mut conn = Conn {
+            addr: addr.to_string(),
+            stream,
+            correlation_id: 0,
+            versions: HashMap::new(),
+        };
+        let resp: ApiVersionsResponse =
+            conn.send(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())?;
+        check(resp.error_code, || format!("ApiVersions from {addr}"), None)?;
+        conn.versions = resp
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect();
+        Ok(conn)
+    }
+
+    /// Whether the broker serves some version of `api` in `client_min..=client_max`.
+    pub fn supports(&self, api: ApiKey, client_min: i16, client_max: i16) -> bool {
+        self.version(api, client_min, client_max).is_ok()
+    }
+
+    /// The highest version of `api` both sides speak, within `client_min..=client_max`.
+    pub fn version(&self, api: ApiKey, client_min: i16, client_max: i16) -> Result<i16> {
+        let unsupported = |broker: String| CliError::Unsupported {
+            addr: self.addr.clone(),
+            api: format!("{api:?}"),
+            broker,
+            client_min,
+            client_max,
+        };
+        let (min, max) = *self
+            .versions
+            .get(&(api as i16))
+            .ok_or_else(|| unsupported("not advertised".into()))?;
+        let version = max.min(client_max);
+        if version < min.max(client_min) {
+            return Err(unsupported(format!("v{min}-v{max}")));
+        }
+        Ok(version)
+    }
+
+    /// Sends a request built for the negotiated version and waits for its response.
+    pub fn call<Req, Resp>(
+        &mut self,
+        api: ApiKey,
+        client_range: (i16, i16),
+        build: impl FnOnce(i16) -> Req,
+    ) -> Result<(i16, Resp)>
+    where
+        Req: Encodable + HeaderVersion + Message,
+        Resp: Decodable,
+    {
+        let (cmin, cmax) = client_range;
+        let version = self.version(
+            api,
+            cmin.max(Req::VERSIONS.min),
+            cmax.min(Req::VERSIONS.max),
+        )?;
+        let req = build(version);
+        let resp = self.send(api, version, &req)?;
+        Ok((version, resp))
+    }
+
+    /// Sends a request that the broker does not answer (Produce with acks=0).
+    pub fn send_oneway<Req: Encodable + HeaderVersion>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> Result<()> {
+        let frame = self.frame(api, version, req)?;
+        self.stream.write_all(&frame).map_err(|e| self.io(e))
+    }
+
+    fn frame<Req: Encodable + HeaderVersion>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> Result<BytesMut> {
+        self.correlation_id = self.correlation_id.wrapping_add(1);
+        let header = RequestHeader::default()
+            .with_request_api_key(api as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        let encode_err =
+            |e: anyhow::Error| CliError::Protocol(format!("encoding {api:?} v{version}: {e}"));
+        header
+            .encode(&mut buf, Req::header_version(version))
+            .map_err(encode_err)?;
+        req.encode(&mut buf, version).map_err(encode_err)?;
+        let size = (buf.len() - 4) as i32;
+        buf[0..4].copy_from_slice(&size.to_be_bytes());
+        Ok(buf)
+    }
+
+    /// An I/O failure midway, named in words a user can act on.
+    fn io(&self, source: std::io::Error) -> CliError {
+        use std::io::ErrorKind;
+        let source = match source.kind() {
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => std::io::Error::new(
+                ErrorKind::TimedOut,
+                "no answer within the request timeout (--request-timeout-ms)",
+            ),
+            ErrorKind::UnexpectedEof => {
+                std::io::Error::new(ErrorKind::UnexpectedEof, "the broker closed the connection")
+            }
+            _ => source,
+        };
+        CliError::Io {
+            addr: self.addr.clone(),
+            source,
+        }
+    }
+
+    fn send<Req: Encodable + HeaderVersion, Resp: Decodable>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> Result<Resp> {
+        let frame = self.frame(api, version, req)?;
+        self.stream.write_all(&frame).map_err(|e| self.io(e))?;
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size).map_err(|e| self.io(e))?;
+        let size = i32::from_be_bytes(size);
+        if size < 4 || size as usize > RESPONSE_BYTES_MAX {
+            return Err(CliError::Protocol(format!(
+                "{}: bad response frame size {size} to {api:?} v{version}",
+                self.addr
+            )));
+        }
+        let mut body = vec![0u8; size as usize];
+        self.stream.read_exact(&mut body).map_err(|e| self.io(e))?;
+        let mut body = Bytes::from(body);
+        let decode_err = |what: &str, e: String| {
+            CliError::Protocol(format!(
+                "{}: cannot decode {what} of {api:?} v{version}: {e}",
+                self.addr
+            ))
+        };
+        let header = ResponseHeader::decode(&mut body, api.response_header_version(version))
+            .map_err(|e| decode_err("response header", e.to_string()))?;
+        if header.correlation_id != self.correlation_id {
+            return Err(CliError::Protocol(format!(
+                "{}: response correlation id {} for request {}",
+                self.addr, header.correlation_id, self.correlation_id
+            )));
+        }
+        Resp::decode(&mut body, version).map_err(|e| decode_err("response", e.to_string()))
+    }
+}
+
+// ---- metadata as plain values ---------------------------------------------------------------
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct BrokerInfo {
+    pub id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
+impl BrokerInfo {
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PartitionInfo {
+    pub partition: i32,
+    pub error_code: i16,
+    pub leader: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub offline: Vec<i32>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TopicInfo {
+    pub name: String,
+    pub topic_id: String,
+    pub error_code: i16,
+    pub internal: bool,
+    /// Sorted by partition id.
+    pub partitions: Vec<PartitionInfo>,
+}
+
+impl TopicInfo {
+    pub fn replication_factor(&self) -> usize {
+        self.partitions
+            .first()
+            .map(|p| p.replicas.len())
+            .unwrap_or(0)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterInfo {
+    pub cluster_id: Option<String>,
+    pub controller_id: i32,
+    pub brokers: Vec<BrokerInfo>,
+    /// Sorted by name.
+    pub topics: Vec<TopicInfo>,
+}
+
+impl ClusterInfo {
+    pub fn topic(&self, name: &str) -> Option<&TopicInfo> {
+        self.topics.iter().find(|t| t.name == name)
+    }
+}
+
+pub fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+pub fn topic_name(s: &str) -> TopicName {
+    TopicName(str_bytes(s))
+}
+
+/// Uuid printed Kafka's way (URL-safe base64 without padding), as kafka-topics.sh shows it.
+fn topic_id_text(id: &uuid::Uuid) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes = id.as_bytes();
+    if bytes.iter().all(|b| *b == 0) {
+        return String::new();
+    }
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, b)| acc | (*b as u32) << (16 - 8 * i));
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+// ---- the client: bootstrap, routing ----------------------------------------------------------
+
+/// Connections to a cluster: the bootstrap broker, and brokers by node id as Metadata or
+/// FindCoordinator name them.
+pub struct Client {
+    bootstrap: Conn,
+    request_timeout: Duration,
+    nodes: HashMap<i32, Conn>,
+    /// node id -> "host:port", from the last Metadata.
+    addrs: BTreeMap<i32, String>,
+}
+
+impl Client {
+    pub fn connect(bootstrap: &str, request_timeout: Duration) -> Result<Client> {
+        Ok(Client {
+            bootstrap: Conn::connect(bootstrap, request_timeout)?,
+            request_timeout,
+            nodes: HashMap::new(),
+            addrs: BTreeMap::new(),
+        })
+    }
+
+    /// The bootstrap connection, for cluster-wide requests any broker answers.
+    pub fn any(&mut self) -> &mut Conn {
+        &mut self.bootstrap
+    }
+
+    /// A connection to broker `node` (known from Metadata or FindCoordinator).
+    pub fn node(&mut self, node: i32) -> Result<&mut Conn> {
+        if !self.nodes.contains_key(&node) {
+            let addr = self.addrs.get(&node).cloned().ok_or_else(|| {
+                CliError::Protocol(format!("broker {node} is not in the cluster metadata"))
+            })?;
+            let conn = Conn::connect(&addr, self.request_timeout)?;
+            self.nodes.insert(node, conn);
+        }
+        Ok(self.nodes.get_mut(&node).expect("inserted above"))
+    }
+
+    /// Metadata for `topics` (None: every topic), remembering broker addresses for routing.
+    pub fn metadata(&mut self, topics: Option<&[String]>) -> Result<ClusterInfo> {
+        let (_, resp): (i16, MetadataResponse) =
+            self.bootstrap.call(ApiKey::Metadata, (1, 12), |v| {
+                let mut r = MetadataRequest::default();
+                r.topics = topics.map(|ts| {
+                    ts.iter()
+                        .map(|t| {
+                            let mut mt = metadata_request::MetadataRequestTopic::default();
+                            mt.name = Some(topic_name(t));
+                            mt
+                        })
+                        .collect()
+                });
+                if v >= 4 {
+                    r.allow_auto_topic_creation = false;
+                }
+                r
+            })?;
+        let info = cluster_info(resp);
+        for b in &info.brokers {
+            self.addrs.insert(b.id, b.addr());
+        }
+        Ok(info)
+    }
+
+    /// Addresses of every broker known from the last Metadata, by node id.
+    pub fn broker_ids(&self) -> Vec<i32> {
+        self.addrs.keys().copied().collect()
+    }
+
+    /// The coordinator of consumer group `group`; its connection is then `node(id)`.
+    pub fn group_coordinator(&mut self, group: &str) -> Result<i32> {
+        let (version, resp): (i16, FindCoordinatorResponse) =
+            self.bootstrap.call(ApiKey::FindCoordinator, (0, 4), |v| {
+                let mut r = FindCoordinatorRequest::default();
+                if v >= 4 {
+                    r.coordinator_keys = vec![str_bytes(group)];
+                } else {
+                    r.key = str_bytes(group);
+                }
+                r
+            })?;
+        let context = || format!("find coordinator of group {group}");
+        let (node, host, port) = if version >= 4 {
+            let c = resp.coordinators.first().ok_or_else(|| {
+                CliError::Protocol("FindCoordinator answered no coordinator".into())
+            })?;
+            check(
+                c.error_code,
+                context,
+                c.error_message.as_ref().map(|m| m.to_string()),
+            )?;
+            (c.node_id.0, c.host.to_string(), c.port)
+        } else {
+            check(
+                resp.error_code,
+                context,
+                resp.error_message.as_ref().map(|m| m.to_string()),
+            )?;
+            (resp.node_id.0, resp.host.to_string(), resp.port)
+        };
+        let addr = format!("{host}:{port}");
+        if self.addrs.get(&node) != Some(&addr) {
+            self.nodes.remove(&node);
+            self.addrs.insert(node, addr);
+        }
+        Ok(node)
+    }
+}
+
+fn cluster_info(resp: MetadataResponse) -> ClusterInfo {
+    let mut brokers: Vec<BrokerInfo> = resp
+        .brokers
+        .into_iter()
+        .map(|b| BrokerInfo {
+            id: b.node_id.0,
+            host: b.host.to_string(),
+            port: b.port,
+            rack: b.rack.map(|r| r.to_string()),
+        })
+        .collect();
+    brokers.sort_by_key(|b| b.id);
+    let mut topics: Vec<TopicInfo> = resp
+        .topics
+        .into_iter()
+        .map(|t| {
+            let mut partitions: Vec<PartitionInfo> = t
+                .partitions
+                .into_iter()
+                .map(|p| PartitionInfo {
+                    partition: p.partition_index,
+                    error_code: p.error_code,
+                    leader: p.leader_id.0,
+                    replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
+                    isr: p.isr_nodes.iter().map(|b| b.0).collect(),
+                    offline: p.offline_replicas.iter().map(|b| b.0).collect(),
+                })
+                .collect();
+            partitions.sort_by_key(|p| p.partition);
+            TopicInfo {
+                name: t.name.map(|n| n.0.to_string()).unwrap_or_default(),
+                topic_id: topic_id_text(&t.topic_id),
+                error_code: t.error_code,
+                internal: t.is_internal,
+                partitions,
+            }
+        })
+        .collect();
+    topics.sort_by(|a, b| a.name.cmp(&b.name));
+    ClusterInfo {
+        cluster_id: resp.cluster_id.map(|c| c.to_string()),
+        controller_id: resp.controller_id.0,
+        brokers,
+        topics,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_ids_print_as_kafka_base64() {
+        let id = uuid::Uuid::from_bytes([
+            0x6f, 0x0b, 0x1c, 0x5e, 0x2a, 0x4d, 0x4e, 0x8f, 0x9a, 0x3c, 0x11, 0x22, 0x33, 0x44,
+            0x55, 0x66,
+        ]);
+        // java: Base64.getUrlEncoder().withoutPadding() of the same 16 bytes.
+        assert_eq!(topic_id_text(&id), "bwscXipNTo-aPBEiM0RVZg");
+        assert_eq!(topic_id_text(&uuid::Uuid::nil()), "");
+    }
+}
