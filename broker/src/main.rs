@@ -238,6 +238,10 @@ fn run() -> Result<()> {
     };
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+    // glommio opens directories relative to no directory fd (a relative path gets EBADF when a
+    // log syncs its directory), so the data dir is made absolute once here.
+    config.data_dir = std::fs::canonicalize(&config.data_dir)
+        .with_context(|| format!("resolving data dir {}", config.data_dir.display()))?;
     // The disk's measured properties (keel-tune iotune) size the I/O settings left unset.
     let shard_count = RuntimeConfig {
         smp: config.smp,

@@ -185,3 +185,75 @@ fn locked_memory_is_fitted_or_named() {
     );
     assert_eq!(out.status.code(), Some(0), "{log}");
 }
+
+/// A relative `--data-dir` (the default is `./keel-data`) works through a whole life: records
+/// produced, SIGTERM closes every log cleanly (glommio opens directories without a directory
+/// fd, so a relative path once made every log close fail with EBADF), and a restart from the
+/// same relative path reads the records back.
+#[test]
+fn a_relative_data_dir_closes_and_reopens_its_logs() {
+    let cwd = tempfile::tempdir().unwrap();
+    let port = common::free_port();
+    let admin = common::free_port();
+    let start = || {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(cwd.path().join("keel.log"))
+            .unwrap();
+        keel()
+            .current_dir(cwd.path())
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--admin", &format!("127.0.0.1:{admin}")])
+            .args(["--data-dir", "rel-data", "--smp", "2"])
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    };
+    let connect = || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Client::connect(&format!("127.0.0.1:{port}"));
+            }
+            assert!(std::time::Instant::now() < deadline, "keel did not start");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let stop = |mut child: std::process::Child| {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(0));
+    };
+    let child = start();
+    let mut c = connect();
+    create_topic(&mut c, "rel", 4);
+    for p in 0..4 {
+        let v = format!("value-{p}");
+        assert_eq!(produce(&mut c, "rel", p, batch(&[v.as_bytes()])), 0);
+    }
+    drop(c);
+    stop(child);
+    let log = std::fs::read_to_string(cwd.path().join("keel.log")).unwrap();
+    assert!(!log.contains("closing log failed"), "{log}");
+    assert!(log.contains("keel stopped"), "{log}");
+    assert!(cwd.path().join("rel-data/rel-0").is_dir());
+
+    let child = start();
+    let mut c = connect();
+    for p in 0..4 {
+        let req = fetch_request("rel", &[(p, 0, 1 << 20)], 0, 0, 1 << 20);
+        let resp: FetchResponse = c.send(ApiKey::Fetch, 12, &req);
+        let part = &resp.responses[0].partitions[0];
+        assert_eq!(part.error_code, 0, "{part:?}");
+        assert_eq!(
+            values(&part.records),
+            vec![(0, format!("value-{p}").into_bytes())]
+        );
+    }
+    drop(c);
+    stop(child);
+    let log = std::fs::read_to_string(cwd.path().join("keel.log")).unwrap();
+    assert!(!log.contains("closing log failed"), "{log}");
+}

@@ -85,15 +85,20 @@ fn parse_sample(line: &str) -> Sample {
     }
 }
 
-/// Every sample; checks that each family's samples are together, after its `# TYPE` line.
+/// Every sample; checks that each family's samples are together, after its `# TYPE` line
+/// (a histogram's `_bucket`, `_sum` and `_count` samples belong to its family).
 fn parse_metrics(text: &str) -> Vec<Sample> {
     let mut typed = BTreeSet::new();
+    let mut histograms = BTreeSet::new();
     let mut finished = BTreeSet::new();
     let mut current: Option<String> = None;
     let mut samples = Vec::new();
     for line in text.lines().filter(|l| !l.is_empty()) {
         if let Some(t) = line.strip_prefix("# TYPE ") {
             let name = t.split(' ').next().unwrap().to_string();
+            if t.ends_with(" histogram") {
+                histograms.insert(name.clone());
+            }
             assert!(typed.insert(name.clone()), "two TYPE lines for {name}");
             if let Some(prev) = current.replace(name) {
                 finished.insert(prev);
@@ -104,8 +109,13 @@ fn parse_metrics(text: &str) -> Vec<Sample> {
             continue;
         }
         let s = parse_sample(line);
-        assert!(typed.contains(&s.name), "{} has no TYPE line", s.name);
-        assert!(!finished.contains(&s.name), "{} is split: {line}", s.name);
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| s.name.strip_suffix(suffix))
+            .filter(|f| histograms.contains(*f))
+            .unwrap_or(&s.name);
+        assert!(typed.contains(family), "{} has no TYPE line", s.name);
+        assert!(!finished.contains(family), "{} is split: {line}", s.name);
         samples.push(s);
     }
     samples

@@ -190,9 +190,15 @@ impl Broker {
 
     /// SIGTERM and wait for a clean exit; returns the exit status code.
     pub fn stop(&mut self) -> Option<i32> {
+        self.stop_within(Duration::from_secs(20))
+    }
+
+    /// SIGTERM and wait up to `limit` for a clean exit (a broker with thousands of logs to
+    /// sync and close takes longer); returns the exit status code.
+    pub fn stop_within(&mut self, limit: Duration) -> Option<i32> {
         let mut c = self.child.take()?;
         unsafe_sigterm(c.id());
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             if let Some(status) = c.try_wait().unwrap() {
                 return status.code();
@@ -202,7 +208,7 @@ impl Broker {
         c.kill().unwrap();
         c.wait().unwrap();
         panic!(
-            "keel did not stop on SIGTERM within 20 s; log:\n{}",
+            "keel did not stop on SIGTERM within {limit:?}; log:\n{}",
             self.log_text()
         );
     }
