@@ -87,7 +87,10 @@ fn ten_thousand_partitions_with_bounded_files() {
     // time in io_uring's workers). The test is about open files, not shutdown speed.
     let stopping = Instant::now();
     b.stop_within(Duration::from_secs(120));
-    eprintln!("stopped with {PARTITIONS} partitions in {:?}", stopping.elapsed());
+    eprintln!(
+        "stopped with {PARTITIONS} partitions in {:?}",
+        stopping.elapsed()
+    );
     let started = Instant::now();
     b.restart_after_stop();
     eprintln!(
