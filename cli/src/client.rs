@@ -106,7 +106,7 @@ impl Conn {
         &mut self,
         api: ApiKey,
         client_range: (i16, i16),
-        build: impl FnOnce(i16) -> Req,
+        build: impl Fn(i16) -> Req,
     ) -> Result<(i16, Resp)>
     where
         Req: Encodable + HeaderVersion + Message,
@@ -119,8 +119,25 @@ impl Conn {
             cmax.min(Req::VERSIONS.max),
         )?;
         let req = build(version);
-        let resp = self.send(api, version, &req)?;
-        Ok((version, resp))
+        match self.send(api, version, &req) {
+            Ok(resp) => Ok((version, resp)),
+            // Some brokers (tansu 0.6) answer flexible versions with tagged fields or null
+            // arrays the version does not allow; the frame was read whole, so the connection
+            // is still in step: ask once more at the highest non-flexible version both speak.
+            Err(CliError::Decode(e)) if Req::header_version(version) >= 2 => {
+                let lo = cmin.max(Req::VERSIONS.min);
+                let older = (lo..version)
+                    .rev()
+                    .find(|&v| Req::header_version(v) < 2)
+                    .and_then(|v| self.version(api, lo, v).ok());
+                let Some(older) = older else {
+                    return Err(CliError::Decode(e));
+                };
+                let resp = self.send(api, older, &build(older))?;
+                Ok((older, resp))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Sends a request that the broker does not answer (Produce with acks=0).
@@ -212,7 +229,10 @@ impl Conn {
                 self.addr, header.correlation_id, self.correlation_id
             )));
         }
-        Resp::decode(&mut body, version).map_err(|e| decode_err("response", e.to_string()))
+        Resp::decode(&mut body, version).map_err(|e| match decode_err("response", e.to_string()) {
+            CliError::Protocol(m) => CliError::Decode(m),
+            other => other,
+        })
     }
 }
 

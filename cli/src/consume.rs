@@ -229,8 +229,10 @@ fn fetch_once(
     let mut records = Vec::new();
     for (leader, parts) in by_leader {
         let conn = client.node(leader)?;
-        // v13+ names topics by id; up to v12 by name.
-        let (_, resp): (i16, FetchResponse) = conn.call(ApiKey::Fetch, (4, 12), |_| {
+        // v13+ names topics by id. v12 is the first flexible version, and some brokers
+        // (tansu 0.6) answer it with tagged fields of later versions, which the decoder
+        // refuses; v11 carries everything consume needs.
+        let (_, resp): (i16, FetchResponse) = conn.call(ApiKey::Fetch, (4, 11), |_| {
             let mut t = fetch_request::FetchTopic::default();
             t.topic = topic_name(topic);
             t.partitions = parts

@@ -32,6 +32,9 @@ pub enum CliError {
     /// A broker's answer could not be decoded or made no sense.
     #[error("{0}")]
     Protocol(String),
+    /// A response body that does not decode at the version asked for.
+    #[error("{0}")]
+    Decode(String),
     /// The broker does not serve any version of an API that this client speaks.
     #[error("broker {addr} does not support {api} in a version keel speaks (broker: {broker}, keel: v{client_min}-v{client_max})")]
     Unsupported {

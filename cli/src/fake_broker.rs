@@ -153,6 +153,39 @@ mod tests {
         assert_eq!(err.exit_code(), 1);
     }
 
+    /// A broker whose flexible-version answer does not decode (tansu 0.6 sends a null array
+    /// where OffsetFetch v7 has none): the client asks again at the highest non-flexible
+    /// version on the same connection and uses that answer.
+    #[test]
+    fn an_undecodable_flexible_answer_is_asked_again_at_a_non_flexible_version() {
+        let broker = FakeBroker::start(
+            &[(ApiKey::Metadata, 0, 12)],
+            Box::new(|_, version, _| {
+                if version >= 9 {
+                    // A flexible Metadata body cut short: it cannot decode.
+                    let mut b = BytesMut::new();
+                    b.put_i32(0);
+                    return Some(b);
+                }
+                let mut r = MetadataResponse::default();
+                let mut t = metadata_response::MetadataResponseTopic::default();
+                t.name = Some(topic_name("kept"));
+                r.topics = vec![t];
+                body(&r, version)
+            }),
+        );
+        let (result, out) = run(&["topic", "list"], &broker.addr);
+        assert_eq!(result.unwrap(), 0);
+        assert_eq!(
+            out,
+            "TOPIC  PARTITIONS  REPLICATION\nkept   0           0\n"
+        );
+        assert_eq!(
+            *broker.seen.lock().unwrap(),
+            vec![(ApiKey::Metadata, 12), (ApiKey::Metadata, 8)]
+        );
+    }
+
     /// No IncrementalAlterConfigs: AlterConfigs replaces the topic's whole set, so the client
     /// sends what is set now with the changes applied.
     #[test]
