@@ -82,10 +82,10 @@ impl Stage {
     }
 }
 
-/// Upper bounds of the latency buckets, in seconds (Prometheus `le`), 50 us to 10 s.
-pub const BUCKETS_S: [f64; 17] = [
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-    2.5, 5.0, 10.0,
+/// Upper bounds of the latency buckets, in seconds (Prometheus `le`), 5 us to 10 s.
+pub const BUCKETS_S: [f64; 20] = [
+    0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+    0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// A fixed-bucket latency histogram; `buckets[i]` counts samples in
@@ -784,13 +784,13 @@ mod tests {
     #[test]
     fn histograms_bucket_merge_and_render_cumulatively() {
         let mut h = Histogram::default();
-        h.record(Duration::from_micros(10)); // first bucket
+        h.record(Duration::from_micros(3)); // first bucket
         h.record(Duration::from_micros(100)); // exactly on the 100 us bound
         h.record(Duration::from_millis(3)); // (2.5 ms, 5 ms]
         h.record(Duration::from_secs(60)); // above every bound
         assert_eq!(h.buckets[0], 1);
-        assert_eq!(h.buckets[1], 1);
-        assert_eq!(h.buckets[6], 1);
+        assert_eq!(h.buckets[4], 1);
+        assert_eq!(h.buckets[9], 1);
         assert_eq!(h.buckets[BUCKETS_S.len()], 1);
         assert_eq!(h.count, 4);
         let text = on_executor(move || {

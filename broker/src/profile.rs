@@ -381,9 +381,10 @@ fn max_seq(stalls_json: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// utime + stime of a thread in seconds, when it is on this host.
+/// utime + stime of a thread in seconds, when it is on this host. (`/proc/TID/stat` is the
+/// whole process's; the thread's own is under its task directory.)
 fn thread_cpu_seconds(tid: &str) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{tid}/task/{tid}/stat")).ok()?;
     // Fields after the parenthesised name; utime and stime are fields 14 and 15.
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -742,7 +743,7 @@ mod tests {
     fn quantiles_interpolate_within_buckets() {
         let mut b = vec![0.0; BUCKETS_S.len() + 1];
         // 100 samples in (1 ms, 2.5 ms].
-        b[5] = 100.0;
+        b[8] = 100.0;
         let p50 = quantile(&b, 0.5).unwrap();
         assert!((p50 - 0.00175).abs() < 1e-9, "{p50}");
         assert_eq!(quantile(&b, 1.0), Some(0.0025));
