@@ -88,19 +88,22 @@ fn parse_args(args: Vec<String>) -> Result<Option<BrokerConfig>> {
         };
         match name.as_str() {
             "--help" | "-h" => {
-                print!("{USAGE}\n{}\nsettings (default):\n", keel_cli::HELP);
+                use std::fmt::Write as _;
+                let mut text = format!("{USAGE}\n{}\nsettings (default):\n", keel_cli::HELP);
                 for k in BROKER_KEYS {
-                    println!(
+                    let _ = writeln!(
+                        text,
                         "  {:<28} {:<16} {}",
                         k.name,
                         if k.default.is_empty() { "-" } else { k.default },
                         k.doc
                     );
                 }
+                print_quietly(&text);
                 return Ok(None);
             }
             "--version" | "-V" => {
-                println!("keel {}", env!("CARGO_PKG_VERSION"));
+                print_quietly(&format!("keel {}\n", env!("CARGO_PKG_VERSION")));
                 return Ok(None);
             }
             "--listen" => flags.push(("listen".into(), value("--listen")?)),
@@ -140,6 +143,13 @@ fn parse_args(args: Vec<String>) -> Result<Option<BrokerConfig>> {
         settings = settings.set(&k, &v);
     }
     BrokerConfig::from_settings(settings.build()).map(Some)
+}
+
+/// Writes to stdout, ignoring a closed pipe (`keel --help | head`), where print! panics.
+pub(crate) fn print_quietly(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
 fn main() {

@@ -59,7 +59,7 @@ fn parse_args(args: &[String]) -> Result<Option<Args>> {
         };
         match flag {
             "--help" | "-h" => {
-                print!("{USAGE}");
+                crate::print_quietly(USAGE);
                 return Ok(None);
             }
             "--duration" => a.duration = parse_duration(&value()?)?,
@@ -165,7 +165,11 @@ fn run(args: Args) -> Result<()> {
     std::fs::write(&html_path, render_html(&report))
         .with_context(|| format!("writing {}", html_path.display()))?;
     print_summary(&report);
-    println!("wrote {} and {}", json_path.display(), html_path.display());
+    crate::print_quietly(&format!(
+        "wrote {} and {}\n",
+        json_path.display(),
+        html_path.display()
+    ));
     Ok(())
 }
 
@@ -566,12 +570,16 @@ fn print_summary(report: &Value) {
         Value::Null => "-".to_string(),
         v => v.to_string(),
     };
-    println!(
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
         "{:<6} {:<14} {:>8} {:>8} {:>8} {:>10} {:>7} {:>7}",
         "shard", "thread", "tid", "busy%", "cpu%", "req/s", "io-qd", "stalls"
     );
     for s in report["shards"].as_array().into_iter().flatten() {
-        println!(
+        let _ = writeln!(
+            text,
             "{:<6} {:<14} {:>8} {:>8} {:>8} {:>10} {:>7} {:>7}",
             num(&s["shard"]),
             s["thread_name"].as_str().unwrap_or(""),
@@ -583,6 +591,7 @@ fn print_summary(report: &Value) {
             num(&s["stalls"]),
         );
     }
+    crate::print_quietly(&text);
 }
 
 // ---- HTML ---------------------------------------------------------------------------------

@@ -257,3 +257,32 @@ fn a_relative_data_dir_closes_and_reopens_its_logs() {
     let log = std::fs::read_to_string(cwd.path().join("keel.log")).unwrap();
     assert!(!log.contains("closing log failed"), "{log}");
 }
+
+/// `keel --help | head -1`: stdout closed before keel writes its help is no panic, exit 0.
+#[test]
+fn help_into_a_closed_pipe_is_not_a_panic() {
+    use std::os::fd::FromRawFd;
+    for args in [
+        &["--help"][..],
+        &["profile", "--help"][..],
+        &["--version"][..],
+    ] {
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe(2) fills two fds; the read end is closed at once, so every write to
+        // the other end fails with EPIPE (Rust ignores SIGPIPE).
+        let write_end = unsafe {
+            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+            libc::close(fds[0]);
+            std::process::Stdio::from_raw_fd(fds[1])
+        };
+        let out = keel()
+            .args(args)
+            .stdout(write_end)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+    }
+}
