@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::host::Host;
+
 /// How a knob compares with what Keel wants. Ordered by severity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -107,9 +109,15 @@ impl Needs {
             .unwrap_or_else(|| self.data_dir.join("ballast"))
     }
 
-    /// The cores the shards are pinned to: the broker puts shard `i` on the `i`-th core it may
-    /// use, so on a host whose cores are all allowed these are `0..shards`.
-    pub fn shard_cores(&self) -> std::ops::Range<u64> {
-        0..self.shards
+    /// The cores the shards are pinned to, ascending. The broker puts shard `i` on the `i`-th
+    /// core it may use (wrapping when there are more shards than cores), so these are the first
+    /// `shards` of the host's allowed CPUs; `0..shards` when those are not known (a fixture root
+    /// without `--cpus`).
+    pub fn shard_cores(&self, host: &Host) -> Vec<u64> {
+        let take = usize::try_from(self.shards).unwrap_or(usize::MAX);
+        match host.allowed_cpus() {
+            Some(allowed) => allowed.into_iter().take(take).collect(),
+            None => (0..self.shards).collect(),
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The seam between checks and the machine: every file a check reads goes through a [`Host`]
-//! rooted at a directory, and resource limits come from the live process or from injected values.
-//! Tests root a `Host` at a fixture tree of `/proc` and `/sys` content.
+//! rooted at a directory, and resource limits and the CPUs the broker may run on come from the
+//! live process or from injected values. Tests root a `Host` at a fixture tree of `/proc` and
+//! `/sys` content.
 
 use std::fs;
 use std::io::Write;
@@ -68,11 +69,21 @@ enum Rlimits {
     },
 }
 
+/// Where the CPUs the broker may run on come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Cpus {
+    /// The affinity mask of this process (sched_getaffinity(2), as the broker reads its own).
+    Live,
+    /// Injected (`--cpus`), ascending; `None`: not known (a fixture root without `--cpus`).
+    Fixed(Option<Vec<u64>>),
+}
+
 /// The machine as the checks see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Host {
     root: PathBuf,
     rlimits: Rlimits,
+    cpus: Cpus,
 }
 
 impl Host {
@@ -81,11 +92,39 @@ impl Host {
         Host::at("/")
     }
 
-    /// Files under `root`; limits still from this process until [`Host::with_rlimits`].
+    /// Files under `root`; limits still from this process until [`Host::with_rlimits`]. The
+    /// allowed CPUs are this process's when `root` is `/`, and unknown under any other root
+    /// (a fixture's answer must not depend on the machine running it) until [`Host::with_cpus`].
     pub fn at(root: impl Into<PathBuf>) -> Host {
+        let root = root.into();
+        let cpus = if root == Path::new("/") {
+            Cpus::Live
+        } else {
+            Cpus::Fixed(None)
+        };
         Host {
-            root: root.into(),
+            root,
             rlimits: Rlimits::Live,
+            cpus,
+        }
+    }
+
+    /// Replaces the allowed CPUs with `cpus` (`--cpus`: a broker started under `taskset`, or a
+    /// fixture's).
+    pub fn with_cpus(mut self, cpus: impl IntoIterator<Item = u64>) -> Host {
+        let mut cpus: Vec<u64> = cpus.into_iter().collect();
+        cpus.sort_unstable();
+        cpus.dedup();
+        self.cpus = Cpus::Fixed(Some(cpus).filter(|c| !c.is_empty()));
+        self
+    }
+
+    /// The CPUs the broker may run on, ascending, as it numbers them when it pins shard `i` to
+    /// the `i`-th; `None` when not known.
+    pub fn allowed_cpus(&self) -> Option<Vec<u64>> {
+        match &self.cpus {
+            Cpus::Fixed(cpus) => cpus.clone(),
+            Cpus::Live => live_allowed_cpus(),
         }
     }
 
@@ -182,6 +221,17 @@ impl Host {
             Rlimits::Live => live_rlimit(resource),
         }
     }
+}
+
+/// This process's affinity mask through the crate the broker pins its shards with, so both
+/// number the cores the same way.
+fn live_allowed_cpus() -> Option<Vec<u64>> {
+    let mut cpus: Vec<u64> = core_affinity::get_core_ids()?
+        .into_iter()
+        .map(|c| c.id as u64)
+        .collect();
+    cpus.sort_unstable();
+    (!cpus.is_empty()).then_some(cpus)
 }
 
 fn live_rlimit(resource: Resource) -> Option<Rlimit> {

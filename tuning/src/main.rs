@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use keel_tuning::apply::{self, Mode};
+use keel_tuning::checks::{format_cpu_list, parse_cpu_list};
 use keel_tuning::{iotune, report, run_all, Host, Needs, Status};
 
 const USAGE: &str = "\
@@ -14,16 +15,20 @@ keel-tune: check the host for Keel
 
 usage:
   keel-tune [--data-dir DIR] [--shards N] [--partitions N] [--io-memory-bytes N]
-            [--ballast PATH] [--ballast-bytes N] [--apply | --dry-run] [--json] [--strict] [--root DIR]
+            [--ballast PATH] [--ballast-bytes N] [--cpus LIST] [--apply | --dry-run] [--json]
+            [--strict] [--root DIR]
 
   --data-dir DIR          the broker's data dir (default ./keel-data); picks the disk and filesystem checked
-  --shards N              shards the broker will run (default: CPUs available)
+  --shards N              shards the broker will run (default: the CPUs it may use, see --cpus)
   --partitions N          partitions the broker will hold (default 1000)
   --io-memory-bytes N     io.memory.bytes per shard (default 4194304)
   --ballast PATH          the ballast file (default DATA_DIR/ballast)
   --ballast-bytes N       the ballast size wanted (default 1073741824)
-  --apply                 as root, set the CPU governor, nomerges, rq_affinity, swappiness, THP and
-                          fs.aio-max-nr; print each change and how to undo it (not persistent)
+  --cpus LIST             the CPUs the broker may use, e.g. 0-3,8 (default: this process's affinity
+                          mask; unknown under --root); shard i runs on the i-th
+  --apply                 as root, set the CPU governor, queue IRQ affinity (one core each, spread),
+                          nomerges, rq_affinity, swappiness, THP and fs.aio-max-nr; print each change,
+                          how to undo it, and how to make it persistent (it is not)
   --dry-run               print what --apply would change, write nothing
   --json                  print JSON instead of a table
   --strict                exit 1 when a check fails
@@ -43,18 +48,21 @@ usage:
 struct Args {
     root: PathBuf,
     needs: Needs,
+    /// `--cpus`, ascending.
+    cpus: Option<Vec<u64>>,
     json: bool,
     strict: bool,
     mode: Option<Mode>,
 }
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
-    let shards_default = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let mut shards: Option<u64> = None;
     let mut args = Args {
         root: PathBuf::from("/"),
+        cpus: None,
         needs: Needs {
             data_dir: PathBuf::from("keel-data"),
-            shards: shards_default,
+            shards: 1,
             partitions: Needs::PARTITIONS_DEFAULT,
             io_memory_bytes: Needs::IO_MEMORY_BYTES_DEFAULT,
             ballast_path: None,
@@ -84,13 +92,41 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
             "--ballast-bytes" => args.needs.ballast_bytes_min = number(value()?)?,
             "--root" => args.root = PathBuf::from(value()?),
             "--data-dir" => args.needs.data_dir = PathBuf::from(value()?),
-            "--shards" => args.needs.shards = number(value()?)?.max(1),
+            "--shards" => shards = Some(number(value()?)?.max(1)),
+            "--cpus" => {
+                let list = value()?;
+                let cpus = parse_cpu_list(&list)
+                    .ok_or_else(|| format!("--cpus: not a cpu list (e.g. 0-3,8): {list}"))?;
+                args.cpus = Some(cpus.into_iter().collect());
+            }
             "--partitions" => args.needs.partitions = number(value()?)?,
             "--io-memory-bytes" => args.needs.io_memory_bytes = number(value()?)?,
             other => return Err(format!("unknown argument: {other}")),
         }
     }
+    // As the broker does with smp = 0: one shard per core it may use.
+    args.needs.shards = shards.unwrap_or_else(|| {
+        let allowed = args.host().allowed_cpus().map(|c| c.len() as u64);
+        allowed
+            .or_else(|| {
+                std::thread::available_parallelism()
+                    .ok()
+                    .map(|n| n.get() as u64)
+            })
+            .unwrap_or(1)
+            .max(1)
+    });
     Ok(args)
+}
+
+impl Args {
+    fn host(&self) -> Host {
+        let host = Host::at(&self.root);
+        match &self.cpus {
+            Some(cpus) => host.with_cpus(cpus.iter().copied()),
+            None => host,
+        }
+    }
 }
 
 /// The data dir as an absolute path on the host; on the live host, symlinks resolved as far as
@@ -137,6 +173,19 @@ fn render_changes(mode: Mode, changes: &[apply::Change]) -> String {
         out.push_str(&change.render());
         out.push('\n');
     }
+    let irq_moved = changes
+        .iter()
+        .any(|c| c.check.starts_with("irq.") && !c.undo.is_empty());
+    if irq_moved {
+        out.push_str(&format!("note: {}\n", apply::IRQBALANCE_NOTE));
+    }
+    let hints = apply::persist_hints(changes);
+    if !hints.is_empty() {
+        out.push_str("to persist (none of this survives a reboot):\n");
+        for hint in hints {
+            out.push_str(&format!("  {hint}\n"));
+        }
+    }
     for (check, why) in apply::never_changed() {
         out.push_str(&format!("{check}: not changed automatically: {why}\n"));
     }
@@ -166,22 +215,23 @@ fn main() -> ExitCode {
         .ballast_path
         .take()
         .map(|p| absolute_data_dir(&args.root, &p));
-    let host = Host::at(&args.root);
+    let host = args.host();
     let changes = args.mode.map(|mode| apply::run(&host, &args.needs, mode));
     let findings = run_all(&host, &args.needs);
     if args.json {
         println!(
             "{}",
-            report::json_with_changes(host.root(), &args.needs, &findings, changes.as_deref())
+            report::json_with_changes(&host, &args.needs, &findings, changes.as_deref())
         );
     } else {
         if let (Some(mode), Some(changes)) = (args.mode, &changes) {
             print!("{}", render_changes(mode, changes));
         }
         println!(
-            "data dir {} · {} shards · {} partitions",
+            "data dir {} · {} shards on cores {} · {} partitions",
             args.needs.data_dir.display(),
             args.needs.shards,
+            format_cpu_list(args.needs.shard_cores(&host)),
             args.needs.partitions
         );
         print!("{}", report::table(&findings));

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use crate::apply::Change;
 use crate::check::{Finding, Needs, Status};
+use crate::host::Host;
 
 const HEADERS: [&str; 5] = ["CHECK", "CURRENT", "RECOMMENDED", "STATUS", "FIX"];
 
@@ -63,6 +64,8 @@ struct JsonReport<'a> {
     root: String,
     data_dir: String,
     shards: u64,
+    /// The cores the shards run on, ascending.
+    shard_cores: Vec<u64>,
     partitions: u64,
     checks: &'a [Finding],
     /// What `--apply` or `--dry-run` did; absent otherwise.
@@ -71,21 +74,22 @@ struct JsonReport<'a> {
 }
 
 /// The findings with what they were measured against, as pretty JSON.
-pub fn json(root: &std::path::Path, needs: &Needs, findings: &[Finding]) -> String {
-    json_with_changes(root, needs, findings, None)
+pub fn json(host: &Host, needs: &Needs, findings: &[Finding]) -> String {
+    json_with_changes(host, needs, findings, None)
 }
 
 /// [`json`] with what `--apply` or `--dry-run` did.
 pub fn json_with_changes(
-    root: &std::path::Path,
+    host: &Host,
     needs: &Needs,
     findings: &[Finding],
     changes: Option<&[Change]>,
 ) -> String {
     let report = JsonReport {
-        root: root.display().to_string(),
+        root: host.root().display().to_string(),
         data_dir: needs.data_dir.display().to_string(),
         shards: needs.shards,
+        shard_cores: needs.shard_cores(host),
         partitions: needs.partitions,
         checks: findings,
         changes,

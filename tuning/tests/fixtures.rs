@@ -3,7 +3,7 @@
 //! permission bypass). Also the table and JSON renderings.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use keel_tuning::{checks, report, run_all, Finding, Host, Limit, Needs, Rlimit, Status};
 
@@ -515,7 +515,7 @@ fn empty_host_all_unknown_and_json() {
         assert_unknown(f);
     }
     let json: serde_json::Value =
-        serde_json::from_str(&report::json(Path::new("/fixture"), &needs(), &findings))
+        serde_json::from_str(&report::json(&Host::at("/fixture"), &needs(), &findings))
             .expect("valid JSON");
     assert_eq!(json["root"], "/fixture");
     assert_eq!(json["data_dir"], "/data/keel");
@@ -557,7 +557,7 @@ fn bad_host_json_statuses() {
     let host = Host::at(fx.dir.path()).with_rlimits(tiny, tiny);
     let findings = run_all(&host, &needs());
     let json: serde_json::Value =
-        serde_json::from_str(&report::json(host.root(), &needs(), &findings)).expect("valid JSON");
+        serde_json::from_str(&report::json(&host, &needs(), &findings)).expect("valid JSON");
     let status: Vec<&str> = json["checks"]
         .as_array()
         .expect("array")
@@ -602,7 +602,7 @@ fn irq_affinity_good_bad_unreadable() {
     assert_eq!(f.status, Status::Warn, "{f:?}");
     assert!(
         f.current
-            .contains("1 may fire on every shard core 0..3 (e.g. IRQ 40)"),
+            .contains("1 may fire on every shard core 0-3 (e.g. IRQ 40)"),
         "{f:?}"
     );
     assert!(f.fix.contains("/proc/irq/40/smp_affinity_list"), "{f:?}");
@@ -629,6 +629,56 @@ fn irq_affinity_good_bad_unreadable() {
     let dir = Fixture::new();
     dir.unreadable("/proc/interrupts");
     assert_unknown(&checks::irq_nic(&dir.host(), &needs()));
+}
+
+#[test]
+fn shard_cores_from_the_allowed_cpus() {
+    let fixture = Fixture::new();
+    let with_shards = |shards| Needs { shards, ..needs() };
+    // A fixture root without --cpus: unknown, so the first `shards` cores.
+    assert_eq!(fixture.host().allowed_cpus(), None);
+    assert_eq!(with_shards(4).shard_cores(&fixture.host()), [0, 1, 2, 3]);
+    // --cpus: shard i on the i-th allowed core, ascending; more shards than cores wrap, so the
+    // shard cores are all of them.
+    let host = fixture.host().with_cpus([8, 3, 1, 3]);
+    assert_eq!(host.allowed_cpus(), Some(vec![1, 3, 8]));
+    assert_eq!(with_shards(2).shard_cores(&host), [1, 3]);
+    assert_eq!(with_shards(10).shard_cores(&host), [1, 3, 8]);
+    // The live host: this process's mask, as /proc/self/status says it.
+    let status = fs::read_to_string("/proc/self/status").expect("status");
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list");
+    let allowed: Vec<u64> = checks::parse_cpu_list(list)
+        .expect("cpu list")
+        .into_iter()
+        .collect();
+    assert_eq!(Host::live().allowed_cpus(), Some(allowed.clone()));
+    assert_eq!(with_shards(1).shard_cores(&Host::live()), allowed[..1]);
+}
+
+#[test]
+fn irq_judged_against_the_shard_cores_given() {
+    // A broker under `taskset -c 4-7`: a queue IRQ on 4-7 fires on every shard core.
+    let f = Fixture::new();
+    f.interrupts(&[(40, "nvme0q1", "4-7"), (41, "nvme0q2", "4-7")]);
+    let finding = checks::irq_nvme(&f.host().with_cpus(4..8), &needs());
+    assert_eq!(finding.status, Status::Warn, "{finding:?}");
+    assert!(
+        finding
+            .current
+            .contains("2 may fire on every shard core 4-7 (e.g. IRQ 40)"),
+        "{finding:?}"
+    );
+    // Assumed on 0-3, the same IRQs miss every shard core.
+    assert_eq!(checks::irq_nvme(&f.host(), &needs()).status, Status::Ok);
+    // Non-contiguous cores are named as a cpu list.
+    let finding = checks::irq_nvme(&f.host().with_cpus([4, 6]), &needs());
+    assert!(
+        finding.current.contains("every shard core 4,6 "),
+        "{finding:?}"
+    );
 }
 
 #[test]

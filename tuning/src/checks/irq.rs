@@ -18,7 +18,8 @@ pub enum Queues {
 }
 
 impl Queues {
-    fn check(self) -> &'static str {
+    /// The check's name: `irq.nvme`, `irq.nic`.
+    pub fn check(self) -> &'static str {
         match self {
             Queues::Nvme => "irq.nvme",
             Queues::Nic => "irq.nic",
@@ -80,6 +81,31 @@ pub fn parse_cpu_list(list: &str) -> Option<BTreeSet<u64>> {
     (!cpus.is_empty()).then_some(cpus)
 }
 
+/// A cpu set as the kernel writes a cpu list: `0-3,8,10-11`.
+pub fn format_cpu_list(cpus: impl IntoIterator<Item = u64>) -> String {
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    let mut sorted: Vec<u64> = cpus.into_iter().collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    for cpu in sorted {
+        match ranges.last_mut() {
+            Some((_, hi)) if *hi + 1 == cpu => *hi = cpu,
+            _ => ranges.push((cpu, cpu)),
+        }
+    }
+    let parts: Vec<String> = ranges
+        .into_iter()
+        .map(|(lo, hi)| {
+            if lo == hi {
+                lo.to_string()
+            } else {
+                format!("{lo}-{hi}")
+            }
+        })
+        .collect();
+    parts.join(",")
+}
+
 pub fn nvme(host: &Host, needs: &Needs) -> Finding {
     affinity(host, needs, Queues::Nvme)
 }
@@ -88,43 +114,86 @@ pub fn nic(host: &Host, needs: &Needs) -> Finding {
     affinity(host, needs, Queues::Nic)
 }
 
-fn affinity(host: &Host, needs: &Needs, queues: Queues) -> Finding {
-    let check = queues.check();
-    let content = match host.read("/proc/interrupts") {
-        Ok(c) => c,
-        Err(reason) => return Finding::unknown(check, reason, WANT),
-    };
-    let irqs: Vec<(u64, String)> = parse_interrupts(&content)
-        .into_iter()
-        .filter(|(_, name)| queues.matches(name))
-        .collect();
-    if irqs.is_empty() {
-        return Finding::unknown(check, "no queue IRQs in /proc/interrupts", WANT);
-    }
-    let mut placed: Vec<(u64, BTreeSet<u64>)> = Vec::new();
-    for (irq, _) in &irqs {
-        let list = host.read(format!("/proc/irq/{irq}/smp_affinity_list"));
-        if let Some(cpus) = list.ok().as_deref().and_then(parse_cpu_list) {
-            placed.push((*irq, cpus));
-        }
-    }
-    if placed.is_empty() {
-        return Finding::unknown(
-            check,
-            format!("{} queue IRQs, no readable smp_affinity_list", irqs.len()),
-            WANT,
-        );
-    }
-    judge(check, needs, &irqs, &placed)
+/// The queue IRQs of one kind, as `/proc/interrupts` lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueIrqs {
+    /// How many lines name a queue of this kind, affinity readable or not.
+    pub named: usize,
+    /// `(irq, cpus it may fire on)` of each whose `smp_affinity_list` reads; never empty.
+    pub placed: Vec<(u64, BTreeSet<u64>)>,
 }
 
-fn judge(
-    check: &'static str,
-    needs: &Needs,
-    irqs: &[(u64, String)],
-    placed: &[(u64, BTreeSet<u64>)],
-) -> Finding {
-    let shard_cores: BTreeSet<u64> = needs.shard_cores().collect();
+/// The queue IRQs of `queues` and where each may fire, or why there are none to look at.
+pub fn queue_irqs(host: &Host, queues: Queues) -> Result<QueueIrqs, String> {
+    let content = host.read("/proc/interrupts")?;
+    let irqs: Vec<u64> = parse_interrupts(&content)
+        .into_iter()
+        .filter(|(_, name)| queues.matches(name))
+        .map(|(irq, _)| irq)
+        .collect();
+    if irqs.is_empty() {
+        return Err("no queue IRQs in /proc/interrupts".to_string());
+    }
+    let placed: Vec<(u64, BTreeSet<u64>)> = irqs
+        .iter()
+        .filter_map(|irq| {
+            let list = host.read(affinity_path(*irq)).ok()?;
+            Some((*irq, parse_cpu_list(&list)?))
+        })
+        .collect();
+    if placed.is_empty() {
+        return Err(format!(
+            "{} queue IRQs, no readable smp_affinity_list",
+            irqs.len()
+        ));
+    }
+    Ok(QueueIrqs {
+        named: irqs.len(),
+        placed,
+    })
+}
+
+/// The file that says where IRQ `irq` may fire.
+pub fn affinity_path(irq: u64) -> String {
+    format!("/proc/irq/{irq}/smp_affinity_list")
+}
+
+/// The cores `--apply` spreads queue IRQs over: every core the broker may use (so a broker with
+/// fewer shards than cores has only part of the interrupts land on shards), or the shard cores
+/// when the allowed cores are not known.
+pub fn spread_cores(host: &Host, needs: &Needs) -> Vec<u64> {
+    host.allowed_cpus()
+        .unwrap_or_else(|| needs.shard_cores(host))
+}
+
+/// `(irq, core)` for each queue IRQ: one core each, round-robin over `cores` starting at the
+/// `next`-th, which is advanced so that a second kind continues where the first stopped rather
+/// than piling onto the same first cores. Empty when `cores` is.
+pub fn spread(queues: &QueueIrqs, cores: &[u64], next: &mut usize) -> Vec<(u64, u64)> {
+    if cores.is_empty() {
+        return Vec::new();
+    }
+    queues
+        .placed
+        .iter()
+        .map(|(irq, _)| {
+            let core = cores[*next % cores.len()];
+            *next += 1;
+            (*irq, core)
+        })
+        .collect()
+}
+
+fn affinity(host: &Host, needs: &Needs, queues: Queues) -> Finding {
+    match queue_irqs(host, queues) {
+        Ok(found) => judge(queues.check(), &needs.shard_cores(host), &found),
+        Err(reason) => Finding::unknown(queues.check(), reason, WANT),
+    }
+}
+
+fn judge(check: &'static str, shard_cores: &[u64], found: &QueueIrqs) -> Finding {
+    let placed = &found.placed;
+    let shard_cores: BTreeSet<u64> = shard_cores.iter().copied().collect();
     // With one shard, "every shard core" is any core it runs on; judge spreading only.
     let on_every_shard: Vec<u64> = placed
         .iter()
@@ -134,8 +203,8 @@ fn judge(
     let single_cores: BTreeSet<&BTreeSet<u64>> = placed.iter().map(|(_, c)| c).collect();
     let all_on_one =
         placed.len() > 1 && single_cores.len() == 1 && single_cores.iter().all(|c| c.len() == 1);
-    let unread = irqs.len() - placed.len();
-    let mut current = format!("{} queue IRQs", irqs.len());
+    let unread = found.named - placed.len();
+    let mut current = format!("{} queue IRQs", found.named);
     if unread > 0 {
         current.push_str(&format!(" ({unread} unreadable)"));
     }
@@ -143,10 +212,9 @@ fn judge(
         (
             Status::Warn,
             format!(
-                "{} may fire on every shard core {}..{} (e.g. IRQ {})",
+                "{} may fire on every shard core {} (e.g. IRQ {})",
                 on_every_shard.len(),
-                shard_cores.first().copied().unwrap_or(0),
-                shard_cores.last().copied().unwrap_or(0),
+                format_cpu_list(shard_cores),
                 on_every_shard[0]
             ),
         )
@@ -169,7 +237,7 @@ fn judge(
         current,
         WANT,
         status,
-        format!("pin each queue IRQ to one core, spread over cores: echo CPU > /proc/irq/{first}/smp_affinity_list (and for each other queue IRQ); stop irqbalance or ban these IRQs from it"),
+        format!("pin each queue IRQ to one core, spread over cores: keel-tune --apply, or echo CPU > /proc/irq/{first}/smp_affinity_list (and for each other queue IRQ); stop irqbalance or ban these IRQs from it"),
     )
 }
 
@@ -186,6 +254,9 @@ mod tests {
         assert_eq!(parse_cpu_list("3-1"), None);
         assert_eq!(parse_cpu_list("x"), None);
         assert_eq!(parse_cpu_list(""), None);
+        assert_eq!(format_cpu_list([8, 0, 1, 2, 3, 10, 11]), "0-3,8,10-11");
+        assert_eq!(format_cpu_list([5]), "5");
+        assert_eq!(format_cpu_list([]), "");
         assert!(Queues::Nic.matches("virtio2-input.0"));
         assert!(!Queues::Nic.matches("virtio4-input"));
         assert!(!Queues::Nic.matches("virtio1-req.0"));

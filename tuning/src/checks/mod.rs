@@ -11,7 +11,11 @@ mod limits;
 pub use cpu::governor;
 pub use disk::{nomerges, rq_affinity, scheduler, write_cache};
 pub use fs::{ballast, filesystem, mount_options};
-pub use irq::{nic as irq_nic, nvme as irq_nvme, parse_cpu_list, parse_interrupts, Queues};
+pub use irq::{
+    affinity_path as irq_affinity_path, format_cpu_list, nic as irq_nic, nvme as irq_nvme,
+    parse_cpu_list, parse_interrupts, queue_irqs, spread as irq_spread,
+    spread_cores as irq_spread_cores, QueueIrqs, Queues,
+};
 pub use kernel::{
     aio_max_nr, aio_need as kernel_aio_need, clocksource, swappiness, transparent_hugepages,
 };
