@@ -247,6 +247,10 @@ impl BrokerShard {
         }
         for (topic, index, epoch) in to_open {
             self.open_partition(&topic, index, epoch).await;
+            // Opening a log does blocking directory work between its I/O; thousands opened in
+            // one image (a topic of 10,000 partitions) held the reactor for 400 ms. Give the
+            // other tasks their turn whenever the task queue's budget is spent.
+            glommio::yield_if_needed().await;
         }
     }
 
