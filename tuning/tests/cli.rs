@@ -1,25 +1,10 @@
 //! The `keel-tune` binary on this machine and on a fixture root: exits 0, prints every check.
 
+mod common;
+
 use std::process::Command;
 
-const ALL_CHECKS: [&str; 16] = [
-    "cpu.governor",
-    "irq.nvme",
-    "irq.nic",
-    "disk.scheduler",
-    "disk.nomerges",
-    "disk.rq_affinity",
-    "disk.write_cache",
-    "vm.swappiness",
-    "mm.transparent_hugepage",
-    "clocksource",
-    "fs.aio-max-nr",
-    "rlimit.memlock",
-    "rlimit.nofile",
-    "fs.type",
-    "fs.mount_options",
-    "fs.ballast",
-];
+use common::ALL_CHECKS;
 
 fn keel_tune(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_keel-tune"))

@@ -2,9 +2,12 @@
 //! bad, and unreadable (missing, or a directory where a file should be — which defeats root's
 //! permission bypass). Also the table and JSON renderings.
 
+mod common;
+
 use std::fs;
 use std::path::PathBuf;
 
+use common::ALL_CHECKS;
 use keel_tuning::{checks, report, run_all, Finding, Host, Limit, Needs, Rlimit, Status};
 
 struct Fixture {
@@ -457,25 +460,6 @@ fn good_host() -> Fixture {
         .ballast("/data/keel/ballast", 2 * BALLAST_BYTES);
     fx
 }
-
-const ALL_CHECKS: [&str; 16] = [
-    "cpu.governor",
-    "irq.nvme",
-    "irq.nic",
-    "disk.scheduler",
-    "disk.nomerges",
-    "disk.rq_affinity",
-    "disk.write_cache",
-    "vm.swappiness",
-    "mm.transparent_hugepage",
-    "clocksource",
-    "fs.aio-max-nr",
-    "rlimit.memlock",
-    "rlimit.nofile",
-    "fs.type",
-    "fs.mount_options",
-    "fs.ballast",
-];
 
 #[test]
 fn good_host_all_ok_and_table() {
