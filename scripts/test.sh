@@ -14,6 +14,10 @@ command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 # The disk-full test loop-mounts a small ext4 image.
 command -v mkfs.ext4 >/dev/null 2>&1 || need_apt+=(e2fsprogs)
+# The Sarama test (tests/python/test_sarama.py) builds a Go program offline from Debian's
+# packaged Sarama sources.
+command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
+test -d /usr/share/gocode/src/github.com/Shopify/sarama || need_apt+=(golang-github-shopify-sarama-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

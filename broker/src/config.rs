@@ -61,6 +61,10 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.cleaner.min.compaction.lag.ms", default: "0", doc: "records stay uncompacted at least this long (topic: min.compaction.lag.ms)" },
     BrokerKey { name: "log.cleaner.max.compaction.lag.ms", default: "9223372036854775807", doc: "dirty records are compacted within about this long (topic: max.compaction.lag.ms)" },
     BrokerKey { name: "log.message.timestamp.type", default: "CreateTime", doc: "CreateTime or LogAppendTime (topic: message.timestamp.type)" },
+    BrokerKey { name: "compression.type", default: "producer", doc: "codec batches are stored in: producer keeps each batch's codec as sent; uncompressed, gzip, snappy, lz4 or zstd rewrites batches in another codec on the owner shard (topic: compression.type)" },
+    BrokerKey { name: "compression.gzip.level", default: "-1", doc: "gzip level (1-9, -1 = zlib's default 6) when compression.type rewrites to gzip (topic: compression.gzip.level)" },
+    BrokerKey { name: "compression.lz4.level", default: "9", doc: "lz4 level (1-17) when compression.type rewrites to lz4; validated but not applied: Keel's lz4 encoder has one level (topic: compression.lz4.level)" },
+    BrokerKey { name: "compression.zstd.level", default: "3", doc: "zstd level (-131072 to 22) when compression.type rewrites to zstd (topic: compression.zstd.level)" },
     BrokerKey { name: "min.insync.replicas", default: "1", doc: "ISR size needed for acks=all" },
     BrokerKey { name: "log.flush.policy", default: "group", doc: "group: fdatasync before ack; interval: ack after write, sync every flush.ms (topic: flush.policy)" },
     BrokerKey { name: "log.flush.interval.ms", default: "1000", doc: "sync period of flush.policy=interval (topic: flush.ms)" },
@@ -75,6 +79,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "group.max.size", default: "2147483647", doc: "members a consumer group may hold (also bounds member ids handed out and not yet used)" },
     BrokerKey { name: "group.min.session.timeout.ms", default: "6000", doc: "shortest session timeout a group member may ask for" },
     BrokerKey { name: "group.max.session.timeout.ms", default: "1800000", doc: "longest session timeout a group member may ask for" },
+    BrokerKey { name: "group.initial.rebalance.delay.ms", default: "3000", doc: "how long the first rebalance of an empty classic group waits for more members to join (each new member extends it, within the rebalance timeout); 0 = no wait" },
     BrokerKey { name: "transaction.state.log.num.partitions", default: "50", doc: "partitions of __transaction_state (transaction coordinators) when it is created" },
     BrokerKey { name: "transaction.state.log.segment.bytes", default: "104857600", doc: "segment.bytes of __transaction_state when it is created" },
     BrokerKey { name: "transaction.max.timeout.ms", default: "900000", doc: "longest transaction timeout a producer may ask for" },
@@ -148,6 +153,53 @@ fn check_timestamp_type(v: &str) -> Result<()> {
         .map(|_| ())
         .map_err(|_| anyhow!("must be CreateTime or LogAppendTime: {v}"))
 }
+fn check_compression_type(v: &str) -> Result<()> {
+    v.trim()
+        .parse::<keel_storage::codec::CompressionType>()
+        .map(|_| ())
+        .map_err(|e| anyhow!(e))
+}
+fn check_level(
+    v: &str,
+    name: &str,
+    range: std::ops::RangeInclusive<i32>,
+    extra: Option<i32>,
+) -> Result<()> {
+    match v.trim().parse::<i32>() {
+        Ok(n) if range.contains(&n) || Some(n) == extra => Ok(()),
+        _ => bail!(
+            "{name} must be an integer between {} and {}{}: {v}",
+            range.start(),
+            range.end(),
+            extra.map(|e| format!(" (or {e})")).unwrap_or_default()
+        ),
+    }
+}
+fn check_gzip_level(v: &str) -> Result<()> {
+    use keel_storage::codec::{GZIP_LEVELS, GZIP_LEVEL_DEFAULT};
+    check_level(
+        v,
+        "compression.gzip.level",
+        GZIP_LEVELS,
+        Some(GZIP_LEVEL_DEFAULT),
+    )
+}
+fn check_lz4_level(v: &str) -> Result<()> {
+    check_level(
+        v,
+        "compression.lz4.level",
+        keel_storage::codec::LZ4_LEVELS,
+        None,
+    )
+}
+fn check_zstd_level(v: &str) -> Result<()> {
+    check_level(
+        v,
+        "compression.zstd.level",
+        keel_storage::codec::ZSTD_LEVELS,
+        None,
+    )
+}
 fn check_flush_policy(v: &str) -> Result<()> {
     FlushPolicy::from_str(v.trim())
         .map(|_| ())
@@ -160,6 +212,26 @@ pub const TOPIC_CONFIGS: &[TopicKey] = &[
         name: "cleanup.policy",
         broker_key: "log.cleanup.policy",
         check: check_cleanup_policy,
+    },
+    TopicKey {
+        name: "compression.gzip.level",
+        broker_key: "compression.gzip.level",
+        check: check_gzip_level,
+    },
+    TopicKey {
+        name: "compression.lz4.level",
+        broker_key: "compression.lz4.level",
+        check: check_lz4_level,
+    },
+    TopicKey {
+        name: "compression.type",
+        broker_key: "compression.type",
+        check: check_compression_type,
+    },
+    TopicKey {
+        name: "compression.zstd.level",
+        broker_key: "compression.zstd.level",
+        check: check_zstd_level,
     },
     TopicKey {
         name: "delete.retention.ms",
@@ -312,6 +384,8 @@ pub struct BrokerConfig {
     /// Session timeouts a group member may ask for, inclusive.
     pub group_session_timeout_ms_min: i32,
     pub group_session_timeout_ms_max: i32,
+    /// `group.initial.rebalance.delay.ms`: the first rebalance out of `Empty` waits this long.
+    pub group_initial_rebalance_delay_ms: i32,
     /// `group.protocol=consumer` groups: session timeout, heartbeat interval, size limit and
     /// default assignor (the first of `group.consumer.assignors`).
     pub consumer_group_session_timeout_ms: i32,
@@ -464,6 +538,10 @@ impl BrokerConfig {
                 "group.max.session.timeout.ms",
                 &get("group.max.session.timeout.ms"),
             )?,
+            group_initial_rebalance_delay_ms: parse(
+                "group.initial.rebalance.delay.ms",
+                &get("group.initial.rebalance.delay.ms"),
+            )?,
             consumer_group_session_timeout_ms: parse(
                 "group.consumer.session.timeout.ms",
                 &get("group.consumer.session.timeout.ms"),
@@ -539,6 +617,9 @@ impl BrokerConfig {
             || cfg.group_session_timeout_ms_min > cfg.group_session_timeout_ms_max
         {
             bail!("group.min.session.timeout.ms must be >= 0 and <= group.max.session.timeout.ms");
+        }
+        if cfg.group_initial_rebalance_delay_ms < 0 {
+            bail!("group.initial.rebalance.delay.ms must be >= 0");
         }
         if cfg.consumer_group_heartbeat_interval_ms < 1
             || cfg.consumer_group_heartbeat_interval_ms >= cfg.consumer_group_session_timeout_ms
@@ -628,6 +709,18 @@ impl BrokerConfig {
         }
         if let Ok(v) = TimestampType::from_str(&value("message.timestamp.type")) {
             c.message_timestamp_type = v;
+        }
+        if let Ok(v) = value("compression.type").parse() {
+            c.compression_type = v;
+        }
+        if let Ok(v) = value("compression.gzip.level").parse::<i32>() {
+            c.compression_gzip_level = v;
+        }
+        if let Ok(v) = value("compression.lz4.level").parse::<i32>() {
+            c.compression_lz4_level = v;
+        }
+        if let Ok(v) = value("compression.zstd.level").parse::<i32>() {
+            c.compression_zstd_level = v;
         }
         if let Ok(v) = value("retention.ms").parse::<i64>() {
             c.retention_ms = v;

@@ -13,7 +13,9 @@ pub fn code(e: ResponseError) -> i16 {
 pub fn storage_code(e: &StorageError) -> i16 {
     code(match e {
         StorageError::CorruptMessage(_) => ResponseError::CorruptMessage,
-        StorageError::InvalidRecord(_) => ResponseError::InvalidRecord,
+        StorageError::InvalidRecord(_) | StorageError::InvalidRecords { .. } => {
+            ResponseError::InvalidRecord
+        }
         StorageError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         StorageError::InvalidProducerEpoch(_) => ResponseError::InvalidProducerEpoch,

@@ -5,6 +5,7 @@
 //! defaults, `KEEL_*` environment variables, a TOML file (`--config FILE`) and flags, each
 //! overriding the one before.
 
+mod acl;
 mod admin;
 mod config;
 mod conn;

@@ -29,6 +29,11 @@ pub struct ShardCounters {
     pub produce_appends: Cell<u64>,
     pub produce_append_ns: Cell<u64>,
     pub produce_commit_ns: Cell<u64>,
+    /// `compression.type` rewrites on the owner shard: bytes of the rewritten batches as
+    /// produced and as stored, and the time spent (the CPU cost of recompression).
+    pub recompressed_bytes_in: Cell<u64>,
+    pub recompressed_bytes_out: Cell<u64>,
+    pub recompress_ns: Cell<u64>,
     /// Compaction passes: bytes read (segments cleaned) and time spent.
     pub compacted_bytes: Cell<u64>,
     pub compaction_ns: Cell<u64>,
@@ -130,6 +135,9 @@ impl Default for ShardCounters {
             produce_appends: Cell::new(0),
             produce_append_ns: Cell::new(0),
             produce_commit_ns: Cell::new(0),
+            recompressed_bytes_in: Cell::new(0),
+            recompressed_bytes_out: Cell::new(0),
+            recompress_ns: Cell::new(0),
             compacted_bytes: Cell::new(0),
             compaction_ns: Cell::new(0),
             latency: RefCell::new(HashMap::new()),
@@ -260,6 +268,9 @@ impl ShardCounters {
             produce_appends: self.produce_appends.get(),
             produce_append_s: self.produce_append_ns.get() as f64 / 1e9,
             produce_commit_s: self.produce_commit_ns.get() as f64 / 1e9,
+            recompressed_bytes_in: self.recompressed_bytes_in.get(),
+            recompressed_bytes_out: self.recompressed_bytes_out.get(),
+            recompress_s: self.recompress_ns.get() as f64 / 1e9,
             compacted_bytes: self.compacted_bytes.get(),
             compaction_s: self.compaction_ns.get() as f64 / 1e9,
             ..Default::default()
@@ -302,6 +313,9 @@ pub struct CountersSnapshot {
     pub produce_appends: u64,
     pub produce_append_s: f64,
     pub produce_commit_s: f64,
+    pub recompressed_bytes_in: u64,
+    pub recompressed_bytes_out: u64,
+    pub recompress_s: f64,
     pub compacted_bytes: u64,
     pub compaction_s: f64,
     /// Bytes in the shard's tail caches, and batches the shard budget evicted.
@@ -450,6 +464,24 @@ pub fn render(shards: &[CountersSnapshot]) -> String {
         "counter",
         "Owner-shard time produce requests waited for their commit (write, and fdatasync under flush.policy=group).",
         &|s| s.produce_commit_s,
+    );
+    family(
+        "keel_produce_recompressed_bytes_in_total",
+        "counter",
+        "Bytes of batches compression.type rewrote into the topic's codec, as produced.",
+        &|s| s.recompressed_bytes_in as f64,
+    );
+    family(
+        "keel_produce_recompressed_bytes_out_total",
+        "counter",
+        "Bytes of batches compression.type rewrote into the topic's codec, as stored.",
+        &|s| s.recompressed_bytes_out as f64,
+    );
+    family(
+        "keel_produce_recompress_seconds_total",
+        "counter",
+        "Time the owner shard spent recompressing batches for compression.type.",
+        &|s| s.recompress_s,
     );
     family(
         "keel_tail_cache_bytes",

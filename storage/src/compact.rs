@@ -26,7 +26,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::io::Write;
 
 use crate::batch::{
     compute_crc, validate_one, BatchHeader, BATCH_LENGTH_AT, CRC_AT, HEADER_BYTES, LOG_OVERHEAD,
@@ -184,23 +183,34 @@ pub fn build_offset_map(
     Ok(())
 }
 
-/// Records without a key in the data batches of `batches` (Kafka refuses them in a compacted
-/// topic). Control batches are skipped. Bytes are validated as the cleaner validates them.
-pub fn unkeyed_records(batches: &[u8]) -> Result<u64, StorageError> {
+/// The records without a key in the data batches of `batches` (Kafka refuses them in a
+/// compacted topic), by index within their batch, and how many there are in all; at most
+/// `indexes_max` indexes are listed. Control batches are skipped. Bytes are validated as the
+/// cleaner validates them.
+pub fn unkeyed_records(
+    batches: &[u8],
+    indexes_max: usize,
+) -> Result<(u64, Vec<i32>), StorageError> {
     let mut pos = 0usize;
     let mut unkeyed = 0u64;
+    let mut indexes = Vec::new();
     while pos < batches.len() {
         let (batch, header) = next_batch(batches, &mut pos)?;
         if header.attributes & CONTROL_BIT != 0 {
             continue;
         }
         let section = records_section(batch, &header)?;
-        unkeyed += parse_records(&section, &header)?
-            .iter()
-            .filter(|r| r.key.is_none())
-            .count() as u64;
+        for (index, record) in parse_records(&section, &header)?.iter().enumerate() {
+            if record.key.is_none() {
+                unkeyed += 1;
+                if indexes.len() < indexes_max {
+                    // parse_records bounds a batch's records by i32 (records_count).
+                    indexes.push(i32::try_from(index).unwrap_or(i32::MAX));
+                }
+            }
+        }
     }
-    Ok(unkeyed)
+    Ok((unkeyed, indexes))
 }
 
 /// Filters `segment` against `map`: a keyed record stays iff no later offset of its key is in
@@ -388,7 +398,11 @@ fn rewrite_batch(
     out: &mut Vec<u8>,
 ) -> Result<(), StorageError> {
     let raw: Vec<u8> = kept.concat();
-    let payload = compress(header.compression(), raw)?;
+    let payload = crate::codec::compress(
+        header.compression(),
+        &raw,
+        &crate::codec::CompressionLevels::default(),
+    )?;
     let batch_length = i32::try_from(HEADER_BYTES - LOG_OVERHEAD + payload.len())
         .map_err(|_| corrupt("rewritten batch longer than i32::MAX"))?;
     // `kept` is a subset of the batch's records, whose count is an i32.
@@ -403,32 +417,6 @@ fn rewrite_batch(
     new[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
     debug_assert!(validate_one(new, u32::MAX).is_ok());
     Ok(())
-}
-
-/// Compresses a records section with Kafka codec `codec` (snappy is written raw, which every
-/// Kafka client reads; lz4 as a standard frame of independent 64 KiB blocks, as Kafka writes).
-fn compress(codec: u8, raw: Vec<u8>) -> Result<Vec<u8>, StorageError> {
-    Ok(match codec {
-        0 => raw,
-        1 => {
-            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-            e.write_all(&raw)?;
-            e.finish()?
-        }
-        2 => snap::raw::Encoder::new()
-            .compress_vec(&raw)
-            .map_err(|e| corrupt(format!("snappy: {e}")))?,
-        3 => {
-            let info = lz4_flex::frame::FrameInfo::new()
-                .block_size(lz4_flex::frame::BlockSize::Max64KB)
-                .block_mode(lz4_flex::frame::BlockMode::Independent);
-            let mut e = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new());
-            e.write_all(&raw)?;
-            e.finish().map_err(|e| corrupt(format!("lz4: {e}")))?
-        }
-        4 => zstd::encode_all(raw.as_slice(), zstd::DEFAULT_COMPRESSION_LEVEL)?,
-        other => return Err(corrupt(format!("unknown compression codec {other}"))),
-    })
 }
 
 #[cfg(test)]
@@ -496,7 +484,7 @@ mod tests {
     /// Test-side compression: the module's own codecs, plus xerial-framed snappy.
     fn test_compress(codec: u8, raw: Vec<u8>) -> Vec<u8> {
         if codec != SNAPPY_XERIAL {
-            return compress(codec, raw).unwrap();
+            return crate::codec::compress(codec, &raw, &Default::default()).unwrap();
         }
         let mut out = b"\x82SNAPPY\0".to_vec();
         out.extend_from_slice(&1i32.to_be_bytes());

@@ -15,6 +15,16 @@ pub enum StorageError {
     /// Structurally valid batch whose fields are inconsistent: Kafka INVALID_RECORD.
     #[error("invalid record: {0}")]
     InvalidRecord(String),
+    /// Some records of a batch are invalid (for example unkeyed records in a compacted topic):
+    /// Kafka INVALID_RECORD with per-record errors (KIP-467), so a client fails exactly those
+    /// records and retries none of the batch.
+    #[error("invalid record: {message}")]
+    InvalidRecords {
+        message: String,
+        /// The offending records, by index in the appended batches (in order), at most
+        /// [`RECORD_ERRORS_MAX`].
+        record_errors: Vec<RecordError>,
+    },
     /// One batch is larger than `max_message_bytes`: Kafka MESSAGE_TOO_LARGE.
     #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
     MessageTooLarge { size: usize, max: u32 },
@@ -68,6 +78,18 @@ pub enum StorageError {
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
 }
+
+/// One rejected record of a batch (Kafka's `RecordError`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordError {
+    /// The record's index in its batch, counting from 0 (Kafka's `batchIndex`).
+    pub batch_index: i32,
+    pub message: String,
+}
+
+/// Most per-record errors one rejection carries: a batch may hold millions of records, and the
+/// answer must stay bounded.
+pub const RECORD_ERRORS_MAX: usize = 10_000;
 
 impl From<glommio::GlommioError<()>> for StorageError {
     fn from(e: glommio::GlommioError<()>) -> Self {

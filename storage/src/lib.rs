@@ -11,6 +11,7 @@
 //! Invariant: `log_start_offset <= last_stable_offset <= high_watermark <= log_end_offset`.
 
 mod batch;
+pub mod codec;
 pub mod compact;
 mod epoch;
 mod error;
@@ -42,11 +43,11 @@ mod tests;
 mod txn_tests;
 
 pub use batch::{contains_control_batch, end_offset_of, validate_batches};
-pub use error::StorageError;
+pub use error::{RecordError, StorageError, RECORD_ERRORS_MAX};
 pub use log::Log;
 pub use producer_state::ProducerInfo;
 pub use records::{end_txn_marker, EndTxnMarker, MarkerType};
 pub use types::{
     AppendInfo, BatchesSummary, CompactionOutcome, FlushPolicy, LeaderEpoch, LogConfig, LogOffsets,
-    Offset, ReadResult, RetentionOutcome, TimestampType,
+    Offset, ReadResult, RecompressStats, RetentionOutcome, TimestampType,
 };

@@ -644,11 +644,29 @@ impl Log {
         s.check_writable()?;
         let summary = validate_batches(&batches, s.config.max_message_bytes)?;
         if s.config.cleanup_compact {
-            let unkeyed = crate::compact::unkeyed_records(&batches)?;
+            let (unkeyed, indexes) =
+                crate::compact::unkeyed_records(&batches, crate::error::RECORD_ERRORS_MAX)?;
             if unkeyed > 0 {
-                return Err(StorageError::InvalidRecord(format!(
-                    "{unkeyed} record(s) without a key: a compacted topic needs a key on every record"
-                )));
+                // Kafka's per-record message and summary (LogValidator).
+                let record_errors: Vec<crate::error::RecordError> = indexes
+                    .into_iter()
+                    .map(|batch_index| crate::error::RecordError {
+                        batch_index,
+                        message: "Compacted topic cannot accept message without key".to_string(),
+                    })
+                    .collect();
+                let first: Vec<i32> = record_errors
+                    .iter()
+                    .take(3)
+                    .map(|e| e.batch_index)
+                    .collect();
+                return Err(StorageError::InvalidRecords {
+                    message: format!(
+                        "{unkeyed} record(s) without a key: a compacted topic needs a key on \
+                         every record (first at batch indexes {first:?})"
+                    ),
+                    record_errors,
+                });
             }
         }
         if summary.producer_batches == 0 && summary.transactional_batches > 0 {
@@ -687,6 +705,10 @@ impl Log {
                 return Ok(duplicate_info(&original, s.log_start_offset));
             }
         }
+        let recompressed = match s.config.compression_type.codec() {
+            Some(codec) => recompress_for_topic(&mut batches, codec, &s.config)?,
+            None => None,
+        };
         let base_offset = s.log_end_offset;
         if base_offset
             .0
@@ -752,6 +774,7 @@ impl Log {
             log_start_offset: s.log_start_offset,
             record_count: summary.record_count.min(u32::MAX as u64) as u32,
             duplicate: false,
+            recompressed,
         })
     }
 
@@ -1444,6 +1467,41 @@ fn is_enospc(e: &std::io::Error) -> bool {
     e.raw_os_error() == Some(libc::ENOSPC) || e.kind() == std::io::ErrorKind::StorageFull
 }
 
+/// Rewrites `batches` into the topic's `compression.type` codec where they differ (Kafka's
+/// LogValidator recompression), and checks the rewritten batches against `max.message.bytes`
+/// again, as Kafka does after recompressing.
+fn recompress_for_topic(
+    batches: &mut BytesMut,
+    codec: u8,
+    config: &LogConfig,
+) -> Result<Option<crate::types::RecompressStats>, StorageError> {
+    let started = std::time::Instant::now();
+    let levels = crate::codec::CompressionLevels {
+        gzip: config.compression_gzip_level,
+        lz4: config.compression_lz4_level,
+        zstd: config.compression_zstd_level,
+    };
+    let Some(out) = crate::codec::recompress(batches, codec, &levels)? else {
+        return Ok(None);
+    };
+    let mut pos = 0usize;
+    while let Some(header) = out.batches.get(pos..).and_then(BatchHeader::parse) {
+        if header.size > config.max_message_bytes as usize {
+            return Err(StorageError::MessageTooLarge {
+                size: header.size,
+                max: config.max_message_bytes,
+            });
+        }
+        pos += header.size;
+    }
+    *batches = out.batches;
+    Ok(Some(crate::types::RecompressStats {
+        bytes_in: out.bytes_in,
+        bytes_out: out.bytes_out,
+        nanos: u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+    }))
+}
+
 /// The answer to a retry of `original` (Kafka answers it as if appended again).
 fn duplicate_info(original: &BatchMetadata, log_start_offset: Offset) -> AppendInfo {
     AppendInfo {
@@ -1457,6 +1515,7 @@ fn duplicate_info(original: &BatchMetadata, log_start_offset: Offset) -> AppendI
         log_start_offset,
         record_count: 0,
         duplicate: true,
+        recompressed: None,
     }
 }
 

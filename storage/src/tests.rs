@@ -879,8 +879,13 @@ fn compaction_keeps_the_latest_per_key_with_offsets_and_merges_segments() {
         };
         let log = Log::open(dir.path(), cfg.clone()).await.unwrap();
         // Unkeyed records are refused in a compacted topic.
-        let err = log.append(batch(1, 0, 10), LeaderEpoch(0), 0).unwrap_err();
-        assert!(matches!(err, StorageError::InvalidRecord(_)), "{err:?}");
+        // Each is named by its index in the batch (KIP-467), so clients fail exactly those.
+        let err = log.append(batch(5, 0, 10), LeaderEpoch(0), 0).unwrap_err();
+        let StorageError::InvalidRecords { record_errors, .. } = &err else {
+            panic!("{err:?}");
+        };
+        let indexes: Vec<i32> = record_errors.iter().map(|e| e.batch_index).collect();
+        assert_eq!(indexes, (0..5).collect::<Vec<i32>>(), "{err:?}");
         // 12 writes over keys a..d, each its own batch (and segment: segment.bytes is tiny),
         // codecs rotating; "c" is deleted by a tombstone at offset 10.
         let writes: Vec<(&str, Option<&str>)> = vec![

@@ -74,6 +74,13 @@ pub struct LogConfig {
     pub flush_policy: FlushPolicy,
     /// `message.timestamp.type`.
     pub message_timestamp_type: TimestampType,
+    /// `compression.type`: `producer` stores batches as sent; any other codec rewrites batches
+    /// that differ (see `codec.rs`).
+    pub compression_type: crate::codec::CompressionType,
+    /// `compression.gzip.level`, `compression.lz4.level`, `compression.zstd.level` (KIP-390).
+    pub compression_gzip_level: i32,
+    pub compression_lz4_level: i32,
+    pub compression_zstd_level: i32,
     /// Bytes of the most recent batches kept in memory per partition.
     pub tail_cache_bytes: usize,
     /// `retention.ms`: closed segments whose newest timestamp is older are deleted; -1 keeps
@@ -114,6 +121,10 @@ impl Default for LogConfig {
             index_interval_bytes: 4096,
             flush_policy: FlushPolicy::Group,
             message_timestamp_type: TimestampType::CreateTime,
+            compression_type: crate::codec::CompressionType::Producer,
+            compression_gzip_level: crate::codec::GZIP_LEVEL_DEFAULT,
+            compression_lz4_level: crate::codec::LZ4_LEVEL_DEFAULT,
+            compression_zstd_level: crate::codec::ZSTD_LEVEL_DEFAULT,
             tail_cache_bytes: 4 * 1024 * 1024,
             retention_ms: 604_800_000,
             retention_bytes: -1,
@@ -145,6 +156,18 @@ pub struct AppendInfo {
     /// appended): nothing was appended, and the offsets and time above are the original
     /// batch's. Kafka answers such a produce with NONE and these offsets.
     pub duplicate: bool,
+    /// Set when `compression.type` made the append rewrite batches into the topic's codec.
+    pub recompressed: Option<RecompressStats>,
+}
+
+/// The cost of one append's recompression (`compression.type` other than `producer`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RecompressStats {
+    /// Bytes of the rewritten batches as produced, and as stored.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Time spent decompressing and compressing, on the owner shard.
+    pub nanos: u64,
 }
 
 /// Result of one `Log::read`.

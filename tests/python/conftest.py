@@ -124,6 +124,8 @@ class KeelBroker:
             cmd += ["--set", "%s=%s" % (k, v)]
         # keel reads KEEL_* variables as settings, so the test's own (KEEL_BIN) must not leak.
         env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+        # Groups form without Kafka's 3 s initial rebalance delay unless a test sets it.
+        env["KEEL_GROUP_INITIAL_REBALANCE_DELAY_MS"] = "0"
         env.setdefault("RUST_LOG", "info,openraft=warn")
         env.setdefault("NO_COLOR", "1")
         self.starts += 1

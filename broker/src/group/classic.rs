@@ -46,8 +46,10 @@
 //! - `group.instance.id` → member id maps exactly onto the static members.
 //!
 //! Where this differs from Kafka, and why:
-//! - there is no initial rebalance delay; a join out of `Empty` completes like any other, once
-//!   every member has joined and no handed-out member id is pending, or at the rebalance timeout;
+//! - (not a difference) the first rebalance out of `Empty` waits `group.initial.rebalance.delay.ms`
+//!   as Kafka's `InitialDelayedJoin` does: each new member of a generation-0 group extends the
+//!   wait by up to that delay again, within the rebalance timeout, and the join completes when
+//!   the wait ends, not when every member has joined;
 //! - a member's protocols are checked against the *other* members, so a sole member may change
 //!   its assignment strategy (Kafka counts the member's own old protocols);
 //! - a JoinGroup or SyncGroup that a second one from the same member supersedes is answered
@@ -105,6 +107,9 @@ pub struct GroupConfig {
     pub session_timeout_ms_min: i32,
     /// `group.max.session.timeout.ms`; Kafka's default is 30 min.
     pub session_timeout_ms_max: i32,
+    /// `group.initial.rebalance.delay.ms`: how long the first rebalance out of `Empty` waits for
+    /// more members. Kafka's default is 3 s; [`GroupConfig::default`] has 0 (no wait) for tests.
+    pub initial_rebalance_delay_ms: i32,
 }
 
 impl Default for GroupConfig {
@@ -113,6 +118,7 @@ impl Default for GroupConfig {
             group_size_max: i32::MAX as usize,
             session_timeout_ms_min: 6_000,
             session_timeout_ms_max: 1_800_000,
+            initial_rebalance_delay_ms: 0,
         }
     }
 }
@@ -360,6 +366,12 @@ pub struct ClassicGroup {
     pending_sync_members: HashSet<String>,
     /// `PreparingRebalance` completes by then with whoever joined.
     rebalance_deadline_ms: Option<i64>,
+    /// Set while the first rebalance out of `Empty` waits (Kafka's `InitialDelayedJoin`): the
+    /// join completes only at `rebalance_deadline_ms`, and holds the rebalance time left after
+    /// the current wait (Kafka's `remainingMs`).
+    initial_delay_remaining_ms: Option<i64>,
+    /// A member joined a generation-0 group during the initial wait, which extends it once more.
+    new_member_added: bool,
     /// Members still in `pending_sync_members` by then are removed.
     sync_deadline_ms: Option<i64>,
     next_ticket: u64,
@@ -390,6 +402,8 @@ impl ClassicGroup {
             pending_members: HashMap::new(),
             pending_sync_members: HashSet::new(),
             rebalance_deadline_ms: None,
+            initial_delay_remaining_ms: None,
+            new_member_added: false,
             sync_deadline_ms: None,
             next_ticket: 0,
             completed: Vec::new(),
@@ -886,6 +900,9 @@ impl ClassicGroup {
             session_deadline_ms: self.deadline_ms(NEW_MEMBER_JOIN_TIMEOUT_MS),
         };
         self.members.insert(member_id, member);
+        if self.state == GroupState::PreparingRebalance && self.generation_id == 0 {
+            self.new_member_added = true;
+        }
         self.maybe_prepare_rebalance();
         Reply::Later(ticket)
     }
@@ -1050,19 +1067,51 @@ impl ClassicGroup {
         if self.state == GroupState::CompletingRebalance {
             self.reset_and_propagate_assignment_error(REBALANCE_IN_PROGRESS);
         }
+        let initial_delay_ms = self.config.initial_rebalance_delay_ms;
+        let initial = self.state == GroupState::Empty && initial_delay_ms > 0;
         self.pending_sync_members.clear();
         self.sync_deadline_ms = None;
         self.transition_to(GroupState::PreparingRebalance);
-        self.rebalance_deadline_ms = Some(self.deadline_ms(self.rebalance_timeout_ms()));
+        let rebalance_timeout_ms = self.rebalance_timeout_ms();
+        if initial {
+            self.new_member_added = false;
+            let remaining_ms = i64::from(rebalance_timeout_ms) - i64::from(initial_delay_ms);
+            self.initial_delay_remaining_ms = Some(remaining_ms.max(0));
+            self.rebalance_deadline_ms = Some(self.deadline_ms(initial_delay_ms));
+        } else {
+            self.rebalance_deadline_ms = Some(self.deadline_ms(rebalance_timeout_ms));
+        }
     }
 
-    /// Completes the join once every member has joined and no handed-out id is pending.
+    /// Completes the join once every member has joined and no handed-out id is pending, unless
+    /// the initial wait is running: that completes only when it ends.
     fn settle_rebalance(&mut self) {
         let all_joined = self.members.values().all(|m| m.join_ticket.is_some())
             && self.pending_members.is_empty();
-        if self.state == GroupState::PreparingRebalance && all_joined {
+        if self.state == GroupState::PreparingRebalance
+            && all_joined
+            && self.initial_delay_remaining_ms.is_none()
+        {
             self.complete_join();
         }
+    }
+
+    /// The rebalance deadline passed: the join completes, unless the initial wait is extended
+    /// because a new member came (Kafka's `InitialDelayedJoin.onComplete`).
+    fn rebalance_deadline_passed(&mut self) {
+        if let Some(remaining_ms) = self.initial_delay_remaining_ms {
+            if self.new_member_added && remaining_ms > 0 {
+                self.new_member_added = false;
+                let delay_ms = i64::from(self.config.initial_rebalance_delay_ms).min(remaining_ms);
+                self.initial_delay_remaining_ms = Some(remaining_ms - delay_ms);
+                // delay_ms <= the configured i32 delay, so the conversion cannot fail.
+                let delay_ms = i32::try_from(delay_ms).unwrap_or(i32::MAX);
+                self.rebalance_deadline_ms = Some(self.deadline_ms(delay_ms));
+                return;
+            }
+            self.initial_delay_remaining_ms = None;
+        }
+        self.complete_join();
     }
 
     /// Kafka's `onCompleteJoin`: dynamic members that did not rejoin leave; the rest form the
@@ -1472,7 +1521,7 @@ impl ClassicGroup {
         }
         let rebalance_due = self.rebalance_deadline_ms.is_some_and(|d| d <= now_ms);
         if self.state == GroupState::PreparingRebalance && rebalance_due {
-            self.complete_join();
+            self.rebalance_deadline_passed();
         }
         let sync_due = self.sync_deadline_ms.is_some_and(|d| d <= now_ms);
         if sync_due {
@@ -1487,6 +1536,10 @@ impl ClassicGroup {
     }
 
     fn transition_to(&mut self, state: GroupState) {
+        if state != GroupState::PreparingRebalance {
+            self.initial_delay_remaining_ms = None;
+            self.new_member_added = false;
+        }
         self.state = state;
         self.current_state_timestamp_ms = Some(self.now_ms).filter(|t| *t != i64::MIN);
     }
@@ -2785,6 +2838,104 @@ mod tests {
         }
     }
 
+    fn delayed(initial_rebalance_delay_ms: i32) -> Harness {
+        Harness::new(GroupConfig {
+            initial_rebalance_delay_ms,
+            ..GroupConfig::default()
+        })
+    }
+
+    /// Two static members starting together form one generation: the first join out of
+    /// `Empty` waits the initial delay even though everyone has joined.
+    #[test]
+    fn initial_delay_gathers_members_into_one_generation() {
+        let mut h = delayed(3_000);
+        let a = h.join(join_request("", "a", Some("inst-a")));
+        assert!(
+            matches!(a, Reply::Later(_)),
+            "the sole member waits for the delay"
+        );
+        h.tick(1_000);
+        let b = h.join(join_request("", "b", Some("inst-b")));
+        assert!(matches!(b, Reply::Later(_)));
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+        // b was new in a generation-0 group: the wait is extended once, to 6 s.
+        h.tick(3_000);
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+        assert_eq!(h.group.next_deadline_ms(), Some(6_000));
+        h.tick(5_999);
+        assert_eq!(h.group.state(), GroupState::PreparingRebalance);
+        h.tick(6_000);
+        let a = h.join_answer(a).expect("answered when the delay ends");
+        let b = h.join_answer(b).expect("answered when the delay ends");
+        assert_eq!((a.error, b.error), (NONE, NONE));
+        assert_eq!((a.generation_id, b.generation_id), (1, 1));
+        assert_eq!(a.leader, a.member_id);
+        assert_eq!(
+            a.members.len(),
+            2,
+            "the leader assigns both members at once"
+        );
+        assert_eq!(h.group.state(), GroupState::CompletingRebalance);
+    }
+
+    /// Extensions stop when the rebalance timeout is used up (Kafka's `remainingMs`).
+    #[test]
+    fn initial_delay_extensions_are_bounded_by_the_rebalance_timeout() {
+        // REBALANCE_MS is 10 s: the delay runs 4 s, is extended by 4 s, then by the last 2 s.
+        let mut h = delayed(4_000);
+        let mut replies = vec![h.join(join_request("", "a", Some("inst-a")))];
+        assert_eq!(h.group.next_deadline_ms(), Some(4_000));
+        h.tick(1_000);
+        replies.push(h.join(join_request("", "b", Some("inst-b"))));
+        h.tick(4_000);
+        assert_eq!(h.group.next_deadline_ms(), Some(8_000));
+        h.tick(5_000);
+        replies.push(h.join(join_request("", "c", Some("inst-c"))));
+        h.tick(8_000);
+        assert_eq!(h.group.next_deadline_ms(), Some(10_000));
+        // A member arriving in the last stretch does not extend it further.
+        h.tick(9_000);
+        replies.push(h.join(join_request("", "late", Some("i-late"))));
+        h.tick(10_000);
+        for reply in replies {
+            let r = h
+                .join_answer(reply)
+                .expect("answered at the end of the rebalance time");
+            assert_eq!((r.error, r.generation_id), (NONE, 1));
+        }
+        assert_eq!(h.group.member_count(), 4);
+    }
+
+    /// Without the delay (0), a sole member's join completes at once, as before.
+    #[test]
+    fn no_initial_delay_completes_at_once() {
+        let mut h = delayed(0);
+        let a = h.join(join_request("", "a", Some("inst-a")));
+        let a = h.join_answer(a).expect("at once");
+        assert_eq!((a.error, a.generation_id), (NONE, 1));
+    }
+
+    /// Only the first rebalance out of `Empty` waits; a stable group's rebalance completes as
+    /// soon as every member rejoined.
+    #[test]
+    fn only_the_rebalance_out_of_empty_waits() {
+        let mut h = delayed(3_000);
+        let a = h.join(join_request("", "a", Some("inst-a")));
+        h.tick(3_000);
+        let a = h.join_answer(a).expect("after the delay");
+        let leader_sync = SyncRequest {
+            group_instance_id: Some("inst-a".into()),
+            ..sync_request(&a.member_id, a.generation_id)
+        };
+        let synced = h.sync(leader_sync);
+        assert!(h.sync_answer(synced).is_some());
+        assert_eq!(h.group.state(), GroupState::Stable);
+        let again = h.join(join_request(&a.member_id, "a", Some("inst-a")));
+        let again = h.join_answer(again);
+        assert!(again.is_some(), "answered without waiting for a delay");
+    }
+
     /// Random clients doing random things (valid and not) at random times: no panic, the
     /// invariants hold after every call, the generation never goes back, no due timeout is
     /// left behind, every ticket is answered once, and once the clients go quiet every waiting
@@ -2797,6 +2948,7 @@ mod tests {
             group_size_max: 2 + rng.below(5),
             session_timeout_ms_min: 1_000,
             session_timeout_ms_max: 60_000,
+            initial_rebalance_delay_ms: [0, 0, 500, 3_000][rng.below(4)],
         };
         let mut group = ClassicGroup::new("g", config);
         let mut clients: Vec<Client> = (0..6)

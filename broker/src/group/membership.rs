@@ -78,6 +78,7 @@ pub fn group_config(c: &BrokerConfig) -> GroupConfig {
         group_size_max: c.group_size_max,
         session_timeout_ms_min: c.group_session_timeout_ms_min,
         session_timeout_ms_max: c.group_session_timeout_ms_max,
+        initial_rebalance_delay_ms: c.group_initial_rebalance_delay_ms,
     }
 }
 

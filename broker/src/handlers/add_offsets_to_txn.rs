@@ -16,11 +16,7 @@ use crate::server::BrokerShard;
 use crate::txn::coordinator::{self, error_of, op};
 use crate::txn::state::producer_fenced_compat;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::AddOffsetsToTxn,
-    min: 0,
-    max: 3,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AddOffsetsToTxn, 0, 3);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

@@ -22,11 +22,7 @@ use crate::txn::coordinator::{self, error_of, op};
 use crate::txn::records::TopicPartition;
 use crate::txn::state::producer_fenced_compat;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::AddPartitionsToTxn,
-    min: 0,
-    max: 3,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AddPartitionsToTxn, 0, 3);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

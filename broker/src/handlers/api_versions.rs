@@ -10,11 +10,7 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, 
 use super::{ApiSupport, SUPPORTED};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::ApiVersions,
-    min: 0,
-    max: 4,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ApiVersions, 0, 4);
 
 pub fn response(error_code: i16) -> ApiVersionsResponse {
     let mut r = ApiVersionsResponse::default();
@@ -24,7 +20,7 @@ pub fn response(error_code: i16) -> ApiVersionsResponse {
         .map(|s| {
             let mut v = ApiVersion::default();
             v.api_key = s.key as i16;
-            v.min_version = s.min;
+            v.min_version = s.listed_min;
             v.max_version = s.max;
             v
         })

@@ -21,16 +21,8 @@ use crate::group::{self, consumer_membership};
 use crate::notify::join_all;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::ConsumerGroupDescribe,
-    min: 0,
-    max: 1,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ConsumerGroupDescribe, 0, 1);
 
-/// Kafka's "not asked for" value of `authorized_operations`.
-const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
-/// READ (3), DELETE (6) and DESCRIBE (8) as `AclOperation` bits.
-const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
 /// `member_type` of a member that speaks the consumer protocol (v1; -1 = unknown, 0 = classic).
 const MEMBER_TYPE_CONSUMER: i8 = 1;
 
@@ -39,11 +31,7 @@ pub async fn handle(
     _hdr: &RequestHeader,
     req: ConsumerGroupDescribeRequest,
 ) -> ConsumerGroupDescribeResponse {
-    let operations = if req.include_authorized_operations {
-        GROUP_OPERATIONS
-    } else {
-        AUTHORIZED_OPERATIONS_OMITTED
-    };
+    let operations = crate::acl::reported(req.include_authorized_operations, crate::acl::GROUP);
     let asks = req.group_ids.into_iter().map(|g| {
         let shard = shard.clone();
         let group_id = g.0.to_string();

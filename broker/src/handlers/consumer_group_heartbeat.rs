@@ -23,11 +23,7 @@ use crate::group::consumer::HeartbeatRequest;
 use crate::group::{self, consumer_membership};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::ConsumerGroupHeartbeat,
-    min: 0,
-    max: 1,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ConsumerGroupHeartbeat, 0, 1);
 
 fn error(error: i16, message: String) -> ConsumerGroupHeartbeatResponse {
     ConsumerGroupHeartbeatResponse::default()

@@ -11,11 +11,7 @@ use super::{str_bytes, ApiSupport};
 use crate::controller;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::CreatePartitions,
-    min: 0,
-    max: 3,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::CreatePartitions, 0, 3);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

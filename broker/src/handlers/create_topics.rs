@@ -16,11 +16,7 @@ use crate::controller::{self, OpError, TopicSpec};
 use crate::errors::code;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::CreateTopics,
-    min: 2,
-    max: 7,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::CreateTopics, 2, 7);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

@@ -18,11 +18,7 @@ use crate::group::{self, membership};
 use crate::notify::join_all;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::DeleteGroups,
-    min: 0,
-    max: 2,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DeleteGroups, 0, 2);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

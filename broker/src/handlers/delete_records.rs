@@ -30,11 +30,7 @@ use crate::errors::{code, storage_code, NONE};
 use crate::route::{on_owners, Item};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::DeleteRecords,
-    min: 0,
-    max: 2,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DeleteRecords, 0, 2);
 
 /// The answer for one partition.
 #[derive(Debug, Clone, Copy)]

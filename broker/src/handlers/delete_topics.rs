@@ -12,11 +12,7 @@ use crate::controller;
 use crate::errors::code;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::DeleteTopics,
-    min: 1,
-    max: 6,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DeleteTopics, 1, 6);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

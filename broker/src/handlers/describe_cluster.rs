@@ -10,11 +10,7 @@ use kafka_protocol::messages::{
 use super::{str_bytes, ApiSupport};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::DescribeCluster,
-    min: 0,
-    max: 1,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeCluster, 0, 1);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,
@@ -27,6 +23,10 @@ pub async fn handle(
         .with_endpoint_type(req.endpoint_type)
         .with_cluster_id(str_bytes(c.cluster_id.clone()))
         .with_controller_id(BrokerId(c.node_id))
+        .with_cluster_authorized_operations(crate::acl::reported(
+            req.include_cluster_authorized_operations,
+            crate::acl::CLUSTER,
+        ))
         .with_brokers(
             image
                 .brokers

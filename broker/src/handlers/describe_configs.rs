@@ -21,21 +21,10 @@ use crate::controller::{self, ConfigChange, OpError};
 use crate::errors::code;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::DescribeConfigs,
-    min: 1,
-    max: 4,
-};
-pub const ALTER_SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::AlterConfigs,
-    min: 0,
-    max: 2,
-};
-pub const INCREMENTAL_ALTER_SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::IncrementalAlterConfigs,
-    min: 0,
-    max: 1,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeConfigs, 1, 4);
+pub const ALTER_SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AlterConfigs, 0, 2);
+pub const INCREMENTAL_ALTER_SUPPORT: ApiSupport =
+    ApiSupport::new(ApiKey::IncrementalAlterConfigs, 0, 1);
 
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;

@@ -20,16 +20,7 @@ use crate::group::{self, membership};
 use crate::notify::join_all;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::DescribeGroups,
-    min: 0,
-    max: 5,
-};
-
-/// Kafka's "not asked for" value of `authorized_operations`.
-const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
-/// READ (3), DELETE (6) and DESCRIBE (8) as `AclOperation` bits.
-const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeGroups, 0, 5);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,
@@ -37,11 +28,10 @@ pub async fn handle(
     req: DescribeGroupsRequest,
 ) -> DescribeGroupsResponse {
     let version = hdr.request_api_version;
-    let operations = if version >= 3 && req.include_authorized_operations {
-        GROUP_OPERATIONS
-    } else {
-        AUTHORIZED_OPERATIONS_OMITTED
-    };
+    let operations = crate::acl::reported(
+        version >= 3 && req.include_authorized_operations,
+        crate::acl::GROUP,
+    );
     let asks = req.groups.into_iter().map(|g| {
         let shard = shard.clone();
         let group_id = g.0.to_string();

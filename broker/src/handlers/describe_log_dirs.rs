@@ -28,11 +28,7 @@ use crate::metadata::MetadataImage;
 use crate::notify::join_all;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::DescribeLogDirs,
-    min: 1,
-    max: 4,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeLogDirs, 1, 4);
 
 /// Topic -> partitions, sorted and without duplicates.
 type Wanted = BTreeMap<String, BTreeSet<i32>>;

@@ -20,11 +20,7 @@ use crate::errors::{code, NONE};
 use crate::route::{on_owners, Item};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::DescribeProducers,
-    min: 0,
-    max: 0,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeProducers, 0, 0);
 
 type Answer = Result<Vec<ProducerInfo>, i16>;
 

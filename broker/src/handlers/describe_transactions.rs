@@ -17,11 +17,7 @@ use crate::notify::join_all;
 use crate::server::BrokerShard;
 use crate::txn::coordinator;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::DescribeTransactions,
-    min: 0,
-    max: 0,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeTransactions, 0, 0);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

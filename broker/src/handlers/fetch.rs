@@ -30,11 +30,7 @@ use crate::notify::DataWaiter;
 use crate::route::{on_owners, Item};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::Fetch,
-    min: 4,
-    max: 12,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Fetch, 4, 12);
 
 /// Longest long-poll Keel honours, whatever max_wait_ms says.
 const MAX_WAIT_MS_CAP: u64 = 60_000;
@@ -319,6 +315,17 @@ pub async fn handle(
             let mut r = results
                 .next()
                 .unwrap_or_else(|| failed(code(ResponseError::UnknownServerError)));
+            if hdr.request_api_version < 10
+                && keel_storage::codec::any_batch_with_codec(
+                    &r.records,
+                    keel_storage::codec::CODEC_ZSTD,
+                )
+            {
+                // Kafka: a client older than Fetch v10 cannot read zstd; it is told so rather
+                // than shown a gap.
+                r.records = Bytes::new();
+                r.error = code(ResponseError::UnsupportedCompressionType);
+            }
             if !r.records.is_empty() {
                 if first_data || r.records.len() <= remaining {
                     remaining = remaining.saturating_sub(r.records.len());

@@ -21,11 +21,7 @@ use crate::group::{self, OFFSETS_TOPIC};
 use crate::server::BrokerShard;
 use crate::txn::{self, TRANSACTION_STATE_TOPIC};
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::FindCoordinator,
-    min: 0,
-    max: 4,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::FindCoordinator, 0, 4);
 
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;

@@ -13,11 +13,7 @@ use crate::errors::code;
 use crate::group::{self, membership};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::Heartbeat,
-    min: 0,
-    max: 4,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Heartbeat, 0, 4);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

@@ -24,11 +24,7 @@ use crate::server::BrokerShard;
 use crate::txn::coordinator;
 use crate::txn::state::{producer_fenced_compat, ProducerIdAndEpoch};
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::InitProducerId,
-    min: 0,
-    max: 5,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::InitProducerId, 0, 5);
 
 fn error(e: ResponseError) -> InitProducerIdResponse {
     InitProducerIdResponse::default()

@@ -21,11 +21,7 @@ use crate::group::classic::{Completed, JoinRequest, JoinResponse, UNKNOWN_GENERA
 use crate::group::{self, membership};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::JoinGroup,
-    min: 0,
-    max: 9,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::JoinGroup, 0, 9);
 
 fn error(error: i16, member_id: String) -> JoinResponse {
     JoinResponse {

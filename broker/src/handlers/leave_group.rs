@@ -16,11 +16,7 @@ use crate::group::classic::LeavingMember;
 use crate::group::{self, membership};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::LeaveGroup,
-    min: 0,
-    max: 5,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::LeaveGroup, 0, 5);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

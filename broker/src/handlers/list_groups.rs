@@ -16,11 +16,7 @@ use super::{str_bytes, ApiSupport};
 use crate::group::membership;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::ListGroups,
-    min: 0,
-    max: 5,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ListGroups, 0, 5);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

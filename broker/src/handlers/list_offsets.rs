@@ -17,11 +17,7 @@ use crate::errors::{code, storage_code, NONE};
 use crate::route::{on_owners, Item};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::ListOffsets,
-    min: 1,
-    max: 8,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ListOffsets, 1, 8);
 
 pub const LATEST: i64 = -1;
 /// isolation_level 1 (read_committed): "latest" is the last stable offset.

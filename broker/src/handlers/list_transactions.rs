@@ -19,11 +19,7 @@ use crate::server::BrokerShard;
 use crate::txn::coordinator;
 use crate::txn::state::TxnState;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::ListTransactions,
-    min: 0,
-    max: 1,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ListTransactions, 0, 1);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

@@ -20,11 +20,7 @@ use crate::errors::code;
 use crate::metadata::{validate_topic_name, TopicMeta};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::Metadata,
-    min: 0,
-    max: 12,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Metadata, 0, 12);
 
 /// Creates those of `names` that do not exist (and have legal names), with broker defaults;
 /// `__consumer_offsets` is created as the group coordinators need it.
@@ -67,7 +63,12 @@ pub async fn auto_create(shard: &Rc<BrokerShard>, names: &[String]) {
     }
 }
 
-pub fn topic_response(t: &TopicMeta, version: i16) -> MetadataResponseTopic {
+/// `authorized_operations` of a topic: asked from v8 on.
+pub fn topic_response(
+    t: &TopicMeta,
+    version: i16,
+    asked_operations: bool,
+) -> MetadataResponseTopic {
     let ids = |v: &[i32]| v.iter().map(|b| BrokerId(*b)).collect::<Vec<_>>();
     MetadataResponseTopic::default()
         .with_name(Some(topic_name(&t.name)))
@@ -80,6 +81,7 @@ pub fn topic_response(t: &TopicMeta, version: i16) -> MetadataResponseTopic {
         .with_is_internal(
             t.name == crate::group::OFFSETS_TOPIC || t.name == crate::txn::TRANSACTION_STATE_TOPIC,
         )
+        .with_topic_authorized_operations(crate::acl::reported(asked_operations, crate::acl::TOPIC))
         .with_partitions(
             t.partitions
                 .iter()
@@ -106,6 +108,10 @@ pub async fn handle(
     req: MetadataRequest,
 ) -> MetadataResponse {
     let version = hdr.request_api_version;
+    let topic_operations = version >= 8 && req.include_topic_authorized_operations;
+    // Cluster operations are asked in Metadata v8-10; later versions use DescribeCluster.
+    let cluster_operations =
+        (8..=10).contains(&version) && req.include_cluster_authorized_operations;
     // v0 asks for all topics with an empty list; v1+ with null.
     let wanted: Option<Vec<(Option<String>, uuid::Uuid)>> = match req.topics {
         None => None,
@@ -144,13 +150,17 @@ pub async fn handle(
         )
         // cluster_id exists from v2.
         .with_cluster_id((version >= 2).then(|| str_bytes(shard.config.cluster_id.clone())))
-        .with_controller_id(BrokerId(shard.config.node_id));
+        .with_controller_id(BrokerId(shard.config.node_id))
+        .with_cluster_authorized_operations(crate::acl::reported(
+            cluster_operations,
+            crate::acl::CLUSTER,
+        ));
     match wanted {
         None => {
             resp.topics = image
                 .topics
                 .values()
-                .map(|t| topic_response(t, version))
+                .map(|t| topic_response(t, version, topic_operations))
                 .collect()
         }
         Some(w) => {
@@ -160,7 +170,7 @@ pub async fn handle(
                     None => image.topic_by_id(id.as_bytes()),
                 };
                 let t = match found {
-                    Some(t) => topic_response(t, version),
+                    Some(t) => topic_response(t, version, topic_operations),
                     None => {
                         let err = match &name {
                             Some(n) if validate_topic_name(n).is_err() => {

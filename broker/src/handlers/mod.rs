@@ -55,8 +55,28 @@ pub mod write_txn_markers;
 #[derive(Debug, Clone, Copy)]
 pub struct ApiSupport {
     pub key: ApiKey,
+    /// The lowest version Keel accepts.
     pub min: i16,
     pub max: i16,
+    /// The lowest version ApiVersions lists: `min` except where clients read the listed
+    /// minimum as a feature flag (see [`ApiSupport::listed_from`]).
+    pub listed_min: i16,
+}
+
+impl ApiSupport {
+    pub const fn new(key: ApiKey, min: i16, max: i16) -> Self {
+        ApiSupport {
+            key,
+            min,
+            max,
+            listed_min: min,
+        }
+    }
+
+    /// Lists the API from `listed_min` while still refusing versions below `min`.
+    pub const fn listed_from(self, listed_min: i16) -> Self {
+        ApiSupport { listed_min, ..self }
+    }
 }
 
 /// Every API Keel supports, from each handler's declaration.

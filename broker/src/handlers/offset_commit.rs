@@ -20,11 +20,7 @@ use crate::errors::{code, NONE};
 use crate::group::{self, CommitRequest, RECORD_STRING_BYTES_MAX};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::OffsetCommit,
-    min: 2,
-    max: 9,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetCommit, 2, 9);
 
 /// Marks a partition whose answer is the coordinator's.
 pub const PENDING: i16 = i16::MIN;

@@ -22,11 +22,7 @@ use crate::errors::{code, NONE};
 use crate::group;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::OffsetDelete,
-    min: 0,
-    max: 0,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetDelete, 0, 0);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

@@ -27,11 +27,7 @@ use crate::group::{self, CommittedOffset, FetchedTopic};
 use crate::notify::join_all;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::OffsetFetch,
-    min: 1,
-    max: 9,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetFetch, 1, 9);
 
 /// The topics a request asks for: `None` = every partition the group committed.
 type Wanted = Option<Vec<(String, Vec<i32>)>>;

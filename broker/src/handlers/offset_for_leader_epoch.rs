@@ -19,11 +19,7 @@ use crate::errors::{code, NONE};
 use crate::route::{on_owners, Item};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::OffsetForLeaderEpoch,
-    min: 2,
-    max: 4,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetForLeaderEpoch, 2, 4);
 
 /// (error, epoch, end offset)
 type Answer = (i16, i32, i64);

@@ -1,4 +1,4 @@
-//! Produce (key 0), v3-11. Record batches stay opaque: the owner shard validates each batch
+//! Produce (key 0), v3-11 (listed from v0, see [`SUPPORT`]). Record batches stay opaque: the owner shard validates each batch
 //! header and CRC, stamps offsets and appends; it never decompresses. acks=1/-1 answer after
 //! the log commit (group commit: fdatasync shared by concurrent requests under
 //! flush.policy=group); acks=0 gets no answer at all. A retry from an idempotent producer
@@ -11,9 +11,12 @@ use std::rc::Rc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestHeader};
 use kafka_protocol::ResponseError;
+use keel_storage::codec::CODEC_ZSTD;
 use keel_storage::LeaderEpoch;
 
 use super::{str_bytes, ApiSupport};
@@ -23,11 +26,10 @@ use crate::notify::join_all;
 use crate::route::{on_owners, Item};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::Produce,
-    min: 3,
-    max: 11,
-};
+/// Listed from v0 though v0-v2 (the pre-0.11 message formats) are refused, as Kafka 4.0 does
+/// (KAFKA-18659): librdkafka up to 2.x enables gzip, snappy and lz4 only when the broker lists
+/// Produce v0, and otherwise sends every batch uncompressed without a word.
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Produce, 3, 11).listed_from(0);
 
 /// In-sync replicas of every partition on this single-node broker.
 const ISR_SIZE: i32 = 1;
@@ -40,12 +42,15 @@ pub struct PartResult {
     pub base_offset: i64,
     pub log_append_time_ms: i64,
     pub log_start_offset: i64,
+    /// The records that made the batch fail (KIP-467), by index in the batch.
+    pub record_errors: Vec<keel_storage::RecordError>,
 }
 
 fn failed(error: i16) -> PartResult {
     PartResult {
         error,
         message: None,
+        record_errors: Vec::new(),
         base_offset: -1,
         log_append_time_ms: -1,
         log_start_offset: -1,
@@ -89,6 +94,7 @@ pub async fn handle(
         }
         shape.push((name, parts));
     }
+    let version = hdr.request_api_version;
     let results = if !matches!(acks, -1..=1) {
         items
             .iter()
@@ -100,14 +106,13 @@ pub async fn handle(
             shard,
             items,
             failed,
-            move |s, items| append_on_owner(s, items, acks),
+            move |s, items| append_on_owner(s, items, acks, version),
         )
         .await
     };
     if acks == 0 {
         return None;
     }
-    let version = hdr.request_api_version;
     let mut results = results.into_iter();
     let mut resp = ProduceResponse::default();
     for (name, parts) in shape {
@@ -122,8 +127,13 @@ pub async fn handle(
                     .with_error_code(r.error)
                     .with_base_offset(r.base_offset)
                     .with_log_append_time_ms(r.log_append_time_ms)
-                    // log_start_offset exists from v5, error_message from v8.
+                    // log_start_offset exists from v5, error_message and record_errors from v8.
                     .with_log_start_offset(if version >= 5 { r.log_start_offset } else { -1 })
+                    .with_record_errors(if version >= 8 {
+                        record_errors(r.record_errors)
+                    } else {
+                        Vec::new()
+                    })
                     .with_error_message(if version >= 8 {
                         r.message.map(str_bytes)
                     } else {
@@ -136,12 +146,24 @@ pub async fn handle(
     Some(resp)
 }
 
+fn record_errors(errors: Vec<keel_storage::RecordError>) -> Vec<BatchIndexAndErrorMessage> {
+    errors
+        .into_iter()
+        .map(|e| {
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(e.batch_index)
+                .with_batch_index_error_message(Some(str_bytes(e.message)))
+        })
+        .collect()
+}
+
 /// On the owner shard: validate + append each partition's batches, then commit them all
 /// concurrently (one group-commit per partition, shared with other requests).
 async fn append_on_owner(
     shard: Rc<BrokerShard>,
     items: Vec<Item<Option<Bytes>>>,
     acks: i16,
+    version: i16,
 ) -> Vec<PartResult> {
     let now = now_ms();
     let append_started = std::time::Instant::now();
@@ -175,6 +197,15 @@ async fn append_on_owner(
             results.push(r);
             continue;
         };
+        if version < 7 && keel_storage::codec::any_batch_with_codec(&records, CODEC_ZSTD) {
+            // Kafka: zstd needs Produce v7 (KIP-110), so old clients never see zstd data.
+            let mut r = failed(code(ResponseError::UnsupportedCompressionType));
+            r.message = Some(format!(
+                "zstd batches need Produce v7 or later, not v{version}"
+            ));
+            results.push(r);
+            continue;
+        }
         if keel_storage::contains_control_batch(&records) {
             // Kafka's LogValidator refuses them from clients the same way.
             let mut r = failed(code(ResponseError::InvalidRecord));
@@ -198,6 +229,14 @@ async fn append_on_owner(
             .append(buf, LeaderEpoch(part.leader_epoch.get()), now)
         {
             Ok(info) => {
+                if let Some(r) = info.recompressed {
+                    let c = &shard.counters;
+                    c.recompressed_bytes_in
+                        .set(c.recompressed_bytes_in.get() + r.bytes_in);
+                    c.recompressed_bytes_out
+                        .set(c.recompressed_bytes_out.get() + r.bytes_out);
+                    c.recompress_ns.set(c.recompress_ns.get() + r.nanos);
+                }
                 if info.duplicate {
                     // A retry of a batch already appended: Kafka answers NONE with the
                     // original offsets. The commit below still waits for the original to be
@@ -219,6 +258,7 @@ async fn append_on_owner(
                     base_offset: info.base_offset.0,
                     log_append_time_ms: info.log_append_time_ms,
                     log_start_offset: info.log_start_offset.0,
+                    record_errors: Vec::new(),
                 });
                 let upto = keel_storage::Offset(info.last_offset.0 + 1);
                 commits.push((i, part, upto));
@@ -227,6 +267,9 @@ async fn append_on_owner(
                 tracing::debug!(topic = %item.topic, partition = item.partition, error = %e, "produce rejected");
                 let mut r = failed(storage_code(&e));
                 r.message = Some(e.to_string());
+                if let keel_storage::StorageError::InvalidRecords { record_errors, .. } = e {
+                    r.record_errors = record_errors;
+                }
                 results.push(r);
             }
         }

@@ -15,11 +15,7 @@ use crate::group::classic::{Completed, SyncRequest, SyncResponse};
 use crate::group::{self, membership};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::SyncGroup,
-    min: 0,
-    max: 5,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::SyncGroup, 0, 5);
 
 fn error(error: i16) -> SyncResponse {
     SyncResponse {

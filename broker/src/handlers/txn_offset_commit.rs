@@ -21,11 +21,7 @@ use crate::errors::NONE;
 use crate::group::{self, TxnCommitRequest};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::TxnOffsetCommit,
-    min: 0,
-    max: 3,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::TxnOffsetCommit, 0, 3);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

@@ -25,11 +25,7 @@ use crate::route::{on_owners, Item};
 use crate::server::BrokerShard;
 use crate::txn::coordinator::append_marker;
 
-pub const SUPPORT: ApiSupport = ApiSupport {
-    key: ApiKey::WriteTxnMarkers,
-    min: 1,
-    max: 1,
-};
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::WriteTxnMarkers, 1, 1);
 
 /// One marker for one partition.
 #[derive(Clone, Copy, Debug)]

@@ -304,9 +304,9 @@ async fn append(shard: &Rc<BrokerShard>, p: i32, write: &Write) -> Result<(), i1
 /// Kafka's mapping of a failed `__transaction_state` write (appendTransactionToLog).
 fn write_code(e: &StorageError) -> i16 {
     code(match e {
-        StorageError::MessageTooLarge { .. } | StorageError::InvalidRecord(_) => {
-            ResponseError::UnknownServerError
-        }
+        StorageError::MessageTooLarge { .. }
+        | StorageError::InvalidRecord(_)
+        | StorageError::InvalidRecords { .. } => ResponseError::UnknownServerError,
         _ => ResponseError::NotCoordinator,
     })
 }

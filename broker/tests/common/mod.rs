@@ -98,6 +98,9 @@ impl Broker {
             .args(["--data-dir", self.data_dir().to_str().unwrap()])
             .args(["--smp", "2"])
             .args(&self.extra)
+            // Groups form without Kafka's 3 s initial rebalance delay unless a test asks for
+            // it (a flag or the test's own environment overrides this).
+            .env("KEEL_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env(
                 "RUST_LOG",
