@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every Keel test: installs what the tests need (Debian packages, the Python
 # requirements), builds the workspace, runs the Rust tests (unit, property, integration with
-# librdkafka) and the Python integration tests (kafka-python, kcat) against the real binary.
+# librdkafka), the kafkajs tests and the Python integration tests (kafka-python, confluent-kafka,
+# kcat, Sarama) against the real binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +19,8 @@ command -v mkfs.ext4 >/dev/null 2>&1 || need_apt+=(e2fsprogs)
 # packaged Sarama sources.
 command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 test -d /usr/share/gocode/src/github.com/Shopify/sarama || need_apt+=(golang-github-shopify-sarama-dev)
+# The kafkajs test (tests/js) runs on node's built-in test runner and installs kafkajs with npm.
+command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -33,5 +36,7 @@ echo "== cargo build"
 cargo build --workspace --all-targets
 echo "== cargo test"
 cargo test --workspace -- --test-threads=2
+echo "== kafkajs"
+KEEL_BIN="$PWD/target/debug/keel" tests/js/run.sh
 echo "== pytest"
 KEEL_BIN="$PWD/target/debug/keel" python3 -m pytest -q tests/python

@@ -20,7 +20,7 @@ import time
 
 import pytest
 import zstandard
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicCollection
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    NewTopic)
 from kafka import KafkaProducer
@@ -308,8 +308,23 @@ def test_record_errors_fail_exactly_the_unkeyed_records(keel):
     others = {e.code() for v, e in reports.items() if int(v) not in unkeyed}
     # librdkafka fails the rest of the batch with its own "a different record was invalid".
     assert others == {KafkaError._INVALID_DIFFERENT_RECORD}, others
-    assert all("without key" in reports[str(i)].str() for i in unkeyed), reports["5"].str()
     assert stored_batches(keel, topic) == []
+
+    # On the wire (Produce v8): the batch index and message of each record, and the summary.
+    batch = kwire.record_batch([(None if i % 3 == 0 else b"k%d" % i, b"v", (), 1000)
+                                for i in range(7)], 1000)
+    with kwire.Conn(keel.bootstrap) as c:
+        body = c.call(0, 8, kwire.produce_v3_body(topic, 0, batch))
+    r = kwire.Reader(body)
+    assert r.i32() == 1 and r.string() == topic and r.i32() == 1
+    assert r.i32() == 0
+    assert r.i16() == KafkaError.INVALID_RECORD
+    r.i64(), r.i64(), r.i64()  # base offset, log append time, log start offset
+    record_errors = [(r.i32(), r.string()) for _ in range(r.i32())]
+    message = r.string()
+    assert [i for i, _ in record_errors] == [0, 3, 6]
+    assert all("without key" in m for _, m in record_errors), record_errors
+    assert "3 record(s) without a key" in message, message
 
 
 # -- 5. group.initial.rebalance.delay.ms ------------------------------------------------------------
@@ -363,8 +378,6 @@ def test_static_members_starting_together_get_one_assignment_each(keel_factory):
 
 # -- 6. authorized_operations ----------------------------------------------------------------
 def test_authorized_operations_without_an_authorizer(keel):
-    from confluent_kafka import AclOperation, ConsumerGroupTopicPartitions  # noqa: F401
-    from confluent_kafka.admin import _TopicCollection as TopicCollection
     topic = unique("authz")
     assert create(keel.bootstrap, topic) == 0
     group = unique("g-authz")
@@ -390,3 +403,70 @@ def test_authorized_operations_without_an_authorizer(keel):
     g = groups[group].result(timeout=15)
     assert {op.name for op in g.authorized_operations} == {"READ", "DESCRIBE", "DELETE"}
     c.close()
+
+
+# -- 2. older request versions (kafka-python forced to old protocol versions) -----------------------
+@pytest.mark.parametrize("api_version", [(0, 11), (1, 0), (2, 0)])
+def test_kafka_python_at_old_protocol_versions(keel, api_version):
+    """kafka-python pinned to an old broker version sends that release's request versions
+    (at 0.11: OffsetCommit v3, OffsetFetch v3, ListOffsets v2, CreateTopics v2, DescribeConfigs
+    v0 from kafka-python's admin): produce, a committing group that resumes, admin calls."""
+    from kafka import KafkaConsumer
+    from kafka.admin import KafkaAdminClient
+    tag = "-".join(map(str, api_version))
+    topic = unique("kp-old-%s" % tag)
+    a = KafkaAdminClient(bootstrap_servers=keel.bootstrap, api_version=api_version,
+                         request_timeout_ms=15000)
+    try:
+        r = a.create_topics({topic: {"num_partitions": 2, "replication_factor": 1,
+                                     "configs": {"retention.ms": "3600000"}}}, raise_errors=False)
+        assert r["topics"][0]["error_code"] == 0, r
+        assert topic in a.list_topics()
+        desc = a.describe_configs([KPConfigResource(ConfigResourceType.TOPIC, topic)],
+                                  config_filter="all")
+        (entries,) = [v for k, v in desc.items() if "topic" in str(k).lower()]
+        entry = entries[topic]["retention.ms"]
+        value = entry["value"] if isinstance(entry, dict) else entry
+        assert value == "3600000", entries[topic]
+    finally:
+        a.close()
+    prod = KafkaProducer(bootstrap_servers=keel.bootstrap, api_version=api_version, acks="all",
+                         compression_type="gzip", linger_ms=5)
+    try:
+        for i in range(20):
+            prod.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % 2)
+        prod.flush(timeout=30)
+    finally:
+        prod.close(timeout=10)
+    group = unique("g-old-%s" % tag)
+
+    def read(n):
+        c = KafkaConsumer(topic, bootstrap_servers=keel.bootstrap, api_version=api_version,
+                          group_id=group, auto_offset_reset="earliest",
+                          enable_auto_commit=False, session_timeout_ms=6000,
+                          heartbeat_interval_ms=500, fetch_max_wait_ms=100)
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            for recs in c.poll(timeout_ms=300).values():
+                got.extend(recs)
+        quiet = c.poll(timeout_ms=500)
+        c.commit()
+        c.close()
+        return got, quiet
+
+    got, _ = read(20)
+    assert sorted((r.key, r.value) for r in got) == sorted(
+        (b"k%d" % i, b"v%d" % i) for i in range(20))
+    assert sorted(stored_batches(keel, topic, 0))[0][1] == "gzip"
+    prod = KafkaProducer(bootstrap_servers=keel.bootstrap, api_version=api_version, acks="all")
+    try:
+        for i in range(20, 24):
+            prod.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % 2)
+        prod.flush(timeout=30)
+    finally:
+        prod.close(timeout=10)
+    again, quiet = read(4)
+    assert sorted(r.key for r in again) == [b"k20", b"k21", b"k22", b"k23"], again
+    assert not quiet
+

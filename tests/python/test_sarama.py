@@ -264,7 +264,7 @@ def test_sarama_0_11_two_member_group_commits_and_resumes(keel, sarama_bin):
     claimed = []
     all_records = []
     for run in runs:
-        gen, parts = active_claims(run, topic)
+        _, parts = active_claims(run, topic)
         assert len(parts) == 2, run
         recs = group_records(run)
         # Each member read only its own partitions, 10 records from each.

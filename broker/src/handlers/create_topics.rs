@@ -1,4 +1,4 @@
-//! CreateTopics (key 19), v2-7: partitions, replication factor (this single broker can
+//! CreateTopics (key 19), v0-7: partitions, replication factor (this single broker can
 //! only hold 1), topic configs (validated), validate_only.
 
 use std::collections::BTreeMap;
@@ -16,7 +16,7 @@ use crate::controller::{self, OpError, TopicSpec};
 use crate::errors::code;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::CreateTopics, 2, 7);
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::CreateTopics, 0, 7);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

@@ -1,4 +1,4 @@
-//! DeleteTopics (key 20), v1-6: by name (all versions) or topic id (v6). The owners close
+//! DeleteTopics (key 20), v0-6: by name (all versions) or topic id (v6). The owners close
 //! the partitions' logs and remove their directories before the answer.
 
 use std::rc::Rc;
@@ -12,7 +12,7 @@ use crate::controller;
 use crate::errors::code;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DeleteTopics, 1, 6);
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DeleteTopics, 0, 6);
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,

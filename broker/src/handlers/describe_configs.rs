@@ -1,4 +1,4 @@
-//! DescribeConfigs (key 32, v1-4), AlterConfigs (key 33, v0-2) and IncrementalAlterConfigs
+//! DescribeConfigs (key 32, v0-4; v0 reports is_default instead of a config source), AlterConfigs (key 33, v0-2) and IncrementalAlterConfigs
 //! (key 44, v0-1) for topic configs; DescribeConfigs also lists the (static) broker configs.
 //! Changes go through the controller, which validates every value before anything changes.
 
@@ -21,7 +21,7 @@ use crate::controller::{self, ConfigChange, OpError};
 use crate::errors::code;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeConfigs, 1, 4);
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeConfigs, 0, 4);
 pub const ALTER_SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AlterConfigs, 0, 2);
 pub const INCREMENTAL_ALTER_SUPPORT: ApiSupport =
     ApiSupport::new(ApiKey::IncrementalAlterConfigs, 0, 1);
@@ -186,6 +186,12 @@ pub async fn handle(
                 )))),
         };
         let mut result = result;
+        if version == 0 {
+            // v0 has no config_source, only is_default.
+            for c in &mut result.configs {
+                c.is_default = c.config_source == SOURCE_DEFAULT;
+            }
+        }
         if version < 3 {
             // config_type and documentation exist from v3.
             for c in &mut result.configs {

@@ -1,4 +1,4 @@
-//! DescribeLogDirs (key 35), v1-4: the one log dir (`data.dir`, as an absolute path) with the
+//! DescribeLogDirs (key 35), v0-4: the one log dir (`data.dir`, as an absolute path) with the
 //! size of each requested partition this broker hosts (null topics = every partition whose
 //! replicas include this node). Partitions this broker does not host, and unknown ones, are
 //! left out, as Kafka does. `offset_lag` is 0 and `is_future_key` false: Keel holds only
@@ -28,7 +28,7 @@ use crate::metadata::MetadataImage;
 use crate::notify::join_all;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeLogDirs, 1, 4);
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeLogDirs, 0, 4);
 
 /// Topic -> partitions, sorted and without duplicates.
 type Wanted = BTreeMap<String, BTreeSet<i32>>;

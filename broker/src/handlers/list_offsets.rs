@@ -1,7 +1,12 @@
-//! ListOffsets (key 2), v1-8: earliest (-2), latest (-1: the high watermark, or with
+//! ListOffsets (key 2), v0-8: earliest (-2), latest (-1: the high watermark, or with
 //! isolation_level=1, v2+, the last stable offset), max timestamp (-3), or the first offset
 //! whose timestamp is >= the given one (through the time index); read_committed, a record
 //! found by time at or past the last stable offset is not found (as Kafka).
+//!
+//! v0 (Kafka 3.9 still took it; Sarama sends it at its default protocol version) answers a
+//! list of "old style" offsets, at most `max_num_offsets` of them. Kafka lists segment base
+//! offsets before the one found; Keel lists only the offset found (what every client asks
+//! for: `max_num_offsets` 1 with -1 or -2), or none when nothing is found by time.
 
 use std::rc::Rc;
 
@@ -17,7 +22,7 @@ use crate::errors::{code, storage_code, NONE};
 use crate::route::{on_owners, Item};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ListOffsets, 1, 8);
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ListOffsets, 0, 8);
 
 pub const LATEST: i64 = -1;
 /// isolation_level 1 (read_committed): "latest" is the last stable offset.
@@ -118,13 +123,14 @@ pub async fn handle(
 ) -> ListOffsetsResponse {
     // isolation_level exists from v2.
     let read_committed = hdr.request_api_version >= 2 && req.isolation_level == READ_COMMITTED;
+    let version = hdr.request_api_version;
     let mut shape = Vec::new();
     let mut items = Vec::new();
     for t in req.topics {
         let name = t.name.0.to_string();
         let mut parts = Vec::new();
         for p in t.partitions {
-            parts.push(p.partition_index);
+            parts.push((p.partition_index, p.max_num_offsets));
             items.push(Item {
                 topic: name.clone(),
                 partition: p.partition_index,
@@ -145,23 +151,24 @@ pub async fn handle(
     let mut resp = ListOffsetsResponse::default();
     for (name, parts) in shape {
         let mut t = ListOffsetsTopicResponse::default().with_name(super::topic_name(&name));
-        for index in parts {
+        for (index, max_num_offsets) in parts {
             let f = results
                 .next()
                 .unwrap_or_else(|| failed(code(ResponseError::UnknownServerError)));
-            t.partitions.push(
-                ListOffsetsPartitionResponse::default()
-                    .with_partition_index(index)
-                    .with_error_code(f.error)
+            let answer = ListOffsetsPartitionResponse::default()
+                .with_partition_index(index)
+                .with_error_code(f.error);
+            t.partitions.push(if version == 0 {
+                // v0 has only the list; offset and timestamp stay at their -1 defaults.
+                let found = f.error == NONE && f.offset >= 0 && max_num_offsets > 0;
+                answer.with_old_style_offsets(if found { vec![f.offset] } else { Vec::new() })
+            } else {
+                answer
                     .with_offset(f.offset)
                     .with_timestamp(f.timestamp)
                     // leader_epoch exists from v4.
-                    .with_leader_epoch(if hdr.request_api_version >= 4 {
-                        f.leader_epoch
-                    } else {
-                        -1
-                    }),
-            );
+                    .with_leader_epoch(if version >= 4 { f.leader_epoch } else { -1 })
+            });
         }
         resp.topics.push(t);
     }

@@ -1,11 +1,13 @@
-//! OffsetCommit (key 8), v2-9: a group's consumed positions. The request is checked here
+//! OffsetCommit (key 8), v0-9: a group's consumed positions. The request is checked here
 //! (group id, unknown partitions, metadata size) and the rest goes to the group's coordinator
 //! shard (`group::commit_offsets`), which fences the member, appends the commit to
 //! `__consumer_offsets` and answers once it is durable. A group this broker does not
 //! coordinate gets NOT_COORDINATOR for every partition.
 //!
-//! v0-1 are not offered (kafka-protocol decodes v2+ only, and Kafka 4 dropped them too);
-//! `retention_time_ms` of v2-4 is ignored: offsets expire by `offsets.retention.minutes`.
+//! v0-1 are offered as Kafka 3.9 did (Sarama commits with v1 at every protocol version): v0
+//! has no generation or member, so it commits as a client outside any group (allowed while
+//! the group has no members); v1's `commit_timestamp` and v2-4's `retention_time_ms` are
+//! ignored: offsets expire by `offsets.retention.minutes` from the commit's arrival.
 
 use std::rc::Rc;
 
@@ -20,7 +22,7 @@ use crate::errors::{code, NONE};
 use crate::group::{self, CommitRequest, RECORD_STRING_BYTES_MAX};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetCommit, 2, 9);
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetCommit, 0, 9);
 
 /// Marks a partition whose answer is the coordinator's.
 pub const PENDING: i16 = i16::MIN;

@@ -1,10 +1,10 @@
-//! OffsetFetch (key 9), v1-9: a group's committed offsets. v1-7 ask for one group
+//! OffsetFetch (key 9), v0-9: a group's committed offsets. v0-7 ask for one group
 //! (`group_id`, `topics`), v8+ for several (`groups`), each answered by its coordinator shard
 //! (`group::fetch_offsets`), all concurrently. Null topics (v2+) means every partition the
 //! group committed; a partition without a commit answers offset -1. A group-wide error goes
-//! in the top-level (v2-7) or per-group (v8+) error code, and in v1 in every partition.
+//! in the top-level (v2-7) or per-group (v8+) error code, and in v0-1 in every partition.
 //!
-//! v0 is not offered (kafka-protocol decodes v1+ only; v0 read offsets from ZooKeeper).
+//! v0 (before 0.8.2 it read ZooKeeper) is answered from the coordinator as v1, as Kafka 3.9 did.
 //! `require_stable` (v7+): a partition whose offset a transaction committed and whose marker
 //! has not been written yet answers UNSTABLE_OFFSET_COMMIT (the client retries), as Kafka.
 //! v9's `member_id`/`member_epoch` (KIP-848 consumer groups) are checked against the group's
@@ -27,7 +27,7 @@ use crate::group::{self, CommittedOffset, FetchedTopic};
 use crate::notify::join_all;
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetFetch, 1, 9);
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetFetch, 0, 9);
 
 /// The topics a request asks for: `None` = every partition the group committed.
 type Wanted = Option<Vec<(String, Vec<i32>)>>;

@@ -1,4 +1,4 @@
-//! OffsetForLeaderEpoch (key 23), v2-4: the end offset of a leader epoch, answered from the
+//! OffsetForLeaderEpoch (key 23), v0-4 (v0-1 carry no current leader epoch, so nothing is fenced): the end offset of a leader epoch, answered from the
 //! partition's leader-epoch checkpoint. Clients send it after a restart bumps the epoch,
 //! to check their position did not diverge.
 
@@ -19,7 +19,7 @@ use crate::errors::{code, NONE};
 use crate::route::{on_owners, Item};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetForLeaderEpoch, 2, 4);
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetForLeaderEpoch, 0, 4);
 
 /// (error, epoch, end offset)
 type Answer = (i16, i32, i64);

@@ -1,4 +1,4 @@
-//! WriteTxnMarkers (key 27), v1: Kafka's inter-broker API by which a transaction coordinator
+//! WriteTxnMarkers (key 27), v0-1 (the same fields): Kafka's inter-broker API by which a transaction coordinator
 //! has the leaders of a transaction's partitions append its COMMIT or ABORT marker. Each
 //! marker goes to its partition's owner shard (routed as Produce is), is appended as a
 //! transactional control batch by `txn::coordinator::append_marker` (the one place markers are
@@ -25,7 +25,7 @@ use crate::route::{on_owners, Item};
 use crate::server::BrokerShard;
 use crate::txn::coordinator::append_marker;
 
-pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::WriteTxnMarkers, 1, 1);
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::WriteTxnMarkers, 0, 1);
 
 /// One marker for one partition.
 #[derive(Clone, Copy, Debug)]

@@ -1523,7 +1523,7 @@ impl ApiKey {
     /// Returns the valid versions that can be used with this ApiKey
     pub fn valid_versions(&self) -> VersionRange {
         match self {
-            ApiKey::Produce => VersionRange { min: 3, max: 13 },
+            ApiKey::Produce => VersionRange { min: 0, max: 13 },
             ApiKey::Fetch => VersionRange { min: 4, max: 18 },
             ApiKey::ListOffsets => VersionRange { min: 0, max: 10 },
             ApiKey::Metadata => VersionRange { min: 0, max: 13 },
