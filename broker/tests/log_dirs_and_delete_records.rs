@@ -245,7 +245,7 @@ fn describe_log_dirs_reports_hosted_partitions_with_their_sizes() {
     ];
     produce_batches(&mut c, "other", 0, 1);
 
-    for version in 1..=4 {
+    for version in 0..=4 {
         // Null topics: every partition this broker hosts.
         let resp = describe_log_dirs(&mut c, version, None);
         let sizes = dir_sizes(&b, &resp);
@@ -304,7 +304,7 @@ fn describe_log_dirs_reports_hosted_partitions_with_their_sizes() {
             .map(|k| (k.min_version, k.max_version))
     };
     assert_eq!(range(ApiKey::DeleteRecords), Some((0, 2)));
-    assert_eq!(range(ApiKey::DescribeLogDirs), Some((1, 4)));
+    assert_eq!(range(ApiKey::DescribeLogDirs), Some((0, 4)));
 }
 
 #[test]

@@ -421,6 +421,8 @@ def test_sarama_0_8_2_produce_v0_fails_visibly(keel, sarama_bin):
     assert pr.rc == 1, pr
     errs = [e for e in pr.errors if e["stage"] == "produce"]
     assert len(errs) == 3 and all(e["error"] for e in errs), pr
+    # Each partition is answered UNSUPPORTED_VERSION (the connection is not simply closed).
+    assert all("version of API is not supported" in e["error"] for e in errs), pr
     assert not pr.of("produced"), pr
     assert end_offsets(keel.bootstrap, topic, [0, 1, 2]) == COUNTS_082
     # The broker is still serving after refusing it.

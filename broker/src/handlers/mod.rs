@@ -158,7 +158,9 @@ pub async fn handle_frame(shard: Rc<BrokerShard>, mut frame: Bytes, client_host:
         return Reply::FrameThenClose(unsupported_frame(prefix.correlation_id));
     };
     shard.counters.count_request(Some(api));
-    let supported = support(api).filter(|s| (s.min..=s.max).contains(&prefix.api_version));
+    // Versions listed but refused (Produce v0-2) are decoded so that the handler can answer
+    // each partition with UNSUPPORTED_VERSION instead of closing the connection.
+    let supported = support(api).filter(|s| (s.listed_min..=s.max).contains(&prefix.api_version));
     if api == ApiKey::ApiVersions && supported.is_none() {
         // Kafka's rule: an ApiVersions request at an unknown version gets a v0 answer with
         // UNSUPPORTED_VERSION and the full list, so the client can pick a version.

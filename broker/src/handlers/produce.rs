@@ -71,6 +71,12 @@ pub async fn handle(
     req: ProduceRequest,
 ) -> Option<ProduceResponse> {
     let acks = req.acks;
+    let version = hdr.request_api_version;
+    if version < SUPPORT.min {
+        // Listed but refused (see SUPPORT): every partition gets UNSUPPORTED_VERSION, nothing
+        // is appended, and the connection stays usable.
+        return (acks != 0).then(|| refuse_old_version(req, version));
+    }
     if shard.config.auto_create_topics_enable {
         let names: Vec<String> = req
             .topic_data
@@ -94,7 +100,6 @@ pub async fn handle(
         }
         shape.push((name, parts));
     }
-    let version = hdr.request_api_version;
     let results = if !matches!(acks, -1..=1) {
         items
             .iter()
@@ -144,6 +149,28 @@ pub async fn handle(
         resp.responses.push(t);
     }
     Some(resp)
+}
+
+/// The answer to a Produce v0-2: UNSUPPORTED_VERSION for every partition.
+fn refuse_old_version(req: ProduceRequest, version: i16) -> ProduceResponse {
+    let mut resp = ProduceResponse::default();
+    for topic in req.topic_data {
+        let mut t = TopicProduceResponse::default().with_name(topic.name);
+        for p in topic.partition_data {
+            t.partition_responses.push(
+                PartitionProduceResponse::default()
+                    .with_index(p.index)
+                    .with_error_code(code(ResponseError::UnsupportedVersion))
+                    .with_base_offset(-1),
+            );
+        }
+        resp.responses.push(t);
+    }
+    tracing::debug!(
+        version,
+        "Produce below v3 refused: the pre-0.11 message formats are not supported"
+    );
+    resp
 }
 
 fn record_errors(errors: Vec<keel_storage::RecordError>) -> Vec<BatchIndexAndErrorMessage> {
