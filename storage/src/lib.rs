@@ -4,7 +4,9 @@
 //! A [`Log`] is owned by the shard (glommio executor) that owns the partition and is never sent
 //! across threads. Record batches stay opaque bytes: the log validates their header and CRC,
 //! stamps baseOffset / partitionLeaderEpoch (and LogAppendTime), and only walks records for
-//! ListOffsets by timestamp and for transaction markers. Each log keeps its idempotent
+//! ListOffsets by timestamp and for transaction markers. An append decompresses only to
+//! recompress into a topic's `compression.type` (`codec.rs`) or to check that every record of a
+//! compacted topic has a key. Each log keeps its idempotent
 //! producers' state (epoch, last sequences) to refuse out-of-order batches and answer retries
 //! with the original offsets, and their open transactions, which hold the last stable offset;
 //! aborted transactions are indexed per segment for read_committed fetches and compaction.

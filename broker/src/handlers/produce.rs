@@ -1,5 +1,7 @@
 //! Produce (key 0), v3-11 (listed from v0, see [`SUPPORT`]). Record batches stay opaque: the owner shard validates each batch
-//! header and CRC, stamps offsets and appends; it never decompresses. acks=1/-1 answer after
+//! header and CRC, stamps offsets and appends; it decompresses only to recompress into the
+//! topic's `compression.type` or to check the keys of a compacted topic (whose unkeyed records
+//! are answered INVALID_RECORD with per-record errors, KIP-467). acks=1/-1 answer after
 //! the log commit (group commit: fdatasync shared by concurrent requests under
 //! flush.policy=group); acks=0 gets no answer at all. A retry from an idempotent producer
 //! (a duplicate of one of its last five batches) is answered NONE with the original batch's
