@@ -205,18 +205,18 @@ def test_topic_compression_type_recompresses_and_follows_alter_configs(keel):
         send(b"b", 50)
         # IncrementalAlterConfigs (librdkafka): lz4.
         ca = AdminClient({"bootstrap.servers": keel.bootstrap})
-        res = ConfigResource("topic", topic, incremental_configs=[
-            ConfigEntry("compression.type", "lz4",
-                        incremental_operation=AlterConfigOpType.SET)])
-        for f in ca.incremental_alter_configs([res]).values():
-            f.result(timeout=15)
+
+        def set_compression_type(value):
+            res = ConfigResource("topic", topic, incremental_configs=[
+                ConfigEntry("compression.type", value,
+                            incremental_operation=AlterConfigOpType.SET)])
+            for f in ca.incremental_alter_configs([res]).values():
+                f.result(timeout=15)
+
+        set_compression_type("lz4")
         send(b"c", 50)
         # `producer` stores the producer's codec again: kafka-python sends uncompressed here.
-        res = ConfigResource("topic", topic, incremental_configs=[
-            ConfigEntry("compression.type", "producer",
-                        incremental_operation=AlterConfigOpType.SET)])
-        for f in ca.incremental_alter_configs([res]).values():
-            f.result(timeout=15)
+        set_compression_type("producer")
         send(b"d", 50)
     finally:
         prod.close(timeout=10)
