@@ -63,7 +63,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.message.timestamp.type", default: "CreateTime", doc: "CreateTime or LogAppendTime (topic: message.timestamp.type)" },
     BrokerKey { name: "compression.type", default: "producer", doc: "codec batches are stored in: producer keeps each batch's codec as sent; uncompressed, gzip, snappy, lz4 or zstd rewrites batches in another codec on the owner shard (topic: compression.type)" },
     BrokerKey { name: "compression.gzip.level", default: "-1", doc: "gzip level (1-9, -1 = zlib's default 6) when compression.type rewrites to gzip (topic: compression.gzip.level)" },
-    BrokerKey { name: "compression.lz4.level", default: "9", doc: "lz4 level (1-17) when compression.type rewrites to lz4; validated but not applied: Keel's lz4 encoder has one level (topic: compression.lz4.level)" },
+    BrokerKey { name: "compression.lz4.level", default: "9", doc: "lz4 level (1-17; LZ4 HC from 3, capped at 12) when compression.type rewrites to lz4 (topic: compression.lz4.level)" },
     BrokerKey { name: "compression.zstd.level", default: "3", doc: "zstd level (-131072 to 22) when compression.type rewrites to zstd (topic: compression.zstd.level)" },
     BrokerKey { name: "min.insync.replicas", default: "1", doc: "ISR size needed for acks=all" },
     BrokerKey { name: "log.flush.policy", default: "group", doc: "group: fdatasync before ack; interval: ack after write, sync every flush.ms (topic: flush.policy)" },

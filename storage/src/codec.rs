@@ -84,8 +84,7 @@ impl FromStr for CompressionType {
 pub struct CompressionLevels {
     /// 1-9, or -1 for zlib's default (6).
     pub gzip: i32,
-    /// 1-17. Validated and kept, but lz4_flex compresses at one level only: it does not change
-    /// the output (see docs/configuration.md).
+    /// 1-17 (LZ4 HC from 3; see `compress_lz4`).
     pub lz4: i32,
     /// zstd's range, -131072 to 22.
     pub zstd: i32,
@@ -134,17 +133,28 @@ pub fn compress(
         CODEC_SNAPPY => snap::raw::Encoder::new()
             .compress_vec(raw)
             .map_err(|e| corrupt(format!("snappy: {e}")))?,
-        CODEC_LZ4 => {
-            let info = lz4_flex::frame::FrameInfo::new()
-                .block_size(lz4_flex::frame::BlockSize::Max64KB)
-                .block_mode(lz4_flex::frame::BlockMode::Independent);
-            let mut e = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new());
-            e.write_all(raw)?;
-            e.finish().map_err(|e| corrupt(format!("lz4: {e}")))?
-        }
+        CODEC_LZ4 => compress_lz4(raw, levels.lz4)?,
         CODEC_ZSTD => zstd::encode_all(raw, levels.zstd)?,
         other => return Err(corrupt(format!("unknown compression codec {other}"))),
     })
+}
+
+/// An LZ4 frame of independent 64 KiB blocks without content checksum, as Kafka writes, at
+/// Kafka's `compression.lz4.level` (1-17). liblz4's frame API compresses levels 3-12 with LZ4 HC
+/// (higher levels are capped at 12) and 1-2 in fast mode; lz4-java, Kafka's, uses HC at every
+/// level. The frame is what every Kafka client reads.
+fn compress_lz4(raw: &[u8], level: i32) -> Result<Vec<u8>, StorageError> {
+    let level = u32::try_from(level.clamp(*LZ4_LEVELS.start(), *LZ4_LEVELS.end())).unwrap_or(9);
+    let mut e = lz4::EncoderBuilder::new()
+        .level(level)
+        .block_size(lz4::BlockSize::Max64KB)
+        .block_mode(lz4::BlockMode::Independent)
+        .checksum(lz4::ContentChecksum::NoChecksum)
+        .build(Vec::with_capacity(raw.len() / 2))?;
+    e.write_all(raw)?;
+    let (out, result) = e.finish();
+    result?;
+    Ok(out)
 }
 
 /// Whether any batch in `batches` (validated) carries codec `codec`. Reads headers only.

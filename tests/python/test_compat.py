@@ -248,13 +248,15 @@ def test_compression_type_bad_values_are_invalid_config(keel):
         assert r == INVALID_CONFIG, (configs, r)
 
 
-def test_broker_compression_type_applies_to_new_topics(keel_factory):
-    b = keel_factory({"compression.type": "zstd", "compression.zstd.level": "10"})
+@pytest.mark.parametrize("codec,level", [("zstd", "10"), ("lz4", "12")])
+def test_broker_compression_type_applies_to_new_topics(keel_factory, codec, level):
+    """The broker's setting (at a level) for every topic; kcat (librdkafka) reads it back."""
+    b = keel_factory({"compression.type": codec, "compression.%s.level" % codec: level})
     topic = unique("broker-ctype")
     kcat(b.bootstrap, "-P", "-t", topic, "-p", "0", "-z", "gzip",
          input=b"".join(b"r%d\n" % i for i in range(300)))
     batches = wait_stored(b, topic, 300)
-    assert {x[1] for x in batches} == {"zstd"}, batches
+    assert {x[1] for x in batches} == {codec}, batches
     out = kcat(b.bootstrap, "-C", "-t", topic, "-e", "-q", "-f", "%s\\n").stdout.decode()
     assert out.splitlines() == ["r%d" % i for i in range(300)]
     # The owner shard counted the work.
