@@ -19,6 +19,12 @@
 //! (the leader assigns) → `Stable`, back to `PreparingRebalance` on any change of membership or
 //! metadata, and `Dead` once deleted.
 //!
+//! The first rebalance out of `Empty` waits `group.initial.rebalance.delay.ms`, as Kafka's
+//! `InitialDelayedJoin` does, so that members starting together join one generation: each new
+//! member of a generation-0 group extends the wait by up to that delay again, within the
+//! rebalance timeout, and the join completes when the wait ends, not when every member has
+//! joined.
+//!
 //! Persistence, as in Kafka: the group's membership is written to `__consumer_offsets` as a
 //! `GroupMetadataValue` ([`super::records`]) when the leader's SyncGroup completes a generation
 //! (`Stable`, with every member's assignment), when a static member's restart replaces its
@@ -46,10 +52,6 @@
 //! - `group.instance.id` → member id maps exactly onto the static members.
 //!
 //! Where this differs from Kafka, and why:
-//! - (not a difference) the first rebalance out of `Empty` waits `group.initial.rebalance.delay.ms`
-//!   as Kafka's `InitialDelayedJoin` does: each new member of a generation-0 group extends the
-//!   wait by up to that delay again, within the rebalance timeout, and the join completes when
-//!   the wait ends, not when every member has joined;
 //! - a member's protocols are checked against the *other* members, so a sole member may change
 //!   its assignment strategy (Kafka counts the member's own old protocols);
 //! - a JoinGroup or SyncGroup that a second one from the same member supersedes is answered
