@@ -156,6 +156,27 @@ fn list_offsets_earliest_latest_and_by_timestamp() {
         (0, 6, base + 3),
         "max timestamp"
     );
+    // v9: earliest local (-4) is the log start offset; latest tiered (-5) is none, as Kafka
+    // answers without remote storage.
+    for (timestamp, expected) in [(-4, (0, 0, -1)), (-5, (0, -1, -1))] {
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
+                .with_name(topic("lo"))
+                .with_partitions(vec![
+                    list_offsets_request::ListOffsetsPartition::default()
+                        .with_partition_index(0)
+                        .with_current_leader_epoch(-1)
+                        .with_timestamp(timestamp),
+                ])]);
+        let resp: ListOffsetsResponse = c.send(ApiKey::ListOffsets, 9, &req);
+        let p = &resp.topics[0].partitions[0];
+        assert_eq!(
+            (p.error_code, p.offset, p.timestamp),
+            expected,
+            "{timestamp}"
+        );
+    }
     let req = ListOffsetsRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()

@@ -1,11 +1,12 @@
-//! FindCoordinator (key 10), v0-4: which broker coordinates a group. Group `g` is coordinated
+//! FindCoordinator (key 10), v0-6: which broker coordinates a group. Group `g` is coordinated
 //! by the leader of partition `abs(java_hashcode(g)) % partitions` of `__consumer_offsets`
 //! (see `group`); the first FindCoordinator of the cluster creates that topic. v4 asks for
-//! several keys at once (`coordinator_keys`) and answers each in `coordinators`.
+//! several keys at once (`coordinator_keys`) and answers each in `coordinators`; v5 (may answer
+//! TRANSACTION_ABORTABLE) and v6 (share-group keys, KIP-932) have v4's fields.
 //!
 //! Key type 0 is a group; 1 a transactional id, coordinated by the leader of its partition of
-//! `__transaction_state` (same hash; created by the first such lookup); any other key type is
-//! INVALID_REQUEST.
+//! `__transaction_state` (same hash; created by the first such lookup); any other key type
+//! (2, a share group: Keel has none) is INVALID_REQUEST.
 
 use std::rc::Rc;
 
@@ -21,7 +22,7 @@ use crate::group::{self, OFFSETS_TOPIC};
 use crate::server::BrokerShard;
 use crate::txn::{self, TRANSACTION_STATE_TOPIC};
 
-pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::FindCoordinator, 0, 4);
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::FindCoordinator, 0, 6);
 
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;

@@ -1,5 +1,6 @@
-//! ListOffsets (key 2), v0-8: earliest (-2), latest (-1: the high watermark, or with
-//! isolation_level=1, v2+, the last stable offset), max timestamp (-3), or the first offset
+//! ListOffsets (key 2), v0-9: earliest (-2), latest (-1: the high watermark, or with
+//! isolation_level=1, v2+, the last stable offset), max timestamp (-3), earliest local (-4: the
+//! log start offset) and latest tiered (-5: none, no tiered storage), or the first offset
 //! whose timestamp is >= the given one (through the time index); read_committed, a record
 //! found by time at or past the last stable offset is not found (as Kafka).
 //!
@@ -22,13 +23,19 @@ use crate::errors::{code, storage_code, NONE};
 use crate::route::{on_owners, Item};
 use crate::server::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ListOffsets, 0, 8);
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ListOffsets, 0, 9);
 
 pub const LATEST: i64 = -1;
 /// isolation_level 1 (read_committed): "latest" is the last stable offset.
 const READ_COMMITTED: i8 = 1;
 pub const EARLIEST: i64 = -2;
 pub const MAX_TIMESTAMP: i64 = -3;
+/// KIP-405 (v8+): the first offset on local disk. Keel keeps every segment locally, so it is the
+/// log start offset, as Kafka answers without remote storage.
+pub const EARLIEST_LOCAL: i64 = -4;
+/// KIP-1005 (v9+): the last offset copied to remote storage. Keel has no tiered storage, so
+/// none (-1), as Kafka answers when remote storage is off.
+pub const LATEST_TIERED: i64 = -5;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Found {
@@ -73,7 +80,8 @@ async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<Ask>>) -> Vec<F
         let found = match timestamp {
             LATEST if read_committed => Ok(Some((offsets.last_stable_offset.0, -1))),
             LATEST => Ok(Some((offsets.high_watermark.0, -1))),
-            EARLIEST => Ok(Some((offsets.log_start_offset.0, -1))),
+            EARLIEST | EARLIEST_LOCAL => Ok(Some((offsets.log_start_offset.0, -1))),
+            LATEST_TIERED => Ok(None),
             MAX_TIMESTAMP => part
                 .log
                 .max_timestamp()

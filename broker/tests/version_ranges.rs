@@ -1,8 +1,9 @@
-//! The oldest request versions Kafka 3.9 accepted and Kafka 4 removed, each sent as a client
-//! of that era would and checked on content: CreateTopics v0, ListOffsets v0, OffsetCommit v0
+//! Both ends of the version ranges. The oldest request versions Kafka 3.9 accepted and Kafka 4
+//! removed, each sent as a client of that era would and checked on content: CreateTopics v0, ListOffsets v0, OffsetCommit v0
 //! and v1, OffsetFetch v0, OffsetForLeaderEpoch v0 and v1, DescribeConfigs v0, DeleteTopics
 //! v0, and Produce v2 refused per partition. Sarama and kafka-python exercise the same
-//! versions from real programs (tests/python/test_sarama.py, test_compat.py).
+//! versions from real programs (tests/python/test_sarama.py, test_compat.py). And the newest
+//! FindCoordinator versions (v5, v6). ListOffsets v9 is in epochs_and_offsets.rs.
 
 mod common;
 
@@ -247,5 +248,47 @@ fn the_oldest_versions_kafka_3_9_accepted_work_on_content() {
             .iter()
             .all(|t| t.name.as_ref().map(|n| n.0.as_str()) != Some("old")),
         "{resp:?}"
+    );
+}
+
+#[test]
+fn find_coordinator_v5_and_v6_answer_groups_and_refuse_share_keys() {
+    let b = Broker::start(&[]);
+    let mut c = Client::connect(&b.bootstrap());
+    for version in [5, 6] {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let req = FindCoordinatorRequest::default()
+                .with_key_type(0)
+                .with_coordinator_keys(vec![s("g5"), s("g6")]);
+            let resp: FindCoordinatorResponse = c.send(ApiKey::FindCoordinator, version, &req);
+            let got: Vec<(String, i16, i32, i32)> = resp
+                .coordinators
+                .iter()
+                .map(|k| (k.key.to_string(), k.error_code, k.node_id.0, k.port))
+                .collect();
+            if got.iter().all(|g| g.1 == 0) {
+                assert_eq!(
+                    got,
+                    vec![
+                        ("g5".to_string(), 0, 0, i32::from(b.port)),
+                        ("g6".to_string(), 0, 0, i32::from(b.port)),
+                    ],
+                    "v{version}"
+                );
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "v{version}: {resp:?}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    // Key type 2 (a share group, KIP-932): Keel has none.
+    let req = FindCoordinatorRequest::default()
+        .with_key_type(2)
+        .with_coordinator_keys(vec![s("share")]);
+    let resp: FindCoordinatorResponse = c.send(ApiKey::FindCoordinator, 6, &req);
+    assert_eq!(
+        resp.coordinators[0].error_code, 42,
+        "INVALID_REQUEST: {resp:?}"
     );
 }
