@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every Keel test: installs what the tests need (Debian packages, the Python
-# requirements), builds the workspace, runs the Rust tests (unit, property, integration with
+# requirements), checks formatting (rustfmt) and lints (clippy, warnings are errors), builds the
+# workspace, runs the Rust tests (unit, property, integration with
 # librdkafka), the kafkajs tests and the Python integration tests (kafka-python, confluent-kafka,
 # kcat, Sarama) against the real binary.
 set -euo pipefail
@@ -32,8 +33,12 @@ echo "== installing Python requirements"
 python3 -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
 
 export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-2}
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
 echo "== cargo build"
 cargo build --workspace --all-targets
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace -- --test-threads=2
 echo "== kafkajs"
