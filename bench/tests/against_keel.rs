@@ -35,7 +35,14 @@ struct Keel {
 impl Keel {
     fn start() -> Keel {
         let dir = tempfile::tempdir().unwrap();
-        let (port, admin) = (free_port(), free_port());
+        // Two different ports: the kernel may hand out the same free port twice in a row.
+        let port = free_port();
+        let admin = loop {
+            let admin = free_port();
+            if admin != port {
+                break admin;
+            }
+        };
         let log = std::fs::File::create(dir.path().join("keel.log")).unwrap();
         let child = Command::new(keel_bin())
             .args([

@@ -28,6 +28,18 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A Kafka port and a different admin port. The kernel may hand out the same free port twice
+/// in a row; both listeners use SO_REUSEPORT, so a clash would not fail the start but would
+/// send Kafka clients to the HTTP server (seen as librdkafka's AllBrokersDown).
+fn kafka_and_admin_ports() -> (u16, u16) {
+    let port = free_port();
+    let mut admin_port = free_port();
+    while admin_port == port {
+        admin_port = free_port();
+    }
+    (port, admin_port)
+}
+
 impl Broker {
     pub fn start(extra: &[&str]) -> Broker {
         Self::start_with_env(extra, &[])
@@ -37,9 +49,10 @@ impl Broker {
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Broker {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("keel.log");
+        let (port, admin_port) = kafka_and_admin_ports();
         let mut b = Broker {
-            port: free_port(),
-            admin_port: free_port(),
+            port,
+            admin_port,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             env: env
@@ -65,9 +78,10 @@ impl Broker {
     pub fn prepare(extra: &[&str]) -> Broker {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("keel.log");
+        let (port, admin_port) = kafka_and_admin_ports();
         Broker {
-            port: free_port(),
-            admin_port: free_port(),
+            port,
+            admin_port,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             env: Vec::new(),
