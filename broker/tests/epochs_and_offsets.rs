@@ -34,6 +34,10 @@ fn epoch_end(c: &mut Client, name: &str, current: i32, asked: i32) -> (i16, i32,
 }
 
 fn list_offset(c: &mut Client, name: &str, timestamp: i64) -> (i16, i64, i64) {
+    list_offset_at(c, name, timestamp, 7)
+}
+
+fn list_offset_at(c: &mut Client, name: &str, timestamp: i64, version: i16) -> (i16, i64, i64) {
     let req = ListOffsetsRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
@@ -44,7 +48,7 @@ fn list_offset(c: &mut Client, name: &str, timestamp: i64) -> (i16, i64, i64) {
                     .with_current_leader_epoch(-1)
                     .with_timestamp(timestamp),
             ])]);
-    let resp: ListOffsetsResponse = c.send(ApiKey::ListOffsets, 7, &req);
+    let resp: ListOffsetsResponse = c.send(ApiKey::ListOffsets, version, &req);
     let p = &resp.topics[0].partitions[0];
     (p.error_code, p.offset, p.timestamp)
 }
@@ -159,20 +163,8 @@ fn list_offsets_earliest_latest_and_by_timestamp() {
     // v9: earliest local (-4) is the log start offset; latest tiered (-5) is none, as Kafka
     // answers without remote storage.
     for (timestamp, expected) in [(-4, (0, 0, -1)), (-5, (0, -1, -1))] {
-        let req = ListOffsetsRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
-                .with_name(topic("lo"))
-                .with_partitions(vec![
-                    list_offsets_request::ListOffsetsPartition::default()
-                        .with_partition_index(0)
-                        .with_current_leader_epoch(-1)
-                        .with_timestamp(timestamp),
-                ])]);
-        let resp: ListOffsetsResponse = c.send(ApiKey::ListOffsets, 9, &req);
-        let p = &resp.topics[0].partitions[0];
         assert_eq!(
-            (p.error_code, p.offset, p.timestamp),
+            list_offset_at(&mut c, "lo", timestamp, 9),
             expected,
             "{timestamp}"
         );
