@@ -513,19 +513,25 @@ func kerr(e sarama.KError) error {
 	return e
 }
 
-// ---------------------------------------------------------------------------------------------
-// offsets
-
-func offsets(args []string) {
+// commonClient parses a subcommand's common flags and opens a client, or fails.
+func commonClient(name string, args []string) (common, sarama.Client) {
 	var c common
-	fs := flag.NewFlagSet("offsets", flag.ExitOnError)
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
 	c.register(fs)
 	fs.Parse(args)
-	cfg, brokers := c.setup("offsets")
+	cfg, brokers := c.setup(name)
 	client, err := sarama.NewClient(brokers, cfg)
 	if err != nil {
 		fail("new-client", err)
 	}
+	return c, client
+}
+
+// ---------------------------------------------------------------------------------------------
+// offsets
+
+func offsets(args []string) {
+	c, client := commonClient("offsets", args)
 	defer client.Close()
 	parts, err := client.Partitions(c.topic)
 	if err != nil {
@@ -677,15 +683,7 @@ func admin(args []string) {
 // metadata
 
 func metadata(args []string) {
-	var c common
-	fs := flag.NewFlagSet("metadata", flag.ExitOnError)
-	c.register(fs)
-	fs.Parse(args)
-	cfg, brokers := c.setup("metadata")
-	client, err := sarama.NewClient(brokers, cfg)
-	if err != nil {
-		fail("new-client", err)
-	}
+	c, client := commonClient("metadata", args)
 	defer client.Close()
 	for _, b := range client.Brokers() {
 		emit(map[string]interface{}{"event": "broker", "id": b.ID(), "addr": b.Addr()})
