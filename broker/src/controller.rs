@@ -31,10 +31,10 @@ use keel_raft::{ApplyOutcome, ClusterImage, Record};
 use tracing::{info, warn};
 
 use crate::config::{validate_topic_config, BrokerConfig};
+use crate::coordination::parking::join_all;
 use crate::errors::code;
 use crate::metadata::{validate_topic_name, LegacyImage, MetadataImage, TopicMeta};
-use crate::notify::join_all;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 /// Most partitions a topic may have.
 const MAX_PARTITIONS: i32 = 100_000;

@@ -159,7 +159,7 @@ fn profile_of_a_live_broker_under_load() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|f| f.as_str().unwrap().starts_with("broker/src/admin.rs:")),
+            .any(|f| f.as_str().unwrap().starts_with("broker/src/ops/admin.rs:")),
         "{top}"
     );
 
@@ -168,7 +168,7 @@ fn profile_of_a_live_broker_under_load() {
         "keel-shard-0",
         "keel-shard-1",
         "Top stalls",
-        "broker/src/admin.rs:",
+        "broker/src/ops/admin.rs:",
         "Produce",
         "flush",
         "retention",

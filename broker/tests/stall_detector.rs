@@ -37,7 +37,7 @@ fn stall_detector_fires_on_a_blocking_task() {
     // The backtrace runs through the blocking admin handler.
     let trace = &log[log.find("stall-detector").unwrap()..];
     assert!(trace.contains("Backtrace"), "{trace}");
-    assert!(trace.contains("keel::admin::serve"), "{trace}");
+    assert!(trace.contains("keel_broker::ops::admin::serve"), "{trace}");
     let stalls = broker.metric_by_shard("keel_reactor_stalls_total");
     assert!(stalls[0] >= 1, "{stalls:?}");
     assert_eq!(stalls[1], 0, "{stalls:?}");
@@ -63,7 +63,9 @@ fn stall_detector_fires_on_a_blocking_task() {
         .filter_map(|f| f.as_str())
         .collect();
     assert!(
-        frames.iter().any(|f| f.starts_with("broker/src/admin.rs:")),
+        frames
+            .iter()
+            .any(|f| f.starts_with("broker/src/ops/admin.rs:")),
         "{body}"
     );
 }

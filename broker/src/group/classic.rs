@@ -745,7 +745,6 @@ impl ClassicGroup {
 
     /// When the group entered its current state (Kafka's `currentStateTimestamp`, which offset
     /// expiry reads for an `Empty` group); `None` if unknown.
-    #[allow(dead_code)] // wired in by the coordinator
     pub fn current_state_timestamp_ms(&self) -> Option<i64> {
         self.current_state_timestamp_ms
     }

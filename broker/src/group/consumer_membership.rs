@@ -24,7 +24,7 @@ use super::consumer::{
 use super::membership::with_group;
 use crate::config::BrokerConfig;
 use crate::errors::{code, NONE};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 /// The consumer group limits from the broker's settings.
 pub fn consumer_group_config(c: &BrokerConfig) -> ConsumerGroupConfig {

@@ -349,7 +349,6 @@ pub fn encode_record(key: &ConsumerGroupKey, value: &ConsumerGroupValue) -> (Byt
 }
 
 /// A record's key and value, if it is a readable consumer group record.
-#[allow(dead_code)] // the loader routes by key first (`record_group`); for tests and tools
 pub fn decode_record(key: &[u8], value: &[u8]) -> Option<(ConsumerGroupKey, ConsumerGroupValue)> {
     let key = ConsumerGroupKey::decode(key)?;
     let value = ConsumerGroupValue::decode(&key, value)?;

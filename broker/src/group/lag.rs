@@ -6,7 +6,7 @@
 //!    `__consumer_offsets` partitions that are loaded and led here, see
 //!    [`GroupCoordinator::ready`](super::GroupCoordinator::ready));
 //! 2. the owner shard of each partition named by a commit reads that log's high watermark,
-//!    for the partitions this broker leads ([`crate::route::on_owners`]).
+//!    for the partitions this broker leads ([`crate::coordination::route::on_owners`]).
 //!
 //! Lag is `max(0, high_watermark - committed_offset)`: what a consumer resuming from its
 //! commit still has to read, the number Kafka's lag tools show (they compare the committed
@@ -26,9 +26,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write;
 use std::rc::Rc;
 
+use crate::coordination::route::{on_owners, Item};
 use crate::errors::NONE;
-use crate::route::{on_owners, Item};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 /// Committed partitions (group, topic, partition) one scrape reports at most.
 pub const PARTITIONS_MAX: usize = 100_000;

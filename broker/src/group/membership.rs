@@ -47,9 +47,9 @@ use super::classic::{
 use super::records::{OffsetChange, OffsetKey};
 use super::{write, GroupCoordinator, GroupEntry};
 use crate::config::BrokerConfig;
+use crate::coordination::parking::join_all;
 use crate::errors::{code, NONE};
-use crate::notify::join_all;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 /// The timer task wakes at least this often, even with no deadline pending.
 const TIMER_IDLE_MS: i64 = 60_000;

@@ -33,7 +33,6 @@
 //! All state is shard-local (`RefCell`); no borrow is held across an `.await`.
 
 pub mod classic;
-#[allow(dead_code)] // wired in by the coordinator
 pub mod consumer;
 pub mod consumer_membership;
 pub mod consumer_records;
@@ -56,7 +55,7 @@ use tracing::{error, info, warn};
 
 use crate::controller::{self, OpError};
 use crate::errors::{code, coordinator_write_code, NONE};
-use crate::server::{BrokerShard, Partition};
+use crate::shard::{BrokerShard, Partition};
 use classic::{ClassicGroup, GroupState};
 use consumer::ConsumerGroup;
 use membership::{GroupAnswer, Waiter};
@@ -646,7 +645,7 @@ where
             let hop = sent.elapsed().saturating_sub(worked);
             shard
                 .counters
-                .record(api as i16, crate::metrics::Stage::Hop, hop);
+                .record(api as i16, crate::ops::metrics::Stage::Hop, hop);
             r
         }
         Err(e) => {

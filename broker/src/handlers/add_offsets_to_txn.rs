@@ -12,7 +12,7 @@ use kafka_protocol::ResponseError;
 use super::ApiSupport;
 use crate::errors::code;
 use crate::group;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 use crate::txn::coordinator::{self, error_of, op};
 use crate::txn::state::producer_fenced_compat;
 

@@ -17,7 +17,7 @@ use kafka_protocol::ResponseError;
 
 use super::{topic_name, ApiSupport};
 use crate::errors::code;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 use crate::txn::coordinator::{self, error_of, op};
 use crate::txn::records::TopicPartition;
 use crate::txn::state::producer_fenced_compat;

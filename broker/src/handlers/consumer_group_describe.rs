@@ -15,11 +15,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, topic_name, ApiSupport};
+use crate::coordination::parking::join_all;
 use crate::errors::{code, NONE};
 use crate::group::consumer::{GroupDescription, TopicAssignment};
 use crate::group::{self, consumer_membership};
-use crate::notify::join_all;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ConsumerGroupDescribe, 0, 1);
 

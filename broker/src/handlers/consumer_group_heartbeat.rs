@@ -21,7 +21,7 @@ use super::{str_bytes, ApiSupport};
 use crate::errors::code;
 use crate::group::consumer::HeartbeatRequest;
 use crate::group::{self, consumer_membership};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ConsumerGroupHeartbeat, 0, 1);
 

@@ -9,7 +9,7 @@ use kafka_protocol::messages::{
 
 use super::{str_bytes, ApiSupport};
 use crate::controller;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::CreatePartitions, 0, 3);
 

@@ -14,7 +14,7 @@ use super::{str_bytes, topic_name, ApiSupport};
 use crate::config::TOPIC_CONFIGS;
 use crate::controller::{self, OpError, TopicSpec};
 use crate::errors::code;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::CreateTopics, 0, 7);
 

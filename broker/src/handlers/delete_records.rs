@@ -26,9 +26,9 @@ use keel_storage::{Offset, StorageError};
 use tracing::{debug, info, warn};
 
 use super::ApiSupport;
+use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, storage_code, NONE};
-use crate::route::{on_owners, Item};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DeleteRecords, 0, 2);
 

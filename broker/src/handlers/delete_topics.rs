@@ -10,7 +10,7 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, topic_name, ApiSupport};
 use crate::controller;
 use crate::errors::code;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DeleteTopics, 0, 6);
 

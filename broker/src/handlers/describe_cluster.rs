@@ -8,7 +8,7 @@ use kafka_protocol::messages::{
 };
 
 use super::{str_bytes, ApiSupport};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeCluster, 0, 1);
 

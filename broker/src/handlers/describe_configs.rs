@@ -19,7 +19,7 @@ use super::{str_bytes, ApiSupport};
 use crate::config::{BROKER_KEYS, TOPIC_CONFIGS};
 use crate::controller::{self, ConfigChange, OpError};
 use crate::errors::code;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeConfigs, 0, 4);
 pub const ALTER_SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AlterConfigs, 0, 2);

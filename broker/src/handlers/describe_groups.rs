@@ -14,11 +14,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
+use crate::coordination::parking::join_all;
 use crate::errors::{code, NONE};
 use crate::group::classic::GroupDescription;
 use crate::group::{self, membership};
-use crate::notify::join_all;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeGroups, 0, 5);
 

@@ -23,10 +23,10 @@ use kafka_protocol::messages::{
 use tracing::warn;
 
 use super::{str_bytes, ApiSupport};
+use crate::coordination::parking::join_all;
 use crate::errors::NONE;
 use crate::metadata::MetadataImage;
-use crate::notify::join_all;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeLogDirs, 0, 4);
 

@@ -16,9 +16,9 @@ use kafka_protocol::ResponseError;
 use keel_storage::ProducerInfo;
 
 use super::{topic_name, ApiSupport};
+use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, NONE};
-use crate::route::{on_owners, Item};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeProducers, 0, 0);
 

@@ -12,9 +12,9 @@ use kafka_protocol::messages::{
 };
 
 use super::{str_bytes, topic_name, ApiSupport};
+use crate::coordination::parking::join_all;
 use crate::errors::NONE;
-use crate::notify::join_all;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 use crate::txn::coordinator;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeTransactions, 0, 0);

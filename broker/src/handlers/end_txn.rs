@@ -8,7 +8,7 @@ use std::rc::Rc;
 use kafka_protocol::messages::{ApiKey, EndTxnRequest, EndTxnResponse, RequestHeader};
 
 use super::ApiSupport;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 use crate::txn::coordinator::{self, error_of, op};
 use crate::txn::state::producer_fenced_compat;
 

@@ -25,10 +25,10 @@ use kafka_protocol::ResponseError;
 use keel_storage::{end_offset_of, Offset, StorageError};
 
 use super::ApiSupport;
+use crate::coordination::parking::DataWaiter;
+use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, storage_code, NONE};
-use crate::notify::DataWaiter;
-use crate::route::{on_owners, Item};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Fetch, 4, 12);
 

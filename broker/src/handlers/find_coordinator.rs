@@ -19,7 +19,7 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, ApiSupport};
 use crate::errors::{code, NONE};
 use crate::group::{self, OFFSETS_TOPIC};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 use crate::txn::{self, TRANSACTION_STATE_TOPIC};
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::FindCoordinator, 0, 6);

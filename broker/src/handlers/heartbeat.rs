@@ -11,7 +11,7 @@ use kafka_protocol::ResponseError;
 use super::ApiSupport;
 use crate::errors::code;
 use crate::group::{self, membership};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Heartbeat, 0, 4);
 

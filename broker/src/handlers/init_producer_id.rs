@@ -20,7 +20,7 @@ use tracing::warn;
 use super::ApiSupport;
 use crate::controller;
 use crate::errors::code;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 use crate::txn::coordinator;
 use crate::txn::state::{producer_fenced_compat, ProducerIdAndEpoch};
 

@@ -19,7 +19,7 @@ use super::{str_bytes, ApiSupport};
 use crate::errors::code;
 use crate::group::classic::{Completed, JoinRequest, JoinResponse, UNKNOWN_GENERATION_ID};
 use crate::group::{self, membership};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::JoinGroup, 0, 9);
 

@@ -14,7 +14,7 @@ use super::{str_bytes, ApiSupport};
 use crate::errors::{code, NONE};
 use crate::group::classic::LeavingMember;
 use crate::group::{self, membership};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::LeaveGroup, 0, 5);
 

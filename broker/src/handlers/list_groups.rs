@@ -14,7 +14,7 @@ use kafka_protocol::messages::{
 
 use super::{str_bytes, ApiSupport};
 use crate::group::membership;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ListGroups, 0, 5);
 

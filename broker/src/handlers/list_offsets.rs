@@ -19,9 +19,9 @@ use kafka_protocol::ResponseError;
 
 use super::fetch::check_epoch;
 use super::ApiSupport;
+use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, storage_code, NONE};
-use crate::route::{on_owners, Item};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ListOffsets, 0, 9);
 

@@ -13,9 +13,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
+use crate::coordination::parking::join_all;
 use crate::errors::{code, NONE};
-use crate::notify::join_all;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 use crate::txn::coordinator;
 use crate::txn::state::TxnState;
 

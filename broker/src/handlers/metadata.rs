@@ -18,7 +18,7 @@ use super::{str_bytes, topic_name, ApiSupport};
 use crate::controller::{self, TopicSpec};
 use crate::errors::code;
 use crate::metadata::{validate_topic_name, TopicMeta};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Metadata, 0, 12);
 

@@ -1,5 +1,6 @@
-//! Kafka request handlers: one file per API, each declaring the versions it supports. The
-//! ApiVersions answer is built from those declarations ([`SUPPORTED`]).
+//! Kafka request handlers: one file per API, each declaring the versions it supports. One
+//! table ([`api_table!`]) lists them: the ApiVersions answer ([`SUPPORTED`]) and the dispatch
+//! ([`call`]) are both built from it.
 //!
 //! Handlers turn wire types into domain calls (storage, controller) and back; Kafka wire
 //! types go no further than this module.
@@ -7,13 +8,10 @@
 use std::rc::Rc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::{ApiKey, RequestHeader};
 
-use crate::conn::Reply;
-use crate::protocol::{
-    decode_body, decode_header, encode_response, peek_prefix, unsupported_frame, FrameError,
-};
-use crate::server::BrokerShard;
+use crate::frontend::framing::{decode_body, encode_response, FrameError};
+use crate::shard::BrokerShard;
 
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
@@ -79,379 +77,116 @@ impl ApiSupport {
     }
 }
 
-/// Every API Keel supports, from each handler's declaration.
-pub const SUPPORTED: &[ApiSupport] = &[
-    produce::SUPPORT,
-    fetch::SUPPORT,
-    list_offsets::SUPPORT,
-    metadata::SUPPORT,
-    api_versions::SUPPORT,
-    create_topics::SUPPORT,
-    delete_topics::SUPPORT,
-    offset_for_leader_epoch::SUPPORT,
-    describe_configs::SUPPORT,
-    describe_configs::ALTER_SUPPORT,
-    create_partitions::SUPPORT,
-    describe_configs::INCREMENTAL_ALTER_SUPPORT,
-    describe_cluster::SUPPORT,
-    delete_records::SUPPORT,
-    describe_log_dirs::SUPPORT,
-    find_coordinator::SUPPORT,
-    offset_commit::SUPPORT,
-    offset_fetch::SUPPORT,
-    offset_delete::SUPPORT,
-    join_group::SUPPORT,
-    heartbeat::SUPPORT,
-    leave_group::SUPPORT,
-    sync_group::SUPPORT,
-    describe_groups::SUPPORT,
-    list_groups::SUPPORT,
-    delete_groups::SUPPORT,
-    consumer_group_heartbeat::SUPPORT,
-    consumer_group_describe::SUPPORT,
-    init_producer_id::SUPPORT,
-    add_partitions_to_txn::SUPPORT,
-    add_offsets_to_txn::SUPPORT,
-    end_txn::SUPPORT,
-    txn_offset_commit::SUPPORT,
-    describe_producers::SUPPORT,
-    describe_transactions::SUPPORT,
-    list_transactions::SUPPORT,
-    write_txn_markers::SUPPORT,
-];
+/// The one table of the APIs Keel answers: each row names the API key, the handler's declared
+/// version range, the request type and how the handler is called (`plain`: shard, header,
+/// request; `host`: also the client's address; `maybe`: an answer or none, as acks=0 Produce).
+/// [`SUPPORTED`] (the ApiVersions answer) and [`call`] (the dispatch) are both generated from
+/// it, so they cannot disagree.
+macro_rules! api_table {
+    ($($key:ident: $support:expr => $kind:ident $handler:path, $req:ident;)*) => {
+        /// Every API Keel supports, from each handler's declaration.
+        pub const SUPPORTED: &[ApiSupport] = &[$($support),*];
+
+        /// Decodes the body of a request whose API and version the caller has checked
+        /// against [`SUPPORTED`], runs its handler and encodes the answer (`None`: no answer
+        /// is sent).
+        pub async fn call(
+            shard: &Rc<BrokerShard>,
+            hdr: &RequestHeader,
+            api: ApiKey,
+            body: &mut Bytes,
+            client_host: &str,
+        ) -> Result<Option<Bytes>, FrameError> {
+            let version = hdr.request_api_version;
+            match api {
+                $(ApiKey::$key => {
+                    let req: kafka_protocol::messages::$req = decode_body(api, version, body)?;
+                    match api_table!(@call $kind $handler, shard, hdr, req, client_host) {
+                        Some(resp) => encode_response(api, version, hdr.correlation_id, &resp).map(Some),
+                        None => Ok(None),
+                    }
+                })*
+                _ => Err(FrameError::Header(format!("no handler for {api:?}"))),
+            }
+        }
+
+        /// The table's rows as (key, declared support), for the test that they agree.
+        #[cfg(test)]
+        fn table_rows() -> Vec<(ApiKey, ApiSupport)> {
+            vec![$((ApiKey::$key, $support)),*]
+        }
+    };
+    (@call plain $h:path, $shard:ident, $hdr:ident, $req:ident, $host:ident) => {
+        Some($h($shard, $hdr, $req).await)
+    };
+    (@call host $h:path, $shard:ident, $hdr:ident, $req:ident, $host:ident) => {
+        Some($h($shard, $hdr, $req, $host).await)
+    };
+    (@call maybe $h:path, $shard:ident, $hdr:ident, $req:ident, $host:ident) => {
+        $h($shard, $hdr, $req).await
+    };
+}
+
+api_table! {
+    Produce: produce::SUPPORT => maybe produce::handle, ProduceRequest;
+    Fetch: fetch::SUPPORT => plain fetch::handle, FetchRequest;
+    ListOffsets: list_offsets::SUPPORT => plain list_offsets::handle, ListOffsetsRequest;
+    Metadata: metadata::SUPPORT => plain metadata::handle, MetadataRequest;
+    ApiVersions: api_versions::SUPPORT => plain api_versions::handle, ApiVersionsRequest;
+    CreateTopics: create_topics::SUPPORT => plain create_topics::handle, CreateTopicsRequest;
+    DeleteTopics: delete_topics::SUPPORT => plain delete_topics::handle, DeleteTopicsRequest;
+    OffsetForLeaderEpoch: offset_for_leader_epoch::SUPPORT
+        => plain offset_for_leader_epoch::handle, OffsetForLeaderEpochRequest;
+    DescribeConfigs: describe_configs::SUPPORT
+        => plain describe_configs::handle, DescribeConfigsRequest;
+    AlterConfigs: describe_configs::ALTER_SUPPORT
+        => plain describe_configs::handle_alter, AlterConfigsRequest;
+    CreatePartitions: create_partitions::SUPPORT
+        => plain create_partitions::handle, CreatePartitionsRequest;
+    IncrementalAlterConfigs: describe_configs::INCREMENTAL_ALTER_SUPPORT
+        => plain describe_configs::handle_incremental, IncrementalAlterConfigsRequest;
+    DescribeCluster: describe_cluster::SUPPORT
+        => plain describe_cluster::handle, DescribeClusterRequest;
+    DeleteRecords: delete_records::SUPPORT => plain delete_records::handle, DeleteRecordsRequest;
+    DescribeLogDirs: describe_log_dirs::SUPPORT
+        => plain describe_log_dirs::handle, DescribeLogDirsRequest;
+    FindCoordinator: find_coordinator::SUPPORT
+        => plain find_coordinator::handle, FindCoordinatorRequest;
+    OffsetCommit: offset_commit::SUPPORT => plain offset_commit::handle, OffsetCommitRequest;
+    OffsetFetch: offset_fetch::SUPPORT => plain offset_fetch::handle, OffsetFetchRequest;
+    OffsetDelete: offset_delete::SUPPORT => plain offset_delete::handle, OffsetDeleteRequest;
+    JoinGroup: join_group::SUPPORT => host join_group::handle, JoinGroupRequest;
+    Heartbeat: heartbeat::SUPPORT => plain heartbeat::handle, HeartbeatRequest;
+    LeaveGroup: leave_group::SUPPORT => plain leave_group::handle, LeaveGroupRequest;
+    SyncGroup: sync_group::SUPPORT => plain sync_group::handle, SyncGroupRequest;
+    DescribeGroups: describe_groups::SUPPORT => plain describe_groups::handle, DescribeGroupsRequest;
+    ListGroups: list_groups::SUPPORT => plain list_groups::handle, ListGroupsRequest;
+    DeleteGroups: delete_groups::SUPPORT => plain delete_groups::handle, DeleteGroupsRequest;
+    ConsumerGroupHeartbeat: consumer_group_heartbeat::SUPPORT
+        => host consumer_group_heartbeat::handle, ConsumerGroupHeartbeatRequest;
+    ConsumerGroupDescribe: consumer_group_describe::SUPPORT
+        => plain consumer_group_describe::handle, ConsumerGroupDescribeRequest;
+    InitProducerId: init_producer_id::SUPPORT
+        => plain init_producer_id::handle, InitProducerIdRequest;
+    AddPartitionsToTxn: add_partitions_to_txn::SUPPORT
+        => plain add_partitions_to_txn::handle, AddPartitionsToTxnRequest;
+    AddOffsetsToTxn: add_offsets_to_txn::SUPPORT
+        => plain add_offsets_to_txn::handle, AddOffsetsToTxnRequest;
+    EndTxn: end_txn::SUPPORT => plain end_txn::handle, EndTxnRequest;
+    TxnOffsetCommit: txn_offset_commit::SUPPORT
+        => plain txn_offset_commit::handle, TxnOffsetCommitRequest;
+    DescribeProducers: describe_producers::SUPPORT
+        => plain describe_producers::handle, DescribeProducersRequest;
+    DescribeTransactions: describe_transactions::SUPPORT
+        => plain describe_transactions::handle, DescribeTransactionsRequest;
+    ListTransactions: list_transactions::SUPPORT
+        => plain list_transactions::handle, ListTransactionsRequest;
+    WriteTxnMarkers: write_txn_markers::SUPPORT
+        => plain write_txn_markers::handle, WriteTxnMarkersRequest;
+}
 
 pub fn support(key: ApiKey) -> Option<ApiSupport> {
     SUPPORTED.iter().copied().find(|s| s.key == key)
-}
-
-/// Decodes the body at the header's version, runs the handler and encodes its answer.
-macro_rules! call {
-    ($shard:expr, $hdr:expr, $api:expr, $body:expr, $req:ty, $handler:path) => {{
-        let version = $hdr.request_api_version;
-        let req: $req = match decode_body($api, version, &mut $body) {
-            Ok(r) => r,
-            Err(e) => return Reply::Close(e),
-        };
-        let resp = $handler(&$shard, &$hdr, req).await;
-        reply(encode_response($api, version, $hdr.correlation_id, &resp))
-    }};
-}
-
-fn reply(r: Result<Bytes, FrameError>) -> Reply {
-    match r {
-        Ok(f) => Reply::Frame(f),
-        Err(e) => Reply::Close(e),
-    }
-}
-
-/// Handles one request frame (header and body, without the size prefix). `client_host` is the
-/// client's address as Kafka shows it to group members ("/127.0.0.1").
-pub async fn handle_frame(shard: Rc<BrokerShard>, mut frame: Bytes, client_host: Rc<str>) -> Reply {
-    use kafka_protocol::messages::*;
-    let Some(prefix) = peek_prefix(&frame) else {
-        return Reply::Close(FrameError::Header(
-            "frame shorter than a request header".into(),
-        ));
-    };
-    let Ok(api) = ApiKey::try_from(prefix.api_key) else {
-        shard.counters.count_request(None);
-        return Reply::FrameThenClose(unsupported_frame(prefix.correlation_id));
-    };
-    shard.counters.count_request(Some(api));
-    // Versions listed but refused (Produce v0-2) are decoded so that the handler can answer
-    // each partition with UNSUPPORTED_VERSION instead of closing the connection.
-    let supported = support(api).filter(|s| (s.listed_min..=s.max).contains(&prefix.api_version));
-    if api == ApiKey::ApiVersions && supported.is_none() {
-        // Kafka's rule: an ApiVersions request at an unknown version gets a v0 answer with
-        // UNSUPPORTED_VERSION and the full list, so the client can pick a version.
-        return reply(encode_response(
-            api,
-            0,
-            prefix.correlation_id,
-            &api_versions::response(kafka_protocol::ResponseError::UnsupportedVersion.code()),
-        ));
-    }
-    if supported.is_none() {
-        return Reply::FrameThenClose(unsupported_frame(prefix.correlation_id));
-    }
-    let hdr: RequestHeader = match decode_header(api, prefix.api_version, &mut frame) {
-        Ok(h) => h,
-        Err(e) => return Reply::Close(e),
-    };
-    let mut body = frame;
-    match api {
-        ApiKey::Produce => {
-            let version = hdr.request_api_version;
-            let req: ProduceRequest = match decode_body(api, version, &mut body) {
-                Ok(r) => r,
-                Err(e) => return Reply::Close(e),
-            };
-            match produce::handle(&shard, &hdr, req).await {
-                Some(resp) => reply(encode_response(api, version, hdr.correlation_id, &resp)),
-                None => Reply::None,
-            }
-        }
-        ApiKey::Fetch => call!(shard, hdr, api, body, FetchRequest, fetch::handle),
-        ApiKey::ListOffsets => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            ListOffsetsRequest,
-            list_offsets::handle
-        ),
-        ApiKey::Metadata => call!(shard, hdr, api, body, MetadataRequest, metadata::handle),
-        ApiKey::ApiVersions => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            ApiVersionsRequest,
-            api_versions::handle
-        ),
-        ApiKey::CreateTopics => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            CreateTopicsRequest,
-            create_topics::handle
-        ),
-        ApiKey::DeleteTopics => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            DeleteTopicsRequest,
-            delete_topics::handle
-        ),
-        ApiKey::OffsetForLeaderEpoch => {
-            call!(
-                shard,
-                hdr,
-                api,
-                body,
-                OffsetForLeaderEpochRequest,
-                offset_for_leader_epoch::handle
-            )
-        }
-        ApiKey::DescribeConfigs => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            DescribeConfigsRequest,
-            describe_configs::handle
-        ),
-        ApiKey::AlterConfigs => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            AlterConfigsRequest,
-            describe_configs::handle_alter
-        ),
-        ApiKey::IncrementalAlterConfigs => {
-            call!(
-                shard,
-                hdr,
-                api,
-                body,
-                IncrementalAlterConfigsRequest,
-                describe_configs::handle_incremental
-            )
-        }
-        ApiKey::CreatePartitions => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            CreatePartitionsRequest,
-            create_partitions::handle
-        ),
-        ApiKey::DescribeCluster => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            DescribeClusterRequest,
-            describe_cluster::handle
-        ),
-        ApiKey::DeleteRecords => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            DeleteRecordsRequest,
-            delete_records::handle
-        ),
-        ApiKey::DescribeLogDirs => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            DescribeLogDirsRequest,
-            describe_log_dirs::handle
-        ),
-        ApiKey::FindCoordinator => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            FindCoordinatorRequest,
-            find_coordinator::handle
-        ),
-        ApiKey::OffsetCommit => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            OffsetCommitRequest,
-            offset_commit::handle
-        ),
-        ApiKey::OffsetFetch => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            OffsetFetchRequest,
-            offset_fetch::handle
-        ),
-        ApiKey::OffsetDelete => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            OffsetDeleteRequest,
-            offset_delete::handle
-        ),
-        ApiKey::JoinGroup => {
-            let version = hdr.request_api_version;
-            let req: JoinGroupRequest = match decode_body(api, version, &mut body) {
-                Ok(r) => r,
-                Err(e) => return Reply::Close(e),
-            };
-            let resp = join_group::handle(&shard, &hdr, req, &client_host).await;
-            reply(encode_response(api, version, hdr.correlation_id, &resp))
-        }
-        ApiKey::ConsumerGroupHeartbeat => {
-            let version = hdr.request_api_version;
-            let req: ConsumerGroupHeartbeatRequest = match decode_body(api, version, &mut body) {
-                Ok(r) => r,
-                Err(e) => return Reply::Close(e),
-            };
-            let resp = consumer_group_heartbeat::handle(&shard, &hdr, req, &client_host).await;
-            reply(encode_response(api, version, hdr.correlation_id, &resp))
-        }
-        ApiKey::ConsumerGroupDescribe => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            ConsumerGroupDescribeRequest,
-            consumer_group_describe::handle
-        ),
-        ApiKey::AddPartitionsToTxn => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            AddPartitionsToTxnRequest,
-            add_partitions_to_txn::handle
-        ),
-        ApiKey::AddOffsetsToTxn => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            AddOffsetsToTxnRequest,
-            add_offsets_to_txn::handle
-        ),
-        ApiKey::EndTxn => call!(shard, hdr, api, body, EndTxnRequest, end_txn::handle),
-        ApiKey::DescribeProducers => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            DescribeProducersRequest,
-            describe_producers::handle
-        ),
-        ApiKey::DescribeTransactions => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            DescribeTransactionsRequest,
-            describe_transactions::handle
-        ),
-        ApiKey::ListTransactions => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            ListTransactionsRequest,
-            list_transactions::handle
-        ),
-        ApiKey::TxnOffsetCommit => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            TxnOffsetCommitRequest,
-            txn_offset_commit::handle
-        ),
-        ApiKey::InitProducerId => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            InitProducerIdRequest,
-            init_producer_id::handle
-        ),
-        ApiKey::SyncGroup => call!(shard, hdr, api, body, SyncGroupRequest, sync_group::handle),
-        ApiKey::Heartbeat => call!(shard, hdr, api, body, HeartbeatRequest, heartbeat::handle),
-        ApiKey::LeaveGroup => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            LeaveGroupRequest,
-            leave_group::handle
-        ),
-        ApiKey::ListGroups => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            ListGroupsRequest,
-            list_groups::handle
-        ),
-        ApiKey::DescribeGroups => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            DescribeGroupsRequest,
-            describe_groups::handle
-        ),
-        ApiKey::DeleteGroups => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            DeleteGroupsRequest,
-            delete_groups::handle
-        ),
-        ApiKey::WriteTxnMarkers => call!(
-            shard,
-            hdr,
-            api,
-            body,
-            WriteTxnMarkersRequest,
-            write_txn_markers::handle
-        ),
-        _ => Reply::FrameThenClose(unsupported_frame(hdr.correlation_id)),
-    }
 }
 
 /// Topic name as a `TopicName` for responses.
@@ -463,4 +198,23 @@ pub fn topic_name(s: &str) -> kafka_protocol::messages::TopicName {
 
 pub fn str_bytes(s: impl Into<String>) -> kafka_protocol::protocol::StrBytes {
     kafka_protocol::protocol::StrBytes::from_string(s.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each row's key is the key its handler declares, and no API has two rows.
+    #[test]
+    fn table_rows_agree_with_declarations() {
+        let rows = table_rows();
+        for (key, support) in &rows {
+            assert_eq!(*key, support.key, "row {key:?} declares {:?}", support.key);
+            assert!(support.listed_min <= support.min && support.min <= support.max);
+        }
+        let mut keys: Vec<i16> = rows.iter().map(|(k, _)| *k as i16).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(keys.len(), rows.len(), "an API has two rows");
+    }
 }

@@ -20,7 +20,7 @@ use kafka_protocol::ResponseError;
 use super::{topic_name, ApiSupport};
 use crate::errors::{code, NONE};
 use crate::group::{self, CommitRequest, RECORD_STRING_BYTES_MAX};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetCommit, 0, 9);
 

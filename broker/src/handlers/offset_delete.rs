@@ -20,7 +20,7 @@ use kafka_protocol::ResponseError;
 use super::{topic_name, ApiSupport};
 use crate::errors::{code, NONE};
 use crate::group;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetDelete, 0, 0);
 

@@ -22,10 +22,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, topic_name, ApiSupport};
+use crate::coordination::parking::join_all;
 use crate::errors::code;
 use crate::group::{self, CommittedOffset, FetchedTopic};
-use crate::notify::join_all;
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetFetch, 0, 9);
 

@@ -15,9 +15,9 @@ use keel_storage::LeaderEpoch;
 
 use super::fetch::check_epoch;
 use super::ApiSupport;
+use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, NONE};
-use crate::route::{on_owners, Item};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetForLeaderEpoch, 0, 4);
 

@@ -22,11 +22,11 @@ use keel_storage::codec::CODEC_ZSTD;
 use keel_storage::LeaderEpoch;
 
 use super::{str_bytes, ApiSupport};
+use crate::coordination::parking::join_all;
+use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, storage_code, NONE};
-use crate::metrics::Stage;
-use crate::notify::join_all;
-use crate::route::{on_owners, Item};
-use crate::server::BrokerShard;
+use crate::ops::metrics::Stage;
+use crate::shard::BrokerShard;
 
 /// Listed from v0 though v0-v2 (the pre-0.11 message formats) are refused, as Kafka 4.0 does
 /// (KAFKA-18659): librdkafka up to 2.x enables gzip, snappy and lz4 only when the broker lists

@@ -13,7 +13,7 @@ use super::{str_bytes, ApiSupport};
 use crate::errors::code;
 use crate::group::classic::{Completed, SyncRequest, SyncResponse};
 use crate::group::{self, membership};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::SyncGroup, 0, 5);
 

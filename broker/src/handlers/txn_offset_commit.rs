@@ -19,7 +19,7 @@ use super::offset_commit::{check_partitions, PartitionCommit, PENDING};
 use super::{topic_name, ApiSupport};
 use crate::errors::NONE;
 use crate::group::{self, TxnCommitRequest};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::TxnOffsetCommit, 0, 3);
 

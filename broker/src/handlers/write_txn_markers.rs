@@ -19,10 +19,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use super::ApiSupport;
+use crate::coordination::parking::join_all;
+use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, NONE};
-use crate::notify::join_all;
-use crate::route::{on_owners, Item};
-use crate::server::BrokerShard;
+use crate::shard::BrokerShard;
 use crate::txn::coordinator::append_marker;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::WriteTxnMarkers, 0, 1);

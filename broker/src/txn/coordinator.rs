@@ -52,7 +52,7 @@ use super::TRANSACTION_STATE_TOPIC;
 use crate::controller::{self, OpError};
 use crate::errors::{code, NONE};
 use crate::group;
-use crate::server::{BrokerShard, Partition};
+use crate::shard::{BrokerShard, Partition};
 
 /// Bytes one log read asks for while a partition loads.
 const LOAD_READ_BYTES_MAX: usize = 1 << 20;
@@ -431,7 +431,7 @@ async fn write_marker_round(
             marker,
         )));
     }
-    crate::notify::join_all(writes)
+    crate::coordination::parking::join_all(writes)
         .await
         .into_iter()
         .flatten()

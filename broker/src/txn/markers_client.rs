@@ -380,7 +380,7 @@ mod tests {
     }
 
     fn response_frame(correlation_id: i32, r: &WriteTxnMarkersResponse) -> Vec<u8> {
-        crate::protocol::encode_response(ApiKey::WriteTxnMarkers, 1, correlation_id, r)
+        crate::frontend::framing::encode_response(ApiKey::WriteTxnMarkers, 1, correlation_id, r)
             .unwrap()
             .to_vec()
     }
@@ -391,11 +391,12 @@ mod tests {
         let size = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
         assert_eq!(size, frame.len() - 4);
         let mut body = frame.slice(4..);
-        let hdr = crate::protocol::decode_header(ApiKey::WriteTxnMarkers, 1, &mut body).unwrap();
+        let hdr =
+            crate::frontend::framing::decode_header(ApiKey::WriteTxnMarkers, 1, &mut body).unwrap();
         assert_eq!(hdr.correlation_id, 9);
         assert_eq!(hdr.client_id.as_deref(), Some("keel-broker-4"));
         let req: WriteTxnMarkersRequest =
-            crate::protocol::decode_body(ApiKey::WriteTxnMarkers, 1, &mut body).unwrap();
+            crate::frontend::framing::decode_body(ApiKey::WriteTxnMarkers, 1, &mut body).unwrap();
         let m = &req.markers[0];
         assert_eq!(
             (

@@ -459,7 +459,6 @@ impl TransactionMetadata {
         self.committed.producer_id
     }
 
-    #[allow(dead_code)] // read by the tests
     pub fn previous_producer_id(&self) -> i64 {
         self.committed.previous_producer_id
     }
@@ -468,17 +467,14 @@ impl TransactionMetadata {
         self.committed.producer_epoch
     }
 
-    #[allow(dead_code)] // read by the tests
     pub fn last_producer_epoch(&self) -> i16 {
         self.last_producer_epoch
     }
 
-    #[allow(dead_code)] // read by the tests
     pub fn transaction_timeout_ms(&self) -> i32 {
         self.committed.transaction_timeout_ms
     }
 
-    #[allow(dead_code)] // read by the tests
     pub fn partitions(&self) -> &BTreeSet<TopicPartition> {
         &self.committed.partitions
     }
@@ -487,7 +483,6 @@ impl TransactionMetadata {
         self.committed.start_timestamp_ms
     }
 
-    #[allow(dead_code)] // read by the tests
     pub fn last_update_timestamp_ms(&self) -> i64 {
         self.committed.last_update_timestamp_ms
     }
@@ -567,7 +562,6 @@ impl TransactionCoordinator {
 
     /// A coordinator loaded from `records` (each record's key and value, in log order), and the
     /// markers owed by transactions found prepared.
-    #[allow(dead_code)] // read by the tests
     pub fn load<K, V>(
         partition: i32,
         coordinator_epoch: i32,
@@ -639,7 +633,6 @@ impl TransactionCoordinator {
         actions
     }
 
-    #[allow(dead_code)] // read by the tests
     pub fn partition(&self) -> i32 {
         self.partition
     }
@@ -661,7 +654,6 @@ impl TransactionCoordinator {
         self.txns.len()
     }
 
-    #[allow(dead_code)] // read by the tests
     pub fn is_empty(&self) -> bool {
         self.txns.is_empty()
     }
@@ -882,7 +874,6 @@ impl TransactionCoordinator {
     /// AddPartitionsToTxn v4 with `verify_only` (a partition leader checking a transactional
     /// produce, KIP-890): NONE for each partition in the transaction, INVALID_TXN_STATE for the
     /// rest; nothing changes.
-    #[allow(dead_code)] // read by the tests (verify_partitions: AddPartitionsToTxn v4, not offered)
     pub fn verify_partitions(
         &self,
         transactional_id: &str,

@@ -12,7 +12,7 @@
 //!   shared among the shards, within 2 and 64: past it more writes only queue in the device.
 //! - `io.memory.bytes`: room in the registered io_uring memory for every write in flight
 //!   (glommio allocates DMA buffers there, on the heap when full), within the default 4 MiB
-//!   and 64 MiB. main.rs may still shrink it to fit RLIMIT_MEMLOCK.
+//!   and 64 MiB. startup.rs may still shrink it to fit RLIMIT_MEMLOCK.
 //!
 //! A file measured on another filesystem than the data dir's, or carrying a note (measured
 //! without O_DIRECT, or on tmpfs), is used with a warning.

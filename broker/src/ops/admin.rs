@@ -3,7 +3,7 @@
 //! ([`crate::group::lag`]) and the metadata quorum's gauges; `GET /quorum` shows the quorum
 //! as JSON: voters, learners, leader, term, last log, committed and applied index, snapshot,
 //! and on the leader each member's lag. `GET /debug/stalls`: the last reactor stalls as JSON
-//! (see [`crate::stalls`]). Debug builds only: `GET /debug/block?ms=N` blocks
+//! (see [`crate::ops::stalls`]). Debug builds only: `GET /debug/block?ms=N` blocks
 //! shard 0's reactor for N ms (a test hook for the stall detector). A tiny HTTP/1.1 reader: one request per connection,
 //! head bounded to 8 KiB, anything else gets 404/400.
 
@@ -14,8 +14,8 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use tracing::{info, warn};
 
-use crate::metrics::{render, CountersSnapshot, PartitionSnapshot};
-use crate::server::BrokerShard;
+use crate::ops::metrics::{render, CountersSnapshot, PartitionSnapshot};
+use crate::shard::BrokerShard;
 
 const HEAD_MAX: usize = 8192;
 
@@ -140,7 +140,7 @@ async fn serve(shard: Rc<BrokerShard>, mut stream: TcpStream) {
             let _ = respond(&mut stream, "200 OK", &body).await;
         }
         ("GET", "/debug/stalls") => {
-            let body = crate::stalls::to_json(&crate::stalls::recent()) + "\n";
+            let body = crate::ops::stalls::to_json(&crate::ops::stalls::recent()) + "\n";
             let _ = respond(&mut stream, "200 OK", &body).await;
         }
         // Test hook, compiled into debug builds only: blocks this shard's reactor for `ms`

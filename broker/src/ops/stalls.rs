@@ -84,7 +84,7 @@ pub fn parse(message: &str, thread: Option<&str>) -> Option<Stall> {
 }
 
 /// The innermost frames of Keel's own code in a backtrace as std prints it: numbered frames
-/// ("   5:  0x55d0 - keel::admin::serve::{{closure}}::h0123"), inlined ones under them
+/// ("   5:  0x55d0 - keel_broker::ops::admin::serve::{{closure}}::h0123"), inlined ones under them
 /// without a number, each followed by its "at FILE:LINE:COL" when known. A frame is Keel's
 /// when its file is in the workspace (not a registry crate, the standard library or libc);
 /// each is kept as "crate/src/file.rs:LINE:COL function", innermost first.
@@ -117,7 +117,7 @@ fn keel_frames(trace: &str) -> Vec<String> {
     frames
 }
 
-/// "broker/src/admin.rs:150:13" for a file of the workspace; `None` for registry crates,
+/// "broker/src/ops/admin.rs:150:13" for a file of the workspace; `None` for registry crates,
 /// the standard library and system libraries.
 fn workspace_file(at: &str) -> Option<&str> {
     if at.contains("/.cargo/") || at.starts_with("/rustc/") || at.starts_with("./") {
@@ -200,7 +200,7 @@ mod tests {
 
     #[test]
     fn parses_glommio_stall_reports() {
-        let msg = "[stall-detector -- executor 1] task queue default went over-budget: 112.345ms (budget: 100ms). Backtrace:    0:     0x55d0a1 - signal_hook_registry::register::{{closure}}::h0123456789abcdef\n   1:     0x7f5e - __GI___clock_nanosleep\n                               at ./time/../sysdeps/unix/sysv/linux/clock_nanosleep.c:48:7\n   2:     0x55d0a2 - std::thread::sleep::h0123456789abcdef\n                               at /rustc/5980/library/std/src/thread/functions.rs:289:5\n   3:     0x55d0a3 - {async_fn#0}\n                               at /work/main/broker/src/admin.rs:150:13\n   4:     0x55d0a4 - run<keel::admin::serve::{async_fn_env#0}>\n                               at /root/.cargo/registry/src/index/glommio-0.9.0/src/task/raw.rs:469:20\n   5:     0x55d0a5 - keel_storage::log::Log::append::hfedcba9876543210\n                               at /work/main/storage/src/log.rs:610:9\n                           keel_storage::log::inlined\n                               at /work/main/storage/src/log.rs:700:1\n";
+        let msg = "[stall-detector -- executor 1] task queue default went over-budget: 112.345ms (budget: 100ms). Backtrace:    0:     0x55d0a1 - signal_hook_registry::register::{{closure}}::h0123456789abcdef\n   1:     0x7f5e - __GI___clock_nanosleep\n                               at ./time/../sysdeps/unix/sysv/linux/clock_nanosleep.c:48:7\n   2:     0x55d0a2 - std::thread::sleep::h0123456789abcdef\n                               at /rustc/5980/library/std/src/thread/functions.rs:289:5\n   3:     0x55d0a3 - {async_fn#0}\n                               at /work/main/broker/src/ops/admin.rs:150:13\n   4:     0x55d0a4 - run<keel::admin::serve::{async_fn_env#0}>\n                               at /root/.cargo/registry/src/index/glommio-0.9.0/src/task/raw.rs:469:20\n   5:     0x55d0a5 - keel_storage::log::Log::append::hfedcba9876543210\n                               at /work/main/storage/src/log.rs:610:9\n                           keel_storage::log::inlined\n                               at /work/main/storage/src/log.rs:700:1\n";
         let s = parse(msg, Some("keel-shard-3-4")).unwrap();
         assert_eq!(s.shard, Some(3));
         assert_eq!(s.queue, "default");
@@ -209,7 +209,7 @@ mod tests {
         assert_eq!(
             s.frames,
             vec![
-                "broker/src/admin.rs:150:13 {async_fn#0}".to_string(),
+                "broker/src/ops/admin.rs:150:13 {async_fn#0}".to_string(),
                 "storage/src/log.rs:610:9 keel_storage::log::Log::append".to_string(),
                 "storage/src/log.rs:700:1 keel_storage::log::inlined".to_string(),
             ]

@@ -17,10 +17,9 @@ use glommio::task::JoinHandle;
 use kafka_protocol::messages::ApiKey;
 use tracing::{debug, warn};
 
-use crate::handlers;
-use crate::metrics::Stage;
-use crate::protocol::{check_frame_size, FrameError};
-use crate::server::BrokerShard;
+use crate::frontend::framing::{check_frame_size, FrameError};
+use crate::ops::metrics::Stage;
+use crate::shard::BrokerShard;
 
 const MAX_IN_FLIGHT: usize = 32;
 
@@ -136,7 +135,7 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream) {
             task_shard
                 .counters
                 .record(api, Stage::QueueWait, read_at.elapsed());
-            handlers::handle_frame(task_shard, frame, task_host).await
+            crate::frontend::dispatch::handle_frame(task_shard, frame, task_host).await
         })
         .detach();
         if tx.send(Pending { api, read_at, task }).await.is_err() {

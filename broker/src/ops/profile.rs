@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use crate::metrics::BUCKETS_S;
+use crate::ops::metrics::BUCKETS_S;
 
 const USAGE: &str = "\
 keel profile: a per-core profile of a live broker (from its admin endpoint)
@@ -59,7 +59,7 @@ fn parse_args(args: &[String]) -> Result<Option<Args>> {
         };
         match flag {
             "--help" | "-h" => {
-                crate::print_quietly(USAGE);
+                crate::startup::print_quietly(USAGE);
                 return Ok(None);
             }
             "--duration" => a.duration = parse_duration(&value()?)?,
@@ -165,7 +165,7 @@ fn run(args: Args) -> Result<()> {
     std::fs::write(&html_path, render_html(&report))
         .with_context(|| format!("writing {}", html_path.display()))?;
     print_summary(&report);
-    crate::print_quietly(&format!(
+    crate::startup::print_quietly(&format!(
         "wrote {} and {}\n",
         json_path.display(),
         html_path.display()
@@ -591,7 +591,7 @@ fn print_summary(report: &Value) {
             num(&s["stalls"]),
         );
     }
-    crate::print_quietly(&text);
+    crate::startup::print_quietly(&text);
 }
 
 // ---- HTML ---------------------------------------------------------------------------------

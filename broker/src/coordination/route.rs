@@ -15,10 +15,10 @@ use std::time::Instant;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
 
+use crate::coordination::parking::join_all;
 use crate::errors::code;
-use crate::metrics::Stage;
-use crate::notify::join_all;
-use crate::server::BrokerShard;
+use crate::ops::metrics::Stage;
+use crate::shard::BrokerShard;
 
 /// One unit of partition work.
 pub struct Item<P> {

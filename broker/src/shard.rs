@@ -1,29 +1,27 @@
-//! One broker shard: its state, its start-up and shut-down.
+//! One broker shard's state: the partitions it owns, the metadata image it serves from, its
+//! waiting fetches and coordinators.
 //!
 //! Each shard (one per core) owns the logs of the partitions the metadata image assigns to
-//! it, accepts connections on the shared SO_REUSEPORT listener, and runs jobs other shards
-//! send it over the mesh. Shard 0 also runs the controller and the admin HTTP endpoint.
+//! it and runs jobs other shards send it over the mesh. Shard 0 also holds the controller.
 //! All state here is shard-local (`Cell`/`RefCell`); borrows never live across `.await`.
+//! Start-up and shut-down are in [`crate::startup`], the timers in
+//! [`crate::coordination::timers`].
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use keel_shard::{shutdown_requested, Event, Mesh, ShardBoot};
-use keel_storage::{FlushPolicy, Log, LogConfig, StorageError};
-use tracing::{debug, error, info, warn};
+use keel_shard::{Event, Mesh};
+use keel_storage::{Log, LogConfig, StorageError};
+use tracing::{error, info, warn};
 
 use crate::config::BrokerConfig;
 use crate::controller::Controller;
+use crate::coordination::parking::DataWaiters;
 use crate::metadata::{partition_dir, MetadataImage, TopicMeta};
-use crate::metrics::ShardCounters;
-use crate::notify::DataWaiters;
-
-/// Shards that have drained their connections during shutdown.
-static DRAINED: AtomicUsize = AtomicUsize::new(0);
+use crate::ops::metrics::ShardCounters;
 
 /// A partition whose log this shard owns.
 pub struct Partition {
@@ -37,9 +35,9 @@ pub struct Partition {
     /// min.insync.replicas of the topic: acks=all needs that many in-sync replicas.
     pub min_insync_replicas: Cell<i32>,
     /// flush.policy=interval: sync period and last sync.
-    flush_ms: Cell<u64>,
-    last_sync: Cell<Instant>,
-    syncing: Cell<bool>,
+    pub(crate) flush_ms: Cell<u64>,
+    pub(crate) last_sync: Cell<Instant>,
+    pub(crate) syncing: Cell<bool>,
 }
 
 /// A partition this shard owns whose log could not be opened.
@@ -79,6 +77,33 @@ pub struct BrokerShard {
 }
 
 impl BrokerShard {
+    /// A shard with no partitions and an empty metadata image; `controller` on shard 0 only.
+    pub fn new(
+        id: usize,
+        count: usize,
+        mesh: Rc<Mesh<BrokerShard>>,
+        config: Arc<BrokerConfig>,
+        controller: Option<Controller>,
+    ) -> Rc<Self> {
+        Rc::new(BrokerShard {
+            id,
+            count,
+            mesh,
+            config,
+            image: RefCell::new(Arc::new(MetadataImage::default())),
+            partitions: RefCell::new(HashMap::new()),
+            offline: RefCell::new(HashMap::new()),
+            shutdown: Event::default(),
+            counters: ShardCounters::default(),
+            controller,
+            ready: Event::new(),
+            fetch_waits: RefCell::new(HashMap::new()),
+            next_fetch_wait: Cell::new(0),
+            groups: crate::group::GroupCoordinator::default(),
+            txns: crate::txn::coordinator::TxnShard::default(),
+        })
+    }
+
     pub fn image(&self) -> Arc<MetadataImage> {
         self.image.borrow().clone()
     }
@@ -332,154 +357,6 @@ impl BrokerShard {
             }
         }
     }
-
-    /// Applies retention to every partition this shard owns, and expires their idempotent
-    /// producers (`producer.id.expiration.ms`), every `log.retention.check.interval.ms`, until
-    /// shutdown.
-    async fn retention(self: Rc<Self>) {
-        let interval = Duration::from_millis(self.config.retention_check_interval_ms());
-        loop {
-            let stop = futures_lite::future::or(
-                async {
-                    glommio::timer::sleep(interval).await;
-                    false
-                },
-                async {
-                    self.shutdown.wait().await;
-                    true
-                },
-            )
-            .await;
-            if stop {
-                return;
-            }
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64);
-            for part in self.all_partitions() {
-                match part.log.enforce_retention(now_ms).await {
-                    Ok(out) if out.segments_deleted > 0 => info!(
-                        shard = self.id,
-                        topic = %part.topic,
-                        partition = part.index,
-                        segments = out.segments_deleted,
-                        bytes = out.bytes_deleted,
-                        log_start_offset = out.log_start_offset.0,
-                        "retention deleted segments"
-                    ),
-                    Ok(_) => {}
-                    Err(e) => {
-                        warn!(shard = self.id, topic = %part.topic, partition = part.index, error = %e, "retention failed")
-                    }
-                }
-                let expired = part.log.expire_producers(now_ms);
-                if expired > 0 {
-                    debug!(shard = self.id, topic = %part.topic, partition = part.index, expired, "expired idempotent producers");
-                }
-                glommio::executor().yield_if_needed().await;
-            }
-        }
-    }
-
-    /// Compacts the `cleanup.policy=compact` partitions this shard owns, every
-    /// `log.cleaner.backoff.ms`, until shutdown. Runs in the low-share task queue and yields
-    /// inside each pass.
-    async fn compaction(self: Rc<Self>) {
-        let interval = Duration::from_millis(self.config.cleaner_backoff_ms());
-        let map_bytes = self.config.cleaner_map_bytes();
-        loop {
-            let stop = futures_lite::future::or(
-                async {
-                    glommio::timer::sleep(interval).await;
-                    false
-                },
-                async {
-                    self.shutdown.wait().await;
-                    true
-                },
-            )
-            .await;
-            if stop {
-                return;
-            }
-            for part in self.all_partitions() {
-                if !part.log.config().cleanup_compact {
-                    continue;
-                }
-                let now_ms = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as i64);
-                let started = Instant::now();
-                match part.log.compact(now_ms, map_bytes).await {
-                    Ok(Some(out)) => {
-                        self.counters
-                            .note_compaction(out.bytes_in, started.elapsed());
-                        info!(
-                            shard = self.id,
-                            topic = %part.topic,
-                            partition = part.index,
-                            segments_in = out.segments_in,
-                            segments_out = out.segments_out,
-                            bytes_in = out.bytes_in,
-                            bytes_out = out.bytes_out,
-                            records_dropped = out.records_dropped,
-                            cleaned_up_to = out.cleaned_up_to.0,
-                            elapsed_ms = started.elapsed().as_millis() as u64,
-                            "compacted"
-                        );
-                        // Readers past the swapped range are unaffected; waiting fetches
-                        // need no wake-up.
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        warn!(shard = self.id, topic = %part.topic, partition = part.index, error = %e, "compaction failed")
-                    }
-                }
-                glommio::executor().yield_if_needed().await;
-            }
-        }
-    }
-
-    /// Periodic work: notice a shutdown request, sync flush.policy=interval logs, retry the
-    /// writes of disk-full logs.
-    async fn ticker(self: Rc<Self>) {
-        let mut tick: u64 = 0;
-        loop {
-            glommio::timer::sleep(Duration::from_millis(50)).await;
-            if shutdown_requested() {
-                self.shutdown.fire();
-                return;
-            }
-            tick = tick.wrapping_add(1);
-            for part in self.all_partitions() {
-                // A disk-full log retries its staged writes once a second.
-                if tick.is_multiple_of(20) && part.log.is_disk_full() && !part.syncing.get() {
-                    part.syncing.set(true);
-                    glommio::spawn_local(async move {
-                        part.log.retry_stalled().await;
-                        part.syncing.set(false);
-                    })
-                    .detach();
-                    continue;
-                }
-                if part.log.config().flush_policy != FlushPolicy::Interval || part.syncing.get() {
-                    continue;
-                }
-                if part.last_sync.get().elapsed() >= Duration::from_millis(part.flush_ms.get()) {
-                    part.syncing.set(true);
-                    let shard_id = self.id;
-                    glommio::spawn_local(async move {
-                        if let Err(e) = part.log.sync().await {
-                            error!(shard = shard_id, topic = %part.topic, partition = part.index, error = %e, "periodic sync failed");
-                        }
-                        part.last_sync.set(Instant::now());
-                        part.syncing.set(false);
-                    })
-                    .detach();
-                }
-            }
-        }
-    }
 }
 
 /// retention.ms=0 is honoured (every closed segment goes at the next check) but is rarely
@@ -489,139 +366,4 @@ fn warn_retention_zero(topic: &str, partition: i32) {
         topic,
         partition, "retention.ms=0: every closed segment is deleted at the next retention check"
     );
-}
-
-/// The body of one shard's executor.
-pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) {
-    let ShardBoot {
-        shard_id,
-        shard_count,
-        mesh,
-        receivers,
-    } = boot;
-    let (controller, doorbell) = if shard_id == 0 {
-        match crate::controller::start(&config) {
-            Ok((c, d)) => (Some(c), Some(d)),
-            Err(e) => {
-                error!(error = %format!("{e:#}"), "metadata node failed to start; shutting down");
-                std::process::exit(1);
-            }
-        }
-    } else {
-        (None, None)
-    };
-    let shard = Rc::new(BrokerShard {
-        id: shard_id,
-        count: shard_count,
-        mesh: mesh.clone(),
-        config: config.clone(),
-        image: RefCell::new(Arc::new(MetadataImage::default())),
-        partitions: RefCell::new(HashMap::new()),
-        offline: RefCell::new(HashMap::new()),
-        shutdown: Event::default(),
-        counters: ShardCounters::default(),
-        controller,
-        ready: Event::new(),
-        fetch_waits: RefCell::new(HashMap::new()),
-        next_fetch_wait: Cell::new(0),
-        groups: crate::group::GroupCoordinator::default(),
-        txns: crate::txn::coordinator::TxnShard::default(),
-    });
-    // Storage's per-shard limits: the tail caches' memory, the closed segments' open files.
-    keel_storage::tail_budget::set_budget(config.tail_cache_shard_bytes);
-    keel_storage::file_cache::set_capacity(config.closed_segment_files_shard_max);
-    keel_storage::write_slots::set_max(config.write_inflight_shard_max);
-    mesh.serve(receivers, shard.clone(), 4096);
-    glommio::spawn_local(shard.clone().ticker()).detach();
-    // Retention deletes files in the background: a task queue with a tenth of the default
-    // shares, so produce and fetch on this shard go first.
-    let background = glommio::executor().create_task_queue(
-        glommio::Shares::Static(100),
-        glommio::Latency::NotImportant,
-        "retention",
-    );
-    shard.counters.name_queue(background, "retention");
-    match glommio::spawn_local_into(shard.clone().compaction(), background) {
-        Ok(task) => {
-            task.detach();
-        }
-        Err(e) => error!(shard = shard_id, error = %e, "cannot start compaction"),
-    }
-    match glommio::spawn_local_into(shard.clone().retention(), background) {
-        Ok(task) => {
-            task.detach();
-        }
-        Err(e) => error!(shard = shard_id, error = %e, "cannot start retention"),
-    }
-
-    if let Some(doorbell) = doorbell {
-        if let Err(e) = crate::controller::bootstrap(&shard, doorbell).await {
-            error!(error = %e, "metadata bootstrap failed; shutting down");
-            std::process::exit(1);
-        }
-        if let Some(addr) = config.admin {
-            crate::admin::start(shard.clone(), addr);
-        }
-    }
-    futures_lite::future::or(shard.ready.wait(), shard.shutdown.wait()).await;
-
-    let listener = match keel_shard::listen_reuseport(config.listen, 1024) {
-        Ok(l) => l,
-        Err(e) => {
-            error!(shard = shard_id, listen = %config.listen, error = %e, "cannot listen");
-            std::process::exit(1);
-        }
-    };
-    info!(shard = shard_id, listen = %config.listen, partitions = shard.partitions_owned(), "shard serving");
-    let active = Rc::new(Cell::new(0usize));
-    loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            shard.shutdown.wait().await;
-            None
-        })
-        .await;
-        match accepted {
-            None => break,
-            Some(Ok(stream)) => {
-                let shard = shard.clone();
-                let active = active.clone();
-                active.set(active.get() + 1);
-                glommio::spawn_local(async move {
-                    crate::conn::serve(shard, stream).await;
-                    active.set(active.get() - 1);
-                })
-                .detach();
-            }
-            Some(Err(e)) => {
-                warn!(shard = shard_id, error = %e, "accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
-    drop(listener);
-    info!(
-        shard = shard_id,
-        connections = active.get(),
-        "shutting down: finishing in-flight requests"
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while active.get() > 0 && Instant::now() < deadline {
-        glommio::timer::sleep(Duration::from_millis(10)).await;
-    }
-    DRAINED.fetch_add(1, Ordering::AcqRel);
-    while DRAINED.load(Ordering::Acquire) < shard_count && Instant::now() < deadline {
-        glommio::timer::sleep(Duration::from_millis(10)).await;
-    }
-    for part in shard.all_partitions() {
-        match part.log.close().await {
-            Ok(()) => {}
-            Err(e) => {
-                error!(shard = shard_id, topic = %part.topic, partition = part.index, error = %e, "closing log failed")
-            }
-        }
-    }
-    if let Some(c) = &shard.controller {
-        c.handle.shutdown();
-    }
-    info!(shard = shard_id, "shard stopped; logs synced");
 }

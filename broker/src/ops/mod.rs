@@ -1,0 +1,10 @@
+//! Operating a live broker: the admin HTTP endpoint ([`admin`]), metrics ([`metrics`]),
+//! CPU profiles ([`profile`]), reactor stall reports ([`stalls`]), I/O sizing from the
+//! disk's measured properties ([`io_sizing`]) and host checks at start-up ([`host_checks`]).
+
+pub mod admin;
+pub mod host_checks;
+pub mod io_sizing;
+pub mod metrics;
+pub mod profile;
+pub mod stalls;

@@ -1,0 +1,434 @@
+//! Start-up and shut-down: the command line, process limits, one executor per shard, and
+//! each shard's accept loop and drain.
+//!
+//! `keel` (or `keel serve`) starts a broker: alone by default (a one-voter metadata quorum),
+//! or one node of a cluster with `--node-id`, `--controller-quorum` and `--controller-listen`. Settings come from built-in
+//! defaults, `KEEL_*` environment variables, a TOML file (`--config FILE`) and flags, each
+//! overriding the one before.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use keel_shard::{
+    install_signal_handlers, launch, memlock_limit, raise_memlock_limit, RuntimeConfig, ShardBoot,
+};
+use tracing::{error, info, warn};
+
+use crate::config::{BrokerConfig, SettingsBuilder, BROKER_KEYS};
+use crate::coordination::timers;
+use crate::shard::BrokerShard;
+
+/// glommio's floor for io_memory; below it the broker refuses to start.
+const MIN_IO_MEMORY_BYTES: u64 = 65536;
+
+const USAGE: &str = "\
+keel: a Kafka-compatible, thread-per-core streaming log broker
+
+usage: keel [serve] [OPTIONS]
+       keel topic|produce|consume|group|cluster ...   (admin CLI, see below)
+       keel profile [--duration 30s] [--admin HOST:PORT] [--out DIR]
+
+options:
+  --listen HOST:PORT     Kafka listener (default 127.0.0.1:9092)
+  --advertise HOST:PORT  address given to clients in Metadata (default: --listen)
+  --data-dir DIR         partition logs and metadata (default ./keel-data)
+  --smp N                shards, one per core (default: every core the process may use)
+  --admin HOST:PORT      admin HTTP endpoint with /metrics (default 127.0.0.1:9644; 'off' disables)
+  --node-id N            this broker's id (default 0)
+  --controller-quorum 1@HOST:PORT,2@HOST:PORT,...
+                         the metadata quorum's voters and their controller addresses
+                         (default: this node alone, a one-voter quorum)
+  --controller-listen HOST:PORT
+                         this node's controller (Raft) listener; needed in a multi-node cluster
+  --rack RACK            this broker's rack (rack-aware replica placement)
+  --config FILE          TOML file of settings (Kafka names, e.g. \"num.partitions\" = 3)
+  --set KEY=VALUE        any setting by its Kafka name (repeatable)
+  --help                 this text and the list of settings
+  --version              print the version
+
+Environment: KEEL_<SETTING> with dots as underscores, e.g. KEEL_NUM_PARTITIONS=3.
+Precedence: flags > config file > environment > defaults. Logs: RUST_LOG (default info).
+";
+
+fn parse_args(args: Vec<String>) -> Result<Option<BrokerConfig>> {
+    let mut args = args.into_iter().peekable();
+    if args.peek().map(String::as_str) == Some("serve") {
+        args.next();
+    }
+    let mut flags: Vec<(String, String)> = Vec::new();
+    let mut config_file: Option<String> = std::env::var("KEEL_CONFIG").ok();
+    while let Some(arg) = args.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") && n != "--set" => {
+                (n.to_string(), Some(v.to_string()))
+            }
+            _ => (arg.clone(), None),
+        };
+        let mut value = |flag: &str| -> Result<String> {
+            match inline.clone() {
+                Some(v) => Ok(v),
+                None => args.next().with_context(|| format!("{flag} needs a value")),
+            }
+        };
+        match name.as_str() {
+            "--help" | "-h" => {
+                use std::fmt::Write as _;
+                let mut text = format!("{USAGE}\n{}\nsettings (default):\n", keel_cli::HELP);
+                for k in BROKER_KEYS {
+                    let _ = writeln!(
+                        text,
+                        "  {:<28} {:<16} {}",
+                        k.name,
+                        if k.default.is_empty() { "-" } else { k.default },
+                        k.doc
+                    );
+                }
+                print_quietly(&text);
+                return Ok(None);
+            }
+            "--version" | "-V" => {
+                print_quietly(&format!("keel {}\n", env!("CARGO_PKG_VERSION")));
+                return Ok(None);
+            }
+            "--listen" => flags.push(("listen".into(), value("--listen")?)),
+            "--advertise" => flags.push(("advertise".into(), value("--advertise")?)),
+            "--data-dir" => flags.push(("data.dir".into(), value("--data-dir")?)),
+            "--smp" => flags.push(("smp".into(), value("--smp")?)),
+            "--admin" => flags.push(("admin".into(), value("--admin")?)),
+            "--node-id" => flags.push(("node.id".into(), value("--node-id")?)),
+            "--controller-quorum" => flags.push((
+                "controller.quorum.voters".into(),
+                value("--controller-quorum")?,
+            )),
+            "--controller-listen" => {
+                flags.push(("controller.listen".into(), value("--controller-listen")?))
+            }
+            "--rack" => flags.push(("broker.rack".into(), value("--rack")?)),
+            "--config" => config_file = Some(value("--config")?),
+            "--set" => {
+                let kv = args.next().context("--set needs KEY=VALUE")?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .with_context(|| format!("--set needs KEY=VALUE, got {kv:?}"))?;
+                flags.push((k.trim().to_string(), v.trim().to_string()));
+            }
+            other => bail!("unknown argument {other:?}; see keel --help"),
+        }
+    }
+    let mut settings = SettingsBuilder::default().env(std::env::vars());
+    if let Some(path) = config_file {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading config file {path}"))?;
+        settings = settings
+            .toml_text(&text)
+            .with_context(|| format!("in config file {path}"))?;
+    }
+    for (k, v) in flags {
+        settings = settings.set(&k, &v);
+    }
+    BrokerConfig::from_settings(settings.build()).map(Some)
+}
+
+/// Writes to stdout, ignoring a closed pipe (`keel --help | head`), where print! panics.
+pub(crate) fn print_quietly(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// The `keel` binary: a client subcommand, or the broker.
+pub fn main() {
+    if let Some(code) = client_command(std::env::args().skip(1).collect()) {
+        std::process::exit(code);
+    }
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    // The stall layer sees warnings whatever RUST_LOG says (glommio reports stalls as
+    // warnings); its own filter keeps everything below WARN from being built for it.
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter),
+        )
+        .with(
+            crate::ops::stalls::StallLayer
+                .with_filter(tracing_subscriber::filter::LevelFilter::WARN),
+        )
+        .init();
+    if let Err(e) = run() {
+        eprintln!("keel: {e:#}");
+        std::process::exit(2);
+    }
+}
+
+/// Subcommands that are clients of a broker rather than the broker: the admin CLI
+/// (`keel topic|produce|consume|group|cluster ...`, keel-cli) and `keel profile` (of a live
+/// broker's admin endpoint). They run without the broker's logging and limits; `None` for
+/// the broker's own arguments.
+fn client_command(args: Vec<String>) -> Option<i32> {
+    match args.first().map(String::as_str) {
+        Some("profile") => Some(crate::ops::profile::main(&args[1..])),
+        Some(command) if keel_cli::is_command(command) => Some(keel_cli::run(args)),
+        _ => None,
+    }
+}
+
+/// Shards bind with SO_REUSEPORT, which would let a second broker (or the listening socket
+/// of a crashed one that the kernel has not torn down yet: io_uring releases its files
+/// asynchronously) share the port and swallow connections. So first bind once without it:
+/// the port must be free. A port still held is retried for a while, then refused.
+fn wait_for_port(addr: std::net::SocketAddr, what: &str) -> Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut warned = false;
+    loop {
+        match std::net::TcpListener::bind(addr) {
+            Ok(probe) => {
+                drop(probe);
+                return Ok(());
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                if !warned {
+                    tracing::warn!(%addr, "{what} address is in use; waiting for it to be released");
+                    warned = true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot bind {what} address {addr}")),
+        }
+    }
+}
+
+/// Raises the soft open-files limit to the hard one (as a broker with many partitions
+/// needs); returns the soft limit in force.
+fn raise_nofile_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 0;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                return lim.rlim_max;
+            }
+        }
+    }
+    lim.rlim_cur
+}
+
+fn run() -> Result<()> {
+    let Some(mut config) = parse_args(std::env::args().skip(1).collect())? else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+    // glommio opens directories relative to no directory fd (a relative path gets EBADF when a
+    // log syncs its directory), so the data dir is made absolute once here.
+    config.data_dir = std::fs::canonicalize(&config.data_dir)
+        .with_context(|| format!("resolving data dir {}", config.data_dir.display()))?;
+    // The disk's measured properties (keel-tune iotune) size the I/O settings left unset.
+    let shard_count = RuntimeConfig {
+        smp: config.smp,
+        ..RuntimeConfig::default()
+    }
+    .shard_count();
+    crate::ops::io_sizing::configure(&mut config, shard_count)?;
+    let mut runtime = RuntimeConfig {
+        smp: config.smp,
+        io_memory_bytes: config.io_memory_bytes,
+        stall_threshold: (config.reactor_stall_threshold_ms > 0)
+            .then(|| std::time::Duration::from_millis(config.reactor_stall_threshold_ms)),
+        preempt_timer: std::time::Duration::from_micros(config.io_latency_goal_us),
+        ..RuntimeConfig::default()
+    };
+    let shards = runtime.shard_count();
+    // glommio registers each shard's io_memory with its three io_uring rings; every
+    // registration pins (and counts against RLIMIT_MEMLOCK) the whole buffer.
+    let needed = config.io_memory_bytes as u64 * 3 * shards as u64;
+    let memlock = match raise_memlock_limit(needed) {
+        Ok(limit) if limit == libc::RLIM_INFINITY => "raised to unlimited".to_string(),
+        Ok(limit) => format!("{limit} bytes, enough"),
+        Err(e) => {
+            let limit = memlock_limit();
+            let fit = (limit / (3 * shards as u64)) / 65536 * 65536;
+            if fit < MIN_IO_MEMORY_BYTES {
+                return Err(e.into());
+            }
+            runtime.io_memory_bytes = fit as usize;
+            format!(
+                "{limit} bytes and cannot be raised (no CAP_SYS_RESOURCE): io_memory sized down to {fit} bytes per shard to fit; \
+                 raise the limit (ulimit -l) to use {} bytes",
+                config.io_memory_bytes
+            )
+        }
+    };
+    info!(
+        shards,
+        io_memory_bytes = runtime.io_memory_bytes,
+        listen = %config.listen,
+        data_dir = %config.data_dir.display(),
+        "starting keel {}; RLIMIT_MEMLOCK: {memlock}",
+        env!("CARGO_PKG_VERSION")
+    );
+    let nofile = raise_nofile_limit();
+    info!(
+        open_files_limit = nofile,
+        "RLIMIT_NOFILE (each partition keeps its active segment open; closed segments go through a per-shard cache of log.closed.segment.files.shard.max)"
+    );
+    crate::ops::host_checks::log_findings(&config.data_dir, shards, runtime.io_memory_bytes);
+    wait_for_port(config.listen, "listen")?;
+    if let Some(admin) = config.admin {
+        wait_for_port(admin, "admin")?;
+    }
+    install_signal_handlers().context("installing signal handlers")?;
+    let config = Arc::new(config);
+    launch(&runtime, move |boot| run_shard(boot, config.clone()))?;
+    info!("keel stopped");
+    Ok(())
+}
+
+/// Shards that have drained their connections during shutdown.
+static DRAINED: AtomicUsize = AtomicUsize::new(0);
+
+/// The body of one shard's executor.
+pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) {
+    let ShardBoot {
+        shard_id,
+        shard_count,
+        mesh,
+        receivers,
+    } = boot;
+    let (controller, doorbell) = if shard_id == 0 {
+        match crate::controller::start(&config) {
+            Ok((c, d)) => (Some(c), Some(d)),
+            Err(e) => {
+                error!(error = %format!("{e:#}"), "metadata node failed to start; shutting down");
+                std::process::exit(1);
+            }
+        }
+    } else {
+        (None, None)
+    };
+    let shard = BrokerShard::new(
+        shard_id,
+        shard_count,
+        mesh.clone(),
+        config.clone(),
+        controller,
+    );
+    // Storage's per-shard limits: the tail caches' memory, the closed segments' open files.
+    keel_storage::tail_budget::set_budget(config.tail_cache_shard_bytes);
+    keel_storage::file_cache::set_capacity(config.closed_segment_files_shard_max);
+    keel_storage::write_slots::set_max(config.write_inflight_shard_max);
+    mesh.serve(receivers, shard.clone(), 4096);
+    glommio::spawn_local(timers::ticker(shard.clone())).detach();
+    // Retention deletes files in the background: a task queue with a tenth of the default
+    // shares, so produce and fetch on this shard go first.
+    let background = glommio::executor().create_task_queue(
+        glommio::Shares::Static(100),
+        glommio::Latency::NotImportant,
+        "retention",
+    );
+    shard.counters.name_queue(background, "retention");
+    match glommio::spawn_local_into(timers::compaction(shard.clone()), background) {
+        Ok(task) => {
+            task.detach();
+        }
+        Err(e) => error!(shard = shard_id, error = %e, "cannot start compaction"),
+    }
+    match glommio::spawn_local_into(timers::retention(shard.clone()), background) {
+        Ok(task) => {
+            task.detach();
+        }
+        Err(e) => error!(shard = shard_id, error = %e, "cannot start retention"),
+    }
+
+    if let Some(doorbell) = doorbell {
+        if let Err(e) = crate::controller::bootstrap(&shard, doorbell).await {
+            error!(error = %e, "metadata bootstrap failed; shutting down");
+            std::process::exit(1);
+        }
+        if let Some(addr) = config.admin {
+            crate::ops::admin::start(shard.clone(), addr);
+        }
+    }
+    futures_lite::future::or(shard.ready.wait(), shard.shutdown.wait()).await;
+
+    let listener = match keel_shard::listen_reuseport(config.listen, 1024) {
+        Ok(l) => l,
+        Err(e) => {
+            error!(shard = shard_id, listen = %config.listen, error = %e, "cannot listen");
+            std::process::exit(1);
+        }
+    };
+    info!(shard = shard_id, listen = %config.listen, partitions = shard.partitions_owned(), "shard serving");
+    let active = Rc::new(Cell::new(0usize));
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            shard.shutdown.wait().await;
+            None
+        })
+        .await;
+        match accepted {
+            None => break,
+            Some(Ok(stream)) => {
+                let shard = shard.clone();
+                let active = active.clone();
+                active.set(active.get() + 1);
+                glommio::spawn_local(async move {
+                    crate::frontend::conn::serve(shard, stream).await;
+                    active.set(active.get() - 1);
+                })
+                .detach();
+            }
+            Some(Err(e)) => {
+                warn!(shard = shard_id, error = %e, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    drop(listener);
+    info!(
+        shard = shard_id,
+        connections = active.get(),
+        "shutting down: finishing in-flight requests"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while active.get() > 0 && Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+    DRAINED.fetch_add(1, Ordering::AcqRel);
+    while DRAINED.load(Ordering::Acquire) < shard_count && Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+    for part in shard.all_partitions() {
+        match part.log.close().await {
+            Ok(()) => {}
+            Err(e) => {
+                error!(shard = shard_id, topic = %part.topic, partition = part.index, error = %e, "closing log failed")
+            }
+        }
+    }
+    if let Some(c) = &shard.controller {
+        c.handle.shutdown();
+    }
+    info!(shard = shard_id, "shard stopped; logs synced");
+}
