@@ -4,8 +4,9 @@
 //!
 //! The metadata itself is the Raft-replicated [`ClusterImage`] (crate `keel-raft`); this view
 //! adds what is local to this broker (shard placement) and is rebuilt on shard 0 from each
-//! committed image, then installed whole on every shard as an immutable
-//! `Arc<MetadataImage>`. Topics that did not change keep their `Arc<TopicMeta>`.
+//! committed image, then sent to every shard as an immutable `Arc<MetadataImage>`; each shard
+//! keeps its own copy (an `Rc`), so requests never touch a refcount shared between cores.
+//! Topics that did not change keep their `Arc<TopicMeta>`.
 //!
 //! `LegacyImage` reads `keel-metadata.json`, the metadata file of the single-node version
 //! before Raft, so its topics can be migrated into the Raft log on first start.

@@ -56,7 +56,9 @@ pub struct BrokerShard {
     pub count: usize,
     pub mesh: Rc<Mesh<BrokerShard>>,
     pub config: Arc<BrokerConfig>,
-    image: RefCell<Arc<MetadataImage>>,
+    /// This shard's own copy of the installed image: requests clone an `Rc` (no atomic
+    /// refcount shared between cores is touched per request).
+    image: RefCell<Rc<MetadataImage>>,
     partitions: RefCell<HashMap<String, HashMap<i32, Rc<Partition>>>>,
     /// Owned partitions whose log failed to open, by (topic, index): requests for them get
     /// KAFKA_STORAGE_ERROR rather than NOT_LEADER_OR_FOLLOWER.
@@ -90,7 +92,7 @@ impl BrokerShard {
             count,
             mesh,
             config,
-            image: RefCell::new(Arc::new(MetadataImage::default())),
+            image: RefCell::new(Rc::new(MetadataImage::default())),
             partitions: RefCell::new(HashMap::new()),
             offline: RefCell::new(HashMap::new()),
             shutdown: Event::default(),
@@ -104,7 +106,7 @@ impl BrokerShard {
         })
     }
 
-    pub fn image(&self) -> Arc<MetadataImage> {
+    pub fn image(&self) -> Rc<MetadataImage> {
         self.image.borrow().clone()
     }
 
@@ -252,7 +254,8 @@ impl BrokerShard {
             }
             owned.retain(|_, m| !m.is_empty());
         }
-        *self.image.borrow_mut() = image.clone();
+        // The shard's own copy: the topics' `Arc`s are cloned once here, never per request.
+        *self.image.borrow_mut() = Rc::new(MetadataImage::clone(&image));
         for part in to_close {
             let deleted = image
                 .topic(&part.topic)

@@ -24,7 +24,6 @@
 //! - The input is untrusted (it came from clients via disk): every length is checked, CRCs are
 //!   verified before anything is rewritten, and bad bytes give `CorruptMessage`, never a panic.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::batch::{
@@ -32,11 +31,9 @@ use crate::batch::{
     RECORDS_COUNT_AT,
 };
 use crate::error::StorageError;
-use crate::records::{decompress, read_varlong};
+use crate::records::{next_batch, parse_records, records_section, RecordView, CONTROL_BIT};
 use crate::types::Offset;
 
-/// Attributes bit 5: a control batch (transaction markers); never compacted.
-const CONTROL_BIT: i16 = 1 << 5;
 /// Estimated bytes per map entry besides the key: the `(Vec<u8>, i64)` slot plus the hash
 /// table's control byte (load factor ignored).
 const MAP_ENTRY_OVERHEAD_BYTES: u64 = (std::mem::size_of::<(Vec<u8>, i64)>() + 1) as u64;
@@ -183,36 +180,6 @@ pub fn build_offset_map(
     Ok(())
 }
 
-/// The records without a key in the data batches of `batches` (Kafka refuses them in a
-/// compacted topic), by index within their batch, and how many there are in all; at most
-/// `indexes_max` indexes are listed. Control batches are skipped. Bytes are validated as the
-/// cleaner validates them.
-pub fn unkeyed_records(
-    batches: &[u8],
-    indexes_max: usize,
-) -> Result<(u64, Vec<i32>), StorageError> {
-    let mut pos = 0usize;
-    let mut unkeyed = 0u64;
-    let mut indexes = Vec::new();
-    while pos < batches.len() {
-        let (batch, header) = next_batch(batches, &mut pos)?;
-        if header.attributes & CONTROL_BIT != 0 {
-            continue;
-        }
-        let section = records_section(batch, &header)?;
-        for (index, record) in parse_records(&section, &header)?.iter().enumerate() {
-            if record.key.is_none() {
-                unkeyed += 1;
-                if indexes.len() < indexes_max {
-                    // parse_records bounds a batch's records by i32 (records_count).
-                    indexes.push(i32::try_from(index).unwrap_or(i32::MAX));
-                }
-            }
-        }
-    }
-    Ok((unkeyed, indexes))
-}
-
 /// Filters `segment` against `map`: a keyed record stays iff no later offset of its key is in
 /// the map (Kafka keeps `offset >= map[key]`, so records past the mapped range also stay), it
 /// is not a tombstone in a batch older than `params.delete_horizon_ms`, and its batch is not
@@ -265,128 +232,6 @@ fn retain(record: &RecordView<'_>, map: &OffsetMap, tombstones_expired: bool) ->
     };
     let latest = map.get(key).is_none_or(|latest| record.offset >= latest.0);
     latest && !(tombstones_expired && record.value.is_none())
-}
-
-/// Validates (header, bounds, magic, CRC) the batch at `*pos` and moves past it.
-fn next_batch<'a>(
-    segment: &'a [u8],
-    pos: &mut usize,
-) -> Result<(&'a [u8], BatchHeader), StorageError> {
-    let at = *pos;
-    let header = validate_one(&segment[at..], u32::MAX).map_err(|e| match e {
-        StorageError::CorruptMessage(msg) => corrupt(format!("batch at byte {at}: {msg}")),
-        other => corrupt(format!("batch at byte {at}: {other}")),
-    })?;
-    *pos = at + header.size;
-    Ok((&segment[at..at + header.size], header))
-}
-
-/// The batch's records, decompressed (borrowed when uncompressed).
-fn records_section<'a>(
-    batch: &'a [u8],
-    header: &BatchHeader,
-) -> Result<Cow<'a, [u8]>, StorageError> {
-    let section = &batch[HEADER_BYTES..header.size];
-    match header.compression() {
-        0 => Ok(Cow::Borrowed(section)),
-        codec => decompress(codec, section).map(Cow::Owned),
-    }
-}
-
-/// One record as the cleaner sees it.
-#[derive(Debug)]
-struct RecordView<'a> {
-    /// The whole record as stored: length varint and body.
-    bytes: &'a [u8],
-    offset: i64,
-    key: Option<&'a [u8]>,
-    /// `None` is a tombstone.
-    value: Option<&'a [u8]>,
-}
-
-/// Parses exactly `recordsCount` records filling the whole section (Kafka rejects a batch
-/// with bytes left over). The count is not trusted for allocation.
-fn parse_records<'a>(
-    records: &'a [u8],
-    header: &BatchHeader,
-) -> Result<Vec<RecordView<'a>>, StorageError> {
-    let mut views = Vec::new();
-    let mut pos = 0usize;
-    for _ in 0..header.records_count.max(0) {
-        views.push(parse_record(records, &mut pos, header.base_offset)?);
-    }
-    if pos != records.len() {
-        return Err(corrupt(format!(
-            "{} bytes after the last of {} records",
-            records.len() - pos,
-            header.records_count
-        )));
-    }
-    Ok(views)
-}
-
-/// Kafka `DefaultRecord`: length, attributes, timestampDelta, offsetDelta, key, value,
-/// headers; the fields must fill exactly `length` bytes.
-fn parse_record<'a>(
-    records: &'a [u8],
-    pos: &mut usize,
-    base_offset: i64,
-) -> Result<RecordView<'a>, StorageError> {
-    let start = *pos;
-    let len = read_varlong(records, pos)?;
-    let body_at = *pos;
-    if len < 0 || len as u64 > (records.len() - body_at) as u64 {
-        return Err(corrupt(format!("record length {len} out of bounds")));
-    }
-    let end = body_at + len as usize;
-    let body = &records[..end];
-    let mut p = body_at + 1; // attributes: unused in magic 2
-    if p > end {
-        return Err(corrupt("empty record"));
-    }
-    read_varlong(body, &mut p)?; // timestampDelta
-    let offset_delta = read_varlong(body, &mut p)?;
-    let key = read_nullable_bytes(body, &mut p)?;
-    let value = read_nullable_bytes(body, &mut p)?;
-    let header_count = read_varlong(body, &mut p)?;
-    if header_count < 0 || header_count as u64 > (end - p) as u64 {
-        return Err(corrupt(format!(
-            "header count {header_count} out of bounds"
-        )));
-    }
-    for _ in 0..header_count {
-        if read_nullable_bytes(body, &mut p)?.is_none() {
-            return Err(corrupt("null header key"));
-        }
-        read_nullable_bytes(body, &mut p)?;
-    }
-    if p != end {
-        return Err(corrupt(format!(
-            "record declares {len} bytes, fields use {}",
-            p - body_at
-        )));
-    }
-    *pos = end;
-    Ok(RecordView {
-        bytes: &records[start..end],
-        offset: base_offset.saturating_add(offset_delta),
-        key,
-        value,
-    })
-}
-
-/// A varint length and that many bytes; a negative length is null (as Kafka reads it).
-fn read_nullable_bytes<'a>(b: &'a [u8], pos: &mut usize) -> Result<Option<&'a [u8]>, StorageError> {
-    let len = read_varlong(b, pos)?;
-    if len < 0 {
-        return Ok(None);
-    }
-    if len as u64 > (b.len() - *pos) as u64 {
-        return Err(corrupt(format!("field length {len} out of bounds")));
-    }
-    let at = *pos;
-    *pos += len as usize;
-    Ok(Some(&b[at..*pos]))
 }
 
 /// Appends to `out` a copy of `batch` holding only `kept` (record bytes, in order): header

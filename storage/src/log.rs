@@ -645,7 +645,7 @@ impl Log {
         let summary = validate_batches(&batches, s.config.max_message_bytes)?;
         if s.config.cleanup_compact {
             let (unkeyed, indexes) =
-                crate::compact::unkeyed_records(&batches, crate::error::RECORD_ERRORS_MAX)?;
+                crate::records::unkeyed_records(&batches, crate::error::RECORD_ERRORS_MAX)?;
             if unkeyed > 0 {
                 // Kafka's per-record message and summary (LogValidator).
                 let record_errors: Vec<crate::error::RecordError> = indexes

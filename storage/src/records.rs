@@ -1,19 +1,24 @@
-//! Reading records inside a batch: decompression (gzip, snappy raw and xerial-framed, lz4
-//! frame, zstd), a walk over the varint-encoded records, and the one record of a transaction
-//! marker. Used off the data produce path (ListOffsets by timestamp / max timestamp) and for
-//! control batches (a marker append, replay at open); the bytes are untrusted, so every
+//! Reading records inside a batch, the one home of record parsing: decompression (gzip,
+//! snappy raw and xerial-framed, lz4 frame, zstd), a full parse of Kafka's `DefaultRecord`s
+//! ([`parse_records`], for compaction and the key check of a compacted topic's appends), a
+//! walk over records' offsets and timestamps (ListOffsets by timestamp / max timestamp), and
+//! the one record of a transaction marker. The bytes are untrusted, so every
 //! varint and length is bounds-checked and decompressed output is capped. Runs on the owning
 //! shard.
 
+use std::borrow::Cow;
 use std::io::Read;
 
-use crate::batch::{BatchHeader, HEADER_BYTES};
+use crate::batch::{validate_one, BatchHeader, HEADER_BYTES};
 use crate::error::StorageError;
 
 /// Upper bound on one batch's decompressed records; a larger output is treated as corrupt.
 const DECOMPRESSED_BYTES_MAX: u64 = 256 * 1024 * 1024;
 const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\0";
 const XERIAL_HEADER_BYTES: usize = 16;
+
+/// Attributes bit 5: a control batch (transaction markers).
+pub(crate) const CONTROL_BIT: i16 = 1 << 5;
 
 fn corrupt(msg: impl Into<String>) -> StorageError {
     StorageError::CorruptMessage(msg.into())
@@ -207,8 +212,8 @@ pub fn end_txn_marker(batch: &[u8]) -> Result<EndTxnMarker, StorageError> {
     pos += 1; // attributes
     read_varlong(body, &mut pos)?; // timestampDelta
     read_varlong(body, &mut pos)?; // offsetDelta
-    let key = read_bytes(body, &mut pos)?.unwrap_or_default();
-    let value = read_bytes(body, &mut pos)?.unwrap_or_default();
+    let key = read_nullable_bytes(body, &mut pos)?.unwrap_or_default();
+    let value = read_nullable_bytes(body, &mut pos)?.unwrap_or_default();
     if key.len() < 4 {
         return Err(invalid(format!("key of {} bytes, need 4", key.len())));
     }
@@ -234,14 +239,155 @@ pub fn end_txn_marker(batch: &[u8]) -> Result<EndTxnMarker, StorageError> {
     })
 }
 
-/// A varint length and that many bytes of `b` at `*pos`; a negative length is null.
-fn read_bytes<'a>(b: &'a [u8], pos: &mut usize) -> Result<Option<&'a [u8]>, StorageError> {
+/// The records without a key in the data batches of `batches` (Kafka refuses them in a
+/// compacted topic), by index within their batch, and how many there are in all; at most
+/// `indexes_max` indexes are listed. Control batches are skipped. Bytes are validated as the
+/// cleaner validates them.
+pub fn unkeyed_records(
+    batches: &[u8],
+    indexes_max: usize,
+) -> Result<(u64, Vec<i32>), StorageError> {
+    let mut pos = 0usize;
+    let mut unkeyed = 0u64;
+    let mut indexes = Vec::new();
+    while pos < batches.len() {
+        let (batch, header) = next_batch(batches, &mut pos)?;
+        if header.attributes & CONTROL_BIT != 0 {
+            continue;
+        }
+        let section = records_section(batch, &header)?;
+        for (index, record) in parse_records(&section, &header)?.iter().enumerate() {
+            if record.key.is_none() {
+                unkeyed += 1;
+                if indexes.len() < indexes_max {
+                    // parse_records bounds a batch's records by i32 (records_count).
+                    indexes.push(i32::try_from(index).unwrap_or(i32::MAX));
+                }
+            }
+        }
+    }
+    Ok((unkeyed, indexes))
+}
+
+/// Validates (header, bounds, magic, CRC) the batch at `*pos` and moves past it.
+pub(crate) fn next_batch<'a>(
+    segment: &'a [u8],
+    pos: &mut usize,
+) -> Result<(&'a [u8], BatchHeader), StorageError> {
+    let at = *pos;
+    let header = validate_one(&segment[at..], u32::MAX).map_err(|e| match e {
+        StorageError::CorruptMessage(msg) => corrupt(format!("batch at byte {at}: {msg}")),
+        other => corrupt(format!("batch at byte {at}: {other}")),
+    })?;
+    *pos = at + header.size;
+    Ok((&segment[at..at + header.size], header))
+}
+
+/// The batch's records, decompressed (borrowed when uncompressed).
+pub(crate) fn records_section<'a>(
+    batch: &'a [u8],
+    header: &BatchHeader,
+) -> Result<Cow<'a, [u8]>, StorageError> {
+    let section = &batch[HEADER_BYTES..header.size];
+    match header.compression() {
+        0 => Ok(Cow::Borrowed(section)),
+        codec => decompress(codec, section).map(Cow::Owned),
+    }
+}
+
+/// One record of a batch, borrowed from its records section.
+#[derive(Debug)]
+pub(crate) struct RecordView<'a> {
+    /// The whole record as stored: length varint and body.
+    pub bytes: &'a [u8],
+    pub offset: i64,
+    pub key: Option<&'a [u8]>,
+    /// `None` is a tombstone.
+    pub value: Option<&'a [u8]>,
+}
+
+/// Parses exactly `recordsCount` records filling the whole section (Kafka rejects a batch
+/// with bytes left over). The count is not trusted for allocation.
+pub(crate) fn parse_records<'a>(
+    records: &'a [u8],
+    header: &BatchHeader,
+) -> Result<Vec<RecordView<'a>>, StorageError> {
+    let mut views = Vec::new();
+    let mut pos = 0usize;
+    for _ in 0..header.records_count.max(0) {
+        views.push(parse_record(records, &mut pos, header.base_offset)?);
+    }
+    if pos != records.len() {
+        return Err(corrupt(format!(
+            "{} bytes after the last of {} records",
+            records.len() - pos,
+            header.records_count
+        )));
+    }
+    Ok(views)
+}
+
+/// Kafka `DefaultRecord`: length, attributes, timestampDelta, offsetDelta, key, value,
+/// headers; the fields must fill exactly `length` bytes.
+pub(crate) fn parse_record<'a>(
+    records: &'a [u8],
+    pos: &mut usize,
+    base_offset: i64,
+) -> Result<RecordView<'a>, StorageError> {
+    let start = *pos;
+    let len = read_varlong(records, pos)?;
+    let body_at = *pos;
+    if len < 0 || len as u64 > (records.len() - body_at) as u64 {
+        return Err(corrupt(format!("record length {len} out of bounds")));
+    }
+    let end = body_at + len as usize;
+    let body = &records[..end];
+    let mut p = body_at + 1; // attributes: unused in magic 2
+    if p > end {
+        return Err(corrupt("empty record"));
+    }
+    read_varlong(body, &mut p)?; // timestampDelta
+    let offset_delta = read_varlong(body, &mut p)?;
+    let key = read_nullable_bytes(body, &mut p)?;
+    let value = read_nullable_bytes(body, &mut p)?;
+    let header_count = read_varlong(body, &mut p)?;
+    if header_count < 0 || header_count as u64 > (end - p) as u64 {
+        return Err(corrupt(format!(
+            "header count {header_count} out of bounds"
+        )));
+    }
+    for _ in 0..header_count {
+        if read_nullable_bytes(body, &mut p)?.is_none() {
+            return Err(corrupt("null header key"));
+        }
+        read_nullable_bytes(body, &mut p)?;
+    }
+    if p != end {
+        return Err(corrupt(format!(
+            "record declares {len} bytes, fields use {}",
+            p - body_at
+        )));
+    }
+    *pos = end;
+    Ok(RecordView {
+        bytes: &records[start..end],
+        offset: base_offset.saturating_add(offset_delta),
+        key,
+        value,
+    })
+}
+
+/// A varint length and that many bytes; a negative length is null (as Kafka reads it).
+pub(crate) fn read_nullable_bytes<'a>(
+    b: &'a [u8],
+    pos: &mut usize,
+) -> Result<Option<&'a [u8]>, StorageError> {
     let len = read_varlong(b, pos)?;
     if len < 0 {
         return Ok(None);
     }
-    if len as u64 > (b.len().saturating_sub(*pos)) as u64 {
-        return Err(corrupt("field length out of bounds"));
+    if len as u64 > (b.len() - *pos) as u64 {
+        return Err(corrupt(format!("field length {len} out of bounds")));
     }
     let at = *pos;
     *pos += len as usize;

@@ -79,7 +79,8 @@ impl ApiSupport {
 
 /// The one table of the APIs Keel answers: each row names the API key, the handler's declared
 /// version range, the request type and how the handler is called (`plain`: shard, header,
-/// request; `host`: also the client's address; `maybe`: an answer or none, as acks=0 Produce).
+/// request; `host`: also the client's address; `body`: the handler decodes the body it is
+/// given whole, and may answer nothing, as Produce does for acks=0).
 /// [`SUPPORTED`] (the ApiVersions answer) and [`call`] (the dispatch) are both generated from
 /// it, so they cannot disagree.
 macro_rules! api_table {
@@ -100,8 +101,7 @@ macro_rules! api_table {
             let version = hdr.request_api_version;
             match api {
                 $(ApiKey::$key => {
-                    let req: kafka_protocol::messages::$req = decode_body(api, version, body)?;
-                    match api_table!(@call $kind $handler, shard, hdr, req, client_host) {
+                    match api_table!(@call $kind $handler, $req, api, version, shard, hdr, body, client_host) {
                         Some(resp) => encode_response(api, version, hdr.correlation_id, &resp).map(Some),
                         None => Ok(None),
                     }
@@ -116,19 +116,21 @@ macro_rules! api_table {
             vec![$((ApiKey::$key, $support)),*]
         }
     };
-    (@call plain $h:path, $shard:ident, $hdr:ident, $req:ident, $host:ident) => {
-        Some($h($shard, $hdr, $req).await)
-    };
-    (@call host $h:path, $shard:ident, $hdr:ident, $req:ident, $host:ident) => {
-        Some($h($shard, $hdr, $req, $host).await)
-    };
-    (@call maybe $h:path, $shard:ident, $hdr:ident, $req:ident, $host:ident) => {
-        $h($shard, $hdr, $req).await
+    (@call plain $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $host:ident) => {{
+        let req: kafka_protocol::messages::$req = decode_body($api, $v, $body)?;
+        Some($h($shard, $hdr, req).await)
+    }};
+    (@call host $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $host:ident) => {{
+        let req: kafka_protocol::messages::$req = decode_body($api, $v, $body)?;
+        Some($h($shard, $hdr, req, $host).await)
+    }};
+    (@call body $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $host:ident) => {
+        $h($shard, $hdr, std::mem::take($body)).await?
     };
 }
 
 api_table! {
-    Produce: produce::SUPPORT => maybe produce::handle, ProduceRequest;
+    Produce: produce::SUPPORT => body produce::handle_body, ProduceRequest;
     Fetch: fetch::SUPPORT => plain fetch::handle, FetchRequest;
     ListOffsets: list_offsets::SUPPORT => plain list_offsets::handle, ListOffsetsRequest;
     Metadata: metadata::SUPPORT => plain metadata::handle, MetadataRequest;

@@ -12,7 +12,7 @@
 use std::rc::Rc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
@@ -25,6 +25,7 @@ use super::{str_bytes, ApiSupport};
 use crate::coordination::parking::join_all;
 use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, storage_code, NONE};
+use crate::frontend::framing::{decode_body, FrameError};
 use crate::ops::metrics::Stage;
 use crate::shard::BrokerShard;
 
@@ -66,38 +67,118 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Returns None for acks=0 (no response is sent).
-pub async fn handle(
+/// One partition's records as the request carried them, owned so that storage can stamp
+/// offsets in place.
+pub type Records = Option<BytesMut>;
+
+/// A topic of the request by name, and each of its partitions' index and records.
+pub type TopicRecords = (String, Vec<(i32, Records)>);
+
+/// Produce's entry in the dispatch table: decodes the request body itself, so that each
+/// partition's records are handed to storage as a mutable view of the request's own buffer
+/// rather than a copy (see [`take_records`]). Returns `None` for acks=0 (no answer is sent).
+pub async fn handle_body(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
-    req: ProduceRequest,
-) -> Option<ProduceResponse> {
-    let acks = req.acks;
+    body: Bytes,
+) -> Result<Option<ProduceResponse>, FrameError> {
     let version = hdr.request_api_version;
+    let mut cursor = body.clone();
+    let req: ProduceRequest = decode_body(ApiKey::Produce, version, &mut cursor)?;
+    drop(cursor);
     if version < SUPPORT.min {
         // Listed but refused (see SUPPORT): every partition gets UNSUPPORTED_VERSION, nothing
         // is appended, and the connection stays usable.
-        return (acks != 0).then(|| refuse_old_version(req, version));
+        return Ok((req.acks != 0).then(|| refuse_old_version(req, version)));
     }
+    let (acks, topics) = take_records(req, body);
+    Ok(handle(shard, version, acks, topics).await)
+}
+
+/// Takes the records out of a decoded request: the topics by name, each partition's index and
+/// records. `body` is the buffer the request was decoded from; once the request's own views
+/// of it are dropped it is unique (the connection reads every frame into its own buffer and
+/// the dispatch keeps no view of it), and each partition's records become a disjoint mutable
+/// view of it, no byte copied. Should it still be shared, the records are copied.
+pub fn take_records(mut req: ProduceRequest, body: Bytes) -> (i16, Vec<TopicRecords>) {
+    let base = body.as_ptr() as usize;
+    let mut ranges: Vec<(usize, usize, usize)> = Vec::new(); // (slot, start, len)
+    let mut topics: Vec<TopicRecords> = Vec::with_capacity(req.topic_data.len());
+    let mut strays: Vec<(usize, Bytes)> = Vec::new();
+    let mut slot = 0usize;
+    for topic in &mut req.topic_data {
+        let mut parts = Vec::with_capacity(topic.partition_data.len());
+        for p in &mut topic.partition_data {
+            if let Some(r) = p.records.take() {
+                let start = (r.as_ptr() as usize).wrapping_sub(base);
+                if !r.is_empty() && start <= body.len() && r.len() <= body.len() - start {
+                    ranges.push((slot, start, r.len()));
+                } else if !r.is_empty() {
+                    strays.push((slot, r));
+                }
+            }
+            parts.push((p.index, None));
+            slot += 1;
+        }
+        topics.push((topic.name.0.to_string(), parts));
+    }
+    let acks = req.acks;
+    drop(req);
+    let mut records: Vec<Records> = (0..slot).map(|_| None).collect();
+    for (slot, r) in strays {
+        records[slot] = Some(BytesMut::from(&r[..]));
+    }
+    ranges.sort_unstable_by_key(|&(_, start, _)| start);
+    match body.try_into_mut() {
+        Ok(mut buf) => {
+            let mut at = 0usize;
+            for (slot, start, len) in ranges {
+                if start < at {
+                    // Overlapping views cannot come from one decode; copy rather than alias.
+                    records[slot] = Some(BytesMut::from(&buf[start - at..][..len]));
+                    continue;
+                }
+                buf.advance(start - at);
+                records[slot] = Some(buf.split_to(len));
+                at = start + len;
+            }
+        }
+        Err(body) => {
+            tracing::debug!("produce request buffer is shared; copying its records");
+            for (slot, start, len) in ranges {
+                records[slot] = Some(BytesMut::from(&body[start..start + len]));
+            }
+        }
+    }
+    let mut records = records.into_iter();
+    for (_, parts) in &mut topics {
+        for (_, r) in parts {
+            *r = records.next().flatten();
+        }
+    }
+    (acks, topics)
+}
+
+async fn handle(
+    shard: &Rc<BrokerShard>,
+    version: i16,
+    acks: i16,
+    topics: Vec<TopicRecords>,
+) -> Option<ProduceResponse> {
     if shard.config.auto_create_topics_enable {
-        let names: Vec<String> = req
-            .topic_data
-            .iter()
-            .map(|t| t.name.0.to_string())
-            .collect();
+        let names: Vec<String> = topics.iter().map(|(name, _)| name.clone()).collect();
         super::metadata::auto_create(shard, &names).await;
     }
-    let mut shape: Vec<(String, Vec<i32>)> = Vec::with_capacity(req.topic_data.len());
+    let mut shape: Vec<(String, Vec<i32>)> = Vec::with_capacity(topics.len());
     let mut items = Vec::new();
-    for topic in req.topic_data {
-        let name = topic.name.0.to_string();
-        let mut parts = Vec::with_capacity(topic.partition_data.len());
-        for p in topic.partition_data {
-            parts.push(p.index);
+    for (name, partitions) in topics {
+        let mut parts = Vec::with_capacity(partitions.len());
+        for (index, records) in partitions {
+            parts.push(index);
             items.push(Item {
                 topic: name.clone(),
-                partition: p.index,
-                payload: p.records,
+                partition: index,
+                payload: records,
             });
         }
         shape.push((name, parts));
@@ -190,7 +271,7 @@ fn record_errors(errors: Vec<keel_storage::RecordError>) -> Vec<BatchIndexAndErr
 /// concurrently (one group-commit per partition, shared with other requests).
 async fn append_on_owner(
     shard: Rc<BrokerShard>,
-    items: Vec<Item<Option<Bytes>>>,
+    items: Vec<Item<Records>>,
     acks: i16,
     version: i16,
 ) -> Vec<PartResult> {
@@ -252,10 +333,9 @@ async fn append_on_owner(
             results.push(r);
             continue;
         }
-        let buf = BytesMut::from(&records[..]);
         match part
             .log
-            .append(buf, LeaderEpoch(part.leader_epoch.get()), now)
+            .append(records, LeaderEpoch(part.leader_epoch.get()), now)
         {
             Ok(info) => {
                 if let Some(r) = info.recompressed {
@@ -348,4 +428,82 @@ async fn append_on_owner(
         }
     }
     results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::protocol::Encodable;
+
+    /// A v9 Produce body of two topics, two partitions each, with distinct record bytes.
+    fn body() -> (Bytes, Vec<Vec<u8>>) {
+        let mut req = ProduceRequest::default().with_acks(-1);
+        let mut payloads = Vec::new();
+        for t in 0..2u8 {
+            let mut topic =
+                TopicProduceData::default().with_name(super::super::topic_name(&format!("t{t}")));
+            for p in 0..2u8 {
+                let payload: Vec<u8> = (0..100 + 10 * p).map(|i| i.wrapping_mul(t + 3)).collect();
+                payloads.push(payload.clone());
+                topic.partition_data.push(
+                    PartitionProduceData::default()
+                        .with_index(i32::from(p))
+                        .with_records(Some(Bytes::from(payload))),
+                );
+            }
+            req.topic_data.push(topic);
+        }
+        let mut buf = BytesMut::new();
+        req.encode(&mut buf, 9).unwrap();
+        // As the connection hands a frame over: its own buffer, frozen.
+        (BytesMut::from(&buf[..]).freeze(), payloads)
+    }
+
+    fn decoded(body: &Bytes) -> ProduceRequest {
+        let mut cursor = body.clone();
+        decode_body(ApiKey::Produce, 9, &mut cursor).unwrap()
+    }
+
+    #[test]
+    fn records_are_views_of_the_request_buffer() {
+        let (body, payloads) = body();
+        let span = body.as_ptr() as usize..body.as_ptr() as usize + body.len();
+        let req = decoded(&body);
+        let (acks, topics) = take_records(req, body);
+        assert_eq!(acks, -1);
+        let names: Vec<&str> = topics.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["t0", "t1"]);
+        let mut got = Vec::new();
+        for (_, parts) in topics {
+            for (index, records) in parts {
+                let records = records.unwrap();
+                // No copy: the records lie inside the request's buffer.
+                assert!(
+                    span.contains(&(records.as_ptr() as usize)),
+                    "partition {index} was copied"
+                );
+                got.push(records.to_vec());
+            }
+        }
+        assert_eq!(got, payloads);
+    }
+
+    #[test]
+    fn a_shared_buffer_is_copied_not_aliased() {
+        let (body, payloads) = body();
+        let held = body.clone();
+        let req = decoded(&body);
+        let (_, topics) = take_records(req, body);
+        let span = held.as_ptr() as usize..held.as_ptr() as usize + held.len();
+        let mut got = Vec::new();
+        for (_, parts) in topics {
+            for (_, records) in parts {
+                let records = records.unwrap();
+                assert!(!span.contains(&(records.as_ptr() as usize)));
+                got.push(records.to_vec());
+            }
+        }
+        assert_eq!(got, payloads);
+    }
 }
