@@ -2,8 +2,9 @@
 
 use kafka_protocol::ResponseError;
 use keel_storage::StorageError;
+use keel_vocab::ErrorCode;
 
-pub const NONE: i16 = 0;
+pub const NONE: i16 = ErrorCode::NONE.code();
 
 pub fn code(e: ResponseError) -> i16 {
     e.code()

@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use keel_shard::{Event, Mesh};
 use keel_storage::{Log, LogConfig, StorageError};
+use keel_vocab::Clock;
 use tracing::{error, info, warn};
 
 use crate::config::BrokerConfig;
@@ -76,6 +77,8 @@ pub struct BrokerShard {
     pub groups: crate::group::GroupCoordinator,
     /// The transaction coordinators of the `__transaction_state` partitions this shard owns.
     pub txns: crate::txn::coordinator::TxnShard,
+    /// The wall clock everything on this shard stamps and expires by.
+    pub clock: Rc<dyn Clock>,
 }
 
 impl BrokerShard {
@@ -86,6 +89,7 @@ impl BrokerShard {
         mesh: Rc<Mesh<BrokerShard>>,
         config: Arc<BrokerConfig>,
         controller: Option<Controller>,
+        clock: Rc<dyn Clock>,
     ) -> Rc<Self> {
         Rc::new(BrokerShard {
             id,
@@ -103,6 +107,7 @@ impl BrokerShard {
             next_fetch_wait: Cell::new(0),
             groups: crate::group::GroupCoordinator::default(),
             txns: crate::txn::coordinator::TxnShard::default(),
+            clock,
         })
     }
 

@@ -333,6 +333,7 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
         mesh.clone(),
         config.clone(),
         controller,
+        Rc::new(keel_vocab::SystemClock),
     );
     // Storage's per-shard limits: the tail caches' memory, the closed segments' open files.
     keel_storage::tail_budget::set_budget(config.tail_cache_shard_bytes);

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 
 use kafka_protocol::messages::*;
+use keel_vocab::Clock;
 use serde_json::{json, Value};
 
 use crate::args::{self, key_value, Parsed, Spec};
@@ -217,7 +218,7 @@ impl Producer {
             };
             by_partition.entry(partition).or_default().push(r);
         }
-        let timestamp_ms = now_ms();
+        let timestamp_ms = keel_vocab::SystemClock.now_ms();
         // Each round sends at most one batch per partition, grouped by leader.
         let mut queues: BTreeMap<i32, std::vec::IntoIter<NewRecord>> = by_partition
             .into_iter()
@@ -351,13 +352,6 @@ fn print_result(
         ]);
     }
     emit(out, &t.render())
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// The Java client's default partitioner for keyed records:

@@ -19,13 +19,18 @@ use crate::{ApplyOutcome, LogIndex};
 
 /// Kafka error codes the image answers with.
 pub mod codes {
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    pub const INVALID_REQUEST: i16 = 42;
-    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
-    pub const INVALID_PARTITIONS: i16 = 37;
-    pub const BROKER_ID_NOT_REGISTERED: i16 = 102;
-    pub const UNKNOWN_TOPIC_ID: i16 = 100;
-    pub const INVALID_CONFIG: i16 = 40;
+    use keel_vocab::error::ResponseError;
+    use keel_vocab::ErrorCode;
+
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 =
+        ErrorCode::of(ResponseError::UnknownTopicOrPartition).code();
+    pub const INVALID_REQUEST: i16 = ErrorCode::of(ResponseError::InvalidRequest).code();
+    pub const TOPIC_ALREADY_EXISTS: i16 = ErrorCode::of(ResponseError::TopicAlreadyExists).code();
+    pub const INVALID_PARTITIONS: i16 = ErrorCode::of(ResponseError::InvalidPartitions).code();
+    pub const BROKER_ID_NOT_REGISTERED: i16 =
+        ErrorCode::of(ResponseError::BrokerIdNotRegistered).code();
+    pub const UNKNOWN_TOPIC_ID: i16 = ErrorCode::of(ResponseError::UnknownTopicId).code();
+    pub const INVALID_CONFIG: i16 = ErrorCode::of(ResponseError::InvalidConfig).code();
 }
 
 /// A registered broker.

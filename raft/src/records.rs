@@ -5,8 +5,7 @@
 //! Decoding assumes hostile bytes: the flatbuffers verifier runs first, and every field
 //! a record needs is checked, so a bad entry is an error, never a panic.
 
-/// A topic id (UUID) as 16 bytes.
-pub type TopicId = [u8; 16];
+pub use keel_vocab::TopicId;
 
 /// Kafka's config resource types (DescribeConfigs `resource_type`).
 pub const RESOURCE_TOPIC: i8 = 2;

@@ -26,12 +26,13 @@
 
 use std::collections::HashMap;
 
+use crate::batch::CONTROL_BIT;
 use crate::batch::{
     compute_crc, validate_one, BatchHeader, BATCH_LENGTH_AT, CRC_AT, HEADER_BYTES, LOG_OVERHEAD,
     RECORDS_COUNT_AT,
 };
 use crate::error::StorageError;
-use crate::records::{next_batch, parse_records, records_section, RecordView, CONTROL_BIT};
+use crate::records::{next_batch, parse_records, records_section, RecordView};
 use crate::types::Offset;
 
 /// Estimated bytes per map entry besides the key: the `(Vec<u8>, i64)` slot plus the hash

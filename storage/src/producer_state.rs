@@ -54,6 +54,8 @@
 
 use std::collections::BTreeMap;
 
+use keel_vocab::wire::Reader;
+
 use crate::batch::{BatchHeader, NO_PRODUCER_EPOCH, NO_SEQUENCE};
 use crate::error::StorageError;
 use crate::records::{EndTxnMarker, MarkerType};
@@ -461,40 +463,40 @@ impl ProducerStateManager {
         if bytes.len() < SNAPSHOT_HEADER_BYTES {
             return Err(format!("{} bytes, shorter than a header", bytes.len()));
         }
-        let mut r = Reader { bytes, pos: 0 };
-        let version = r.u16()?;
+        let mut r = Reader::new(bytes);
+        let version = get(&mut r, Reader::u16)?;
         if version != SNAPSHOT_VERSION {
             return Err(format!("unknown version {version}"));
         }
-        let stored = r.u32()?;
+        let stored = get(&mut r, Reader::u32)?;
         let crc = crc32c::crc32c(&bytes[6..]);
         if crc != stored {
             return Err(format!(
                 "crc mismatch: stored {stored:#010x}, computed {crc:#010x}"
             ));
         }
-        let offset = r.i64()?;
+        let offset = get(&mut r, Reader::i64)?;
         if offset < 0 {
             return Err(format!("negative offset {offset}"));
         }
-        let count = r.u32()? as usize;
+        let count = get(&mut r, Reader::u32)? as usize;
         // Bound the count by the bytes left before trusting it.
-        if count > (bytes.len() - r.pos) / PRODUCER_BYTES {
+        if count > r.remaining() / PRODUCER_BYTES {
             return Err(format!("{count} producers do not fit in the file"));
         }
         let mut producers = BTreeMap::new();
         let mut ongoing = BTreeMap::new();
         let mut previous = None;
         for _ in 0..count {
-            let id = r.i64()?;
+            let id = get(&mut r, Reader::i64)?;
             if id < 0 || previous.is_some_and(|p| p >= id) {
                 return Err(format!("producer id {id} negative or out of order"));
             }
             previous = Some(id);
             let mut e = ProducerEntry::empty();
-            e.producer_epoch = r.i16()?;
-            e.coordinator_epoch = r.i32()?;
-            let txn = r.i64()?;
+            e.producer_epoch = get(&mut r, Reader::i16)?;
+            e.coordinator_epoch = get(&mut r, Reader::i32)?;
+            let txn = get(&mut r, Reader::i64)?;
             if txn < -1 || txn >= offset {
                 return Err(format!("producer {id}: transaction start {txn}"));
             }
@@ -504,21 +506,21 @@ impl ProducerStateManager {
                     "producer {id}: transaction start {txn} taken twice"
                 ));
             }
-            e.last_timestamp_ms = r.i64()?;
-            let n = r.u8()?;
+            e.last_timestamp_ms = get(&mut r, Reader::i64)?;
+            let n = get(&mut r, Reader::u8)?;
             if n as usize > BATCHES_RETAINED {
                 return Err(format!("producer {id} holds {n} batches"));
             }
             for i in 0..n as usize {
                 let mut b = BatchMetadata {
-                    first_seq: r.i32()?,
-                    last_seq: r.i32()?,
-                    first_offset: r.i64()?,
-                    last_offset: r.i64()?,
-                    max_timestamp_ms: r.i64()?,
+                    first_seq: get(&mut r, Reader::i32)?,
+                    last_seq: get(&mut r, Reader::i32)?,
+                    first_offset: get(&mut r, Reader::i64)?,
+                    last_offset: get(&mut r, Reader::i64)?,
+                    max_timestamp_ms: get(&mut r, Reader::i64)?,
                     log_append_time: false,
                 };
-                let flags = r.u8()?;
+                let flags = get(&mut r, Reader::u8)?;
                 b.log_append_time = flags == FLAG_LOG_APPEND_TIME;
                 if flags & !FLAG_LOG_APPEND_TIME != 0
                     || b.first_seq < 0
@@ -534,11 +536,8 @@ impl ProducerStateManager {
             e.batch_count = n;
             producers.insert(id, e);
         }
-        if r.pos != bytes.len() {
-            return Err(format!(
-                "{} bytes after the last producer",
-                bytes.len() - r.pos
-            ));
+        if r.remaining() != 0 {
+            return Err(format!("{} bytes after the last producer", r.remaining()));
         }
         Ok((Offset(offset), ProducerStateManager { producers, ongoing }))
     }
@@ -555,42 +554,14 @@ fn check_epoch(h: &BatchHeader, entry: &ProducerEntry) -> Result<(), StorageErro
     Ok(())
 }
 
-/// Big-endian reads over untrusted bytes.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        let end = self.pos + N;
-        let slice = self
-            .bytes
-            .get(self.pos..end)
-            .ok_or_else(|| format!("truncated at byte {}", self.pos))?;
-        self.pos = end;
-        let mut a = [0u8; N];
-        a.copy_from_slice(slice);
-        Ok(a)
-    }
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take::<1>()?[0])
-    }
-    fn u16(&mut self) -> Result<u16, String> {
-        self.take().map(u16::from_be_bytes)
-    }
-    fn i16(&mut self) -> Result<i16, String> {
-        self.take().map(i16::from_be_bytes)
-    }
-    fn u32(&mut self) -> Result<u32, String> {
-        self.take().map(u32::from_be_bytes)
-    }
-    fn i32(&mut self) -> Result<i32, String> {
-        self.take().map(i32::from_be_bytes)
-    }
-    fn i64(&mut self) -> Result<i64, String> {
-        self.take().map(i64::from_be_bytes)
-    }
+/// One read off `r` ([`Reader`], the one reader of Kafka's encodings); a short read says
+/// where.
+fn get<'a, T>(
+    r: &mut Reader<'a>,
+    read: impl FnOnce(&mut Reader<'a>) -> Option<T>,
+) -> Result<T, String> {
+    let at = r.position();
+    read(r).ok_or_else(|| format!("truncated at byte {at}"))
 }
 
 #[cfg(test)]

@@ -9,16 +9,13 @@
 use std::borrow::Cow;
 use std::io::Read;
 
-use crate::batch::{validate_one, BatchHeader, HEADER_BYTES};
+use crate::batch::{validate_one, BatchHeader, CONTROL_BIT, HEADER_BYTES};
 use crate::error::StorageError;
 
 /// Upper bound on one batch's decompressed records; a larger output is treated as corrupt.
 const DECOMPRESSED_BYTES_MAX: u64 = 256 * 1024 * 1024;
 const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\0";
 const XERIAL_HEADER_BYTES: usize = 16;
-
-/// Attributes bit 5: a control batch (transaction markers).
-pub(crate) const CONTROL_BIT: i16 = 1 << 5;
 
 fn corrupt(msg: impl Into<String>) -> StorageError {
     StorageError::CorruptMessage(msg.into())
@@ -93,21 +90,12 @@ fn decompress_snappy(data: &[u8]) -> Result<Vec<u8>, StorageError> {
 
 /// Reads a zigzag varint (Kafka `ByteUtils.readVarlong`) at `*pos`.
 pub fn read_varlong(b: &[u8], pos: &mut usize) -> Result<i64, StorageError> {
-    let mut value: u64 = 0;
-    let mut shift = 0u32;
-    loop {
-        let byte = *b.get(*pos).ok_or_else(|| corrupt("truncated varint"))?;
-        *pos += 1;
-        value |= ((byte & 0x7f) as u64) << shift;
-        if byte & 0x80 == 0 {
-            break;
-        }
-        shift += 7;
-        if shift > 63 {
-            return Err(corrupt("varint too long"));
-        }
-    }
-    Ok(((value >> 1) as i64) ^ -((value & 1) as i64))
+    let mut r = keel_vocab::wire::Reader::new(b.get(*pos..).unwrap_or_default());
+    let value = r
+        .varlong()
+        .ok_or_else(|| corrupt("truncated or overlong varint"))?;
+    *pos += r.position();
+    Ok(value)
 }
 
 /// One record's position in time and offset space.

@@ -1,18 +1,10 @@
-//! Shared vocabulary of the partition log: offset and epoch newtypes, the topic-level log
+//! The partition log's types: offsets and epochs (from `keel-vocab`), the topic-level log
 //! configuration and the values returned by appends and reads. Plain values, no I/O; used on
 //! whichever shard owns the partition.
 
 use std::str::FromStr;
 
-/// Kafka offset of a record. A single record's position in the partition, inclusive; ranges
-/// over offsets are written `[start, end)` and say so (e.g. `log_end_offset` is exclusive:
-/// the next offset to assign).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Offset(pub i64);
-
-/// A leader epoch (Kafka `partitionLeaderEpoch`): the term of the leader that appended a batch.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct LeaderEpoch(pub i32);
+pub use keel_vocab::{LeaderEpoch, Offset};
 
 /// When an acknowledged append is made durable (`flush.policy`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

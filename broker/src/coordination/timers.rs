@@ -30,9 +30,7 @@ pub async fn retention(shard: Rc<BrokerShard>) {
         if stop {
             return;
         }
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now_ms = shard.clock.now_ms();
         for part in shard.all_partitions() {
             match part.log.enforce_retention(now_ms).await {
                 Ok(out) if out.segments_deleted > 0 => info!(
@@ -83,9 +81,7 @@ pub async fn compaction(shard: Rc<BrokerShard>) {
             if !part.log.config().cleanup_compact {
                 continue;
             }
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64);
+            let now_ms = shard.clock.now_ms();
             let started = Instant::now();
             match part.log.compact(now_ms, map_bytes).await {
                 Ok(Some(out)) => {

@@ -69,6 +69,8 @@
 //! - a failed write after a static member's restart rebalances the group (Kafka puts the old
 //!   member id back and fails the join).
 
+use keel_vocab::error::ResponseError;
+use keel_vocab::ErrorCode;
 use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
@@ -78,18 +80,19 @@ use super::records::{GroupMetadataChange, GroupMetadataValue, MemberMetadata};
 
 /// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
 /// checks the numbers).
-const NONE: i16 = 0;
-const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-const ILLEGAL_GENERATION: i16 = 22;
-const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
-const UNKNOWN_MEMBER_ID: i16 = 25;
-const INVALID_SESSION_TIMEOUT: i16 = 26;
-const REBALANCE_IN_PROGRESS: i16 = 27;
-const NON_EMPTY_GROUP: i16 = 68;
-const GROUP_ID_NOT_FOUND: i16 = 69;
-const MEMBER_ID_REQUIRED: i16 = 79;
-const GROUP_MAX_SIZE_REACHED: i16 = 81;
-const FENCED_INSTANCE_ID: i16 = 82;
+pub(crate) use crate::errors::NONE;
+const COORDINATOR_NOT_AVAILABLE: i16 = ErrorCode::of(ResponseError::CoordinatorNotAvailable).code();
+const ILLEGAL_GENERATION: i16 = ErrorCode::of(ResponseError::IllegalGeneration).code();
+const INCONSISTENT_GROUP_PROTOCOL: i16 =
+    ErrorCode::of(ResponseError::InconsistentGroupProtocol).code();
+const UNKNOWN_MEMBER_ID: i16 = ErrorCode::of(ResponseError::UnknownMemberId).code();
+const INVALID_SESSION_TIMEOUT: i16 = ErrorCode::of(ResponseError::InvalidSessionTimeout).code();
+const REBALANCE_IN_PROGRESS: i16 = ErrorCode::of(ResponseError::RebalanceInProgress).code();
+const NON_EMPTY_GROUP: i16 = ErrorCode::of(ResponseError::NonEmptyGroup).code();
+const GROUP_ID_NOT_FOUND: i16 = ErrorCode::of(ResponseError::GroupIdNotFound).code();
+const MEMBER_ID_REQUIRED: i16 = ErrorCode::of(ResponseError::MemberIdRequired).code();
+const GROUP_MAX_SIZE_REACHED: i16 = ErrorCode::of(ResponseError::GroupMaxSizeReached).code();
+const FENCED_INSTANCE_ID: i16 = ErrorCode::of(ResponseError::FencedInstanceId).code();
 
 /// The generation id in an error answer, and the one a consumer outside any group commits with.
 pub const UNKNOWN_GENERATION_ID: i32 = -1;

@@ -61,6 +61,8 @@ use std::hash::{Hash, Hasher};
 use std::mem;
 
 use bytes::Bytes;
+use keel_vocab::error::ResponseError;
+use keel_vocab::{ErrorCode, TopicId, TopicIdPartition};
 use topic_regex::TopicRegex;
 
 use super::consumer_records::{
@@ -71,16 +73,17 @@ use super::consumer_records::{
 
 /// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
 /// checks the numbers).
-pub const NONE: i16 = 0;
-const UNKNOWN_MEMBER_ID: i16 = 25;
-const INVALID_REQUEST: i16 = 42;
-const GROUP_MAX_SIZE_REACHED: i16 = 81;
-const FENCED_INSTANCE_ID: i16 = 82;
-const FENCED_MEMBER_EPOCH: i16 = 110;
-const UNRELEASED_INSTANCE_ID: i16 = 111;
-const UNSUPPORTED_ASSIGNOR: i16 = 112;
-const STALE_MEMBER_EPOCH: i16 = 113;
-const INVALID_REGULAR_EXPRESSION: i16 = 128;
+pub(crate) use crate::errors::NONE;
+const UNKNOWN_MEMBER_ID: i16 = ErrorCode::of(ResponseError::UnknownMemberId).code();
+const INVALID_REQUEST: i16 = ErrorCode::of(ResponseError::InvalidRequest).code();
+const GROUP_MAX_SIZE_REACHED: i16 = ErrorCode::of(ResponseError::GroupMaxSizeReached).code();
+const FENCED_INSTANCE_ID: i16 = ErrorCode::of(ResponseError::FencedInstanceId).code();
+const FENCED_MEMBER_EPOCH: i16 = ErrorCode::of(ResponseError::FencedMemberEpoch).code();
+const UNRELEASED_INSTANCE_ID: i16 = ErrorCode::of(ResponseError::UnreleasedInstanceId).code();
+const UNSUPPORTED_ASSIGNOR: i16 = ErrorCode::of(ResponseError::UnsupportedAssignor).code();
+const STALE_MEMBER_EPOCH: i16 = ErrorCode::of(ResponseError::StaleMemberEpoch).code();
+const INVALID_REGULAR_EXPRESSION: i16 =
+    ErrorCode::of(ResponseError::InvalidRegularExpression).code();
 
 /// The member epoch a member sends to join (or rejoin) the group.
 pub const JOIN_GROUP_MEMBER_EPOCH: i32 = 0;
@@ -102,9 +105,6 @@ const INTERNAL_TOPICS: [&str; 3] = [
     "__share_group_state",
 ];
 
-/// A topic's id, as on the wire.
-pub type TopicId = [u8; 16];
-
 /// The topics the group can see, passed on every heartbeat: name → (topic id, partition count).
 /// The coordinator passes user-visible topics; internal ones are never matched by a regex.
 pub type TopicsView = BTreeMap<String, (TopicId, i32)>;
@@ -112,17 +112,10 @@ pub type TopicsView = BTreeMap<String, (TopicId, i32)>;
 /// An assignment as the wire carries it: per topic id (ascending), partitions (ascending).
 pub type TopicPartitions = Vec<(TopicId, Vec<i32>)>;
 
-/// One partition of one topic, by id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TopicPartition {
-    pub topic_id: TopicId,
-    pub partition: i32,
-}
-
-type PartitionSet = BTreeSet<TopicPartition>;
+type PartitionSet = BTreeSet<TopicIdPartition>;
 
 /// Which member holds each partition (assigned to it or pending its revocation).
-type Owners = BTreeMap<TopicPartition, String>;
+type Owners = BTreeMap<TopicIdPartition, String>;
 
 /// Per-group settings, from the broker's.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1533,7 +1526,7 @@ fn partition_set(topic_partitions: &TopicPartitions) -> PartitionSet {
     topic_partitions
         .iter()
         .flat_map(|(topic_id, partitions)| {
-            partitions.iter().map(|&partition| TopicPartition {
+            partitions.iter().map(|&partition| TopicIdPartition {
                 topic_id: *topic_id,
                 partition,
             })
@@ -1567,8 +1560,8 @@ struct SubscribedTopic {
 }
 
 impl SubscribedTopic {
-    fn partition(&self, partition: i32) -> TopicPartition {
-        TopicPartition {
+    fn partition(&self, partition: i32) -> TopicIdPartition {
+        TopicIdPartition {
             topic_id: self.topic_id,
             partition,
         }
@@ -2227,8 +2220,8 @@ mod tests {
             .collect()
     }
 
-    fn tp(topic: &str, partition: i32) -> TopicPartition {
-        TopicPartition {
+    fn tp(topic: &str, partition: i32) -> TopicIdPartition {
+        TopicIdPartition {
             topic_id: topic_id(topic, 0),
             partition,
         }
@@ -2873,7 +2866,7 @@ mod tests {
         h.heartbeat(&mut a);
         assert_eq!(h.group.group_epoch(), 4);
         h.heartbeat(&mut a);
-        let new_id = TopicPartition {
+        let new_id = TopicIdPartition {
             topic_id: topic_id("orders-eu", 1),
             partition: 0,
         };

@@ -51,7 +51,14 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::consumer::{MemberState, TopicId, TopicPartitions};
+use keel_vocab::wire::{
+    put_compact_len, put_compact_nullable_string, put_compact_string, put_string, Reader,
+    NO_TAGGED_FIELDS,
+};
+
+use keel_vocab::TopicId;
+
+use super::consumer::{MemberState, TopicPartitions};
 
 /// The record types (key versions) of consumer groups.
 pub const METADATA_KEY_VERSION: i16 = 3;
@@ -139,7 +146,7 @@ impl ConsumerGroupKey {
 
     /// A key of versions 3-8; `None` for another version or malformed bytes.
     pub fn decode(bytes: &[u8]) -> Option<ConsumerGroupKey> {
-        let mut r = Reader { buf: bytes };
+        let mut r = Reader::new(bytes);
         let version = r.i16()?;
         let group_id = r.string()?;
         let key = match version {
@@ -302,7 +309,7 @@ impl ConsumerGroupValue {
 
     /// The value of a record with `key`; `None` when malformed or of an unknown version.
     pub fn decode(key: &ConsumerGroupKey, bytes: &[u8]) -> Option<ConsumerGroupValue> {
-        let mut r = Reader { buf: bytes };
+        let mut r = Reader::new(bytes);
         if r.i16()? != VALUE_VERSION {
             return None;
         }
@@ -323,7 +330,7 @@ impl ConsumerGroupValue {
             }
             ConsumerGroupKey::TargetAssignmentMember { .. } => {
                 ConsumerGroupValue::TargetAssignmentMember(TargetAssignmentMemberValue {
-                    topic_partitions: r.topic_partitions()?,
+                    topic_partitions: read_topic_partitions(&mut r)?,
                 })
             }
             ConsumerGroupKey::CurrentMemberAssignment { .. } => {
@@ -331,12 +338,12 @@ impl ConsumerGroupValue {
                     member_epoch: r.i32()?,
                     previous_member_epoch: r.i32()?,
                     state: member_state_from_value(r.i8()?)?,
-                    assigned_partitions: r.topic_partitions()?,
-                    partitions_pending_revocation: r.topic_partitions()?,
+                    assigned_partitions: read_topic_partitions(&mut r)?,
+                    partitions_pending_revocation: read_topic_partitions(&mut r)?,
                 })
             }
         };
-        r.tagged_fields()?;
+        r.skip_tagged_fields()?;
         r.finish()?;
         Some(value)
     }
@@ -387,9 +394,9 @@ fn decode_partition_metadata(r: &mut Reader<'_>) -> Option<PartitionMetadataValu
             for _ in 0..r.compact_array_len(1)? {
                 r.compact_string()?;
             }
-            r.tagged_fields()?;
+            r.skip_tagged_fields()?;
         }
-        r.tagged_fields()?;
+        r.skip_tagged_fields()?;
         topics.push(TopicMetadata {
             topic_id,
             topic_name,
@@ -421,44 +428,6 @@ fn decode_member_metadata(r: &mut Reader<'_>) -> Option<MemberMetadataValue> {
     })
 }
 
-const NO_TAGGED_FIELDS: u8 = 0;
-
-fn put_unsigned_varint(buf: &mut BytesMut, mut v: u32) {
-    while v >= 0x80 {
-        buf.put_u8((v as u8) | 0x80);
-        v >>= 7;
-    }
-    buf.put_u8(v as u8);
-}
-
-/// A compact string's or array's length (+1; 0 is null).
-fn put_compact_len(buf: &mut BytesMut, len: usize) {
-    // Every string and array here came in one request frame, far below 4 GiB.
-    let len = u32::try_from(len + 1).expect("compact length fits a u32");
-    put_unsigned_varint(buf, len);
-}
-
-fn put_compact_string(buf: &mut BytesMut, s: &str) {
-    put_compact_len(buf, s.len());
-    buf.put_slice(s.as_bytes());
-}
-
-fn put_compact_nullable_string(buf: &mut BytesMut, s: Option<&str>) {
-    match s {
-        Some(s) => put_compact_string(buf, s),
-        None => put_unsigned_varint(buf, 0),
-    }
-}
-
-/// A non-flexible STRING (keys).
-fn put_string(buf: &mut BytesMut, s: &str) {
-    // Group ids are refused beyond an i16 length (`valid_group_id`), member ids beyond
-    // `consumer::ID_BYTES_MAX`; a longer one would be a broken invariant, not input.
-    let len = i16::try_from(s.len()).expect("key string fits an i16 length");
-    buf.put_i16(len);
-    buf.put_slice(s.as_bytes());
-}
-
 fn put_topic_partitions(buf: &mut BytesMut, topics: &TopicPartitions) {
     put_compact_len(buf, topics.len());
     for (topic_id, partitions) in topics {
@@ -471,120 +440,21 @@ fn put_topic_partitions(buf: &mut BytesMut, topics: &TopicPartitions) {
     }
 }
 
-/// Reads big-endian fields off a byte slice; every read is `None` past the end.
-struct Reader<'a> {
-    buf: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.buf.len() < n {
-            return None;
+/// An assignment's topics: each topic id and its partitions, ending in tagged fields.
+fn read_topic_partitions(r: &mut Reader<'_>) -> Option<TopicPartitions> {
+    let count = r.compact_array_len(TOPIC_PARTITIONS_BYTES_MIN)?;
+    let mut topics = Vec::with_capacity(count);
+    for _ in 0..count {
+        let topic_id = r.uuid()?;
+        let n = r.compact_array_len(4)?;
+        let mut partitions = Vec::with_capacity(n);
+        for _ in 0..n {
+            partitions.push(r.i32()?);
         }
-        let (head, tail) = self.buf.split_at(n);
-        self.buf = tail;
-        Some(head)
+        r.skip_tagged_fields()?;
+        topics.push((topic_id, partitions));
     }
-
-    fn bytes<const N: usize>(&mut self) -> Option<[u8; N]> {
-        self.take(N)?.try_into().ok()
-    }
-
-    fn i8(&mut self) -> Option<i8> {
-        self.bytes().map(i8::from_be_bytes)
-    }
-
-    fn i16(&mut self) -> Option<i16> {
-        self.bytes().map(i16::from_be_bytes)
-    }
-
-    fn i32(&mut self) -> Option<i32> {
-        self.bytes().map(i32::from_be_bytes)
-    }
-
-    fn uuid(&mut self) -> Option<TopicId> {
-        self.bytes()
-    }
-
-    fn unsigned_varint(&mut self) -> Option<u32> {
-        let mut value = 0u32;
-        for i in 0..5 {
-            let [b] = self.bytes::<1>()?;
-            if i == 4 && b > 0x0f {
-                return None; // more than 32 bits
-            }
-            value |= u32::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
-                return Some(value);
-            }
-        }
-        None
-    }
-
-    /// A compact length: `Some(None)` for null.
-    fn compact_len(&mut self) -> Option<Option<usize>> {
-        let n = self.unsigned_varint()?;
-        Some(n.checked_sub(1).and_then(|n| usize::try_from(n).ok()))
-    }
-
-    /// A non-flexible STRING; a null is malformed.
-    fn string(&mut self) -> Option<String> {
-        let len = usize::try_from(self.i16()?).ok()?;
-        let bytes = self.take(len)?;
-        std::str::from_utf8(bytes).ok().map(str::to_owned)
-    }
-
-    fn compact_nullable_string(&mut self) -> Option<Option<String>> {
-        let Some(len) = self.compact_len()? else {
-            return Some(None);
-        };
-        let bytes = self.take(len)?;
-        std::str::from_utf8(bytes).ok().map(|s| Some(s.to_owned()))
-    }
-
-    /// A non-nullable COMPACT_STRING; a null is malformed.
-    fn compact_string(&mut self) -> Option<String> {
-        self.compact_nullable_string()?
-    }
-
-    /// A non-nullable array's count, refused when its elements, of at least
-    /// `element_bytes_min` each, could not fit in what is left (so callers may preallocate).
-    fn compact_array_len(&mut self, element_bytes_min: usize) -> Option<usize> {
-        let count = self.compact_len()??;
-        (count.saturating_mul(element_bytes_min) <= self.buf.len()).then_some(count)
-    }
-
-    fn topic_partitions(&mut self) -> Option<TopicPartitions> {
-        let count = self.compact_array_len(TOPIC_PARTITIONS_BYTES_MIN)?;
-        let mut topics = Vec::with_capacity(count);
-        for _ in 0..count {
-            let topic_id = self.uuid()?;
-            let n = self.compact_array_len(4)?;
-            let mut partitions = Vec::with_capacity(n);
-            for _ in 0..n {
-                partitions.push(self.i32()?);
-            }
-            self.tagged_fields()?;
-            topics.push((topic_id, partitions));
-        }
-        Some(topics)
-    }
-
-    /// Reads past a struct's tagged fields: none of them is one Keel uses.
-    fn tagged_fields(&mut self) -> Option<()> {
-        let count = self.unsigned_varint()?;
-        // Each field takes at least two bytes, so this ends with the buffer.
-        for _ in 0..count {
-            self.unsigned_varint()?;
-            let size = usize::try_from(self.unsigned_varint()?).ok()?;
-            self.take(size)?;
-        }
-        Some(())
-    }
-
-    fn finish(self) -> Option<()> {
-        self.buf.is_empty().then_some(())
-    }
+    Some(topics)
 }
 
 #[cfg(test)]

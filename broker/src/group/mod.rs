@@ -554,12 +554,6 @@ impl GroupCoordinator {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 // ---- placement and routing ---------------------------------------------------------------
 
 /// Creates `__consumer_offsets` if it does not exist: `offsets.topic.num.partitions`
@@ -731,7 +725,7 @@ pub(crate) fn persist(
     if records.is_empty() || shard.groups.ready(shard, p) != NONE {
         return;
     }
-    match append_records(shard, p, &records, now_ms()) {
+    match append_records(shard, p, &records, shard.clock.now_ms()) {
         Ok((part, end_offset)) => {
             let owner = shard.clone();
             let group = group.to_string();
@@ -845,7 +839,7 @@ async fn write(shard: &Rc<BrokerShard>, p: i32, changes: Vec<OffsetChange>) -> R
     if changes.is_empty() {
         return Ok(());
     }
-    let (part, load_id, end_offset) = append(shard, p, changes, now_ms())?;
+    let (part, load_id, end_offset) = append(shard, p, changes, shard.clock.now_ms())?;
     let owner = shard.clone();
     let done = glommio::spawn_local(async move {
         let committed = part.log.commit(end_offset).await;
@@ -944,7 +938,7 @@ pub async fn txn_commit_offsets(
             return Err(fenced);
         }
     }
-    let now = now_ms();
+    let now = shard.clock.now_ms();
     let changes = commit_changes(&req.group, req.offsets, now);
     if changes.is_empty() {
         return Ok(());
@@ -1011,7 +1005,7 @@ pub async fn commit_offsets(shard: Rc<BrokerShard>, p: i32, req: CommitRequest) 
     if fenced != NONE {
         return Err(fenced);
     }
-    let changes = commit_changes(&req.group, req.offsets, now_ms());
+    let changes = commit_changes(&req.group, req.offsets, shard.clock.now_ms());
     write(&shard, p, changes).await
 }
 
@@ -1405,7 +1399,7 @@ async fn expiry(shard: Rc<BrokerShard>) {
         if stop {
             return;
         }
-        expire_offsets(&shard, now_ms()).await;
+        expire_offsets(&shard, shard.clock.now_ms()).await;
     }
 }
 

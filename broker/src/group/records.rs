@@ -22,10 +22,11 @@
 //! Bytes read back come from the disk: every decoder here returns `None` on anything
 //! malformed and never panics, and allocates no more than the bytes it was given justify.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
+use keel_vocab::wire::{put_bytes, put_nullable_string, put_string, Reader};
 
 use super::CommittedOffset;
 
@@ -154,66 +155,9 @@ pub enum CoordinatorRecord {
     Unreadable,
 }
 
-fn put_string(buf: &mut BytesMut, s: &str) {
-    // Callers bound every string: group ids and topic names by the request frame, metadata by
-    // offset.metadata.max.bytes; longer ones cannot be represented and are refused earlier.
-    debug_assert!(s.len() <= i16::MAX as usize);
-    buf.put_i16(s.len().min(i16::MAX as usize) as i16);
-    buf.put_slice(&s.as_bytes()[..s.len().min(i16::MAX as usize)]);
-}
-
-fn put_nullable_string(buf: &mut BytesMut, s: Option<&str>) {
-    match s {
-        Some(s) => put_string(buf, s),
-        None => buf.put_i16(-1),
-    }
-}
-
-fn put_bytes(buf: &mut BytesMut, b: &[u8]) {
-    // Subscriptions and assignments came in one request frame, far below 2 GiB.
-    assert!(
-        b.len() <= i32::MAX as usize,
-        "bytes field of {} bytes",
-        b.len()
-    );
-    buf.put_i32(b.len() as i32);
-    buf.put_slice(b);
-}
-
-fn get_string(buf: &mut Bytes) -> Option<String> {
-    // A null string: Kafka never writes one in these fields; read it as empty.
-    get_nullable_string(buf).map(Option::unwrap_or_default)
-}
-
-/// `None`: malformed; `Some(None)`: null.
-fn get_nullable_string(buf: &mut Bytes) -> Option<Option<String>> {
-    let len = get_i16(buf)?;
-    let Ok(len) = usize::try_from(len) else {
-        return Some(None);
-    };
-    if buf.remaining() < len {
-        return None;
-    }
-    let bytes = buf.split_to(len);
-    String::from_utf8(bytes.to_vec()).ok().map(Some)
-}
-
-/// A non-nullable BYTES: a null (negative length) is malformed, as Kafka reads it.
-fn get_bytes(buf: &mut Bytes) -> Option<Bytes> {
-    let len = usize::try_from(get_i32(buf)?).ok()?;
-    (buf.remaining() >= len).then(|| buf.split_to(len))
-}
-
-fn get_i16(buf: &mut Bytes) -> Option<i16> {
-    (buf.remaining() >= 2).then(|| buf.get_i16())
-}
-
-fn get_i32(buf: &mut Bytes) -> Option<i32> {
-    (buf.remaining() >= 4).then(|| buf.get_i32())
-}
-
-fn get_i64(buf: &mut Bytes) -> Option<i64> {
-    (buf.remaining() >= 8).then(|| buf.get_i64())
+/// A non-nullable STRING as Kafka's group records hold it: a null reads as empty.
+fn get_string(r: &mut Reader<'_>) -> Option<String> {
+    r.nullable_string().map(Option::unwrap_or_default)
 }
 
 /// The key of an offset commit record.
@@ -237,42 +181,25 @@ pub fn encode_value(value: &CommittedOffset) -> Bytes {
     buf.freeze()
 }
 
-fn decode_offset_key(mut buf: Bytes) -> Option<OffsetKey> {
-    let group = get_string(&mut buf)?;
-    let topic = get_string(&mut buf)?;
-    if buf.remaining() < 4 {
-        return None;
-    }
+fn decode_offset_key(r: &mut Reader<'_>) -> Option<OffsetKey> {
     Some(OffsetKey {
-        group,
-        topic,
-        partition: buf.get_i32(),
+        group: get_string(r)?,
+        topic: get_string(r)?,
+        partition: r.i32()?,
     })
 }
 
 /// Reads an `OffsetCommitValue` of versions 0-3.
-pub fn decode_value(mut buf: Bytes) -> Option<CommittedOffset> {
-    if buf.remaining() < 2 {
+pub fn decode_value(buf: Bytes) -> Option<CommittedOffset> {
+    let mut r = Reader::new(&buf);
+    let version = r.i16()?;
+    if !(0..=3).contains(&version) {
         return None;
     }
-    let version = buf.get_i16();
-    if !(0..=3).contains(&version) || buf.remaining() < 8 {
-        return None;
-    }
-    let offset = buf.get_i64();
-    let leader_epoch = if version >= 3 {
-        if buf.remaining() < 4 {
-            return None;
-        }
-        buf.get_i32()
-    } else {
-        -1
-    };
-    let metadata = get_string(&mut buf)?;
-    if buf.remaining() < 8 {
-        return None;
-    }
-    let commit_timestamp_ms = buf.get_i64();
+    let offset = r.i64()?;
+    let leader_epoch = if version >= 3 { r.i32()? } else { -1 };
+    let metadata = get_string(&mut r)?;
+    let commit_timestamp_ms = r.i64()?;
     Some(CommittedOffset {
         offset,
         leader_epoch,
@@ -341,22 +268,23 @@ fn encode_group_metadata_value_at(value: &GroupMetadataValue, version: i16) -> B
 }
 
 /// Reads a `GroupMetadataValue` of versions 0-3.
-pub fn decode_group_metadata_value(mut buf: Bytes) -> Option<GroupMetadataValue> {
-    let version = get_i16(&mut buf)?;
+pub fn decode_group_metadata_value(buf: Bytes) -> Option<GroupMetadataValue> {
+    let mut r = Reader::new(&buf);
+    let version = r.i16()?;
     if !(0..=3).contains(&version) {
         return None;
     }
-    let protocol_type = get_string(&mut buf)?;
-    let generation_id = get_i32(&mut buf)?;
-    let protocol_name = get_nullable_string(&mut buf)?;
-    let leader_id = get_nullable_string(&mut buf)?;
-    let current_state_timestamp_ms = if version >= 2 { get_i64(&mut buf)? } else { -1 };
+    let protocol_type = get_string(&mut r)?;
+    let generation_id = r.i32()?;
+    let protocol_name = r.nullable_string()?;
+    let leader_id = r.nullable_string()?;
+    let current_state_timestamp_ms = if version >= 2 { r.i64()? } else { -1 };
     // A null array in a non-nullable field is malformed. Each member takes bytes, so the
     // loop ends with the buffer whatever the count says.
-    let count = usize::try_from(get_i32(&mut buf)?).ok()?;
-    let mut members = Vec::with_capacity(count.min(buf.remaining() / MEMBER_METADATA_BYTES_MIN));
+    let count = usize::try_from(r.i32()?).ok()?;
+    let mut members = Vec::with_capacity(count.min(r.remaining() / MEMBER_METADATA_BYTES_MIN));
     for _ in 0..count {
-        members.push(decode_member_metadata(&mut buf, version)?);
+        members.push(decode_member_metadata(&buf, &mut r, version)?);
     }
     Some(GroupMetadataValue {
         protocol_type,
@@ -368,21 +296,21 @@ pub fn decode_group_metadata_value(mut buf: Bytes) -> Option<GroupMetadataValue>
     })
 }
 
-fn decode_member_metadata(buf: &mut Bytes, version: i16) -> Option<MemberMetadata> {
-    let member_id = get_string(buf)?;
+/// One member of a `GroupMetadataValue` read by `r` off `buf`; its subscription and
+/// assignment stay views of `buf`.
+fn decode_member_metadata(buf: &Bytes, r: &mut Reader<'_>, version: i16) -> Option<MemberMetadata> {
+    let member_id = get_string(r)?;
     let group_instance_id = if version >= 3 {
-        get_nullable_string(buf)?
+        r.nullable_string()?
     } else {
         None
     };
-    let client_id = get_string(buf)?;
-    let client_host = get_string(buf)?;
-    let rebalance_timeout_ms = if version >= 1 {
-        Some(get_i32(buf)?)
-    } else {
-        None
-    };
-    let session_timeout_ms = get_i32(buf)?;
+    let client_id = get_string(r)?;
+    let client_host = get_string(r)?;
+    let rebalance_timeout_ms = if version >= 1 { Some(r.i32()?) } else { None };
+    let session_timeout_ms = r.i32()?;
+    let subscription = buf.slice_ref(r.bytes_field()?);
+    let assignment = buf.slice_ref(r.bytes_field()?);
     Some(MemberMetadata {
         member_id,
         group_instance_id,
@@ -390,22 +318,23 @@ fn decode_member_metadata(buf: &mut Bytes, version: i16) -> Option<MemberMetadat
         client_host,
         rebalance_timeout_ms: rebalance_timeout_ms.unwrap_or(session_timeout_ms),
         session_timeout_ms,
-        subscription: get_bytes(buf)?,
-        assignment: get_bytes(buf)?,
+        subscription,
+        assignment,
     })
 }
 
 /// What one record of `__consumer_offsets` says.
 pub fn decode_record(key: Option<Bytes>, value: Option<Bytes>) -> CoordinatorRecord {
-    let Some(mut key) = key else {
+    let Some(key) = key else {
         return CoordinatorRecord::Unreadable;
     };
-    if key.remaining() < 2 {
+    let mut key = Reader::new(&key);
+    let Some(key_version) = key.i16() else {
         return CoordinatorRecord::Unreadable;
-    }
-    match key.get_i16() {
+    };
+    match key_version {
         0 | 1 => {
-            let Some(k) = decode_offset_key(key) else {
+            let Some(k) = decode_offset_key(&mut key) else {
                 return CoordinatorRecord::Unreadable;
             };
             match value {

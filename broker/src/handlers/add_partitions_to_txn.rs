@@ -19,8 +19,8 @@ use super::{topic_name, ApiSupport};
 use crate::errors::code;
 use crate::shard::BrokerShard;
 use crate::txn::coordinator::{self, error_of, op};
-use crate::txn::records::TopicPartition;
 use crate::txn::state::producer_fenced_compat;
+use keel_vocab::TopicPartition;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AddPartitionsToTxn, 0, 3);
 

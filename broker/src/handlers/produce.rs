@@ -10,7 +10,6 @@
 //! write markers, straight to the log or through WriteTxnMarkers, never through Produce.
 
 use std::rc::Rc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::produce_response::{
@@ -58,13 +57,6 @@ fn failed(error: i16) -> PartResult {
         log_append_time_ms: -1,
         log_start_offset: -1,
     }
-}
-
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// One partition's records as the request carried them, owned so that storage can stamp
@@ -275,7 +267,7 @@ async fn append_on_owner(
     acks: i16,
     version: i16,
 ) -> Vec<PartResult> {
-    let now = now_ms();
+    let now = shard.clock.now_ms();
     let append_started = std::time::Instant::now();
     let mut results = Vec::with_capacity(items.len());
     let mut commits = Vec::new();

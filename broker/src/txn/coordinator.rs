@@ -43,7 +43,6 @@ use keel_storage::{LeaderEpoch, Offset, StorageError};
 use tracing::{debug, error, info, warn};
 
 use super::markers_client::{Marker, MarkerClients};
-use super::records::TopicPartition;
 use super::state::{
     Answer, InitProducerIdResult, Markers, ProducerIdAndEpoch, Reply, TransactionCoordinator,
     TxnAction, TxnConfig, Write,
@@ -53,6 +52,7 @@ use crate::controller::{self, OpError};
 use crate::errors::{code, NONE};
 use crate::group;
 use crate::shard::{BrokerShard, Partition};
+use keel_vocab::TopicPartition;
 
 /// Bytes one log read asks for while a partition loads.
 const LOAD_READ_BYTES_MAX: usize = 1 << 20;
@@ -84,12 +84,6 @@ pub struct TxnShard {
     timer_wake: RefCell<Rc<Event>>,
     /// Connections to the other brokers, for the markers of their partitions.
     markers: MarkerClients,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The coordinator settings from the broker's.
@@ -176,9 +170,9 @@ fn with_coordinator<R>(
         LoadState::Loading => Err(code(ResponseError::CoordinatorLoadInProgress)),
         LoadState::Failed => Err(code(ResponseError::CoordinatorNotAvailable)),
         LoadState::Loaded => {
-            let r = f(&mut tp.coordinator, now_ms());
+            let r = f(&mut tp.coordinator, shard.clock.now_ms());
             if let Some(next) = tp.coordinator.next_deadline_ms() {
-                if next <= now_ms() + TIMER_IDLE_MS {
+                if next <= shard.clock.now_ms() + TIMER_IDLE_MS {
                     shard.txns.timer_wake.borrow().fire();
                 }
             }
@@ -281,7 +275,7 @@ async fn append(shard: &Rc<BrokerShard>, p: i32, write: &Write) -> Result<(), i1
     let Some(part) = shard.partition(TRANSACTION_STATE_TOPIC, p) else {
         return Err(code(ResponseError::NotCoordinator));
     };
-    let now = now_ms();
+    let now = shard.clock.now_ms();
     let batch =
         group::records::encode_records_batch(&[(write.key.clone(), write.value.clone())], now)
             .map_err(|e| {
@@ -570,7 +564,7 @@ pub async fn append_marker(
     let Some(part) = shard.partition(topic, partition) else {
         return Err(code(ResponseError::NotLeaderOrFollower));
     };
-    let now = now_ms();
+    let now = shard.clock.now_ms();
     let batch = marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now)
         .map_err(|_| code(ResponseError::UnknownServerError))?;
     let info = part
@@ -616,7 +610,7 @@ pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
             };
             match replayed {
                 Ok(records) => {
-                    let actions = coordinator.finish_load(now_ms());
+                    let actions = coordinator.finish_load(owner.clock.now_ms());
                     if records > 0 {
                         info!(
                             shard = owner.id,
@@ -684,7 +678,7 @@ fn start_timer(shard: &Rc<BrokerShard>) {
 /// Until shutdown: ticks every loaded coordinator of this shard whose deadline is due.
 async fn timer(shard: Rc<BrokerShard>) {
     loop {
-        let now = now_ms();
+        let now = shard.clock.now_ms();
         let loaded: Vec<i32> = shard.txns.partitions.borrow().keys().copied().collect();
         let mut next = now + TIMER_IDLE_MS;
         for p in loaded {
@@ -705,7 +699,9 @@ async fn timer(shard: Rc<BrokerShard>) {
         }
         let wake = Event::new();
         *shard.txns.timer_wake.borrow_mut() = wake.clone();
-        let sleep_ms = next.saturating_sub(now_ms()).clamp(1, TIMER_IDLE_MS);
+        let sleep_ms = next
+            .saturating_sub(shard.clock.now_ms())
+            .clamp(1, TIMER_IDLE_MS);
         let stop = futures_lite::future::or(
             async {
                 futures_lite::future::or(

@@ -34,6 +34,10 @@ use std::collections::BTreeSet;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::state::TxnState;
+use keel_vocab::wire::{
+    put_array_len, put_compact_string, put_string, put_unsigned_varint, Reader,
+};
+use keel_vocab::TopicPartition;
 
 /// The one key version (Kafka's `TransactionLogKey` v0, coordinator record type 0).
 pub const KEY_VERSION: i16 = 0;
@@ -59,22 +63,6 @@ const NO_TAGGED_FIELDS: u8 = 0;
 const TOPIC_BYTES_MIN_V0: usize = 2 + 4;
 /// Fewest bytes of one topic in v1: an empty string, an empty array, no tagged fields.
 const TOPIC_BYTES_MIN_V1: usize = 1 + 1 + 1;
-
-/// One partition of a topic, as a transaction names it.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TopicPartition {
-    pub topic: String,
-    pub partition: i32,
-}
-
-impl TopicPartition {
-    pub fn new(topic: impl Into<String>, partition: i32) -> TopicPartition {
-        TopicPartition {
-            topic: topic.into(),
-            partition,
-        }
-    }
-}
 
 /// A `TransactionLogValue`: what the log holds of one transactional id.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,7 +112,7 @@ pub fn encode_key(transactional_id: &str) -> Bytes {
 
 /// The transactional id of a key; `None` for another key version or malformed bytes.
 pub fn decode_key(key: &[u8]) -> Option<String> {
-    let mut r = Reader { buf: key };
+    let mut r = Reader::new(key);
     if r.i16()? != KEY_VERSION {
         return None;
     }
@@ -209,7 +197,7 @@ pub fn encode_value_at(value: &TransactionLogValue, version: i16) -> Bytes {
 
 /// A value of any version Keel reads; `None` for another version or malformed bytes.
 pub fn decode_value(bytes: &[u8]) -> Option<TransactionLogValue> {
-    let mut r = Reader { buf: bytes };
+    let mut r = Reader::new(bytes);
     let version = r.i16()?;
     if !(0..=VALUE_VERSION_MAX).contains(&version) {
         return None;
@@ -317,143 +305,6 @@ pub fn group_by_topic(partitions: &BTreeSet<TopicPartition>) -> Vec<(&str, Vec<i
         }
     }
     topics
-}
-
-fn put_unsigned_varint(buf: &mut BytesMut, mut v: u32) {
-    while v >= 0x80 {
-        buf.put_u8((v as u8) | 0x80);
-        v >>= 7;
-    }
-    buf.put_u8(v as u8);
-}
-
-/// An array's count: an i32 (v0) or a compact length (v1).
-fn put_array_len(buf: &mut BytesMut, len: usize, flexible: bool) {
-    // Arrays hold partitions of one transaction, far fewer than 2^31.
-    let len = i32::try_from(len).expect("array length fits an i32");
-    if flexible {
-        put_unsigned_varint(buf, len as u32 + 1);
-    } else {
-        buf.put_i32(len);
-    }
-}
-
-/// A non-flexible STRING. Transactional ids are refused beyond an i16 length
-/// ([`TRANSACTIONAL_ID_BYTES_MAX`]) and topic names are at most 249 bytes, so a longer one is a
-/// broken invariant, not input.
-fn put_string(buf: &mut BytesMut, s: &str) {
-    let len = i16::try_from(s.len()).expect("string fits an i16 length");
-    buf.put_i16(len);
-    buf.put_slice(s.as_bytes());
-}
-
-fn put_compact_string(buf: &mut BytesMut, s: &str) {
-    let len = u32::try_from(s.len() + 1).expect("compact string length fits a u32");
-    put_unsigned_varint(buf, len);
-    buf.put_slice(s.as_bytes());
-}
-
-/// Reads big-endian fields off a byte slice; every read is `None` past the end.
-struct Reader<'a> {
-    buf: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.buf.len() < n {
-            return None;
-        }
-        let (head, tail) = self.buf.split_at(n);
-        self.buf = tail;
-        Some(head)
-    }
-
-    fn bytes<const N: usize>(&mut self) -> Option<[u8; N]> {
-        self.take(N)?.try_into().ok()
-    }
-
-    fn i8(&mut self) -> Option<i8> {
-        self.bytes().map(i8::from_be_bytes)
-    }
-
-    fn i16(&mut self) -> Option<i16> {
-        self.bytes().map(i16::from_be_bytes)
-    }
-
-    fn i32(&mut self) -> Option<i32> {
-        self.bytes().map(i32::from_be_bytes)
-    }
-
-    fn i64(&mut self) -> Option<i64> {
-        self.bytes().map(i64::from_be_bytes)
-    }
-
-    fn unsigned_varint(&mut self) -> Option<u32> {
-        let mut value = 0u32;
-        for i in 0..5 {
-            let [b] = self.bytes::<1>()?;
-            if i == 4 && b > 0x0f {
-                return None; // more than 32 bits
-            }
-            value |= u32::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
-                return Some(value);
-            }
-        }
-        None
-    }
-
-    /// A non-flexible STRING; a null is malformed.
-    fn string(&mut self) -> Option<String> {
-        let len = usize::try_from(self.i16()?).ok()?;
-        let bytes = self.take(len)?;
-        std::str::from_utf8(bytes).ok().map(str::to_owned)
-    }
-
-    /// A non-nullable COMPACT_STRING; a null is malformed.
-    fn compact_string(&mut self) -> Option<String> {
-        let len = usize::try_from(self.unsigned_varint()?.checked_sub(1)?).ok()?;
-        let bytes = self.take(len)?;
-        std::str::from_utf8(bytes).ok().map(str::to_owned)
-    }
-
-    /// An array's count (`Some(None)` for null), refused when its elements, of at least
-    /// `element_bytes_min` each, could not fit in what is left (so callers may preallocate).
-    fn nullable_array_len(
-        &mut self,
-        flexible: bool,
-        element_bytes_min: usize,
-    ) -> Option<Option<usize>> {
-        let count = if flexible {
-            match self.unsigned_varint()?.checked_sub(1) {
-                None => return Some(None),
-                Some(n) => usize::try_from(n).ok()?,
-            }
-        } else {
-            match self.i32()? {
-                -1 => return Some(None),
-                n => usize::try_from(n).ok()?,
-            }
-        };
-        (count.saturating_mul(element_bytes_min) <= self.buf.len()).then_some(Some(count))
-    }
-
-    /// Reads a struct's tagged fields, handing each (tag, data) to `each`, which refuses a
-    /// known tag of the wrong size with `None`.
-    fn tagged_fields(&mut self, mut each: impl FnMut(u32, &[u8]) -> Option<()>) -> Option<()> {
-        let count = self.unsigned_varint()?;
-        // Each field takes at least two bytes, so this ends with the buffer.
-        for _ in 0..count {
-            let tag = self.unsigned_varint()?;
-            let size = usize::try_from(self.unsigned_varint()?).ok()?;
-            each(tag, self.take(size)?)?;
-        }
-        Some(())
-    }
-
-    fn finish(self) -> Option<()> {
-        self.buf.is_empty().then_some(())
-    }
 }
 
 #[cfg(test)]

@@ -92,27 +92,34 @@
 //!   as a tombstone;
 //! - timeouts and expiry run at their exact deadlines, not on Kafka's cleanup intervals.
 
+use keel_vocab::error::ResponseError;
+use keel_vocab::ErrorCode;
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
 use super::records::{
-    self, TopicPartition, TransactionLogValue, TxnLogRecord, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+    self, TransactionLogValue, TxnLogRecord, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
     TRANSACTIONAL_ID_BYTES_MAX,
 };
+use keel_vocab::TopicPartition;
 
 /// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
 /// checks the numbers).
-pub const NONE: i16 = 0;
-const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-const INVALID_REQUEST: i16 = 42;
-const INVALID_PRODUCER_EPOCH: i16 = 47;
-const INVALID_TXN_STATE: i16 = 48;
-const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
-const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
-const CONCURRENT_TRANSACTIONS: i16 = 51;
-const PRODUCER_FENCED: i16 = 90;
-const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
+pub(crate) use crate::errors::NONE;
+const COORDINATOR_LOAD_IN_PROGRESS: i16 =
+    ErrorCode::of(ResponseError::CoordinatorLoadInProgress).code();
+const INVALID_REQUEST: i16 = ErrorCode::of(ResponseError::InvalidRequest).code();
+const INVALID_PRODUCER_EPOCH: i16 = ErrorCode::of(ResponseError::InvalidProducerEpoch).code();
+const INVALID_TXN_STATE: i16 = ErrorCode::of(ResponseError::InvalidTxnState).code();
+const INVALID_PRODUCER_ID_MAPPING: i16 =
+    ErrorCode::of(ResponseError::InvalidProducerIdMapping).code();
+const INVALID_TRANSACTION_TIMEOUT: i16 =
+    ErrorCode::of(ResponseError::InvalidTransactionTimeout).code();
+const CONCURRENT_TRANSACTIONS: i16 = ErrorCode::of(ResponseError::ConcurrentTransactions).code();
+const PRODUCER_FENCED: i16 = ErrorCode::of(ResponseError::ProducerFenced).code();
+const TRANSACTIONAL_ID_NOT_FOUND: i16 =
+    ErrorCode::of(ResponseError::TransactionalIdNotFound).code();
 
 /// Epochs from here on are exhausted (Kafka's `Short.MaxValue - 1`): InitProducerId moves to a
 /// new producer id instead, so a fencing abort can always bump the epoch once more.
@@ -1360,8 +1367,9 @@ mod tests {
     use super::*;
     use kafka_protocol::ResponseError;
 
-    const NOT_COORDINATOR: i16 = 16;
-    const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    const NOT_COORDINATOR: i16 = ErrorCode::of(ResponseError::NotCoordinator).code();
+    const COORDINATOR_NOT_AVAILABLE: i16 =
+        ErrorCode::of(ResponseError::CoordinatorNotAvailable).code();
     const TIMEOUT_MS: i32 = 60_000;
     const EPOCH: i32 = 5;
 

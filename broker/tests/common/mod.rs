@@ -20,24 +20,29 @@ pub struct Broker {
     log: PathBuf,
 }
 
+/// A free port that this test process has not handed out before. The kernel may hand out the
+/// same free port twice in a row, and every port here is bound later by a broker: a Kafka port
+/// equal to an admin port sends clients to the HTTP server (both use SO_REUSEPORT), one equal
+/// to another node's controller port stops that broker from starting.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
-/// A Kafka port and a different admin port. The kernel may hand out the same free port twice
-/// in a row; both listeners use SO_REUSEPORT, so a clash would not fail the start but would
-/// send Kafka clients to the HTTP server (seen as librdkafka's AllBrokersDown).
+/// A Kafka port and a different admin port (see [`free_port`]).
 fn kafka_and_admin_ports() -> (u16, u16) {
-    let port = free_port();
-    let mut admin_port = free_port();
-    while admin_port == port {
-        admin_port = free_port();
-    }
-    (port, admin_port)
+    (free_port(), free_port())
 }
 
 impl Broker {
