@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces the README's Performance figures on this machine:
+# Reproduces the throughput and latency figures of docs/performance.md on this machine:
 #   1. keel-bench probe: the disk's sequential O_DIRECT write bandwidth, 4 KiB write+fdatasync
 #      latency, loopback TCP bandwidth and round trip;
 #   2. Keel (flush.policy=group, durable) at max throughput: 1 KiB, acks=all,

@@ -23,72 +23,151 @@ pub struct BrokerKey {
 
 /// Every broker setting Keel knows. Keel-specific ones have no Kafka equivalent.
 pub const BROKER_KEYS: &[BrokerKey] = &[
-    BrokerKey { name: "listen", default: "127.0.0.1:9092", doc: "Kafka listener address (HOST:PORT)" },
-    BrokerKey { name: "advertise", default: "", doc: "address clients are told to connect to (default: listen)" },
-    BrokerKey { name: "data.dir", default: "./keel-data", doc: "directory holding partition logs and metadata" },
-    BrokerKey { name: "smp", default: "0", doc: "shards (one per core); 0 = every core the process may use" },
-    BrokerKey { name: "admin", default: "127.0.0.1:9644", doc: "admin HTTP address (/metrics)" },
-    BrokerKey { name: "node.id", default: "0", doc: "this broker's id (flag --node-id)" },
-    BrokerKey { name: "controller.quorum.voters", default: "", doc: "metadata quorum voters ID@HOST:PORT,... (flag --controller-quorum); empty = this node alone" },
-    BrokerKey { name: "controller.listen", default: "", doc: "controller (Raft) listener HOST:PORT (flag --controller-listen); needed in a multi-node cluster" },
-    BrokerKey { name: "broker.rack", default: "", doc: "this broker's rack, for rack-aware replica placement (flag --rack)" },
-    BrokerKey { name: "broker.session.timeout.ms", default: "9000", doc: "a broker without heartbeats for this long is fenced" },
-    BrokerKey { name: "broker.heartbeat.interval.ms", default: "2000", doc: "how often a broker heartbeats to the controller" },
+    BrokerKey { name: "listen", default: "127.0.0.1:9092", doc: "Kafka listener address, HOST:PORT; every shard listens on it (SO_REUSEPORT)" },
+    BrokerKey { name: "advertise", default: "", doc: "address clients are told to connect to in Metadata, HOST:PORT; empty = the listen address" },
+    BrokerKey { name: "data.dir", default: "./keel-data", doc: "directory holding the partition logs and the metadata quorum's log" },
+    BrokerKey { name: "smp", default: "0", doc: "shards, one per core; 0 = every core the process may use" },
+    BrokerKey { name: "admin", default: "127.0.0.1:9644", doc: "admin HTTP address, HOST:PORT (`/metrics`, `/quorum`, `/debug/stalls`); `off` = none" },
+    BrokerKey { name: "node.id", default: "0", doc: "this broker's id" },
+    BrokerKey { name: "controller.quorum.voters", default: "", doc: "the metadata quorum's voters, `ID@HOST:PORT,...` of their controller listeners; empty = this node alone, a one-voter quorum" },
+    BrokerKey { name: "controller.listen", default: "", doc: "this node's controller (Raft) listener, HOST:PORT; required when the quorum has other voters, and for a broker outside the quorum" },
+    BrokerKey { name: "broker.rack", default: "", doc: "this broker's rack, for rack-aware replica placement" },
+    BrokerKey { name: "broker.session.timeout.ms", default: "9000", doc: "the controller fences a broker whose heartbeats stop for this long" },
+    BrokerKey { name: "broker.heartbeat.interval.ms", default: "2000", doc: "how often a broker heartbeats to the controller; below `broker.session.timeout.ms`" },
     BrokerKey { name: "metadata.log.max.snapshot.interval.ms", default: "3600000", doc: "snapshot the metadata image at least this often when it changed" },
-    BrokerKey { name: "metadata.log.snapshot.entries", default: "1000", doc: "snapshot the metadata image after this many Raft entries" },
+    BrokerKey { name: "metadata.log.snapshot.entries", default: "1000", doc: "snapshot the metadata image after this many Raft entries (Keel's; Kafka counts bytes)" },
     BrokerKey { name: "cluster.id", default: "keel-single-node", doc: "cluster id reported to clients" },
-    BrokerKey { name: "io.memory.bytes", default: "4194304", doc: "io_uring registered memory per shard (derived from io.properties.file unless set)" },
-    BrokerKey { name: "io.properties.file", default: "", doc: "the disk's measured properties, written by `keel-tune iotune`; empty = DATA_DIR/io-properties.toml when it exists; off = none" },
-    BrokerKey { name: "io.latency.goal.us", default: "100000", doc: "how long a shard runs tasks before it reaps I/O completions and switches task queues (glommio's preempt timer; derived from io.properties.file unless set)" },
-    BrokerKey { name: "log.write.buffer.bytes", default: "1048576", doc: "most bytes in one DMA write of a segment (derived from io.properties.file unless set)" },
-    BrokerKey { name: "log.write.inflight.shard.max", default: "0", doc: "segment writes a shard keeps in flight at once; 0 = no bound (derived from io.properties.file unless set)" },
-    BrokerKey { name: "reactor.stall.threshold.ms", default: "10", doc: "a task holding a shard's reactor this long past its task queue's budget is logged with a backtrace and counted (keel_reactor_stalls_total); 0 = off" },
+    BrokerKey { name: "io.memory.bytes", default: "4194304", doc: "io_uring registered memory per shard; counts against RLIMIT_MEMLOCK and is sized down to fit when that limit cannot be raised; derived from `io.properties.file` unless set" },
+    BrokerKey { name: "io.properties.file", default: "", doc: "the disk's measured properties, written by `keel-tune iotune`; empty = `DATA_DIR/io-properties.toml` when it exists; `off` = none. A named file that is missing, or any file that is malformed, stops the start with an error naming it" },
+    BrokerKey { name: "io.latency.goal.us", default: "100000", doc: "how long a shard runs tasks before it reaps I/O completions and switches task queues (glommio's preempt timer), 100 to 1000000; derived from `io.properties.file` unless set" },
+    BrokerKey { name: "log.write.buffer.bytes", default: "1048576", doc: "most bytes in one DMA write of a segment, 4096 to 64 MiB; derived from `io.properties.file` unless set" },
+    BrokerKey { name: "log.write.inflight.shard.max", default: "0", doc: "segment writes a shard keeps in flight at once; 0 = no bound; derived from `io.properties.file` unless set" },
+    BrokerKey { name: "reactor.stall.threshold.ms", default: "10", doc: "a task holding a shard's reactor this long past its task queue's budget is logged (task queue, backtrace) and counted in `keel_reactor_stalls_total{shard}`; 0 = detector off" },
     BrokerKey { name: "num.partitions", default: "1", doc: "partitions of an auto-created topic" },
     BrokerKey { name: "default.replication.factor", default: "1", doc: "replication factor of an auto-created topic" },
-    BrokerKey { name: "auto.create.topics.enable", default: "true", doc: "create unknown topics on Metadata/Produce" },
-    BrokerKey { name: "message.max.bytes", default: "1048588", doc: "largest record batch (topic: max.message.bytes)" },
-    BrokerKey { name: "socket.request.max.bytes", default: "104857600", doc: "largest request frame" },
-    BrokerKey { name: "log.segment.bytes", default: "1073741824", doc: "segment size (topic: segment.bytes)" },
-    BrokerKey { name: "log.roll.ms", default: "604800000", doc: "segment age before roll (topic: segment.ms)" },
-    BrokerKey { name: "log.retention.ms", default: "604800000", doc: "retention by time (topic: retention.ms)" },
-    BrokerKey { name: "log.retention.bytes", default: "-1", doc: "retention by size (topic: retention.bytes)" },
-    BrokerKey { name: "log.cleanup.policy", default: "delete", doc: "delete or compact (topic: cleanup.policy)" },
+    BrokerKey { name: "auto.create.topics.enable", default: "true", doc: "create unknown topics on Metadata and Produce" },
+    BrokerKey { name: "message.max.bytes", default: "1048588", doc: "largest record batch" },
+    BrokerKey { name: "socket.request.max.bytes", default: "104857600", doc: "largest request frame; a larger one closes the connection" },
+    BrokerKey { name: "log.segment.bytes", default: "1073741824", doc: "segment size before roll" },
+    BrokerKey { name: "log.roll.ms", default: "604800000", doc: "segment age before roll (record time since the segment's first batch, as Kafka)" },
+    BrokerKey { name: "log.retention.ms", default: "604800000", doc: "closed segments whose newest record is older are deleted; -1 keeps forever; 0 is honoured and warned about" },
+    BrokerKey { name: "log.retention.bytes", default: "-1", doc: "the oldest closed segments are deleted while the partition stays at least this big; -1 = no limit" },
+    BrokerKey { name: "log.cleanup.policy", default: "delete", doc: "`delete` (retention), `compact` (latest record per key), or both (`compact,delete`)" },
     BrokerKey { name: "log.retention.check.interval.ms", default: "300000", doc: "how often each shard applies retention to its partitions" },
     BrokerKey { name: "log.cleaner.backoff.ms", default: "15000", doc: "how often each shard looks for partitions to compact" },
-    BrokerKey { name: "log.cleaner.dedupe.buffer.size", default: "134217728", doc: "memory for one compaction pass's key map" },
-    BrokerKey { name: "log.cleaner.delete.retention.ms", default: "86400000", doc: "how long tombstones survive compaction (topic: delete.retention.ms)" },
-    BrokerKey { name: "log.cleaner.min.cleanable.ratio", default: "0.5", doc: "dirty ratio that triggers compaction (topic: min.cleanable.dirty.ratio)" },
-    BrokerKey { name: "log.cleaner.min.compaction.lag.ms", default: "0", doc: "records stay uncompacted at least this long (topic: min.compaction.lag.ms)" },
-    BrokerKey { name: "log.cleaner.max.compaction.lag.ms", default: "9223372036854775807", doc: "dirty records are compacted within about this long (topic: max.compaction.lag.ms)" },
-    BrokerKey { name: "log.message.timestamp.type", default: "CreateTime", doc: "CreateTime or LogAppendTime (topic: message.timestamp.type)" },
-    BrokerKey { name: "compression.type", default: "producer", doc: "codec batches are stored in: producer keeps each batch's codec as sent; uncompressed, gzip, snappy, lz4 or zstd rewrites batches in another codec on the owner shard (topic: compression.type)" },
-    BrokerKey { name: "compression.gzip.level", default: "-1", doc: "gzip level (1-9, -1 = zlib's default 6) when compression.type rewrites to gzip (topic: compression.gzip.level)" },
-    BrokerKey { name: "compression.lz4.level", default: "9", doc: "lz4 level (1-17; LZ4 HC from 3, capped at 12) when compression.type rewrites to lz4 (topic: compression.lz4.level)" },
-    BrokerKey { name: "compression.zstd.level", default: "3", doc: "zstd level (-131072 to 22) when compression.type rewrites to zstd (topic: compression.zstd.level)" },
+    BrokerKey { name: "log.cleaner.dedupe.buffer.size", default: "134217728", doc: "memory for one compaction pass's key map (at least 1 MiB)" },
+    BrokerKey { name: "log.cleaner.delete.retention.ms", default: "86400000", doc: "how long compaction keeps tombstones" },
+    BrokerKey { name: "log.cleaner.min.cleanable.ratio", default: "0.5", doc: "dirty share of the cleanable log that triggers compaction" },
+    BrokerKey { name: "log.cleaner.min.compaction.lag.ms", default: "0", doc: "a record stays uncompacted at least this long" },
+    BrokerKey { name: "log.cleaner.max.compaction.lag.ms", default: "9223372036854775807", doc: "a dirty record is compacted within about this long, whatever the ratio" },
+    BrokerKey { name: "log.message.timestamp.type", default: "CreateTime", doc: "`CreateTime` or `LogAppendTime`" },
+    BrokerKey { name: "compression.type", default: "producer", doc: "`producer` stores each batch in the codec the producer used; `uncompressed`, `gzip`, `snappy`, `lz4` or `zstd` rewrites every batch in another codec into this one on the partition's owner shard (records, offsets, timestamps, producer ids and sequences unchanged; control batches never rewritten)" },
+    BrokerKey { name: "compression.gzip.level", default: "-1", doc: "gzip level 1-9 when `compression.type` rewrites to gzip; -1 = zlib's default, 6" },
+    BrokerKey { name: "compression.lz4.level", default: "9", doc: "lz4 level 1-17 when `compression.type` rewrites to lz4: LZ4 HC from 3 (liblz4 caps it at 12), fast mode at 1-2 (Kafka's lz4-java uses HC at every level)" },
+    BrokerKey { name: "compression.zstd.level", default: "3", doc: "zstd level -131072 to 22 when `compression.type` rewrites to zstd" },
     BrokerKey { name: "min.insync.replicas", default: "1", doc: "ISR size needed for acks=all" },
-    BrokerKey { name: "log.flush.policy", default: "group", doc: "group: fdatasync before ack; interval: ack after write, sync every flush.ms (topic: flush.policy)" },
-    BrokerKey { name: "log.flush.interval.ms", default: "1000", doc: "sync period of flush.policy=interval (topic: flush.ms)" },
-    BrokerKey { name: "log.tail.cache.shard.bytes", default: "268435456", doc: "memory per shard for recent batches (at most 4 MiB per partition); the shard's oldest are evicted beyond it" },
-    BrokerKey { name: "log.closed.segment.files.shard.max", default: "1024", doc: "closed segment files a shard keeps open (opened on demand, least recently used closed)" },
-    BrokerKey { name: "producer.id.expiration.ms", default: "86400000", doc: "a partition forgets an idempotent producer whose last batch's timestamp is this old and that has no open transaction" },
-    BrokerKey { name: "offsets.topic.num.partitions", default: "50", doc: "partitions of __consumer_offsets (group coordinators) when it is created" },
-    BrokerKey { name: "offsets.topic.segment.bytes", default: "104857600", doc: "segment.bytes of __consumer_offsets when it is created" },
+    BrokerKey { name: "log.flush.policy", default: "group", doc: "`group`: fdatasync before acknowledging, one sync per partition shared by concurrent requests; `interval`: acknowledge after the write, sync every `flush.ms`" },
+    BrokerKey { name: "log.flush.interval.ms", default: "1000", doc: "sync period under `flush.policy=interval`" },
+    BrokerKey { name: "log.tail.cache.shard.bytes", default: "268435456", doc: "memory per shard for recent batches (consumers at the head read from it, at most 4 MiB per partition); beyond it the shard's oldest cached batches are evicted" },
+    BrokerKey { name: "log.closed.segment.files.shard.max", default: "1024", doc: "closed segment files a shard keeps open; only active segments stay open, others open on demand (least recently used closed)" },
+    BrokerKey { name: "producer.id.expiration.ms", default: "86400000", doc: "a partition forgets an idempotent producer whose last batch's timestamp (Kafka's measure) is this old and that has no open transaction; checked at each retention check and segment roll" },
+    BrokerKey { name: "offsets.topic.num.partitions", default: "50", doc: "partitions of `__consumer_offsets` (the group coordinators) when the first FindCoordinator creates it" },
+    BrokerKey { name: "offsets.topic.segment.bytes", default: "104857600", doc: "`segment.bytes` of `__consumer_offsets` when it is created" },
     BrokerKey { name: "offsets.retention.minutes", default: "10080", doc: "committed offsets of a group without members expire this long after its latest commit" },
     BrokerKey { name: "offsets.retention.check.interval.ms", default: "600000", doc: "how often each coordinator shard looks for expired offsets" },
     BrokerKey { name: "offset.metadata.max.bytes", default: "4096", doc: "largest metadata string of a committed offset" },
-    BrokerKey { name: "group.max.size", default: "2147483647", doc: "members a consumer group may hold (also bounds member ids handed out and not yet used)" },
+    BrokerKey { name: "group.max.size", default: "2147483647", doc: "most members of a consumer group (also bounds member ids handed out and not yet used)" },
     BrokerKey { name: "group.min.session.timeout.ms", default: "6000", doc: "shortest session timeout a group member may ask for" },
     BrokerKey { name: "group.max.session.timeout.ms", default: "1800000", doc: "longest session timeout a group member may ask for" },
-    BrokerKey { name: "group.initial.rebalance.delay.ms", default: "3000", doc: "how long the first rebalance of an empty classic group waits for more members to join (each new member extends it, within the rebalance timeout); 0 = no wait" },
-    BrokerKey { name: "transaction.state.log.num.partitions", default: "50", doc: "partitions of __transaction_state (transaction coordinators) when it is created" },
-    BrokerKey { name: "transaction.state.log.segment.bytes", default: "104857600", doc: "segment.bytes of __transaction_state when it is created" },
-    BrokerKey { name: "transaction.max.timeout.ms", default: "900000", doc: "longest transaction timeout a producer may ask for" },
+    BrokerKey { name: "group.initial.rebalance.delay.ms", default: "3000", doc: "the first rebalance of an empty classic group waits this long for more members (each new member extends it by up to this much again, within the group's rebalance timeout), so members that start together form one generation; 0 = no wait" },
+    BrokerKey { name: "transaction.state.log.num.partitions", default: "50", doc: "partitions of `__transaction_state` (the transaction coordinators) when it is created" },
+    BrokerKey { name: "transaction.state.log.segment.bytes", default: "104857600", doc: "`segment.bytes` of `__transaction_state` when it is created" },
+    BrokerKey { name: "transaction.max.timeout.ms", default: "900000", doc: "the longest `transaction.timeout.ms` a producer may ask for (INVALID_TRANSACTION_TIMEOUT beyond)" },
     BrokerKey { name: "transactional.id.expiration.ms", default: "604800000", doc: "a transactional id without an open transaction is forgotten this long after its last change" },
-    BrokerKey { name: "group.consumer.session.timeout.ms", default: "45000", doc: "group.protocol=consumer: a member without a heartbeat for this long is removed" },
-    BrokerKey { name: "group.consumer.heartbeat.interval.ms", default: "5000", doc: "group.protocol=consumer: how often members heartbeat (told to them)" },
-    BrokerKey { name: "group.consumer.max.size", default: "2147483647", doc: "group.protocol=consumer: members a consumer group may hold" },
-    BrokerKey { name: "group.consumer.assignors", default: "uniform,range", doc: "group.protocol=consumer: server assignors; the first is used when members ask for none" },
+    BrokerKey { name: "group.consumer.session.timeout.ms", default: "45000", doc: "`group.protocol=consumer`: a member without a heartbeat for this long is removed" },
+    BrokerKey { name: "group.consumer.heartbeat.interval.ms", default: "5000", doc: "`group.protocol=consumer`: the heartbeat interval told to members; below `group.consumer.session.timeout.ms`" },
+    BrokerKey { name: "group.consumer.max.size", default: "2147483647", doc: "`group.protocol=consumer`: most members of a group" },
+    BrokerKey { name: "group.consumer.assignors", default: "uniform,range", doc: "`group.protocol=consumer`: server-side assignors (`uniform`, `range`); the first is used when members name none" },
 ];
+
+/// The text of `docs/configuration.md` before the settings table: where settings come from
+/// and in which order they override each other (as `SettingsBuilder` and `keel --help` do).
+const REFERENCE_PREAMBLE: &str = "\
+# Configuration reference
+
+<!-- Generated from BROKER_KEYS and TOPIC_CONFIGS in broker/src/config.rs; do not edit by hand.
+     Regenerate: UPDATE_DOCS=1 cargo test -p keel-broker configuration_reference -->
+
+`keel` and `keel serve` start the broker. Every setting has Kafka's name and default where
+Kafka has the setting. Settings come from four sources, each overriding the ones before it:
+
+1. the built-in defaults below;
+2. environment variables: `KEEL_` and the name in capitals, dots as underscores
+   (`KEEL_NUM_PARTITIONS=3` sets `num.partitions`); `KEEL_CONFIG` names the config file;
+3. a TOML file, `--config keel.toml`, with Kafka's names: `\"num.partitions\" = 3` and the
+   nested `num.partitions = 3` both set `num.partitions`;
+4. flags: `--set KEY=VALUE` sets any setting (repeatable), and these set one each:
+
+| flag | setting |
+| --- | --- |
+| `--listen HOST:PORT` | `listen` |
+| `--advertise HOST:PORT` | `advertise` |
+| `--data-dir DIR` | `data.dir` |
+| `--smp N` | `smp` |
+| `--admin HOST:PORT` | `admin` |
+| `--node-id N` | `node.id` |
+| `--controller-quorum 1@H:P,2@H:P,...` | `controller.quorum.voters` |
+| `--controller-listen HOST:PORT` | `controller.listen` |
+| `--rack RACK` | `broker.rack` |
+
+An unknown setting or an invalid value, from any source, stops the start with an error naming
+it. `keel --help` lists the same settings.
+
+A topic-level setting overrides its broker setting for one topic: set it at creation
+(CreateTopics, `keel topic create --config`) or later (IncrementalAlterConfigs or
+AlterConfigs, `keel topic alter-config`). A topic without an override follows the broker
+setting. DescribeConfigs reports each value and where it came from.
+
+## Settings
+
+| setting | default | environment variable | topic-level name | description |
+| --- | --- | --- | --- | --- |
+";
+
+/// The configuration reference, `docs/configuration.md`: the preamble, then one row per
+/// broker setting with its environment variable and the topic-level setting that inherits it.
+pub fn reference_markdown() -> String {
+    let mut out = String::from(REFERENCE_PREAMBLE);
+    for key in BROKER_KEYS {
+        let code = |v: &str| match v {
+            "" => String::new(),
+            v => format!("`{v}`"),
+        };
+        let topic = topic_name_of(key.name).unwrap_or_default();
+        out.push_str(&format!(
+            "| `{}` | {} | `{}` | {} | {} |\n",
+            key.name,
+            code(key.default),
+            env_var(key.name),
+            code(topic),
+            key.doc.replace('|', "\\|"),
+        ));
+    }
+    out
+}
+
+/// The topic-level setting that inherits broker setting `broker_key`, if any.
+pub fn topic_name_of(broker_key: &str) -> Option<&'static str> {
+    TOPIC_CONFIGS
+        .iter()
+        .find(|t| t.broker_key == broker_key)
+        .map(|t| t.name)
+}
+
+/// The environment variable that sets `key` (`SettingsBuilder::env` reads it back).
+fn env_var(key: &str) -> String {
+    format!("KEEL_{}", key.to_ascii_uppercase().replace('.', "_"))
+}
 
 /// A topic-level setting and the broker setting it inherits.
 pub struct TopicKey {
@@ -409,7 +488,7 @@ impl BrokerConfig {
     pub fn from_settings(explicit: BTreeMap<String, String>) -> Result<Self> {
         for key in explicit.keys() {
             if !BROKER_KEYS.iter().any(|k| k.name == key) {
-                bail!("unknown setting {key:?} (see README for the list)");
+                bail!("unknown setting {key:?} (see keel --help or docs/configuration.md)");
             }
         }
         let mut values: BTreeMap<String, String> = BROKER_KEYS
@@ -882,6 +961,32 @@ mod tests {
         assert_eq!(cfg.num_partitions, 5);
         assert_eq!(cfg.data_dir, PathBuf::from("/flag"));
         assert_eq!(cfg.smp, 3);
+    }
+
+    #[test]
+    fn configuration_reference_is_current() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md");
+        let rendered = reference_markdown();
+        if std::env::var("UPDATE_DOCS").as_deref() == Ok("1") {
+            std::fs::write(&path, &rendered).unwrap();
+            return;
+        }
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            on_disk == rendered,
+            "docs/configuration.md differs from the settings table in broker/src/config.rs; \
+             run `UPDATE_DOCS=1 cargo test -p keel-broker configuration_reference`"
+        );
+    }
+
+    #[test]
+    fn every_setting_has_the_environment_variable_the_reference_names() {
+        for key in BROKER_KEYS {
+            let vars = std::iter::once((env_var(key.name), "x".to_string()));
+            let map = SettingsBuilder::default().env(vars).build();
+            assert!(map.contains_key(key.name), "{}", key.name);
+        }
     }
 
     #[test]

@@ -79,9 +79,12 @@ fn parse_args(args: Vec<String>) -> Result<Option<BrokerConfig>> {
                 use std::fmt::Write as _;
                 let mut text = format!("{USAGE}\n{}\nsettings (default):\n", keel_cli::HELP);
                 for k in BROKER_KEYS {
+                    let topic = crate::config::topic_name_of(k.name)
+                        .map(|t| format!(" (topic: {t})"))
+                        .unwrap_or_default();
                     let _ = writeln!(
                         text,
-                        "  {:<28} {:<16} {}",
+                        "  {:<28} {:<16} {}{topic}",
                         k.name,
                         if k.default.is_empty() { "-" } else { k.default },
                         k.doc
