@@ -13,45 +13,104 @@ use crate::frontend::framing::{
 use crate::handlers::{self, api_versions};
 use crate::shard::BrokerShard;
 
-/// Handles one request frame (header and body, without the size prefix). `client_host` is the
-/// client's address as Kafka shows it to group members ("/127.0.0.1").
-pub async fn handle_frame(shard: Rc<BrokerShard>, mut frame: Bytes, client_host: Rc<str>) -> Reply {
+/// What a request frame is, before any handler runs.
+pub enum Framed {
+    /// A request Keel answers: its API, its header (detached from the frame) and its body.
+    Request {
+        api: ApiKey,
+        hdr: RequestHeader,
+        body: Bytes,
+    },
+    /// An API or version Keel does not answer: Kafka's answer, then the connection closes.
+    /// `api` is the key when Keel knows it.
+    Unsupported {
+        api: Option<ApiKey>,
+        correlation_id: i32,
+    },
+    /// ApiVersions at a version Keel does not know: answered at v0 with the full list.
+    ApiVersionsFallback { correlation_id: i32 },
+    /// A frame too short or a header that does not decode: the connection closes.
+    Malformed(FrameError),
+}
+
+/// Reads one request frame (header and body, without the size prefix) as far as the dispatch
+/// needs: the API and version are checked against the handlers' table before anything is
+/// decoded. No I/O and no shard: the fuzz targets call it as the connection does.
+pub fn frame(mut frame: Bytes) -> Framed {
     let Some(prefix) = peek_prefix(&frame) else {
-        return Reply::Close(FrameError::Header(
+        return Framed::Malformed(FrameError::Header(
             "frame shorter than a request header".into(),
         ));
     };
     let Ok(api) = ApiKey::try_from(prefix.api_key) else {
-        shard.counters.count_request(None);
-        return Reply::FrameThenClose(unsupported_frame(prefix.correlation_id));
+        return Framed::Unsupported {
+            api: None,
+            correlation_id: prefix.correlation_id,
+        };
     };
-    shard.counters.count_request(Some(api));
     // Versions listed but refused (Produce v0-2) are decoded so that the handler can answer
     // each partition with UNSUPPORTED_VERSION instead of closing the connection.
     let supported =
         handlers::support(api).filter(|s| (s.listed_min..=s.max).contains(&prefix.api_version));
-    if api == ApiKey::ApiVersions && supported.is_none() {
-        // Kafka's rule: an ApiVersions request at an unknown version gets a v0 answer with
-        // UNSUPPORTED_VERSION and the full list, so the client can pick a version.
-        return reply(encode_response(
-            api,
-            0,
-            prefix.correlation_id,
-            &api_versions::response(kafka_protocol::ResponseError::UnsupportedVersion.code()),
-        ));
-    }
     if supported.is_none() {
-        return Reply::FrameThenClose(unsupported_frame(prefix.correlation_id));
+        let correlation_id = prefix.correlation_id;
+        return if api == ApiKey::ApiVersions {
+            Framed::ApiVersionsFallback { correlation_id }
+        } else {
+            Framed::Unsupported {
+                api: Some(api),
+                correlation_id,
+            }
+        };
     }
-    let mut hdr: RequestHeader = match decode_header(api, prefix.api_version, &mut frame) {
-        Ok(h) => h,
-        Err(e) => return Reply::Close(e),
-    };
-    detach(&mut hdr);
-    match handlers::call(&shard, &hdr, api, &mut frame, &client_host).await {
-        Ok(Some(answer)) => Reply::Frame(answer),
-        Ok(None) => Reply::None,
-        Err(e) => Reply::Close(e),
+    match decode_header(api, prefix.api_version, &mut frame) {
+        Ok(mut hdr) => {
+            detach(&mut hdr);
+            Framed::Request {
+                api,
+                hdr,
+                body: frame,
+            }
+        }
+        Err(e) => Framed::Malformed(e),
+    }
+}
+
+/// Handles one request frame (header and body, without the size prefix). `client_host` is the
+/// client's address as Kafka shows it to group members ("/127.0.0.1").
+pub async fn handle_frame(
+    shard: Rc<BrokerShard>,
+    frame_bytes: Bytes,
+    client_host: Rc<str>,
+) -> Reply {
+    match frame(frame_bytes) {
+        Framed::Malformed(e) => Reply::Close(e),
+        Framed::Unsupported {
+            api,
+            correlation_id,
+        } => {
+            shard.counters.count_request(api);
+            Reply::FrameThenClose(unsupported_frame(correlation_id))
+        }
+        Framed::ApiVersionsFallback { correlation_id } => {
+            shard.counters.count_request(Some(ApiKey::ApiVersions));
+            // Kafka's rule: an ApiVersions request at an unknown version gets a v0 answer with
+            // UNSUPPORTED_VERSION and the full list, so the client can pick a version.
+            reply(encode_response(
+                ApiKey::ApiVersions,
+                0,
+                correlation_id,
+                &api_versions::response(kafka_protocol::ResponseError::UnsupportedVersion.code()),
+            ))
+        }
+        Framed::Request { api, hdr, mut body } => {
+            shard.counters.count_request(Some(api));
+            match handlers::call(&shard, &hdr, api, &mut body, &client_host).await {
+                Ok(Some(answer)) => Reply::Frame(answer),
+                Ok(None) => Reply::None,
+                Err(e) => Reply::Close(e),
+            }
+        }
     }
 }
 
@@ -104,5 +163,53 @@ mod tests {
             decoded.unknown_tagged_fields[&5],
             Bytes::from_static(b"tag")
         );
+    }
+
+    fn header_bytes(api: i16, version: i16) -> BytesMut {
+        let mut buf = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(api)
+            .with_request_api_version(version)
+            .with_correlation_id(9)
+            .encode(&mut buf, 1)
+            .unwrap();
+        buf
+    }
+
+    #[test]
+    fn frames_are_sorted_before_any_handler_runs() {
+        assert!(matches!(
+            frame(Bytes::from_static(b"\x00")),
+            Framed::Malformed(_)
+        ));
+        let unknown = header_bytes(30_000, 0).freeze();
+        assert!(matches!(
+            frame(unknown),
+            Framed::Unsupported {
+                api: None,
+                correlation_id: 9
+            }
+        ));
+        let too_new = header_bytes(ApiKey::Fetch as i16, 99).freeze();
+        assert!(matches!(
+            frame(too_new),
+            Framed::Unsupported {
+                api: Some(ApiKey::Fetch),
+                correlation_id: 9
+            }
+        ));
+        let versions = header_bytes(ApiKey::ApiVersions as i16, 99).freeze();
+        assert!(matches!(
+            frame(versions),
+            Framed::ApiVersionsFallback { correlation_id: 9 }
+        ));
+        let mut produce = header_bytes(ApiKey::Produce as i16, 7);
+        produce.extend_from_slice(b"\xff\xff");
+        let Framed::Request { api, hdr, body } = frame(produce.freeze()) else {
+            panic!("a Produce v7 frame is a request");
+        };
+        assert_eq!((api, hdr.request_api_version), (ApiKey::Produce, 7));
+        // Two bytes are no Produce body: an error for the connection, not a panic.
+        assert!(handlers::decode_request(api, 7, body).is_err());
     }
 }
