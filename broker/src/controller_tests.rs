@@ -1,0 +1,98 @@
+use super::*;
+
+fn image_with(brokers: &[(i32, Option<&str>)]) -> MetadataImage {
+    let mut image = MetadataImage::default();
+    for (id, rack) in brokers {
+        image.brokers.insert(
+            *id,
+            crate::metadata::BrokerMeta {
+                id: *id,
+                host: "h".into(),
+                port: 9092,
+                rack: rack.map(String::from),
+            },
+        );
+    }
+    image
+}
+
+#[test]
+fn placement_alternates_racks_and_balances_leaders() {
+    let image = image_with(&[
+        (1, Some("a")),
+        (2, Some("a")),
+        (3, Some("b")),
+        (4, Some("b")),
+    ]);
+    let placed = place_replicas(&image, 4, 2);
+    assert_eq!(placed, vec![vec![1, 3], vec![3, 2], vec![2, 4], vec![4, 1]]);
+    let rack = |b: i32| if b <= 2 { "a" } else { "b" };
+    for r in &placed {
+        assert_ne!(
+            rack(r[0]),
+            rack(r[1]),
+            "replicas of a partition span racks: {r:?}"
+        );
+    }
+    // Without racks: leaders go to the brokers leading least.
+    let mut image = image_with(&[(1, None), (2, None), (3, None)]);
+    image.topics.insert(
+        "old".into(),
+        Arc::new(TopicMeta {
+            name: "old".into(),
+            id: [1; 16],
+            partitions: (0..2)
+                .map(|i| crate::metadata::PartitionMeta {
+                    index: i,
+                    shard: 0,
+                    leader_epoch: 0,
+                    leader: 1,
+                    replicas: vec![1],
+                    isr: vec![1],
+                })
+                .collect(),
+            replication_factor: 1,
+            configs: BTreeMap::new(),
+        }),
+    );
+    let leaders: Vec<i32> = place_replicas(&image, 4, 1).iter().map(|r| r[0]).collect();
+    assert_eq!(leaders, vec![2, 3, 2, 3]);
+    assert!(place_replicas(&image_with(&[]), 3, 1).is_empty());
+}
+
+#[test]
+fn incremental_ops() {
+    let cur: BTreeMap<String, String> = [("retention.ms".to_string(), "5".to_string())].into();
+    let next = apply_change(
+        &cur,
+        &ConfigChange::Incremental(vec![
+            ("segment.bytes".into(), 0, Some("1048576".into())),
+            ("retention.ms".into(), 1, None),
+            ("cleanup.policy".into(), 2, Some("compact".into())),
+            ("cleanup.policy".into(), 2, Some("delete".into())),
+            ("cleanup.policy".into(), 3, Some("compact".into())),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(
+        next.get("segment.bytes").map(String::as_str),
+        Some("1048576")
+    );
+    assert_eq!(
+        next.get("cleanup.policy").map(String::as_str),
+        Some("delete")
+    );
+    assert!(!next.contains_key("retention.ms"));
+    let err = apply_change(
+        &cur,
+        &ConfigChange::Incremental(vec![("retention.ms".into(), 2, Some("1".into()))]),
+    )
+    .unwrap_err();
+    assert_eq!(err.code, ResponseError::InvalidConfig.code());
+    let err = apply_change(
+        &cur,
+        &ConfigChange::Replace([("bogus".to_string(), "1".to_string())].into()),
+    )
+    .unwrap_err();
+    assert_eq!(err.code, ResponseError::InvalidConfig.code());
+}
