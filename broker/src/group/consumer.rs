@@ -60,7 +60,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::mem;
 
-use super::topic_regex::{self, TopicRegex};
+use super::topic_regex::TopicRegex;
 use bytes::Bytes;
 use keel_vocab::error::ResponseError;
 use keel_vocab::{ErrorCode, TopicId, TopicIdPartition};

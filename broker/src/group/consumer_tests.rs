@@ -966,7 +966,9 @@ fn topic_regex_matches_whole_names() {
     ] {
         assert!(TopicRegex::new(bad).is_err(), "{bad} should be refused");
     }
-    assert!(TopicRegex::new(&"a".repeat(topic_regex::PATTERN_BYTES_MAX + 1)).is_err());
+    assert!(
+        TopicRegex::new(&"a".repeat(crate::group::topic_regex::PATTERN_BYTES_MAX + 1)).is_err()
+    );
     assert!(
         TopicRegex::new("(((a{100}){100}){100})").is_err(),
         "too large"
