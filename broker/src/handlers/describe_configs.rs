@@ -1,33 +1,27 @@
-//! DescribeConfigs (key 32, v0-4; v0 reports is_default instead of a config source), AlterConfigs (key 33, v0-2) and IncrementalAlterConfigs
-//! (key 44, v0-1) for topic configs; DescribeConfigs also lists the (static) broker configs.
-//! Changes go through the controller, which validates every value before anything changes.
+//! DescribeConfigs (key 32, v0-4; v0 reports is_default instead of a config source): topic
+//! configs with their sources and synonyms, and the (static) broker configs. Changes are
+//! AlterConfigs' and IncrementalAlterConfigs'.
 
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kafka_protocol::messages::{
-    alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
-    AlterConfigsResponse, ApiKey, DescribeConfigsRequest, DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, RequestHeader,
+    ApiKey, DescribeConfigsRequest, DescribeConfigsResponse, RequestHeader,
 };
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
 use crate::config::{BROKER_KEYS, TOPIC_CONFIGS};
-use crate::controller::{self, ConfigChange, OpError};
 use crate::errors::code;
 use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeConfigs, 0, 4);
-pub const ALTER_SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AlterConfigs, 0, 2);
-pub const INCREMENTAL_ALTER_SUPPORT: ApiSupport =
-    ApiSupport::new(ApiKey::IncrementalAlterConfigs, 0, 1);
 
-const TOPIC: i8 = 2;
-const BROKER: i8 = 4;
+/// Kafka's config resource types.
+pub(super) const TOPIC: i8 = 2;
+pub(super) const BROKER: i8 = 4;
 // Kafka's config sources.
 const SOURCE_TOPIC: i8 = 1;
 const SOURCE_STATIC_BROKER: i8 = 4;
@@ -200,133 +194,6 @@ pub async fn handle(
             }
         }
         resp.results.push(result);
-    }
-    resp
-}
-
-/// Sends topic changes to the controller; non-topic resources are refused. Answers in order:
-/// (resource type, name, result).
-async fn alter(
-    shard: &Rc<BrokerShard>,
-    asked: Vec<(i8, String, ConfigChange)>,
-    validate_only: bool,
-) -> Vec<(i8, String, Result<(), OpError>)> {
-    let topics: Vec<(String, ConfigChange)> = asked
-        .iter()
-        .filter(|a| a.0 == TOPIC)
-        .map(|a| (a.1.clone(), a.2.clone()))
-        .collect();
-    let n = topics.len();
-    let mut results = match controller::call(shard, move |s| {
-        controller::alter_topic_configs(s, topics, validate_only)
-    })
-    .await
-    {
-        Ok(r) => r.into_iter(),
-        Err(e) => vec![Err(e); n].into_iter(),
-    };
-    asked
-        .into_iter()
-        .map(|(ty, name, _)| {
-            let r = if ty == TOPIC {
-                results.next().unwrap_or_else(|| {
-                    Err(OpError::new(
-                        ResponseError::UnknownServerError,
-                        "lost result",
-                    ))
-                })
-            } else if ty == BROKER {
-                Err(OpError::new(
-                    ResponseError::InvalidRequest,
-                    "Keel's broker configs are static: set them in the config file or flags",
-                ))
-            } else {
-                Err(OpError::new(
-                    ResponseError::InvalidRequest,
-                    format!("resource type {ty} is not supported"),
-                ))
-            };
-            (ty, name, r)
-        })
-        .collect()
-}
-
-pub async fn handle_alter(
-    shard: &Rc<BrokerShard>,
-    _hdr: &RequestHeader,
-    req: AlterConfigsRequest,
-) -> AlterConfigsResponse {
-    let asked = req
-        .resources
-        .iter()
-        .map(|r| {
-            let all: BTreeMap<String, String> = r
-                .configs
-                .iter()
-                .filter_map(|c| {
-                    c.value
-                        .as_ref()
-                        .map(|v| (c.name.to_string(), v.to_string()))
-                })
-                .collect();
-            (
-                r.resource_type,
-                r.resource_name.to_string(),
-                ConfigChange::Replace(all),
-            )
-        })
-        .collect();
-    let mut resp = AlterConfigsResponse::default();
-    for (ty, name, r) in alter(shard, asked, req.validate_only).await {
-        let mut out = alter_configs_response::AlterConfigsResourceResponse::default()
-            .with_resource_type(ty)
-            .with_resource_name(str_bytes(name));
-        if let Err(e) = r {
-            out.error_code = e.code;
-            out.error_message = Some(str_bytes(e.message));
-        }
-        resp.responses.push(out);
-    }
-    resp
-}
-
-pub async fn handle_incremental(
-    shard: &Rc<BrokerShard>,
-    _hdr: &RequestHeader,
-    req: IncrementalAlterConfigsRequest,
-) -> IncrementalAlterConfigsResponse {
-    let asked = req
-        .resources
-        .iter()
-        .map(|r| {
-            let ops = r
-                .configs
-                .iter()
-                .map(|c| {
-                    (
-                        c.name.to_string(),
-                        c.config_operation,
-                        c.value.as_ref().map(|v| v.to_string()),
-                    )
-                })
-                .collect();
-            (
-                r.resource_type,
-                r.resource_name.to_string(),
-                ConfigChange::Incremental(ops),
-            )
-        })
-        .collect();
-    let mut resp = IncrementalAlterConfigsResponse::default();
-    for (ty, name, r) in alter(shard, asked, req.validate_only).await {
-        let mut out = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
-            .with_resource_type(ty)
-            .with_resource_name(str_bytes(name));
-        if let Err(e) = r {
-            out.error_code = e.code;
-            out.error_message = Some(str_bytes(e.message));
-        }
-        resp.responses.push(out);
     }
     resp
 }

@@ -15,6 +15,7 @@ use crate::shard::BrokerShard;
 
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
+pub mod alter_configs;
 pub mod api_versions;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
@@ -33,6 +34,7 @@ pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
+pub mod incremental_alter_configs;
 pub mod init_producer_id;
 pub mod join_group;
 pub mod leave_group;
@@ -163,12 +165,11 @@ api_table! {
         => plain offset_for_leader_epoch::handle, OffsetForLeaderEpochRequest;
     DescribeConfigs: describe_configs::SUPPORT
         => plain describe_configs::handle, DescribeConfigsRequest;
-    AlterConfigs: describe_configs::ALTER_SUPPORT
-        => plain describe_configs::handle_alter, AlterConfigsRequest;
+    AlterConfigs: alter_configs::SUPPORT => plain alter_configs::handle, AlterConfigsRequest;
     CreatePartitions: create_partitions::SUPPORT
         => plain create_partitions::handle, CreatePartitionsRequest;
-    IncrementalAlterConfigs: describe_configs::INCREMENTAL_ALTER_SUPPORT
-        => plain describe_configs::handle_incremental, IncrementalAlterConfigsRequest;
+    IncrementalAlterConfigs: incremental_alter_configs::SUPPORT
+        => plain incremental_alter_configs::handle, IncrementalAlterConfigsRequest;
     DescribeCluster: describe_cluster::SUPPORT
         => plain describe_cluster::handle, DescribeClusterRequest;
     DeleteRecords: delete_records::SUPPORT => plain delete_records::handle, DeleteRecordsRequest;

@@ -1,0 +1,104 @@
+//! AlterConfigs (key 33, v0-2): replaces a topic's config overrides. Changes go through the
+//! controller, which validates every value before anything changes; broker configs are
+//! static and refused.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use kafka_protocol::messages::{
+    alter_configs_response, AlterConfigsRequest, AlterConfigsResponse, ApiKey, RequestHeader,
+};
+use kafka_protocol::ResponseError;
+
+use super::describe_configs::{BROKER, TOPIC};
+use super::{str_bytes, ApiSupport};
+use crate::controller::{self, ConfigChange, OpError};
+use crate::shard::BrokerShard;
+
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AlterConfigs, 0, 2);
+
+/// Sends topic changes to the controller; non-topic resources are refused. Answers in order:
+/// (resource type, name, result).
+pub(super) async fn alter(
+    shard: &Rc<BrokerShard>,
+    asked: Vec<(i8, String, ConfigChange)>,
+    validate_only: bool,
+) -> Vec<(i8, String, Result<(), OpError>)> {
+    let topics: Vec<(String, ConfigChange)> = asked
+        .iter()
+        .filter(|a| a.0 == TOPIC)
+        .map(|a| (a.1.clone(), a.2.clone()))
+        .collect();
+    let n = topics.len();
+    let mut results = match controller::call(shard, move |s| {
+        controller::alter_topic_configs(s, topics, validate_only)
+    })
+    .await
+    {
+        Ok(r) => r.into_iter(),
+        Err(e) => vec![Err(e); n].into_iter(),
+    };
+    asked
+        .into_iter()
+        .map(|(ty, name, _)| {
+            let r = if ty == TOPIC {
+                results.next().unwrap_or_else(|| {
+                    Err(OpError::new(
+                        ResponseError::UnknownServerError,
+                        "lost result",
+                    ))
+                })
+            } else if ty == BROKER {
+                Err(OpError::new(
+                    ResponseError::InvalidRequest,
+                    "Keel's broker configs are static: set them in the config file or flags",
+                ))
+            } else {
+                Err(OpError::new(
+                    ResponseError::InvalidRequest,
+                    format!("resource type {ty} is not supported"),
+                ))
+            };
+            (ty, name, r)
+        })
+        .collect()
+}
+
+pub async fn handle(
+    shard: &Rc<BrokerShard>,
+    _hdr: &RequestHeader,
+    req: AlterConfigsRequest,
+) -> AlterConfigsResponse {
+    let asked = req
+        .resources
+        .iter()
+        .map(|r| {
+            let all: BTreeMap<String, String> = r
+                .configs
+                .iter()
+                .filter_map(|c| {
+                    c.value
+                        .as_ref()
+                        .map(|v| (c.name.to_string(), v.to_string()))
+                })
+                .collect();
+            (
+                r.resource_type,
+                r.resource_name.to_string(),
+                ConfigChange::Replace(all),
+            )
+        })
+        .collect();
+    let mut resp = AlterConfigsResponse::default();
+    for (ty, name, r) in alter(shard, asked, req.validate_only).await {
+        let mut out = alter_configs_response::AlterConfigsResourceResponse::default()
+            .with_resource_type(ty)
+            .with_resource_name(str_bytes(name));
+        if let Err(e) = r {
+            out.error_code = e.code;
+            out.error_message = Some(str_bytes(e.message));
+        }
+        resp.responses.push(out);
+    }
+    resp
+}
