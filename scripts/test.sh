@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every Keel test: installs what the tests need (Debian packages, the Python
-# requirements), checks formatting (rustfmt) and lints (clippy, warnings are errors), builds the
-# workspace, runs the Rust tests (unit, property, integration with
-# librdkafka), the kafkajs tests and the Python integration tests (kafka-python, confluent-kafka,
+# requirements, cargo-fuzz), checks formatting (rustfmt) and lints (clippy, warnings are errors),
+# builds the workspace, runs the Rust tests (unit, property, integration with
+# librdkafka), replays the fuzz targets' corpora (fixed seed and run count), the kafkajs tests and the Python integration tests (kafka-python, confluent-kafka,
 # kcat, Sarama) against the real binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +41,11 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace -- --test-threads=2
+echo "== fuzz corpus replay"
+# cargo-fuzz on the stable toolchain (sanitizer off); pinned, built once per machine.
+cargo fuzz --version 2>/dev/null | grep -q '0.13.2' || cargo install cargo-fuzz --version 0.13.2 --locked
+(cd fuzz && cargo fmt -- --check)
+scripts/fuzz-replay.sh
 echo "== kafkajs"
 KEEL_BIN="$PWD/target/debug/keel" tests/js/run.sh
 echo "== pytest"

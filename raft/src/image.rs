@@ -274,6 +274,14 @@ impl ClusterImage {
                             format!("{name}-{partition} does not exist"),
                         )
                     })?;
+                // Checked before anything changes: the record is applied whole or not at all.
+                // Only an image from a hostile snapshot holds an epoch this high.
+                let partition_epoch = p.partition_epoch.checked_add(1).ok_or_else(|| {
+                    (
+                        codes::INVALID_REQUEST,
+                        format!("{name}-{partition}: partition epoch exhausted"),
+                    )
+                })?;
                 if let Some(l) = leader {
                     p.leader = *l;
                 }
@@ -286,7 +294,7 @@ impl ClusterImage {
                 if let Some(r) = replicas {
                     p.replicas = r.clone();
                 }
-                p.partition_epoch += 1;
+                p.partition_epoch = partition_epoch;
             }
             Record::ConfigChanged {
                 resource_type,
@@ -341,7 +349,14 @@ impl ClusterImage {
                         ),
                     ));
                 }
-                self.next_producer_id += i64::from(*block_size);
+                // Only an image from a hostile snapshot comes near i64::MAX.
+                let next = self.next_producer_id.checked_add(i64::from(*block_size));
+                self.next_producer_id = next.ok_or_else(|| {
+                    (
+                        codes::INVALID_REQUEST,
+                        format!("producer ids exhausted at {first_producer_id}"),
+                    )
+                })?;
             }
         }
         Ok(())
@@ -453,5 +468,43 @@ mod tests {
         let (img, out) = img.apply(2, &[block(0)]);
         assert!(matches!(out, ApplyOutcome::Rejected { .. }));
         assert_eq!(img.next_producer_id, 1000);
+    }
+
+    /// An image decoded from a hostile snapshot: counters at their limit reject the record
+    /// instead of overflowing (a panic in debug builds, a negative id or epoch in release).
+    #[test]
+    fn counters_at_their_limit_reject_instead_of_overflowing() {
+        let mut image = ClusterImage {
+            next_producer_id: i64::MAX - 10,
+            ..ClusterImage::default()
+        };
+        let block = Record::ProducerIdsAllocated {
+            broker_id: 1,
+            first_producer_id: i64::MAX - 10,
+            block_size: 1000,
+        };
+        let (img, out) = Arc::new(image.clone()).apply(1, &[block]);
+        assert!(
+            matches!(out, ApplyOutcome::Rejected { code, .. } if code == codes::INVALID_REQUEST)
+        );
+        assert_eq!(img.next_producer_id, i64::MAX - 10);
+
+        let (created_img, _) = Arc::new(image.clone()).apply(1, &created("e", 5, 1));
+        image = (*created_img).clone();
+        Arc::make_mut(image.topics.get_mut("e").unwrap()).partitions[0].partition_epoch = i32::MAX;
+        let change = Record::PartitionChanged {
+            topic_id: [5; 16],
+            partition: 0,
+            leader: Some(2),
+            leader_epoch: Some(1),
+            isr: None,
+            replicas: None,
+        };
+        let (img, out) = Arc::new(image).apply(2, &[change]);
+        assert!(
+            matches!(out, ApplyOutcome::Rejected { code, .. } if code == codes::INVALID_REQUEST)
+        );
+        let p = &img.topic("e").unwrap().partitions[0];
+        assert_eq!((p.leader, p.partition_epoch), (1, i32::MAX));
     }
 }

@@ -28,6 +28,19 @@ pub mod state_machine;
 
 use std::io::Cursor;
 
+/// The decoders of untrusted bytes that are private to the crate, for the fuzz targets in
+/// `fuzz/` (feature `fuzzing`; nothing else turns it on), re-exported unchanged.
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    use crate::TypeConfig;
+
+    /// `LogStore::open`'s parse of the Raft log file: the entries with their byte positions,
+    /// and the length of the valid prefix.
+    pub fn parse_log_frames(bytes: &[u8]) -> (Vec<(openraft::Entry<TypeConfig>, u64)>, u64) {
+        crate::log_store::parse_frames(bytes)
+    }
+}
+
 pub use error::{RaftError, RecordError};
 pub use image::ClusterImage;
 pub use records::Record;

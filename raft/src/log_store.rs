@@ -98,8 +98,8 @@ fn frame(entry: &Entry<TypeConfig>) -> Result<Vec<u8>, SE> {
 }
 
 /// Parses frames from `bytes`: the entries with their positions, and the length of the valid
-/// prefix.
-fn parse_frames(bytes: &[u8]) -> (Vec<(Entry<TypeConfig>, u64)>, u64) {
+/// prefix. The bytes are the log file as read at open: hostile, never a panic.
+pub(crate) fn parse_frames(bytes: &[u8]) -> (Vec<(Entry<TypeConfig>, u64)>, u64) {
     let mut out = Vec::new();
     let mut pos = 0usize;
     while bytes.len() - pos >= FRAME_HEADER {

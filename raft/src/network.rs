@@ -103,17 +103,28 @@ pub async fn read_frame<T: serde::de::DeserializeOwned>(
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
-    let len = u32::from_be_bytes(len) as usize;
+    let mut buf = vec![0u8; frame_len(len)?];
+    stream.read_exact(&mut buf).await?;
+    decode_frame(&buf).map(Some)
+}
+
+/// The body length a frame's 4-byte prefix declares, refused past `FRAME_BYTES_MAX` before
+/// anything is allocated for it.
+pub fn frame_len(prefix: [u8; 4]) -> std::io::Result<usize> {
+    let len = u32::from_be_bytes(prefix) as usize;
     if len > FRAME_BYTES_MAX {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("controller frame of {len} bytes exceeds {FRAME_BYTES_MAX}"),
         ));
     }
-    let mut buf = vec![0u8; len];
-    stream.read_exact(&mut buf).await?;
-    serde_json::from_slice(&buf)
-        .map(Some)
+    Ok(len)
+}
+
+/// Decodes a frame's body (the JSON after the prefix); hostile bytes are an `InvalidData`
+/// error.
+pub fn decode_frame<T: serde::de::DeserializeOwned>(body: &[u8]) -> std::io::Result<T> {
+    serde_json::from_slice(body)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 

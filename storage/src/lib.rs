@@ -44,6 +44,21 @@ mod tests;
 #[cfg(test)]
 mod txn_tests;
 
+/// The decoders of untrusted bytes that are private to the crate, for the fuzz targets in
+/// `fuzz/` (feature `fuzzing`; nothing else turns it on). Each item is the code the log runs,
+/// re-exported unchanged.
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    pub use crate::batch::{
+        compute_crc, validate_one, BatchHeader, BATCH_LENGTH_AT, CRC_AT, HEADER_BYTES, LOG_OVERHEAD,
+    };
+    pub use crate::epoch::EpochCache;
+    pub use crate::index::{OffsetIndex, TimeIndex};
+    pub use crate::producer_state::ProducerStateManager;
+    pub use crate::records::{decompress, find_record, unkeyed_records};
+    pub use crate::txn_index::TxnIndex;
+}
+
 pub use batch::{contains_control_batch, end_offset_of, validate_batches};
 pub use error::{RecordError, StorageError, RECORD_ERRORS_MAX};
 pub use log::Log;

@@ -16,6 +16,9 @@ use crate::error::StorageError;
 const DECOMPRESSED_BYTES_MAX: u64 = 256 * 1024 * 1024;
 const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\0";
 const XERIAL_HEADER_BYTES: usize = 16;
+/// Most output per input byte of a raw snappy block: its densest element is a 3-byte copy of
+/// 64 bytes (64 / 3 < 22).
+const SNAPPY_EXPANSION_MAX: usize = 22;
 
 fn corrupt(msg: impl Into<String>) -> StorageError {
     StorageError::CorruptMessage(msg.into())
@@ -55,6 +58,15 @@ fn snappy_raw(data: &[u8], out: &mut Vec<u8>) -> Result<(), StorageError> {
     let len = snap::raw::decompress_len(data).map_err(|e| corrupt(format!("snappy: {e}")))?;
     if (out.len() + len) as u64 > DECOMPRESSED_BYTES_MAX {
         return Err(corrupt("snappy: decompressed size too large"));
+    }
+    // The output is allocated and zeroed at the size the block claims: a claim no block of
+    // this many bytes can reach is refused first (a 6-byte block claiming 256 MiB cost that
+    // much memory and time on every read, found by the record_batch fuzz target).
+    if len > data.len().saturating_mul(SNAPPY_EXPANSION_MAX) {
+        return Err(corrupt(format!(
+            "snappy: {len} bytes claimed by a {}-byte block",
+            data.len()
+        )));
     }
     let start = out.len();
     out.resize(start + len, 0);
@@ -407,6 +419,25 @@ mod tests {
         let crc = compute_crc(&b);
         b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
         b
+    }
+
+    #[test]
+    fn snappy_claims_past_the_densest_block_are_corrupt() {
+        // Zeros compress at snappy's densest (one 3-byte copy per 64 bytes) and still read.
+        let zeros = vec![0u8; 1 << 20];
+        let packed = snap::raw::Encoder::new().compress_vec(&zeros).unwrap();
+        assert_eq!(decompress(2, &packed).unwrap(), zeros);
+        // A block that claims 200 MiB from 6 bytes is refused before any allocation.
+        let mut claim = Vec::new();
+        let mut len = 200u64 << 20;
+        while len >= 0x80 {
+            claim.push((len as u8) | 0x80);
+            len >>= 7;
+        }
+        claim.push(len as u8);
+        claim.extend_from_slice(&[0, 0]);
+        let err = decompress(2, &claim).unwrap_err().to_string();
+        assert!(err.contains("claimed by a 6-byte block"), "{err}");
     }
 
     #[test]

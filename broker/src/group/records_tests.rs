@@ -255,3 +255,17 @@ fn garbage_is_unreadable_not_a_panic() {
     );
     assert_eq!(decode_record(None, None), CoordinatorRecord::Unreadable);
 }
+
+/// A batch that claims i32::MAX records (the record_batch fuzz target's find) is one
+/// unreadable batch for the loader, not a 200 GB allocation that aborts the process.
+#[test]
+fn a_batch_claiming_i32_max_records_is_unreadable_not_an_abort() {
+    // The corpus entry is the fuzz target's control byte, then the batch.
+    let entry =
+        include_bytes!("../../../fuzz/corpus/record_batch/regression-kp-record-count-alloc");
+    let bytes = Bytes::copy_from_slice(&entry[1..]);
+    let mut unreadable = 0u64;
+    let mut records = 0u64;
+    walk_batches_with(&bytes, &mut unreadable, |_, _, _| records += 1);
+    assert_eq!((unreadable, records), (1, 0));
+}

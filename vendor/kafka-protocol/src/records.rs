@@ -514,7 +514,9 @@ impl RecordBatchDecoder {
         version: i8,
         records: &mut Vec<Record>,
     ) -> Result<()> {
-        records.reserve(batch_decode_info.record_count as usize);
+        // Keel: never trust a wire count for preallocation; each record takes at least one
+        // byte, so the remaining bytes bound the count.
+        records.reserve((batch_decode_info.record_count as usize).min(buf.remaining()));
         for _ in 0..batch_decode_info.record_count {
             records.push(Record::decode_new(buf, batch_decode_info, version)?);
         }
@@ -859,11 +861,13 @@ impl Record {
 
         // Timestamp delta
         let timestamp_delta: i64 = types::VarLong.decode(buf)?;
-        let timestamp = batch_decode_info.min_timestamp + timestamp_delta;
+        // Keel: wrapping, as Java's long arithmetic and this crate's release builds do; a
+        // debug build panicked on a hostile delta.
+        let timestamp = batch_decode_info.min_timestamp.wrapping_add(timestamp_delta);
 
         // Offset delta
         let offset_delta: i32 = types::VarInt.decode(buf)?;
-        let offset = batch_decode_info.min_offset + offset_delta as i64;
+        let offset = batch_decode_info.min_offset.wrapping_add(offset_delta as i64);
         let sequence = batch_decode_info.base_sequence.wrapping_add(offset_delta);
 
         // Key
@@ -893,7 +897,8 @@ impl Record {
         }
         let num_headers = num_headers as usize;
 
-        let mut headers = IndexMap::with_capacity(num_headers);
+        // Keel: bounded by the bytes left, as the record count above.
+        let mut headers = IndexMap::with_capacity(num_headers.min(buf.len()));
         for _ in 0..num_headers {
             // Key len
             let key_len: i32 = types::VarInt.decode(buf)?;
@@ -1087,5 +1092,31 @@ mod tests {
             2,
         )
         .expect("decode works");
+    }
+
+    /// Keel: `make_batch(n)` with the field at byte `at` overwritten and the CRC (of the bytes
+    /// from the attributes on) recomputed, as a hostile writer would.
+    fn patched_batch(n: usize, at: usize, field: &[u8]) -> Bytes {
+        let mut b = BytesMut::from(&make_batch(n)[..]);
+        b[at..at + field.len()].copy_from_slice(field);
+        let crc = crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        b.freeze()
+    }
+
+    #[test]
+    fn hostile_record_count_is_an_error_not_an_allocation() {
+        // recordsCount (byte 57) = i32::MAX once reserved ~200 GB and aborted the process.
+        let mut b = patched_batch(1, 57, &i32::MAX.to_be_bytes());
+        assert!(RecordBatchDecoder::decode(&mut b).is_err());
+    }
+
+    #[test]
+    fn hostile_timestamp_delta_wraps_as_java_does() {
+        // baseTimestamp (byte 27) = i64::MAX; the second record's delta of 1 overflowed.
+        let mut b = patched_batch(2, 27, &i64::MAX.to_be_bytes());
+        let set = RecordBatchDecoder::decode(&mut b).unwrap();
+        assert_eq!(set.records[0].timestamp, i64::MAX);
+        assert_eq!(set.records[1].timestamp, i64::MIN);
     }
 }
