@@ -1,8 +1,6 @@
 //! The CLI's one error type. Every failure a command can meet ends here and becomes a line on
 //! stderr and an exit code: 2 for a command line that does not parse, 1 for everything else.
 
-use kafka_protocol::ResponseError;
-
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// The command line is wrong; the text says how.
@@ -80,23 +78,7 @@ pub fn check(code: i16, context: impl FnOnce() -> String, message: Option<String
 
 /// A Kafka error code by its Kafka name, e.g. 36 -> `TOPIC_ALREADY_EXISTS`.
 pub fn error_name(code: i16) -> String {
-    match ResponseError::try_from_code(code) {
-        None => "NONE".to_string(),
-        Some(ResponseError::Unknown(c)) => format!("UNKNOWN_ERROR_CODE_{c}"),
-        Some(e) => screaming_snake(&e.to_string()),
-    }
-}
-
-/// `TopicAlreadyExists` -> `TOPIC_ALREADY_EXISTS`.
-fn screaming_snake(camel: &str) -> String {
-    let mut out = String::with_capacity(camel.len() + 8);
-    for (i, c) in camel.chars().enumerate() {
-        if c.is_ascii_uppercase() && i > 0 {
-            out.push('_');
-        }
-        out.push(c.to_ascii_uppercase());
-    }
-    out
+    keel_vocab::ErrorCode::from_code(code).name()
 }
 
 #[cfg(test)]

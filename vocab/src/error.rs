@@ -38,11 +38,11 @@ impl ErrorCode {
     }
 
     /// Kafka's name for the code, as its `Errors` enum spells it (`NOT_COORDINATOR`);
-    /// `UNKNOWN(n)` for a code not in the table.
+    /// `UNKNOWN_ERROR_CODE_n` for a code not in the table.
     pub fn name(self) -> String {
         match self.error() {
             None => "NONE".to_string(),
-            Some(ResponseError::Unknown(n)) => format!("UNKNOWN({n})"),
+            Some(ResponseError::Unknown(n)) => format!("UNKNOWN_ERROR_CODE_{n}"),
             Some(e) => upper_snake(&format!("{e:?}")),
         }
     }
@@ -111,7 +111,10 @@ mod tests {
         assert_eq!(ErrorCode::NONE.name(), "NONE");
         assert!(ErrorCode::NONE.is_none() && !ErrorCode::NONE.is_retriable());
         assert_eq!(ErrorCode::from_code(-1).name(), "UNKNOWN_SERVER_ERROR");
-        assert_eq!(ErrorCode::from_code(30_000).name(), "UNKNOWN(30000)");
+        assert_eq!(
+            ErrorCode::from_code(30_000).name(),
+            "UNKNOWN_ERROR_CODE_30000"
+        );
         assert_eq!(
             format!("{:?}", ErrorCode::from_code(3)),
             "UNKNOWN_TOPIC_OR_PARTITION (3)"
