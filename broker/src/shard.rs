@@ -111,6 +111,22 @@ impl BrokerShard {
         })
     }
 
+    /// Sleeps for `interval`; `false` if the shard began shutting down first (the caller's
+    /// periodic loop then ends).
+    pub async fn sleep_unless_shutdown(&self, interval: std::time::Duration) -> bool {
+        futures_lite::future::or(
+            async {
+                glommio::timer::sleep(interval).await;
+                true
+            },
+            async {
+                self.shutdown.wait().await;
+                false
+            },
+        )
+        .await
+    }
+
     pub fn image(&self) -> Rc<MetadataImage> {
         self.image.borrow().clone()
     }

@@ -16,18 +16,7 @@ use crate::shard::BrokerShard;
 pub async fn retention(shard: Rc<BrokerShard>) {
     let interval = Duration::from_millis(shard.config.retention_check_interval_ms());
     loop {
-        let stop = futures_lite::future::or(
-            async {
-                glommio::timer::sleep(interval).await;
-                false
-            },
-            async {
-                shard.shutdown.wait().await;
-                true
-            },
-        )
-        .await;
-        if stop {
+        if !shard.sleep_unless_shutdown(interval).await {
             return;
         }
         let now_ms = shard.clock.now_ms();
@@ -63,18 +52,7 @@ pub async fn compaction(shard: Rc<BrokerShard>) {
     let interval = Duration::from_millis(shard.config.cleaner_backoff_ms());
     let map_bytes = shard.config.cleaner_map_bytes();
     loop {
-        let stop = futures_lite::future::or(
-            async {
-                glommio::timer::sleep(interval).await;
-                false
-            },
-            async {
-                shard.shutdown.wait().await;
-                true
-            },
-        )
-        .await;
-        if stop {
+        if !shard.sleep_unless_shutdown(interval).await {
             return;
         }
         for part in shard.all_partitions() {

@@ -1386,18 +1386,7 @@ fn start_expiry(shard: &Rc<BrokerShard>) {
 async fn expiry(shard: Rc<BrokerShard>) {
     let interval = Duration::from_millis(shard.config.offsets_retention_check_interval_ms);
     loop {
-        let stop = futures_lite::future::or(
-            async {
-                glommio::timer::sleep(interval).await;
-                false
-            },
-            async {
-                shard.shutdown.wait().await;
-                true
-            },
-        )
-        .await;
-        if stop {
+        if !shard.sleep_unless_shutdown(interval).await {
             return;
         }
         expire_offsets(&shard, shard.clock.now_ms()).await;
