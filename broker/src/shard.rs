@@ -348,9 +348,9 @@ impl BrokerShard {
                     .entry(topic.name.clone())
                     .or_default()
                     .insert(index, part.clone());
-                if topic.name == crate::group::OFFSETS_TOPIC {
+                if topic.name == keel_coordinator::OFFSETS_TOPIC {
                     crate::group::start_load(self, part);
-                } else if topic.name == crate::txn::TRANSACTION_STATE_TOPIC {
+                } else if topic.name == keel_coordinator::TRANSACTION_STATE_TOPIC {
                     crate::txn::coordinator::start_load(self, part);
                 }
             }

@@ -6,16 +6,18 @@
 //! - 0: `group::records::walk_batches_with` over record batches (the loader's walk, with
 //!   kafka-protocol's `RecordBatchDecoder`), each record into `group::records::decode_record`.
 //! - 1: `group::records::decode_record` (offset commits and classic group metadata).
-//! - 2: `group::consumer_records::decode_record` and `record_group` (KIP-848 groups).
-//! - 3: `txn::records::decode_record` (transaction log keys and values).
+//! - 2: `group::consumer_group_records::decode_record` and `record_group` (KIP-848 groups).
+//! - 3: `txn::transaction_log::decode_record` (transaction log keys and values).
+//!
+//! All of them in `keel-coordinator`.
 //!
 //! Every reader answers `None` or "unreadable" on bad bytes; a panic here is a bug.
 
 #![no_main]
 
 use bytes::Bytes;
-use keel_broker::group::{consumer_records, records as group_records};
-use keel_broker::txn::records as txn_records;
+use keel_coordinator::group::{consumer_group_records as consumer_records, records as group_records};
+use keel_coordinator::txn::transaction_log as txn_records;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -17,14 +17,14 @@ use std::rc::Rc;
 use kafka_protocol::ResponseError;
 use tracing::info;
 
-use super::consumer::{
-    Assignor, ConsumerGroup, ConsumerGroupConfig, Expired, GroupDescription, HeartbeatRequest,
-    HeartbeatResponse, TopicsView,
-};
 use super::membership::with_group;
 use crate::config::BrokerConfig;
 use crate::errors::{code, NONE};
 use crate::shard::BrokerShard;
+use keel_coordinator::group::consumer_group::{
+    Assignor, ConsumerGroup, ConsumerGroupConfig, Expired, GroupDescription, HeartbeatRequest,
+    HeartbeatResponse, TopicsView,
+};
 
 /// The consumer group limits from the broker's settings.
 pub fn consumer_group_config(c: &BrokerConfig) -> ConsumerGroupConfig {

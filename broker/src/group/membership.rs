@@ -40,27 +40,21 @@ use kafka_protocol::ResponseError;
 use keel_shard::Event;
 use tracing::debug;
 
-use super::classic::{
-    ClassicGroup, Completed, GroupConfig, GroupDescription, GroupState, JoinRequest, JoinResponse,
-    LeavingMember, Reply, SyncRequest, SyncResponse,
-};
-use super::records::{OffsetChange, OffsetKey};
 use super::{write, GroupCoordinator, GroupEntry};
 use crate::config::BrokerConfig;
 use crate::coordination::parking::join_all;
 use crate::errors::{code, NONE};
 use crate::shard::BrokerShard;
+use keel_coordinator::group::classic_group::{
+    ClassicGroup, Completed, GroupConfig, GroupDescription, GroupState, JoinRequest, JoinResponse,
+    LeavingMember, Reply, SyncRequest, SyncResponse,
+};
+use keel_coordinator::group::records::{OffsetChange, OffsetKey};
 
 /// The timer task wakes at least this often, even with no deadline pending.
 const TIMER_IDLE_MS: i64 = 60_000;
 
-/// A request parked for a group's answer: the shard whose connection waits, and the token it
-/// parked under there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Waiter {
-    pub shard: usize,
-    pub token: u64,
-}
+pub use keel_coordinator::group::Waiter;
 
 /// What a parked request receives: the group's answer, or an error for the whole request.
 pub type GroupAnswer = Result<Completed, i16>;
@@ -509,7 +503,9 @@ fn list_local(shard: &BrokerShard) -> (bool, Vec<ListedGroup>) {
                 if !c.is_empty() || g.live_classic_ref().is_none() {
                     return Some(ListedGroup {
                         group_id: name.clone(),
-                        protocol_type: super::CONSUMER_PROTOCOL_TYPE.to_string(),
+                        protocol_type:
+                            keel_coordinator::group::group_metadata_manager::CONSUMER_PROTOCOL_TYPE
+                                .to_string(),
                         state: c.state().as_str(),
                         group_type: "consumer",
                     });
@@ -635,7 +631,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::group::classic::{LeavingMember, Ticket};
+    use keel_coordinator::group::classic_group::{LeavingMember, Ticket};
 
     fn join(member_id: &str) -> JoinRequest {
         JoinRequest {

@@ -1,48 +1,45 @@
-//! Consumer-group coordination: where a group's coordinator runs, and the offsets it commits.
+//! Group coordination on a shard: the broker's half of Kafka's group coordinator.
 //!
-//! Group `g` is coordinated by partition `p = abs(java_hashcode(g)) % partitions` of the
-//! internal topic `__consumer_offsets` (Kafka's `Utils.abs`, see [`partition_for`]), on the
-//! broker that leads `p`, on the shard that owns `p`'s log there. That shard alone holds the
-//! state of `p`'s groups ([`GroupCoordinator`], a field of the shard): handlers on other shards
-//! reach it with a mesh call ([`on_coordinator`]).
+//! The coordinator itself is sans-I/O, in `keel-coordinator` ([`keel_coordinator::group`]: the
+//! groups' memberships and offsets, their records, the replay of a partition at load). Group
+//! `g` is coordinated by partition `keel_coordinator::partition_for(g, partitions)` of
+//! `__consumer_offsets`, on the broker that leads it, on the shard that owns its log there.
+//! That shard alone holds the state of its groups ([`GroupCoordinator`], a field of the shard):
+//! handlers on other shards reach it with a mesh call ([`on_coordinator`]). This module owns the
+//! logs, the tasks and the timers around it:
 //!
 //! Durability: every change (commit, deletion, expiry) is appended to `p`'s log as Kafka's own
-//! coordinator records ([`records`]) and committed (fsync'ed under flush.policy=group) before
-//! the answer and before memory changes. Memory is applied in log order: each append queues its
-//! changes, and whoever sees the high watermark move applies the queue up to it, so memory
-//! always equals a replay of the log's committed prefix. When `p`'s log is opened on a shard,
-//! the log is replayed from its start into memory (latest record per key wins, a tombstone
-//! deletes); until that finishes, requests for `p`'s groups get COORDINATOR_LOAD_IN_PROGRESS.
-//! The topic is compacted, so the log keeps the latest record per key.
+//! coordinator records and committed (fsync'ed under flush.policy=group) before the answer and
+//! before memory changes. Memory is applied in log order: each append queues its changes, and
+//! whoever sees the high watermark move applies the queue up to it, so memory always equals a
+//! replay of the log's committed prefix. When `p`'s log is opened on a shard, the log is
+//! replayed from its start into memory (latest record per key wins, a tombstone deletes);
+//! until that finishes, requests for `p`'s groups get COORDINATOR_LOAD_IN_PROGRESS. The topic
+//! is compacted, so the log keeps the latest record per key.
 //!
 //! Expiry: a task on each coordinator shard deletes (with tombstones) the offsets of groups
 //! without active members whose latest commit is older than `offsets.retention.minutes`.
 //!
 //! Membership: a group's classic membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) is a
-//! [`classic::ClassicGroup`] in its [`GroupEntry`], created by the group's first JoinGroup and
-//! driven by [`membership`] (waiting requests, timers, DescribeGroups, ListGroups,
-//! DeleteGroups); a KIP-848 membership (ConsumerGroupHeartbeat) is a
-//! [`consumer::ConsumerGroup`] driven by [`consumer_membership`]. Memberships are persisted as
-//! Kafka does, as records of the group's partition (classic: `GroupMetadata`, written when a
-//! generation completes or the group empties): after every call into a group the records that
-//! changed are appended in the same step ([`persist`]) and committed with the next group commit;
-//! answers do not wait for them (a change lost in a crash only makes members rejoin). A reload
-//! restores each group from its latest records (sessions restart at load), so members keep
-//! their generation, assignments and commits across a coordinator restart.
+//! [`ClassicGroup`] in its [`GroupEntry`], created by the group's first JoinGroup and driven by
+//! [`membership`] (waiting requests, timers, DescribeGroups, ListGroups, DeleteGroups); a
+//! KIP-848 membership (ConsumerGroupHeartbeat) is a [`ConsumerGroup`] driven by
+//! [`consumer_membership`]. Memberships are persisted as Kafka does, as records of the group's
+//! partition (classic: `GroupMetadata`, written when a generation completes or the group
+//! empties): after every call into a group the records that changed are appended in the same
+//! step ([`persist`]) and committed with the next group commit; answers do not wait for them (a
+//! change lost in a crash only makes members rejoin). A reload restores each group from its
+//! latest records (sessions restart at load), so members keep their generation, assignments and
+//! commits across a coordinator restart.
 //!
 //! All state is shard-local (`RefCell`); no borrow is held across an `.await`.
 
-pub mod classic;
-pub mod consumer;
 pub mod consumer_membership;
-pub mod consumer_records;
 pub mod lag;
 pub mod membership;
-pub mod records;
-pub mod topic_regex;
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -50,6 +47,18 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
+use keel_coordinator::group::classic_group::GroupState;
+use keel_coordinator::group::consumer_group;
+pub use keel_coordinator::group::group_metadata_manager::CONSUMER_PROTOCOL_TYPE;
+use keel_coordinator::group::group_metadata_manager::{
+    check_member, forget_records, membership_records, restore_memberships, Replayed,
+};
+use keel_coordinator::group::offset_metadata_manager::{
+    apply_change, check_simple_commit, commit_changes,
+};
+use keel_coordinator::group::records::{self, OffsetChange, OffsetKey};
+pub use keel_coordinator::group::{CommittedOffset, GroupEntry};
+pub use keel_coordinator::{partition_for, OFFSETS_TOPIC};
 use keel_shard::Event;
 use keel_storage::{LeaderEpoch, Offset, StorageError};
 use tracing::{error, info, warn};
@@ -57,269 +66,13 @@ use tracing::{error, info, warn};
 use crate::controller::{self, OpError};
 use crate::errors::{code, coordinator_write_code, NONE};
 use crate::shard::{BrokerShard, Partition};
-use classic::{ClassicGroup, GroupState};
-use consumer::ConsumerGroup;
 use membership::{GroupAnswer, Waiter};
-use records::{CoordinatorRecord, GroupMetadataChange, OffsetChange, OffsetKey};
-
-/// The internal topic that holds the groups' committed offsets.
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// Bytes one log read asks for while a coordinator partition loads.
 const LOAD_READ_BYTES_MAX: usize = 1 << 20;
 /// A write's records are split into batches of about this many bytes (one append, so they
 /// are validated and committed together).
 const WRITE_BATCH_BYTES_TARGET: usize = 256 * 1024;
-/// Largest string a coordinator record can hold (an i16 length).
-pub const RECORD_STRING_BYTES_MAX: usize = i16::MAX as usize;
-
-/// Java's `String.hashCode()`: over UTF-16 code units, `h = 31 * h + c`, wrapping.
-pub fn java_string_hashcode(s: &str) -> i32 {
-    s.encode_utf16()
-        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
-}
-
-/// The `__consumer_offsets` partition of `group` among `partitions`: Kafka's
-/// `Utils.abs(groupId.hashCode) % partitions` (`Utils.abs(i32::MIN)` is 0).
-pub fn partition_for(group: &str, partitions: i32) -> i32 {
-    assert!(partitions > 0, "offsets topic has no partitions");
-    let h = java_string_hashcode(group);
-    let abs = if h == i32::MIN { 0 } else { h.abs() };
-    abs % partitions
-}
-
-/// A group id a coordinator accepts: non-empty, and short enough for its records.
-pub fn valid_group_id(group: &str) -> bool {
-    !group.is_empty() && group.len() <= RECORD_STRING_BYTES_MAX
-}
-
-/// One committed offset, as OffsetCommit stored it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommittedOffset {
-    pub offset: i64,
-    /// -1 = unknown.
-    pub leader_epoch: i32,
-    pub metadata: String,
-    /// The coordinator's clock when the commit was written.
-    pub commit_timestamp_ms: i64,
-}
-
-/// What a coordinator knows of one group.
-#[derive(Debug, Default)]
-pub struct GroupEntry {
-    /// The `__consumer_offsets` partition holding this group's records.
-    pub partition: i32,
-    /// Committed offsets by (topic, partition).
-    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
-    /// The classic membership, from the group's first JoinGroup; memory only (see the module
-    /// documentation). `None` for a group that only commits ("simple" consumers).
-    pub classic: Option<ClassicGroup>,
-    /// The KIP-848 membership (`group.protocol=consumer`), from the group's first
-    /// ConsumerGroupHeartbeat; memory only. A group is one or the other: a classic group with
-    /// members refuses ConsumerGroupHeartbeat, a consumer group with members refuses JoinGroup.
-    pub consumer: Option<ConsumerGroup>,
-    /// Requests parked for `classic`'s answer, by ticket number. Each is answered when the
-    /// group yields its ticket, or with an error when the group is unloaded.
-    waiting: HashMap<u64, Waiter>,
-    /// The deadline under which the coordinator's timer index holds this group, if any.
-    scheduled_ms: Option<i64>,
-    /// The membership records (classic `GroupMetadata`, consumer-group records) last
-    /// appended for this group, by key: what a reload would restore. Tombstones go to the log
-    /// for each key dropped, and for all of them when the group is forgotten.
-    pub persisted: BTreeMap<Bytes, Bytes>,
-}
-
-impl GroupEntry {
-    pub fn new(partition: i32) -> GroupEntry {
-        GroupEntry {
-            partition,
-            ..GroupEntry::default()
-        }
-    }
-
-    /// Whether the group has a classic membership with members (Kafka: not Empty or Dead).
-    /// A group without one is "simple": it commits without a generation.
-    pub fn has_active_members(&self) -> bool {
-        self.classic
-            .as_ref()
-            .is_some_and(|c| !matches!(c.state(), GroupState::Empty | GroupState::Dead))
-            || self.consumer.as_ref().is_some_and(|c| !c.is_empty())
-    }
-
-    /// The consumer group, if it has members (else the group may turn classic).
-    pub fn active_consumer(&mut self) -> Option<&mut ConsumerGroup> {
-        self.consumer.as_mut().filter(|c| !c.is_empty())
-    }
-
-    /// The earliest deadline of either membership.
-    fn next_deadline_ms(&self) -> Option<i64> {
-        let classic = self
-            .classic
-            .as_ref()
-            .and_then(ClassicGroup::next_deadline_ms);
-        let consumer = self
-            .consumer
-            .as_ref()
-            .and_then(ConsumerGroup::next_deadline_ms);
-        match (classic, consumer) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// The live classic group, read-only.
-    pub fn live_classic_ref(&self) -> Option<&ClassicGroup> {
-        self.classic
-            .as_ref()
-            .filter(|c| c.state() != GroupState::Dead)
-    }
-
-    /// The live classic group: `None` when there is none or it was deleted (`Dead`).
-    pub fn live_classic(&mut self) -> Option<&mut ClassicGroup> {
-        self.classic
-            .as_mut()
-            .filter(|c| c.state() != GroupState::Dead)
-    }
-
-    /// Whether nothing is left to keep: no offsets, no parked request, and no classic group
-    /// (or a deleted one). Such a group is forgotten at once.
-    pub(crate) fn is_forgettable(&self) -> bool {
-        self.offsets.is_empty()
-            && self.waiting.is_empty()
-            && self.consumer.is_none()
-            && self
-                .classic
-                .as_ref()
-                .is_none_or(|c| c.state() == GroupState::Dead)
-    }
-
-    /// Whether the group is a classic group left `Empty`, without offsets and with no timer
-    /// running (no member id handed out). Kept, as Kafka keeps it, until the next expiry check
-    /// (`offsets.retention.check.interval.ms`) forgets it: until then it is listed, described
-    /// and can be deleted.
-    fn is_idle(&self) -> bool {
-        let classic_idle = self
-            .classic
-            .as_ref()
-            .is_none_or(|c| c.is_empty() && c.next_deadline_ms().is_none());
-        let consumer_idle = self.consumer.as_ref().is_none_or(ConsumerGroup::is_empty);
-        self.offsets.is_empty()
-            && self.waiting.is_empty()
-            && (self.classic.is_some() || self.consumer.is_some())
-            && classic_idle
-            && consumer_idle
-    }
-
-    /// The topics the group's members subscribe to, read from their consumer protocol
-    /// metadata (`ConsumerProtocolSubscription`); `None` for a group that is not an active
-    /// consumer group, or whose metadata cannot be read.
-    fn subscribed_topics(&self) -> Option<HashSet<String>> {
-        if let Some(c) = self.consumer.as_ref().filter(|c| !c.is_empty()) {
-            return Some(c.subscribed_topic_names());
-        }
-        let c = self.classic.as_ref()?;
-        if c.protocol_type() != Some(CONSUMER_PROTOCOL_TYPE) {
-            return None;
-        }
-        let mut topics = HashSet::new();
-        for metadata in c.chosen_protocol_metadata() {
-            topics.extend(subscription_topics(&metadata)?);
-        }
-        Some(topics)
-    }
-
-    fn latest_commit_ms(&self) -> Option<i64> {
-        self.offsets.values().map(|o| o.commit_timestamp_ms).max()
-    }
-}
-
-/// The protocol type of consumers (Kafka's `ConsumerProtocol.PROTOCOL_TYPE`).
-pub const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
-
-/// The topics of a `ConsumerProtocolSubscription` (any version: they all start with
-/// `version: i16`, `topics: [string]`, non-flexible). `None` if the bytes do not hold them.
-pub fn subscription_topics(metadata: &[u8]) -> Option<Vec<String>> {
-    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = (b.get(..n)?, b.get(n..)?);
-        *b = rest;
-        Some(head)
-    }
-    let mut b = metadata;
-    let version = i16::from_be_bytes(take(&mut b, 2)?.try_into().ok()?);
-    if version < 0 {
-        return None;
-    }
-    let count = i32::from_be_bytes(take(&mut b, 4)?.try_into().ok()?);
-    // Each topic takes at least its 2-byte length: a count beyond that is corrupt.
-    if count < 0 || count as usize > b.len() / 2 {
-        return None;
-    }
-    let mut topics = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        let len = i16::from_be_bytes(take(&mut b, 2)?.try_into().ok()?);
-        let name = take(&mut b, usize::try_from(len).ok()?)?;
-        topics.push(String::from_utf8(name.to_vec()).ok()?);
-    }
-    Some(topics)
-}
-
-/// Whether a commit by `member_id` at `generation_id` may write offsets of `group`: NONE, or
-/// the Kafka error code. A group with a live classic membership decides
-/// ([`ClassicGroup::can_commit`]: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, ILLEGAL_GENERATION,
-/// REBALANCE_IN_PROGRESS; a commit outside any generation while the group is `Empty`). A group
-/// without one takes only "simple" commits (generation -1, no member id). The caller settles
-/// the group afterwards (`can_commit` applies due timeouts, which may answer waiting requests).
-pub fn check_member(
-    group: &mut GroupEntry,
-    member_id: &str,
-    generation_id: i32,
-    instance_id: Option<&str>,
-    now_ms: i64,
-) -> i16 {
-    if let Some(c) = group.consumer.as_mut() {
-        c.tick(now_ms);
-    }
-    if let Some(c) = group.active_consumer() {
-        return c.can_commit(member_id, generation_id);
-    }
-    match group.live_classic() {
-        Some(c) => c.can_commit(member_id, instance_id, generation_id, now_ms),
-        None => check_simple_commit(member_id, generation_id),
-    }
-}
-
-/// A commit to a group without a live classic membership: only a "simple" one passes; a
-/// member's commit names a member the coordinator does not know.
-fn check_simple_commit(member_id: &str, generation_id: i32) -> i16 {
-    if generation_id == -1 && member_id.is_empty() {
-        NONE
-    } else {
-        code(ResponseError::UnknownMemberId)
-    }
-}
-
-/// Applies one change to a group map (live state and replay alike). A group left without
-/// offsets or members is forgotten.
-fn apply_change(groups: &mut HashMap<String, GroupEntry>, partition: i32, change: OffsetChange) {
-    match change {
-        OffsetChange::Commit(k, v) => {
-            groups
-                .entry(k.group)
-                .or_insert_with(|| GroupEntry::new(partition))
-                .offsets
-                .insert((k.topic, k.partition), v);
-        }
-        OffsetChange::Delete(k) => {
-            let Some(g) = groups.get_mut(&k.group) else {
-                return;
-            };
-            g.offsets.remove(&(k.topic, k.partition));
-            if g.is_forgettable() {
-                groups.remove(&k.group);
-            }
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LoadState {
@@ -369,7 +122,7 @@ pub struct GroupCoordinator {
     parked: RefCell<HashMap<u64, futures_channel::oneshot::Sender<GroupAnswer>>>,
     next_park_token: Cell<u64>,
     /// The topics consumer groups see, built once per metadata image version.
-    topics_view: RefCell<Option<(u64, Rc<consumer::TopicsView>)>>,
+    topics_view: RefCell<Option<(u64, Rc<consumer_group::TopicsView>)>>,
     /// Transactional offset commits (TxnOffsetCommit) in the log, waiting for their
     /// producer's marker, by (partition, producer id).
     txn_offsets: RefCell<HashMap<(i32, i64), Vec<OffsetChange>>>,
@@ -760,79 +513,6 @@ pub(crate) fn persist(
     }
 }
 
-/// The records that bring `g.persisted` to what the group's memberships hold now (changed
-/// keys, and tombstones for keys gone), and `g.persisted` updated to match. `classic_change`
-/// is what the classic group reported since the last call.
-pub(crate) fn membership_records(
-    g: &mut GroupEntry,
-    classic_change: Option<GroupMetadataChange>,
-) -> Vec<(Bytes, Option<Bytes>)> {
-    let mut out = Vec::new();
-    if let Some(change) = classic_change {
-        let (key, value) = change.encode();
-        match &value {
-            Some(v) => {
-                g.persisted.insert(key.clone(), v.clone());
-            }
-            None => {
-                if g.persisted.remove(&key).is_none() {
-                    return out;
-                }
-            }
-        }
-        out.push((key, value));
-    }
-    if let Some(c) = g.consumer.as_ref() {
-        let now: BTreeMap<Bytes, Bytes> = c.to_records().into_iter().collect();
-        let consumer_keys: Vec<Bytes> = g
-            .persisted
-            .keys()
-            .filter(|k| consumer_records::record_group(k).is_some() && !now.contains_key(*k))
-            .cloned()
-            .collect();
-        for key in tombstone_order(consumer_keys) {
-            g.persisted.remove(&key);
-            out.push((key, None));
-        }
-        for (key, value) in now {
-            if g.persisted.get(&key) != Some(&value) {
-                g.persisted.insert(key.clone(), value.clone());
-                out.push((key, Some(value)));
-            }
-        }
-    } else {
-        // The consumer membership was dropped (deleted, or the group turned classic).
-        let gone: Vec<Bytes> = g
-            .persisted
-            .keys()
-            .filter(|k| consumer_records::record_group(k).is_some())
-            .cloned()
-            .collect();
-        for key in tombstone_order(gone) {
-            g.persisted.remove(&key);
-            out.push((key, None));
-        }
-    }
-    out
-}
-
-/// Tombstones for every membership record of a group being forgotten.
-pub(crate) fn forget_records(g: &mut GroupEntry) -> Vec<(Bytes, Option<Bytes>)> {
-    let keys = std::mem::take(&mut g.persisted).into_keys().collect();
-    tombstone_order(keys)
-        .into_iter()
-        .map(|k| (k, None))
-        .collect()
-}
-
-/// Keys in the order their tombstones go to the log: by key version, highest first, so a
-/// consumer group's member records (versions 5, 7, 8) are deleted before the group-level ones
-/// (3, 4, 6), the order Kafka's coordinator requires when it replays them.
-fn tombstone_order(mut keys: Vec<Bytes>) -> Vec<Bytes> {
-    keys.sort_by_key(|k| std::cmp::Reverse(k.get(..2).map(|v| i16::from_be_bytes([v[0], v[1]]))));
-    keys
-}
-
 /// Appends `changes` to partition `p`'s log, waits for the log commit, then applies them (with
 /// every earlier write of `p`, in log order) to memory. The part after the append runs in its
 /// own task: if the caller's future is dropped, the write still completes and is applied.
@@ -1010,33 +690,6 @@ pub async fn commit_offsets(shard: Rc<BrokerShard>, p: i32, req: CommitRequest) 
     write(&shard, p, changes).await
 }
 
-/// The commit records of a group's offsets, (topic, partition, offset, leader epoch,
-/// metadata) each, stamped `now`.
-fn commit_changes(
-    group: &str,
-    offsets: Vec<(String, i32, i64, i32, String)>,
-    now: i64,
-) -> Vec<OffsetChange> {
-    offsets
-        .into_iter()
-        .map(|(topic, partition, offset, leader_epoch, metadata)| {
-            OffsetChange::Commit(
-                OffsetKey {
-                    group: group.to_string(),
-                    topic,
-                    partition,
-                },
-                CommittedOffset {
-                    offset,
-                    leader_epoch,
-                    metadata,
-                    commit_timestamp_ms: now,
-                },
-            )
-        })
-        .collect()
-}
-
 /// Committed offsets of a topic's partitions: `None` where nothing is committed, with the
 /// partition's error code (UNSTABLE_OFFSET_COMMIT while a transaction's offset for it waits
 /// for its marker and the fetch requires stable offsets).
@@ -1172,21 +825,6 @@ pub async fn delete_offsets(
 
 // ---- loading and expiry ------------------------------------------------------------------
 
-/// What replaying a coordinator partition's log found.
-#[derive(Default)]
-struct Replayed {
-    groups: HashMap<String, GroupEntry>,
-    /// The latest classic `GroupMetadata` value per group (`None`: a tombstone).
-    classic: HashMap<String, Option<records::GroupMetadataValue>>,
-    /// The latest consumer-group records per group, by key (tombstones remove keys).
-    consumer: HashMap<String, BTreeMap<Bytes, Bytes>>,
-    /// Transactional offset commits without their marker yet, by producer id.
-    txn_pending: HashMap<i64, Vec<OffsetChange>>,
-    records: u64,
-    unreadable_records: u64,
-    unreadable_batches: u64,
-}
-
 /// Starts loading a just-opened `__consumer_offsets` partition: its groups answer
 /// COORDINATOR_LOAD_IN_PROGRESS until its log is replayed. Also starts this shard's expiry task.
 pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
@@ -1231,7 +869,13 @@ pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
                 txn.retain(|(tp, _), _| *tp != p);
                 txn.extend(txn_pending.into_iter().map(|(pid, c)| ((p, pid), c)));
                 drop(txn);
-                Some(restore_memberships(&owner, p, r))
+                Some(restore_memberships(
+                    p,
+                    r,
+                    &membership::group_config(&owner.config),
+                    &consumer_membership::consumer_group_config(&owner.config),
+                    membership::clock_ms(),
+                ))
             }
             Err(e) => {
                 error!(shard = owner.id, partition = p, error = %e, "loading coordinator partition failed; its groups are unavailable");
@@ -1253,58 +897,6 @@ pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
     membership::start_timer(shard);
 }
 
-/// The groups of a replayed partition with their memberships restored from the latest
-/// membership records: a classic group loads `Stable` at its generation (sessions restart
-/// now) or `Empty` ([`ClassicGroup::from_metadata`]).
-fn restore_memberships(shard: &BrokerShard, p: i32, r: Replayed) -> HashMap<String, GroupEntry> {
-    let mut groups = r.groups;
-    let config = membership::group_config(&shard.config);
-    let now = membership::clock_ms();
-    for (name, value) in r.classic {
-        let Some(value) = value else { continue };
-        let change = GroupMetadataChange::Store(name.clone(), value.clone());
-        let (key, encoded) = change.encode();
-        let g = groups
-            .entry(name.clone())
-            .or_insert_with(|| GroupEntry::new(p));
-        g.classic = Some(ClassicGroup::from_metadata(
-            name,
-            config.clone(),
-            value,
-            now,
-        ));
-        if let Some(v) = encoded {
-            g.persisted.insert(key, v);
-        }
-    }
-    let consumer_config = consumer_membership::consumer_group_config(&shard.config);
-    for (name, keys) in r.consumer {
-        if keys.is_empty() {
-            continue;
-        }
-        let records: Vec<(Bytes, Bytes)> = keys.into_iter().collect();
-        let Some(c) = ConsumerGroup::from_records(
-            name.clone(),
-            consumer_config.clone(),
-            records.clone(),
-            now,
-        ) else {
-            warn!(
-                partition = p,
-                group = name,
-                "consumer group records unreadable; the group starts empty"
-            );
-            continue;
-        };
-        let g = groups
-            .entry(name.clone())
-            .or_insert_with(|| GroupEntry::new(p));
-        g.consumer = Some(c);
-        g.persisted.extend(records);
-    }
-    groups
-}
-
 /// Reads partition `part`'s committed log from its start and replays it.
 async fn replay(part: &Partition) -> Result<Replayed, StorageError> {
     let p = part.index;
@@ -1314,59 +906,7 @@ async fn replay(part: &Partition) -> Result<Replayed, StorageError> {
     let mut offset = offsets.log_start_offset;
     while offset < end {
         let read = part.log.read(offset, LOAD_READ_BYTES_MAX, end).await?;
-        let (mut records, mut unreadable) = (0u64, 0u64);
-        let groups = &mut out.groups;
-        let classic = &mut out.classic;
-        let consumer = &mut out.consumer;
-        let txn_pending = &mut out.txn_pending;
-        let next =
-            records::walk_batches_with(&read.records, &mut out.unreadable_batches, |kind, k, v| {
-                if kind.control {
-                    // A transaction marker: the producer's pending offsets take effect or go.
-                    let pending = txn_pending.remove(&kind.producer_id).unwrap_or_default();
-                    if records::marker_commits(k.as_ref()) == Some(true) {
-                        for change in pending {
-                            apply_change(groups, p, change);
-                        }
-                    }
-                    return;
-                }
-                records += 1;
-                if kind.transactional {
-                    match records::decode_record(k, v) {
-                        CoordinatorRecord::Offset(change) => txn_pending
-                            .entry(kind.producer_id)
-                            .or_default()
-                            .push(change),
-                        _ => unreadable += 1,
-                    }
-                    return;
-                }
-                if let Some(group) = k.as_ref().and_then(consumer_records::record_group) {
-                    let keys = consumer.entry(group).or_default();
-                    let key = k.unwrap_or_default();
-                    match v {
-                        Some(v) => keys.insert(key, v),
-                        None => keys.remove(&key),
-                    };
-                    return;
-                }
-                match records::decode_record(k, v) {
-                    CoordinatorRecord::Offset(change) => apply_change(groups, p, change),
-                    CoordinatorRecord::GroupMetadata(change) => match change {
-                        GroupMetadataChange::Store(group, value) => {
-                            classic.insert(group, Some(value));
-                        }
-                        GroupMetadataChange::Delete(group) => {
-                            classic.insert(group, None);
-                        }
-                    },
-                    CoordinatorRecord::Unreadable => unreadable += 1,
-                }
-            });
-        out.records += records;
-        out.unreadable_records += unreadable;
-        match next {
+        match out.replay_batches(p, &read.records) {
             Some(n) if n > offset.0 => offset = Offset(n),
             _ => break,
         }

@@ -14,7 +14,7 @@ use crate::errors::code;
 use crate::group;
 use crate::shard::BrokerShard;
 use crate::txn::coordinator::{self, error_of, op};
-use crate::txn::state::producer_fenced_compat;
+use keel_coordinator::txn::transaction_coordinator::producer_fenced_compat;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AddOffsetsToTxn, 0, 3);
 
@@ -24,7 +24,7 @@ pub async fn handle(
     req: AddOffsetsToTxnRequest,
 ) -> AddOffsetsToTxnResponse {
     let group_id = req.group_id.0.to_string();
-    if !group::valid_group_id(&group_id) {
+    if !keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
         return AddOffsetsToTxnResponse::default()
             .with_error_code(code(ResponseError::InvalidGroupId));
     }

@@ -19,7 +19,7 @@ use super::{topic_name, ApiSupport};
 use crate::errors::code;
 use crate::shard::BrokerShard;
 use crate::txn::coordinator::{self, error_of, op};
-use crate::txn::state::producer_fenced_compat;
+use keel_coordinator::txn::transaction_coordinator::producer_fenced_compat;
 use keel_vocab::TopicPartition;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AddPartitionsToTxn, 0, 3);

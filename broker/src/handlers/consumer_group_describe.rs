@@ -17,9 +17,9 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, topic_name, ApiSupport};
 use crate::coordination::parking::join_all;
 use crate::errors::{code, NONE};
-use crate::group::consumer::{GroupDescription, TopicAssignment};
 use crate::group::{self, consumer_membership};
 use crate::shard::BrokerShard;
+use keel_coordinator::group::consumer_group::{GroupDescription, TopicAssignment};
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ConsumerGroupDescribe, 0, 1);
 
@@ -36,9 +36,10 @@ pub async fn handle(
         let shard = shard.clone();
         let group_id = g.0.to_string();
         async move {
-            let answer = if group::valid_group_id(&group_id) {
-                let gid = group_id.clone();
-                group::on_coordinator(
+            let answer =
+                if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
+                    let gid = group_id.clone();
+                    group::on_coordinator(
                     ApiKey::ConsumerGroupDescribe,
                     &shard,
                     &group_id,
@@ -46,9 +47,9 @@ pub async fn handle(
                 )
                 .await
                 .unwrap_or_else(|e| Err((e, String::new())))
-            } else {
-                Err((code(ResponseError::InvalidGroupId), String::new()))
-            };
+                } else {
+                    Err((code(ResponseError::InvalidGroupId), String::new()))
+                };
             (group_id, answer)
         }
     });

@@ -19,9 +19,9 @@ use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
 use crate::errors::code;
-use crate::group::consumer::HeartbeatRequest;
 use crate::group::{self, consumer_membership};
 use crate::shard::BrokerShard;
+use keel_coordinator::group::consumer_group::HeartbeatRequest;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ConsumerGroupHeartbeat, 0, 1);
 
@@ -46,7 +46,7 @@ pub async fn handle(
     client_host: &str,
 ) -> ConsumerGroupHeartbeatResponse {
     let group_id = req.group_id.0.to_string();
-    if !group::valid_group_id(&group_id) {
+    if !keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
         return error(
             code(ResponseError::InvalidGroupId),
             "The group id is empty or too long.".into(),

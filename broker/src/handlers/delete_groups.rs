@@ -32,15 +32,16 @@ pub async fn handle(
     let asks = names.into_iter().map(|group_id| {
         let shard = shard.clone();
         async move {
-            let outcome = if group::valid_group_id(&group_id) {
-                let gid = group_id.clone();
-                group::on_coordinator(ApiKey::DeleteGroups, &shard, &group_id, move |s, p| {
-                    membership::delete_group(s, p, gid)
-                })
-                .await
-            } else {
-                Err(code(ResponseError::InvalidGroupId))
-            };
+            let outcome =
+                if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
+                    let gid = group_id.clone();
+                    group::on_coordinator(ApiKey::DeleteGroups, &shard, &group_id, move |s, p| {
+                        membership::delete_group(s, p, gid)
+                    })
+                    .await
+                } else {
+                    Err(code(ResponseError::InvalidGroupId))
+                };
             (group_id, outcome)
         }
     });

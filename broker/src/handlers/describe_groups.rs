@@ -16,9 +16,9 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, ApiSupport};
 use crate::coordination::parking::join_all;
 use crate::errors::{code, NONE};
-use crate::group::classic::GroupDescription;
 use crate::group::{self, membership};
 use crate::shard::BrokerShard;
+use keel_coordinator::group::classic_group::GroupDescription;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeGroups, 0, 5);
 
@@ -36,15 +36,16 @@ pub async fn handle(
         let shard = shard.clone();
         let group_id = g.0.to_string();
         async move {
-            let answer = if group::valid_group_id(&group_id) {
-                let gid = group_id.clone();
-                group::on_coordinator(ApiKey::DescribeGroups, &shard, &group_id, move |s, p| {
-                    membership::describe_group(s, p, gid)
-                })
-                .await
-            } else {
-                Err(code(ResponseError::InvalidGroupId))
-            };
+            let answer =
+                if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
+                    let gid = group_id.clone();
+                    group::on_coordinator(ApiKey::DescribeGroups, &shard, &group_id, move |s, p| {
+                        membership::describe_group(s, p, gid)
+                    })
+                    .await
+                } else {
+                    Err(code(ResponseError::InvalidGroupId))
+                };
             (group_id, answer)
         }
     });

@@ -10,7 +10,7 @@ use kafka_protocol::messages::{ApiKey, EndTxnRequest, EndTxnResponse, RequestHea
 use super::ApiSupport;
 use crate::shard::BrokerShard;
 use crate::txn::coordinator::{self, error_of, op};
-use crate::txn::state::producer_fenced_compat;
+use keel_coordinator::txn::transaction_coordinator::producer_fenced_compat;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::EndTxn, 0, 3);
 

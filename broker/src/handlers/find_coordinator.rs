@@ -20,7 +20,8 @@ use super::{str_bytes, ApiSupport};
 use crate::errors::{code, NONE};
 use crate::group::{self, OFFSETS_TOPIC};
 use crate::shard::BrokerShard;
-use crate::txn::{self, TRANSACTION_STATE_TOPIC};
+use crate::txn;
+use keel_coordinator::TRANSACTION_STATE_TOPIC;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::FindCoordinator, 0, 6);
 

@@ -21,7 +21,7 @@ pub async fn handle(
     req: HeartbeatRequest,
 ) -> HeartbeatResponse {
     let group_id = req.group_id.0.to_string();
-    if !group::valid_group_id(&group_id) {
+    if !keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
         return HeartbeatResponse::default().with_error_code(code(ResponseError::InvalidGroupId));
     }
     let member_id = req.member_id.to_string();

@@ -22,7 +22,7 @@ use crate::controller;
 use crate::errors::code;
 use crate::shard::BrokerShard;
 use crate::txn::coordinator;
-use crate::txn::state::{producer_fenced_compat, ProducerIdAndEpoch};
+use keel_coordinator::txn::transaction_coordinator::{producer_fenced_compat, ProducerIdAndEpoch};
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::InitProducerId, 0, 5);
 

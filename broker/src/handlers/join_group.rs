@@ -17,9 +17,11 @@ use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
 use crate::errors::code;
-use crate::group::classic::{Completed, JoinRequest, JoinResponse, UNKNOWN_GENERATION_ID};
 use crate::group::{self, membership};
 use crate::shard::BrokerShard;
+use keel_coordinator::group::classic_group::{
+    Completed, JoinRequest, JoinResponse, UNKNOWN_GENERATION_ID,
+};
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::JoinGroup, 0, 9);
 
@@ -49,7 +51,7 @@ pub async fn handle(
     if let Some(reason) = &req.reason {
         tracing::debug!(group = %group_id, member = %member_id, reason = %reason, "join");
     }
-    let response = if group::valid_group_id(&group_id) {
+    let response = if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
         let request = JoinRequest {
             member_id: member_id.clone(),
             group_instance_id: req.group_instance_id.map(|i| i.to_string()),

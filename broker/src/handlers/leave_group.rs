@@ -12,9 +12,9 @@ use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
 use crate::errors::{code, NONE};
-use crate::group::classic::LeavingMember;
 use crate::group::{self, membership};
 use crate::shard::BrokerShard;
+use keel_coordinator::group::classic_group::LeavingMember;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::LeaveGroup, 0, 5);
 
@@ -44,7 +44,7 @@ pub async fn handle(
             group_instance_id: None,
         }]
     };
-    let outcome = if group::valid_group_id(&group_id) {
+    let outcome = if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
         let g = group_id.clone();
         let members = leaving.clone();
         group::on_coordinator(ApiKey::LeaveGroup, shard, &group_id, move |s, p| {

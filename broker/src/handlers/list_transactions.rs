@@ -17,7 +17,7 @@ use crate::coordination::parking::join_all;
 use crate::errors::{code, NONE};
 use crate::shard::BrokerShard;
 use crate::txn::coordinator;
-use crate::txn::state::TxnState;
+use keel_coordinator::txn::transaction_coordinator::TxnState;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ListTransactions, 0, 1);
 

@@ -26,8 +26,8 @@ pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Metadata, 0, 12);
 /// `__consumer_offsets` is created as the group coordinators need it.
 pub async fn auto_create(shard: &Rc<BrokerShard>, names: &[String]) {
     let image = shard.image();
-    if image.topic(crate::group::OFFSETS_TOPIC).is_none()
-        && names.iter().any(|n| n == crate::group::OFFSETS_TOPIC)
+    if image.topic(keel_coordinator::OFFSETS_TOPIC).is_none()
+        && names.iter().any(|n| n == keel_coordinator::OFFSETS_TOPIC)
     {
         if let Err(e) = crate::group::ensure_offsets_topic(shard).await {
             tracing::warn!(error = %e.message, "auto-create failed");
@@ -36,8 +36,8 @@ pub async fn auto_create(shard: &Rc<BrokerShard>, names: &[String]) {
     let missing: Vec<TopicSpec> = names
         .iter()
         .filter(|n| {
-            n.as_str() != crate::group::OFFSETS_TOPIC
-                && n.as_str() != crate::txn::TRANSACTION_STATE_TOPIC
+            n.as_str() != keel_coordinator::OFFSETS_TOPIC
+                && n.as_str() != keel_coordinator::TRANSACTION_STATE_TOPIC
         })
         .filter(|n| image.topic(n).is_none() && validate_topic_name(n).is_ok())
         .map(|n| TopicSpec {
@@ -79,7 +79,8 @@ pub fn topic_response(
             uuid::Uuid::nil()
         })
         .with_is_internal(
-            t.name == crate::group::OFFSETS_TOPIC || t.name == crate::txn::TRANSACTION_STATE_TOPIC,
+            t.name == keel_coordinator::OFFSETS_TOPIC
+                || t.name == keel_coordinator::TRANSACTION_STATE_TOPIC,
         )
         .with_topic_authorized_operations(crate::acl::reported(asked_operations, crate::acl::TOPIC))
         .with_partitions(

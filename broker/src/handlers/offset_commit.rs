@@ -19,8 +19,9 @@ use kafka_protocol::ResponseError;
 
 use super::{topic_name, ApiSupport};
 use crate::errors::{code, NONE};
-use crate::group::{self, CommitRequest, RECORD_STRING_BYTES_MAX};
+use crate::group::{self, CommitRequest};
 use crate::shard::BrokerShard;
+use keel_coordinator::group::group_metadata_manager::RECORD_STRING_BYTES_MAX;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetCommit, 0, 9);
 
@@ -49,7 +50,7 @@ pub fn check_partitions(
     group_id: &str,
     topics: impl Iterator<Item = (String, Vec<PartitionCommit>)>,
 ) -> (Vec<TopicAnswers>, Vec<OffsetToCommit>) {
-    let group_ok = group::valid_group_id(group_id);
+    let group_ok = keel_coordinator::group::group_metadata_manager::valid_group_id(group_id);
     let image = shard.image();
     let metadata_max = shard
         .config

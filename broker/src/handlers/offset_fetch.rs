@@ -92,7 +92,7 @@ async fn fetch_group(
     member: Member,
     require_stable: bool,
 ) -> GroupAnswer {
-    if !group::valid_group_id(group_id) {
+    if !keel_coordinator::group::group_metadata_manager::valid_group_id(group_id) {
         return Err(code(ResponseError::InvalidGroupId));
     }
     let g = group_id.to_string();

@@ -284,8 +284,8 @@ async fn append_on_owner(
             results.push(r);
             continue;
         };
-        if item.topic == crate::group::OFFSETS_TOPIC
-            || item.topic == crate::txn::TRANSACTION_STATE_TOPIC
+        if item.topic == keel_coordinator::OFFSETS_TOPIC
+            || item.topic == keel_coordinator::TRANSACTION_STATE_TOPIC
         {
             // Only the coordinators write their records there (as Kafka refuses too).
             let mut r = failed(code(ResponseError::InvalidTopicException));

@@ -11,9 +11,9 @@ use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
 use crate::errors::code;
-use crate::group::classic::{Completed, SyncRequest, SyncResponse};
 use crate::group::{self, membership};
 use crate::shard::BrokerShard;
+use keel_coordinator::group::classic_group::{Completed, SyncRequest, SyncResponse};
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::SyncGroup, 0, 5);
 
@@ -33,7 +33,7 @@ pub async fn handle(
 ) -> SyncGroupResponse {
     let version = hdr.request_api_version;
     let group_id = req.group_id.0.to_string();
-    let response = if group::valid_group_id(&group_id) {
+    let response = if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
         let request = SyncRequest {
             member_id: req.member_id.to_string(),
             group_instance_id: req.group_instance_id.map(|i| i.to_string()),

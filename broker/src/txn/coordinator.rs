@@ -43,15 +43,15 @@ use keel_storage::{LeaderEpoch, Offset, StorageError};
 use tracing::{debug, error, info, warn};
 
 use super::markers_client::{Marker, MarkerClients};
-use super::state::{
-    Answer, InitProducerIdResult, Markers, ProducerIdAndEpoch, Reply, TransactionCoordinator,
-    TxnAction, TxnConfig, Write,
-};
-use super::TRANSACTION_STATE_TOPIC;
 use crate::controller::{self, OpError};
 use crate::errors::{code, NONE};
 use crate::group;
 use crate::shard::{BrokerShard, Partition};
+use keel_coordinator::txn::transaction_coordinator::{
+    Answer, InitProducerIdResult, Markers, ProducerIdAndEpoch, Reply, TransactionCoordinator,
+    TxnAction, TxnConfig, Write,
+};
+use keel_coordinator::TRANSACTION_STATE_TOPIC;
 use keel_vocab::TopicPartition;
 
 /// Bytes one log read asks for while a partition loads.
@@ -113,7 +113,7 @@ pub fn txn_partition(shard: &BrokerShard, transactional_id: &str) -> i32 {
         .map_or(shard.config.transaction_state_log_num_partitions, |t| {
             t.partitions.len() as i32
         });
-    group::partition_for(transactional_id, count.max(1))
+    keel_coordinator::partition_for(transactional_id, count.max(1))
 }
 
 /// The partition and the shard that coordinate `transactional_id` on this broker, or
@@ -276,12 +276,14 @@ async fn append(shard: &Rc<BrokerShard>, p: i32, write: &Write) -> Result<(), i1
         return Err(code(ResponseError::NotCoordinator));
     };
     let now = shard.clock.now_ms();
-    let batch =
-        group::records::encode_records_batch(&[(write.key.clone(), write.value.clone())], now)
-            .map_err(|e| {
-                error!(partition = p, error = %e, "encoding a transaction record failed");
-                code(ResponseError::UnknownServerError)
-            })?;
+    let batch = keel_coordinator::group::records::encode_records_batch(
+        &[(write.key.clone(), write.value.clone())],
+        now,
+    )
+    .map_err(|e| {
+        error!(partition = p, error = %e, "encoding a transaction record failed");
+        code(ResponseError::UnknownServerError)
+    })?;
     let info = part
         .log
         .append(batch, LeaderEpoch(part.leader_epoch.get()), now)
@@ -575,7 +577,7 @@ pub async fn append_marker(
     let committed = part.log.commit(end).await;
     shard.notify_data(&part);
     committed.map_err(|e| crate::errors::storage_code(&e))?;
-    if topic == group::OFFSETS_TOPIC {
+    if topic == keel_coordinator::OFFSETS_TOPIC {
         group::transactional_offsets_decided(shard, partition, producer_id, commit);
     }
     Ok(())
@@ -646,10 +648,14 @@ async fn replay(part: &Partition, c: &mut TransactionCoordinator) -> Result<u64,
     let mut unreadable_batches = 0u64;
     while offset < end {
         let read = part.log.read(offset, LOAD_READ_BYTES_MAX, end).await?;
-        let next = group::records::walk_batches(&read.records, &mut unreadable_batches, |k, v| {
-            records += 1;
-            c.replay(k.as_deref(), v.as_deref());
-        });
+        let next = keel_coordinator::group::records::walk_batches(
+            &read.records,
+            &mut unreadable_batches,
+            |k, v| {
+                records += 1;
+                c.replay(k.as_deref(), v.as_deref());
+            },
+        );
         match next {
             Some(n) if n > offset.0 => offset = Offset(n),
             _ => break,
@@ -728,7 +734,7 @@ pub async fn describe(
     shard: Rc<BrokerShard>,
     p: i32,
     transactional_id: String,
-) -> Result<super::state::TxnDescription, i16> {
+) -> Result<keel_coordinator::txn::transaction_coordinator::TxnDescription, i16> {
     with_coordinator(&shard, p, |c, _| c.describe(&transactional_id))?
 }
 
@@ -736,10 +742,13 @@ pub async fn describe(
 /// transactions open longer than that.
 pub fn list_local(
     shard: &BrokerShard,
-    states: &[super::state::TxnState],
+    states: &[keel_coordinator::txn::transaction_coordinator::TxnState],
     producer_ids: &[i64],
     duration_ms: i64,
-) -> (i16, Vec<super::state::TxnListing>) {
+) -> (
+    i16,
+    Vec<keel_coordinator::txn::transaction_coordinator::TxnListing>,
+) {
     let ps: Vec<i32> = shard.txns.partitions.borrow().keys().copied().collect();
     let mut error = NONE;
     let mut out = Vec::new();
@@ -750,8 +759,9 @@ pub fn list_local(
                     .filter(|t| {
                         duration_ms < 0
                             || c.get(&t.transactional_id).is_some_and(|m| {
-                                m.state() == super::state::TxnState::Ongoing
-                                    && now - m.start_timestamp_ms() > duration_ms
+                                m.state()
+                                == keel_coordinator::txn::transaction_coordinator::TxnState::Ongoing
+                                && now - m.start_timestamp_ms() > duration_ms
                             })
                     })
                     .collect::<Vec<_>>()

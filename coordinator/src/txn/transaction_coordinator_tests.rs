@@ -188,8 +188,11 @@ impl Harness {
     fn logged(&self, id: &str) -> Vec<Option<TxnState>> {
         self.log
             .iter()
-            .filter(|(k, _)| records::decode_key(k).as_deref() == Some(id))
-            .map(|(_, v)| v.as_ref().map(|v| records::decode_value(v).unwrap().state))
+            .filter(|(k, _)| transaction_log::decode_key(k).as_deref() == Some(id))
+            .map(|(_, v)| {
+                v.as_ref()
+                    .map(|v| transaction_log::decode_value(v).unwrap().state)
+            })
             .collect()
     }
 }
@@ -796,8 +799,8 @@ fn loaded_at(state: TxnState, epoch: i16) -> Harness {
         client_transaction_version: 0,
     };
     h.log.push((
-        records::encode_key("tx"),
-        Some(records::encode_value(&value)),
+        transaction_log::encode_key("tx"),
+        Some(transaction_log::encode_value(&value)),
     ));
     assert!(h.reload().is_empty());
     h
@@ -978,8 +981,8 @@ fn unreadable_records_are_counted_and_skipped() {
         state: TxnState::Dead,
         ..good.clone()
     };
-    let key = |id: &str| Some(records::encode_key(id));
-    let value = |v: &TransactionLogValue| Some(records::encode_value(v));
+    let key = |id: &str| Some(transaction_log::encode_key(id));
+    let value = |v: &TransactionLogValue| Some(transaction_log::encode_value(v));
     let records = vec![
         (key("x"), value(&good)),
         (key("y"), value(&good)),
@@ -1327,7 +1330,7 @@ fn random_run(seed: u64, steps: usize, seen: &mut BTreeMap<&'static str, usize>)
     }
     for (_, v) in &w.log {
         let name = match v {
-            Some(v) => records::decode_value(v).unwrap().state.name(),
+            Some(v) => transaction_log::decode_value(v).unwrap().state.name(),
             None => "tombstone",
         };
         *seen.entry(name).or_default() += 1;
@@ -1369,8 +1372,11 @@ fn commit_to_model(model: &mut BTreeMap<String, TransactionLogValue>, w: &Write,
         );
         return;
     };
-    let value = records::decode_value(bytes).expect("written records read back");
-    assert_eq!(records::decode_key(&w.key).as_deref(), Some(id.as_str()));
+    let value = transaction_log::decode_value(bytes).expect("written records read back");
+    assert_eq!(
+        transaction_log::decode_key(&w.key).as_deref(),
+        Some(id.as_str())
+    );
     if let Some(before) = model.get(&id) {
         use TxnState::*;
         match value.state {

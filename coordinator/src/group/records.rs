@@ -28,7 +28,7 @@ use kafka_protocol::records::{
 };
 use keel_vocab::wire::{put_bytes, put_nullable_string, put_string, Reader};
 
-use super::CommittedOffset;
+use super::offset_metadata_manager::CommittedOffset;
 
 /// The key version this broker writes for offset commits.
 pub const OFFSET_COMMIT_KEY_VERSION: i16 = 1;

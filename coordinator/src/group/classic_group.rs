@@ -76,11 +76,13 @@ use std::collections::{HashMap, HashSet};
 use bytes::Bytes;
 use indexmap::IndexMap;
 
+use super::classic_group_member::Member;
+pub use super::classic_group_member::{JoinMember, LeavingMember, MemberDescription};
 use super::records::{GroupMetadataChange, GroupMetadataValue, MemberMetadata};
 
 /// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
 /// checks the numbers).
-pub(crate) use crate::errors::NONE;
+pub(crate) const NONE: i16 = ErrorCode::NONE.code();
 const COORDINATOR_NOT_AVAILABLE: i16 = ErrorCode::of(ResponseError::CoordinatorNotAvailable).code();
 const ILLEGAL_GENERATION: i16 = ErrorCode::of(ResponseError::IllegalGeneration).code();
 const INCONSISTENT_GROUP_PROTOCOL: i16 =
@@ -194,15 +196,6 @@ pub struct JoinRequest {
     pub require_known_member_id: bool,
 }
 
-/// One member as the leader's JoinGroup answer lists it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JoinMember {
-    pub member_id: String,
-    pub group_instance_id: Option<String>,
-    /// The member's metadata for the chosen protocol.
-    pub metadata: Bytes,
-}
-
 /// A JoinGroup answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JoinResponse {
@@ -278,13 +271,6 @@ pub enum Completed {
     Sync(SyncResponse),
 }
 
-/// One member of a LeaveGroup: by member id, or (member id empty) by `group.instance.id`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeavingMember {
-    pub member_id: String,
-    pub group_instance_id: Option<String>,
-}
-
 /// A group as DescribeGroups shows it (Kafka's `GroupMetadata.summary`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupDescription {
@@ -293,60 +279,6 @@ pub struct GroupDescription {
     /// The chosen protocol when `Stable`, else empty.
     pub protocol: String,
     pub members: Vec<MemberDescription>,
-}
-
-/// A member as DescribeGroups shows it; metadata and assignment only when `Stable`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MemberDescription {
-    pub member_id: String,
-    pub group_instance_id: Option<String>,
-    pub client_id: String,
-    pub client_host: String,
-    pub metadata: Bytes,
-    pub assignment: Bytes,
-}
-
-#[derive(Debug)]
-struct Member {
-    member_id: String,
-    group_instance_id: Option<String>,
-    client_id: String,
-    client_host: String,
-    session_timeout_ms: i32,
-    rebalance_timeout_ms: i32,
-    /// In order of preference, as the member sent them.
-    protocols: Vec<(String, Bytes)>,
-    /// `None` until the leader's SyncGroup of a generation this member belongs to.
-    assignment: Option<Bytes>,
-    /// A JoinGroup waiting for the rebalance to complete.
-    join_ticket: Option<Ticket>,
-    /// A SyncGroup waiting for the leader's.
-    sync_ticket: Option<Ticket>,
-    /// Joined and not yet answered; such a member may time out while waiting.
-    is_new: bool,
-    /// Removed if not heard from by then, unless it waits for an answer (and is not new).
-    session_deadline_ms: i64,
-}
-
-impl Member {
-    fn supports(&self, protocol: &str) -> bool {
-        self.protocols.iter().any(|(name, _)| name == protocol)
-    }
-
-    fn metadata(&self, protocol: &str) -> Bytes {
-        self.protocols
-            .iter()
-            .find(|(name, _)| name == protocol)
-            .map(|(_, metadata)| metadata.clone())
-            .unwrap_or_default()
-    }
-
-    /// When the session times out, if it can: a member waiting for an answer is alive by
-    /// definition (Kafka's `hasSatisfiedHeartbeat`), unless it joined for the first time.
-    fn expiry_ms(&self) -> Option<i64> {
-        let waiting = self.join_ticket.is_some() || self.sync_ticket.is_some();
-        (self.is_new || !waiting).then_some(self.session_deadline_ms)
-    }
 }
 
 /// One classic consumer group. See the module documentation.
@@ -1648,5 +1580,5 @@ fn deadline_ms(now_ms: i64, timeout_ms: i32) -> i64 {
 }
 
 #[cfg(test)]
-#[path = "classic_tests.rs"]
+#[path = "classic_group_tests.rs"]
 mod tests;

@@ -1,8 +1,8 @@
 //! The `__consumer_offsets` records of KIP-848 consumer groups (`group.protocol=consumer`), in
 //! Kafka's formats (the `ConsumerGroup*` schemas of Kafka's group coordinator), so a restarted
 //! coordinator rebuilds members, epochs and assignments
-//! ([`ConsumerGroup::to_records`](super::consumer::ConsumerGroup::to_records) and
-//! [`ConsumerGroup::from_records`](super::consumer::ConsumerGroup::from_records)). Plain
+//! ([`ConsumerGroup::to_records`](super::consumer_group::ConsumerGroup::to_records) and
+//! [`ConsumerGroup::from_records`](super::consumer_group::ConsumerGroup::from_records)). Plain
 //! functions over bytes, run on the shard that coordinates the group.
 //!
 //! A key is not flexible: its leading `version i16` is the record type, then `STRING`s (an i16
@@ -58,7 +58,7 @@ use keel_vocab::wire::{
 
 use keel_vocab::TopicId;
 
-use super::consumer::{MemberState, TopicPartitions};
+use super::consumer_group::{MemberState, TopicPartitions};
 
 /// The record types (key versions) of consumer groups.
 pub const METADATA_KEY_VERSION: i16 = 3;
@@ -458,5 +458,5 @@ fn read_topic_partitions(r: &mut Reader<'_>) -> Option<TopicPartitions> {
 }
 
 #[cfg(test)]
-#[path = "consumer_records_tests.rs"]
+#[path = "consumer_group_records_tests.rs"]
 mod tests;

@@ -1,5 +1,5 @@
+use super::super::records::{self, CoordinatorRecord};
 use super::*;
-use crate::group::records::{self, CoordinatorRecord};
 use kafka_protocol::ResponseError;
 
 const SESSION_MS: i32 = 30_000;

@@ -967,7 +967,7 @@ fn topic_regex_matches_whole_names() {
         assert!(TopicRegex::new(bad).is_err(), "{bad} should be refused");
     }
     assert!(
-        TopicRegex::new(&"a".repeat(crate::group::topic_regex::PATTERN_BYTES_MAX + 1)).is_err()
+        TopicRegex::new(&"a".repeat(super::super::topic_regex::PATTERN_BYTES_MAX + 1)).is_err()
     );
     assert!(
         TopicRegex::new("(((a{100}){100}){100})").is_err(),
@@ -992,12 +992,12 @@ fn restored(group: &ConsumerGroup, now_ms: i64) -> ConsumerGroup {
     let mut keys = BTreeSet::new();
     for (k, v) in &records {
         assert_eq!(
-            consumer_records::record_group(k).as_deref(),
+            consumer_group_records::record_group(k).as_deref(),
             Some(group.group_id())
         );
-        let (key, value) = consumer_records::decode_record(k, v).expect("decodes");
+        let (key, value) = consumer_group_records::decode_record(k, v).expect("decodes");
         assert!(keys.insert(key.clone()), "{key:?} twice");
-        let again = consumer_records::encode_record(&key, &value);
+        let again = consumer_group_records::encode_record(&key, &value);
         assert_eq!(again, (k.clone(), v.clone()));
     }
     let config = group.config.clone();
@@ -1246,9 +1246,9 @@ fn edit_record(
         })
         .expect("the record is there");
     let (key, mut value) =
-        consumer_records::decode_record(&records[at].0, &records[at].1).expect("decodes");
+        consumer_group_records::decode_record(&records[at].0, &records[at].1).expect("decodes");
     edit(&mut value);
-    records[at] = consumer_records::encode_record(&key, &value);
+    records[at] = consumer_group_records::encode_record(&key, &value);
     records
 }
 
@@ -1414,13 +1414,13 @@ fn malformed_or_inconsistent_records_are_skipped_or_refused() {
     }
     // A target for a member that is not there.
     let mut stray = records.clone();
-    stray.push(consumer_records::encode_record(
+    stray.push(consumer_group_records::encode_record(
         &ConsumerGroupKey::TargetAssignmentMember {
             group_id: "g".into(),
             member_id: "gone".into(),
         },
         &ConsumerGroupValue::TargetAssignmentMember(
-            consumer_records::TargetAssignmentMemberValue {
+            consumer_group_records::TargetAssignmentMemberValue {
                 topic_partitions: Vec::new(),
             },
         ),

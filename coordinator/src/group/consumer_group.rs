@@ -9,7 +9,7 @@
 //! applies the timeouts due at `now_ms`, so answers do not depend on how promptly
 //! [`ConsumerGroup::tick`] ran. The coordinator calls `tick` at
 //! [`ConsumerGroup::next_deadline_ms`]. Nothing here does I/O: [`ConsumerGroup::to_records`]
-//! describes the group as Kafka's `__consumer_offsets` records ([`consumer_records`]), which
+//! describes the group as Kafka's `__consumer_offsets` records ([`super::consumer_group_records`]), which
 //! the coordinator writes (the keys that changed since its last write, tombstones for those
 //! gone), and [`ConsumerGroup::from_records`] rebuilds the group from them after the
 //! coordinator moves, so members keep their epochs and partitions.
@@ -44,10 +44,9 @@
 //!
 //! Where this differs from Kafka, and why:
 //! - regex subscriptions are resolved on the heartbeat that sees the topics change (Kafka
-//!   resolves them asynchronously); the matcher ([`topic_regex`]) is our own, since keel-broker
-//!   does not depend on `regex`: RE2 syntax without flags, Unicode classes, `\b` or `\Q..\E`
-//!   (`^` and `$` are assertions anywhere; a topic matches only as a whole, as RE2/J
-//!   `matches()`);
+//!   resolves them asynchronously); the matcher ([`super::topic_regex`]) is the `regex` crate
+//!   (RE2's syntax, as Kafka's RE2/J), anchored so that a topic matches only as a whole, as
+//!   RE2/J `matches()`;
 //! - racks are recorded and described but the assignors ignore them;
 //! - the `uniform` assignor balances heterogeneous subscriptions only locally: no single
 //!   partition can move to a less loaded subscriber and improve balance;
@@ -60,20 +59,23 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::mem;
 
+pub use super::assignor::Assignor;
+use super::assignor::{assign, Subscription};
+use super::consumer_group_records;
 use super::topic_regex::TopicRegex;
 use bytes::Bytes;
 use keel_vocab::error::ResponseError;
 use keel_vocab::{ErrorCode, TopicId, TopicIdPartition};
 
-use super::consumer_records::{
-    self, ConsumerGroupKey, ConsumerGroupValue, CurrentMemberAssignmentValue, MemberMetadataValue,
+use super::consumer_group_records::{
+    ConsumerGroupKey, ConsumerGroupValue, CurrentMemberAssignmentValue, MemberMetadataValue,
     MetadataValue, PartitionMetadataValue, TargetAssignmentMemberValue,
     TargetAssignmentMetadataValue, TopicMetadata,
 };
 
 /// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
 /// checks the numbers).
-pub(crate) use crate::errors::NONE;
+pub(crate) const NONE: i16 = ErrorCode::NONE.code();
 const UNKNOWN_MEMBER_ID: i16 = ErrorCode::of(ResponseError::UnknownMemberId).code();
 const INVALID_REQUEST: i16 = ErrorCode::of(ResponseError::InvalidRequest).code();
 const GROUP_MAX_SIZE_REACHED: i16 = ErrorCode::of(ResponseError::GroupMaxSizeReached).code();
@@ -139,32 +141,6 @@ impl Default for ConsumerGroupConfig {
             group_size_max: i32::MAX as usize,
             default_assignor: Assignor::Uniform,
         }
-    }
-}
-
-/// The server-side assignors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Assignor {
-    /// Per topic, consecutive ranges of partitions over the subscribed members in member id
-    /// order (Kafka's `range`).
-    Range,
-    /// Balanced counts, sticky, deterministic (Kafka's `uniform`).
-    Uniform,
-}
-
-impl Assignor {
-    /// The name members ask for in `ServerAssignor`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Assignor::Range => "range",
-            Assignor::Uniform => "uniform",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Assignor> {
-        [Assignor::Range, Assignor::Uniform]
-            .into_iter()
-            .find(|a| a.name() == name)
     }
 }
 
@@ -1060,7 +1036,7 @@ impl ConsumerGroup {
         let group_id = || self.group_id.clone();
         let mut records = Vec::with_capacity(3 + 3 * self.members.len());
         let mut push = |key: ConsumerGroupKey, value: ConsumerGroupValue| {
-            records.push(consumer_records::encode_record(&key, &value));
+            records.push(consumer_group_records::encode_record(&key, &value));
         };
         push(
             ConsumerGroupKey::Metadata {
@@ -1545,176 +1521,6 @@ fn topic_partitions(set: &PartitionSet) -> TopicPartitions {
     out
 }
 
-/// What an assignor knows of a member.
-struct Subscription<'a> {
-    member_id: &'a str,
-    /// Existing topics only (resolved).
-    topics: &'a BTreeSet<String>,
-}
-
-/// A subscribed topic with partitions, and its subscribers (indexes into the members, ascending).
-struct SubscribedTopic {
-    topic_id: TopicId,
-    partitions: i32,
-    subscribers: Vec<usize>,
-}
-
-impl SubscribedTopic {
-    fn partition(&self, partition: i32) -> TopicIdPartition {
-        TopicIdPartition {
-            topic_id: self.topic_id,
-            partition,
-        }
-    }
-}
-
-/// The target assignment: every member (in `members`, sorted by id) gets an entry.
-fn assign(
-    assignor: Assignor,
-    members: &[Subscription<'_>],
-    previous: &BTreeMap<String, PartitionSet>,
-    metadata: &TopicsView,
-) -> BTreeMap<String, PartitionSet> {
-    let topics = subscribed_topics(members, metadata);
-    let assigned = match assignor {
-        Assignor::Range => assign_range(members.len(), &topics),
-        Assignor::Uniform => assign_uniform(members, previous, &topics),
-    };
-    members
-        .iter()
-        .zip(assigned)
-        .map(|(m, set)| (m.member_id.to_owned(), set))
-        .collect()
-}
-
-/// The topics with partitions that some member subscribes to, fewest subscribers first
-/// (so the `uniform` assignor places the most constrained partitions first), then by name.
-fn subscribed_topics(members: &[Subscription<'_>], metadata: &TopicsView) -> Vec<SubscribedTopic> {
-    let mut by_name: BTreeMap<&str, SubscribedTopic> = BTreeMap::new();
-    for (i, member) in members.iter().enumerate() {
-        for name in member.topics {
-            let Some(&(topic_id, partitions)) = metadata.get(name) else {
-                continue;
-            };
-            if partitions > 0 {
-                by_name
-                    .entry(name)
-                    .or_insert_with(|| SubscribedTopic {
-                        topic_id,
-                        partitions,
-                        subscribers: Vec::new(),
-                    })
-                    .subscribers
-                    .push(i);
-            }
-        }
-    }
-    let mut topics: Vec<(&str, SubscribedTopic)> = by_name.into_iter().collect();
-    topics.sort_by_key(|(name, t)| (t.subscribers.len(), *name));
-    topics.into_iter().map(|(_, t)| t).collect()
-}
-
-/// Kafka's range assignor, per topic over its subscribers in member id order: the first
-/// `partitions % subscribers` get one partition more.
-fn assign_range(member_count: usize, topics: &[SubscribedTopic]) -> Vec<PartitionSet> {
-    let mut assigned = vec![PartitionSet::new(); member_count];
-    for topic in topics {
-        let subscribers = topic.subscribers.len() as i32;
-        let (quota, extra) = (
-            topic.partitions / subscribers,
-            topic.partitions % subscribers,
-        );
-        let mut next = 0;
-        for (rank, &i) in topic.subscribers.iter().enumerate() {
-            let count = quota + i32::from((rank as i32) < extra);
-            assigned[i].extend((next..next + count).map(|p| topic.partition(p)));
-            next += count;
-        }
-    }
-    assigned
-}
-
-/// The uniform assignor: (1) every member keeps what it had that it still may have;
-/// (2) each unassigned partition goes to its least loaded subscriber; (3) while a subscriber
-/// of a topic holds two partitions more than another subscriber, it hands one over. With the
-/// same subscriptions everywhere, counts end up differing by at most one, and only partitions
-/// that must move for that do move. Deterministic: ties go to the lower member id.
-fn assign_uniform(
-    members: &[Subscription<'_>],
-    previous: &BTreeMap<String, PartitionSet>,
-    topics: &[SubscribedTopic],
-) -> Vec<PartitionSet> {
-    let mut assigned = vec![PartitionSet::new(); members.len()];
-    let mut taken = PartitionSet::new();
-    let by_id: BTreeMap<TopicId, &SubscribedTopic> =
-        topics.iter().map(|t| (t.topic_id, t)).collect();
-    for (i, member) in members.iter().enumerate() {
-        for p in previous.get(member.member_id).into_iter().flatten() {
-            let Some(topic) = by_id.get(&p.topic_id) else {
-                continue;
-            };
-            let valid =
-                p.partition < topic.partitions && topic.subscribers.binary_search(&i).is_ok();
-            if valid && taken.insert(*p) {
-                assigned[i].insert(*p);
-            }
-        }
-    }
-    for topic in topics {
-        for partition in 0..topic.partitions {
-            let p = topic.partition(partition);
-            if taken.insert(p) {
-                let to = least_loaded(&topic.subscribers, &assigned);
-                assigned[to].insert(p);
-            }
-        }
-    }
-    // Each move lowers the sum of squared counts, so this ends.
-    loop {
-        let mut moved = false;
-        for topic in topics {
-            while let Some((from, to)) = unbalanced_pair(topic, &assigned) {
-                let p = *assigned[from]
-                    .range(topic.partition(i32::MIN)..=topic.partition(i32::MAX))
-                    .next_back()
-                    .expect("holds a partition of the topic");
-                assigned[from].remove(&p);
-                assigned[to].insert(p);
-                moved = true;
-            }
-        }
-        if !moved {
-            return assigned;
-        }
-    }
-}
-
-fn least_loaded(subscribers: &[usize], assigned: &[PartitionSet]) -> usize {
-    *subscribers
-        .iter()
-        .min_by_key(|&&i| (assigned[i].len(), i))
-        .expect("a subscribed topic has subscribers")
-}
-
-/// A subscriber of `topic` holding one of its partitions and two partitions more than the
-/// least loaded subscriber, and that subscriber.
-fn unbalanced_pair(topic: &SubscribedTopic, assigned: &[PartitionSet]) -> Option<(usize, usize)> {
-    let to = least_loaded(&topic.subscribers, assigned);
-    let holds = |i: usize| {
-        assigned[i]
-            .range(topic.partition(i32::MIN)..=topic.partition(i32::MAX))
-            .next()
-            .is_some()
-    };
-    let from = topic
-        .subscribers
-        .iter()
-        .copied()
-        .filter(|&i| holds(i))
-        .max_by_key(|&i| (assigned[i].len(), Reverse(i)))?;
-    (assigned[from].len() > assigned[to].len() + 1).then_some((from, to))
-}
-
 #[cfg(test)]
-#[path = "consumer_tests.rs"]
+#[path = "consumer_group_tests.rs"]
 mod tests;
