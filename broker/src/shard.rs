@@ -19,7 +19,7 @@ use keel_vocab::Clock;
 use tracing::{error, info, warn};
 
 use crate::config::BrokerConfig;
-use crate::controller::Controller;
+use crate::controller::state::Controller;
 use crate::coordination::parking::DataWaiters;
 use crate::metadata::{partition_dir, MetadataImage, TopicMeta};
 use crate::ops::metrics::ShardCounters;
@@ -74,15 +74,23 @@ pub struct BrokerShard {
     fetch_waits: RefCell<HashMap<u64, Rc<Event>>>,
     next_fetch_wait: Cell<u64>,
     /// The consumer groups of the `__consumer_offsets` partitions this shard owns.
-    pub groups: crate::group::GroupCoordinator,
+    pub groups: crate::group::shard_state::GroupCoordinator,
     /// The transaction coordinators of the `__transaction_state` partitions this shard owns.
-    pub txns: crate::txn::coordinator::TxnShard,
+    pub txns: crate::txn::shard_state::TxnShard,
     /// The wall clock everything on this shard stamps and expires by.
     pub clock: Rc<dyn Clock>,
+    /// What starts when this shard opens a partition of an internal topic: the coordinators
+    /// load their state from it (set by [`crate::startup`], so that this module does not depend
+    /// on the coordinators that depend on it).
+    loaders: Vec<(&'static str, PartitionLoader)>,
 }
 
+/// Starts loading a coordinator's state from a partition this shard just opened.
+pub type PartitionLoader = fn(&Rc<BrokerShard>, Rc<Partition>);
+
 impl BrokerShard {
-    /// A shard with no partitions and an empty metadata image; `controller` on shard 0 only.
+    /// A shard with no partitions and an empty metadata image; `controller` on shard 0 only;
+    /// `loaders` by internal topic name.
     pub fn new(
         id: usize,
         count: usize,
@@ -90,6 +98,7 @@ impl BrokerShard {
         config: Arc<BrokerConfig>,
         controller: Option<Controller>,
         clock: Rc<dyn Clock>,
+        loaders: Vec<(&'static str, PartitionLoader)>,
     ) -> Rc<Self> {
         Rc::new(BrokerShard {
             id,
@@ -105,9 +114,10 @@ impl BrokerShard {
             ready: Event::new(),
             fetch_waits: RefCell::new(HashMap::new()),
             next_fetch_wait: Cell::new(0),
-            groups: crate::group::GroupCoordinator::default(),
-            txns: crate::txn::coordinator::TxnShard::default(),
+            groups: crate::group::shard_state::GroupCoordinator::default(),
+            txns: crate::txn::shard_state::TxnShard::default(),
             clock,
+            loaders,
         })
     }
 
@@ -348,10 +358,8 @@ impl BrokerShard {
                     .entry(topic.name.clone())
                     .or_default()
                     .insert(index, part.clone());
-                if topic.name == keel_coordinator::OFFSETS_TOPIC {
-                    crate::group::start_load(self, part);
-                } else if topic.name == keel_coordinator::TRANSACTION_STATE_TOPIC {
-                    crate::txn::coordinator::start_load(self, part);
+                if let Some((_, load)) = self.loaders.iter().find(|(t, _)| *t == topic.name) {
+                    load(self, part);
                 }
             }
             Err(e) => {

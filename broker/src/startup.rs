@@ -20,6 +20,7 @@ use tracing::{error, info, warn};
 
 use crate::config::{BrokerConfig, SettingsBuilder, BROKER_KEYS};
 use crate::coordination::timers;
+use crate::ops::print_quietly;
 use crate::shard::BrokerShard;
 
 /// glommio's floor for io_memory; below it the broker refuses to start.
@@ -134,13 +135,6 @@ fn parse_args(args: Vec<String>) -> Result<Option<BrokerConfig>> {
         settings = settings.set(&k, &v);
     }
     BrokerConfig::from_settings(settings.build()).map(Some)
-}
-
-/// Writes to stdout, ignoring a closed pipe (`keel --help | head`), where print! panics.
-pub(crate) fn print_quietly(text: &str) {
-    use std::io::Write as _;
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
 /// The `keel` binary: a client subcommand, or the broker.
@@ -337,6 +331,13 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
         config.clone(),
         controller,
         Rc::new(keel_vocab::SystemClock),
+        vec![
+            (keel_coordinator::OFFSETS_TOPIC, crate::group::start_load),
+            (
+                keel_coordinator::TRANSACTION_STATE_TOPIC,
+                crate::txn::coordinator::start_load,
+            ),
+        ],
     );
     // Storage's per-shard limits: the tail caches' memory, the closed segments' open files.
     keel_storage::tail_budget::set_budget(config.tail_cache_shard_bytes);

@@ -9,7 +9,7 @@
 use std::rc::Rc;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::TcpStream;
@@ -17,20 +17,12 @@ use glommio::task::JoinHandle;
 use kafka_protocol::messages::ApiKey;
 use tracing::{debug, warn};
 
-use crate::frontend::framing::{check_frame_size, FrameError};
+use crate::frontend::dispatch::Reply;
+use crate::frontend::framing::check_frame_size;
 use crate::ops::metrics::Stage;
 use crate::shard::BrokerShard;
 
 const MAX_IN_FLIGHT: usize = 32;
-
-/// What a request task yields: a frame to send, nothing (acks=0), or "close now".
-pub enum Reply {
-    Frame(Bytes),
-    None,
-    Close(FrameError),
-    /// Send this frame, then close (unsupported API or version).
-    FrameThenClose(Bytes),
-}
 
 /// A request in flight on the connection, in arrival order.
 struct Pending {

@@ -6,12 +6,20 @@ use std::rc::Rc;
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 
-use crate::frontend::conn::Reply;
 use crate::frontend::framing::{
     decode_header, encode_response, peek_prefix, unsupported_frame, FrameError,
 };
 use crate::handlers::{self, api_versions};
 use crate::shard::BrokerShard;
+
+/// What a request task yields: a frame to send, nothing (acks=0), or "close now".
+pub enum Reply {
+    Frame(Bytes),
+    None,
+    Close(FrameError),
+    /// Send this frame, then close (unsupported API or version).
+    FrameThenClose(Bytes),
+}
 
 /// What a request frame is, before any handler runs.
 pub enum Framed {

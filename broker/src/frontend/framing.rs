@@ -127,6 +127,17 @@ pub fn unsupported_frame(correlation_id: i32) -> Bytes {
     buf.freeze()
 }
 
+/// Topic name as a `TopicName` for responses.
+pub fn topic_name(s: &str) -> kafka_protocol::messages::TopicName {
+    kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(
+        s.to_string(),
+    ))
+}
+
+pub fn str_bytes(s: impl Into<String>) -> kafka_protocol::protocol::StrBytes {
+    kafka_protocol::protocol::StrBytes::from_string(s.into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

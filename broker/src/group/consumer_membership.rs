@@ -22,7 +22,7 @@ use crate::config::BrokerConfig;
 use crate::errors::{code, NONE};
 use crate::shard::BrokerShard;
 use keel_coordinator::group::consumer_group::{
-    Assignor, ConsumerGroup, ConsumerGroupConfig, Expired, GroupDescription, HeartbeatRequest,
+    Assignor, ConsumerGroup, ConsumerGroupConfig, GroupDescription, HeartbeatRequest,
     HeartbeatResponse, TopicsView,
 };
 
@@ -58,24 +58,8 @@ fn topics_view(shard: &BrokerShard) -> Rc<TopicsView> {
     view
 }
 
-/// Applies the group's timeouts due at `now_ms`, logging each member removed (Kafka logs each
-/// fenced member).
-pub fn tick(shard: usize, group: &mut ConsumerGroup, now_ms: i64) {
-    let expired: Vec<Expired> = group.tick(now_ms);
-    for e in expired {
-        info!(
-            shard,
-            group = group.group_id(),
-            member = e.member_id,
-            reason = ?e.reason,
-            group_epoch = group.group_epoch(),
-            "consumer group member removed"
-        );
-    }
-}
-
 fn ready(shard: &BrokerShard, p: i32) -> Result<(), i16> {
-    match shard.groups.ready(shard, p) {
+    match super::ready(shard, p) {
         NONE => Ok(()),
         e => Err(e),
     }
@@ -108,7 +92,7 @@ pub async fn heartbeat(
             .consumer
             .get_or_insert_with(|| ConsumerGroup::new(name.clone(), config));
         let epoch_before = c.group_epoch();
-        tick(shard_id, c, now);
+        super::membership::consumer_tick(shard_id, c, now);
         let response = c.heartbeat(request, &topics, now);
         if c.group_epoch() != epoch_before {
             info!(
@@ -154,7 +138,7 @@ pub async fn describe(
             return Err(not_found("is not a consumer group"));
         }
         let c = g.consumer.as_mut().ok_or_else(|| not_found("not found"))?;
-        tick(shard_id, c, now);
+        super::membership::consumer_tick(shard_id, c, now);
         Ok(c.describe())
     })
     .unwrap_or_else(|| Err(not_found("not found")))

@@ -115,7 +115,7 @@ async fn committed_on(shard: &BrokerShard, budget: usize) -> Committed {
     for (name, p) in names {
         let coordinated = *ready
             .entry(p)
-            .or_insert_with(|| shard.groups.ready(shard, p) == NONE);
+            .or_insert_with(|| super::ready(shard, p) == NONE);
         if !coordinated {
             continue;
         }

@@ -221,7 +221,7 @@ impl GroupCoordinator {
         self.partitions
             .borrow()
             .values()
-            .any(|cp| cp.state == super::LoadState::Loading)
+            .any(|cp| cp.state == super::shard_state::LoadState::Loading)
     }
 }
 
@@ -294,7 +294,7 @@ fn log_generation(shard: &BrokerShard, c: &ClassicGroup) {
 }
 
 fn ready(shard: &BrokerShard, p: i32) -> Result<(), i16> {
-    match shard.groups.ready(shard, p) {
+    match super::ready(shard, p) {
         NONE => Ok(()),
         e => Err(e),
     }
@@ -492,7 +492,7 @@ fn list_local(shard: &BrokerShard) -> (bool, Vec<ListedGroup>) {
         .borrow()
         .keys()
         .copied()
-        .filter(|p| shard.groups.ready(shard, *p) == NONE)
+        .filter(|p| super::ready(shard, *p) == NONE)
         .collect();
     let groups = shard.groups.groups.borrow();
     let listed = groups
@@ -590,7 +590,7 @@ async fn timer(shard: Rc<BrokerShard>) {
                     c.tick(now);
                 }
                 if let Some(c) = g.consumer.as_mut() {
-                    super::consumer_membership::tick(shard.id, c, now);
+                    consumer_tick(shard.id, c, now);
                 }
             });
             glommio::executor().yield_if_needed().await;
@@ -621,6 +621,26 @@ async fn timer(shard: Rc<BrokerShard>) {
             debug!(shard = shard.id, "group timer stopped");
             return;
         }
+    }
+}
+
+/// Applies the group's timeouts due at `now_ms`, logging each member removed (Kafka logs each
+/// fenced member).
+pub fn consumer_tick(
+    shard: usize,
+    group: &mut keel_coordinator::group::consumer_group::ConsumerGroup,
+    now_ms: i64,
+) {
+    let expired: Vec<keel_coordinator::group::consumer_group::Expired> = group.tick(now_ms);
+    for e in expired {
+        tracing::info!(
+            shard,
+            group = group.group_id(),
+            member = e.member_id,
+            reason = ?e.reason,
+            group_epoch = group.group_epoch(),
+            "consumer group member removed"
+        );
     }
 }
 

@@ -37,9 +37,9 @@
 pub mod consumer_membership;
 pub mod lag;
 pub mod membership;
+pub mod shard_state;
 
-use std::cell::{Cell, RefCell};
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -48,25 +48,22 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
 use keel_coordinator::group::classic_group::GroupState;
-use keel_coordinator::group::consumer_group;
+use keel_coordinator::group::group_coordinator_shard::{restore_memberships, Replayed};
 pub use keel_coordinator::group::group_metadata_manager::CONSUMER_PROTOCOL_TYPE;
-use keel_coordinator::group::group_metadata_manager::{
-    check_member, forget_records, membership_records, restore_memberships, Replayed,
-};
+use keel_coordinator::group::group_metadata_manager::{forget_records, membership_records};
 use keel_coordinator::group::offset_metadata_manager::{
-    apply_change, check_simple_commit, commit_changes,
+    apply_change, check_member, check_simple_commit, commit_changes,
 };
 use keel_coordinator::group::records::{self, OffsetChange, OffsetKey};
 pub use keel_coordinator::group::{CommittedOffset, GroupEntry};
 pub use keel_coordinator::{partition_for, OFFSETS_TOPIC};
-use keel_shard::Event;
 use keel_storage::{LeaderEpoch, Offset, StorageError};
 use tracing::{error, info, warn};
 
 use crate::controller::{self, OpError};
 use crate::errors::{code, coordinator_write_code, NONE};
 use crate::shard::{BrokerShard, Partition};
-use membership::{GroupAnswer, Waiter};
+pub use shard_state::{GroupAnswer, GroupCoordinator};
 
 /// Bytes one log read asks for while a coordinator partition loads.
 const LOAD_READ_BYTES_MAX: usize = 1 << 20;
@@ -74,241 +71,19 @@ const LOAD_READ_BYTES_MAX: usize = 1 << 20;
 /// are validated and committed together).
 const WRITE_BATCH_BYTES_TARGET: usize = 256 * 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LoadState {
-    Loading,
-    Loaded,
-    /// The replay failed (the error is in the log); the partition's groups are unavailable
-    /// until the partition is opened again.
-    Failed,
-}
-
-/// Changes appended to a coordinator partition's log and not yet applied to memory.
-struct PendingWrite {
-    /// The log end offset after the append: applied once the high watermark reaches it.
-    end_offset: Offset,
-    changes: Vec<OffsetChange>,
-}
-
-/// One `__consumer_offsets` partition this shard coordinates.
-struct CoordinatorPartition {
-    topic_id: [u8; 16],
-    /// Which load this is: a stale load (the partition was reopened meanwhile) is dropped.
-    load_id: u64,
-    state: LoadState,
-    /// In log order (appends queue here in the same step as they append).
-    pending: VecDeque<PendingWrite>,
-}
-
-/// The group coordinator state of one shard: the groups of the `__consumer_offsets`
-/// partitions it owns, and the group requests of this shard's connections that wait for a
-/// coordinator's answer (see [`membership`]).
-#[derive(Default)]
-pub struct GroupCoordinator {
-    /// Every group of this shard's coordinator partitions, by group id.
-    pub groups: RefCell<HashMap<String, GroupEntry>>,
-    partitions: RefCell<HashMap<i32, CoordinatorPartition>>,
-    next_load_id: Cell<u64>,
-    expiry_started: Cell<bool>,
-    /// (deadline, group id) of every group with a timer ([`GroupEntry::next_deadline_ms`]).
-    /// An entry whose group no longer has that `scheduled_ms` is stale and skipped.
-    deadlines: RefCell<BTreeSet<(i64, String)>>,
-    /// Fired to wake the timer task early: a deadline before `timer_armed_ms` arrived.
-    timer_wake: RefCell<Rc<Event>>,
-    /// The deadline the timer task sleeps until (`i64::MAX`: none).
-    timer_armed_ms: Cell<i64>,
-    timer_started: Cell<bool>,
-    /// Requests of this shard's connections parked for a group's answer, by token.
-    parked: RefCell<HashMap<u64, futures_channel::oneshot::Sender<GroupAnswer>>>,
-    next_park_token: Cell<u64>,
-    /// The topics consumer groups see, built once per metadata image version.
-    topics_view: RefCell<Option<(u64, Rc<consumer_group::TopicsView>)>>,
-    /// Transactional offset commits (TxnOffsetCommit) in the log, waiting for their
-    /// producer's marker, by (partition, producer id).
-    txn_offsets: RefCell<HashMap<(i32, i64), Vec<OffsetChange>>>,
-}
-
-impl GroupCoordinator {
-    /// Starts (re)loading partition `p`: its groups are unavailable until [`Self::finish_load`].
-    /// Returns the parked requests of the groups it drops, which the caller answers.
-    fn begin_load(&self, p: i32, topic_id: [u8; 16]) -> (u64, Vec<Waiter>) {
-        let load_id = self.next_load_id.get();
-        self.next_load_id.set(load_id + 1);
-        self.partitions.borrow_mut().insert(
-            p,
-            CoordinatorPartition {
-                topic_id,
-                load_id,
-                state: LoadState::Loading,
-                pending: VecDeque::new(),
-            },
-        );
-        let mut orphaned = Vec::new();
-        self.groups.borrow_mut().retain(|_, g| {
-            if g.partition == p {
-                orphaned.extend(g.waiting.drain().map(|(_, w)| w));
-            }
-            g.partition != p
-        });
-        (load_id, orphaned)
-    }
-
-    /// Installs the groups replayed from partition `p`'s log, unless `p` was reopened since.
-    fn finish_load(&self, p: i32, load_id: u64, loaded: Option<HashMap<String, GroupEntry>>) {
-        let mut parts = self.partitions.borrow_mut();
-        let Some(cp) = parts.get_mut(&p).filter(|cp| cp.load_id == load_id) else {
-            return;
-        };
-        match loaded {
-            Some(groups) => {
-                let mut all = self.groups.borrow_mut();
-                all.retain(|_, g| g.partition != p);
-                all.extend(groups);
-                cp.state = LoadState::Loaded;
-            }
-            None => cp.state = LoadState::Failed,
-        }
-    }
-
-    /// The current load of partition `p`, if it is open here.
-    fn load_id(&self, p: i32) -> Option<u64> {
-        self.partitions.borrow().get(&p).map(|cp| cp.load_id)
-    }
-
-    /// Whether partition `p`'s groups can be served here now: NONE or the Kafka error code.
-    pub fn ready(&self, shard: &BrokerShard, p: i32) -> i16 {
-        let parts = self.partitions.borrow();
-        let Some(cp) = parts.get(&p) else {
-            return code(ResponseError::NotCoordinator);
-        };
-        let open = shard
-            .partition(OFFSETS_TOPIC, p)
-            .is_some_and(|part| part.topic_id == cp.topic_id);
-        let leads = shard
-            .image()
-            .partition(OFFSETS_TOPIC, p)
-            .is_some_and(|m| m.leader == shard.config.node_id);
-        if !open || !leads {
-            return code(ResponseError::NotCoordinator);
-        }
-        match cp.state {
-            LoadState::Loading => code(ResponseError::CoordinatorLoadInProgress),
-            LoadState::Loaded => NONE,
-            LoadState::Failed => code(ResponseError::CoordinatorNotAvailable),
-        }
-    }
-
-    /// Queues an appended write of `p` for memory; returns the load it belongs to.
-    fn push_pending(&self, p: i32, end_offset: Offset, changes: Vec<OffsetChange>) -> u64 {
-        let mut parts = self.partitions.borrow_mut();
-        let cp = parts
-            .get_mut(&p)
-            .expect("writes go only to partitions that are ready");
-        assert!(cp.pending.back().is_none_or(|w| w.end_offset < end_offset));
-        cp.pending.push_back(PendingWrite {
-            end_offset,
-            changes,
-        });
-        cp.load_id
-    }
-
-    /// Applies, in log order, every pending write of `p` the high watermark has passed, if `p`
-    /// was not reopened since `load_id` (a reopened log has its own watermark and queue).
-    fn apply_committed(&self, p: i32, load_id: u64, high_watermark: Offset) {
-        let mut parts = self.partitions.borrow_mut();
-        let Some(cp) = parts.get_mut(&p).filter(|cp| cp.load_id == load_id) else {
-            return;
-        };
-        let mut groups = self.groups.borrow_mut();
-        while cp
-            .pending
-            .front()
-            .is_some_and(|w| w.end_offset <= high_watermark)
-        {
-            let Some(w) = cp.pending.pop_front() else {
-                break;
-            };
-            for change in w.changes {
-                apply_change(&mut groups, p, change);
-            }
-        }
-    }
-
-    /// Whether a write touching `group` is appended to `p`'s log but not yet applied.
-    fn has_pending(&self, p: i32, group: &str) -> bool {
-        self.partitions.borrow().get(&p).is_some_and(|cp| {
-            cp.pending
-                .iter()
-                .any(|w| w.changes.iter().any(|c| c.key().group == group))
-        })
-    }
-
-    /// The offsets of `group` that writes of `p` appended and did not yet apply.
-    fn pending_keys(&self, p: i32, group: &str) -> Vec<(String, i32)> {
-        self.partitions
-            .borrow()
-            .get(&p)
-            .map_or_else(Vec::new, |cp| {
-                cp.pending
-                    .iter()
-                    .flat_map(|w| w.changes.iter().map(OffsetChange::key))
-                    .filter(|k| k.group == group)
-                    .map(|k| (k.topic.clone(), k.partition))
-                    .collect()
-            })
-    }
-
-    fn loaded_partitions(&self) -> Vec<i32> {
-        self.partitions
-            .borrow()
-            .iter()
-            .filter(|(_, cp)| cp.state == LoadState::Loaded)
-            .map(|(p, _)| *p)
-            .collect()
-    }
-
-    /// Forgets partition `p`'s idle groups ([`GroupEntry::is_idle`]) that have no write in
-    /// flight; returns how many.
-    /// Returns how many, and the tombstones of their membership records.
-    fn forget_idle(&self, p: i32) -> (usize, Vec<(Bytes, Option<Bytes>)>) {
-        let mut groups = self.groups.borrow_mut();
-        let before = groups.len();
-        let mut tombstones = Vec::new();
-        groups.retain(|name, g| {
-            let keep = g.partition != p || !g.is_idle() || self.has_pending(p, name);
-            if !keep {
-                tombstones.extend(forget_records(g));
-            }
-            keep
-        });
-        (before - groups.len(), tombstones)
-    }
-
-    /// Tombstones for every offset of partition `p`'s groups that have no active members, no
-    /// write in flight, and whose latest commit is older than `retention_ms`.
-    fn expired(&self, p: i32, now_ms: i64, retention_ms: i64) -> Vec<OffsetChange> {
-        let groups = self.groups.borrow();
-        let mut out = Vec::new();
-        for (name, g) in groups.iter().filter(|(_, g)| g.partition == p) {
-            let old = g
-                .latest_commit_ms()
-                .is_some_and(|t| t.saturating_add(retention_ms) < now_ms);
-            if !old || g.has_active_members() || self.has_pending(p, name) {
-                continue;
-            }
-            out.extend(g.offsets.keys().map(|(topic, partition)| {
-                OffsetChange::Delete(OffsetKey {
-                    group: name.clone(),
-                    topic: topic.clone(),
-                    partition: *partition,
-                })
-            }));
-        }
-        out
-    }
-}
-
 // ---- placement and routing ---------------------------------------------------------------
+
+/// Whether partition `p`'s groups can be served on this shard now: NONE, NOT_COORDINATOR (not
+/// open here, or this broker does not lead it), COORDINATOR_LOAD_IN_PROGRESS or
+/// COORDINATOR_NOT_AVAILABLE (its load failed).
+pub fn ready(shard: &BrokerShard, p: i32) -> i16 {
+    let open = shard.partition(OFFSETS_TOPIC, p).map(|part| part.topic_id);
+    let leads = shard
+        .image()
+        .partition(OFFSETS_TOPIC, p)
+        .is_some_and(|m| m.leader == shard.config.node_id);
+    shard.groups.ready(p, open, leads)
+}
 
 /// Creates `__consumer_offsets` if it does not exist: `offsets.topic.num.partitions`
 /// partitions, replication factor 1, compacted, `offsets.topic.segment.bytes` segments.
@@ -413,7 +188,7 @@ fn append(
     changes: Vec<OffsetChange>,
     now: i64,
 ) -> Result<(Rc<Partition>, u64, Offset), i16> {
-    let ready = shard.groups.ready(shard, p);
+    let ready = ready(shard, p);
     if ready != NONE {
         return Err(ready);
     }
@@ -476,7 +251,7 @@ pub(crate) fn persist(
     records: Vec<(Bytes, Option<Bytes>)>,
     classic_generation: Option<i32>,
 ) {
-    if records.is_empty() || shard.groups.ready(shard, p) != NONE {
+    if records.is_empty() || ready(shard, p) != NONE {
         return;
     }
     match append_records(shard, p, &records, shard.clock.now_ms()) {
@@ -600,7 +375,7 @@ pub async fn txn_commit_offsets(
     p: i32,
     req: TxnCommitRequest,
 ) -> Result<(), i16> {
-    let ready = shard.groups.ready(&shard, p);
+    let ready = ready(&shard, p);
     if ready != NONE {
         return Err(ready);
     }
@@ -669,7 +444,7 @@ pub struct CommitRequest {
 
 /// Commits offsets for a group: NONE for all of them, or one error code for all.
 pub async fn commit_offsets(shard: Rc<BrokerShard>, p: i32, req: CommitRequest) -> Result<(), i16> {
-    let ready = shard.groups.ready(&shard, p);
+    let ready = ready(&shard, p);
     if ready != NONE {
         return Err(ready);
     }
@@ -707,7 +482,7 @@ pub async fn fetch_offsets(
     member: Option<(String, i32)>,
     require_stable: bool,
 ) -> Result<Vec<FetchedTopic>, i16> {
-    let ready = shard.groups.ready(&shard, p);
+    let ready = ready(&shard, p);
     if ready != NONE {
         return Err(ready);
     }
@@ -715,7 +490,7 @@ pub async fn fetch_offsets(
         let fenced = membership::with_group(&shard, p, &group, false, |g, now| {
             match g.consumer.as_mut() {
                 Some(c) => {
-                    consumer_membership::tick(shard.id, c, now);
+                    membership::consumer_tick(shard.id, c, now);
                     c.can_commit(&member_id, epoch)
                 }
                 None => NONE,
@@ -777,7 +552,7 @@ pub async fn delete_offsets(
     group: String,
     partitions: Vec<(String, i32)>,
 ) -> Result<HashSet<String>, i16> {
-    let ready = shard.groups.ready(&shard, p);
+    let ready = ready(&shard, p);
     if ready != NONE {
         return Err(ready);
     }
@@ -941,7 +716,7 @@ async fn expire_offsets(shard: &Rc<BrokerShard>, now_ms: i64) {
         .offsets_retention_minutes
         .saturating_mul(60_000);
     for p in shard.groups.loaded_partitions() {
-        if shard.groups.ready(shard, p) != NONE {
+        if ready(shard, p) != NONE {
             continue;
         }
         let (idle, tombstones) = shard.groups.forget_idle(p);

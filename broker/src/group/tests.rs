@@ -1,4 +1,5 @@
 use super::*;
+use std::collections::HashMap;
 
 fn commit(g: &str, t: &str, i: i32, offset: i64, ts: i64) -> OffsetChange {
     OffsetChange::Commit(

@@ -214,16 +214,7 @@ pub fn support(key: ApiKey) -> Option<ApiSupport> {
     SUPPORTED.iter().copied().find(|s| s.key == key)
 }
 
-/// Topic name as a `TopicName` for responses.
-pub fn topic_name(s: &str) -> kafka_protocol::messages::TopicName {
-    kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(
-        s.to_string(),
-    ))
-}
-
-pub fn str_bytes(s: impl Into<String>) -> kafka_protocol::protocol::StrBytes {
-    kafka_protocol::protocol::StrBytes::from_string(s.into())
-}
+pub use crate::frontend::framing::{str_bytes, topic_name};
 
 #[cfg(test)]
 mod tests {

@@ -59,7 +59,7 @@ fn parse_args(args: &[String]) -> Result<Option<Args>> {
         };
         match flag {
             "--help" | "-h" => {
-                crate::startup::print_quietly(USAGE);
+                crate::ops::print_quietly(USAGE);
                 return Ok(None);
             }
             "--duration" => a.duration = parse_duration(&value()?)?,
@@ -165,7 +165,7 @@ fn run(args: Args) -> Result<()> {
     std::fs::write(&html_path, render_html(&report))
         .with_context(|| format!("writing {}", html_path.display()))?;
     print_summary(&report);
-    crate::startup::print_quietly(&format!(
+    crate::ops::print_quietly(&format!(
         "wrote {} and {}\n",
         json_path.display(),
         html_path.display()
@@ -591,7 +591,7 @@ fn print_summary(report: &Value) {
             num(&s["stalls"]),
         );
     }
-    crate::startup::print_quietly(&text);
+    crate::ops::print_quietly(&text);
 }
 
 // ---- HTML ---------------------------------------------------------------------------------

@@ -27,8 +27,7 @@
 //!
 //! All state is shard-local (`RefCell`); no borrow is held across an `.await`.
 
-use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
@@ -42,7 +41,9 @@ use keel_shard::Event;
 use keel_storage::{LeaderEpoch, Offset, StorageError};
 use tracing::{debug, error, info, warn};
 
-use super::markers_client::{Marker, MarkerClients};
+use super::markers_client::Marker;
+pub use super::shard_state::TxnShard;
+use super::shard_state::{LoadState, TxnPartition};
 use crate::controller::{self, OpError};
 use crate::errors::{code, NONE};
 use crate::group;
@@ -60,31 +61,6 @@ const LOAD_READ_BYTES_MAX: usize = 1 << 20;
 pub const MARKER_RETRY_MS: u64 = 500;
 /// The timer wakes at least this often.
 const TIMER_IDLE_MS: i64 = 1_000;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LoadState {
-    Loading,
-    Loaded,
-    Failed,
-}
-
-struct TxnPartition {
-    topic_id: [u8; 16],
-    load_id: u64,
-    state: LoadState,
-    coordinator: TransactionCoordinator,
-}
-
-/// The transaction coordinators of one shard: one per `__transaction_state` partition it owns.
-#[derive(Default)]
-pub struct TxnShard {
-    partitions: RefCell<HashMap<i32, TxnPartition>>,
-    next_load_id: Cell<u64>,
-    timer_started: Cell<bool>,
-    timer_wake: RefCell<Rc<Event>>,
-    /// Connections to the other brokers, for the markers of their partitions.
-    markers: MarkerClients,
-}
 
 /// The coordinator settings from the broker's.
 pub fn txn_config(shard: &BrokerShard) -> TxnConfig {

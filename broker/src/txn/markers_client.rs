@@ -253,7 +253,7 @@ fn encode_request(
             Some(t) => t.partition_indexes.push(*partition),
             None => topics.push(
                 WritableTxnMarkerTopic::default()
-                    .with_name(crate::handlers::topic_name(topic))
+                    .with_name(crate::frontend::framing::topic_name(topic))
                     .with_partition_indexes(vec![*partition]),
             ),
         }
@@ -370,7 +370,7 @@ mod tests {
         for (topic, partition, error) in entries {
             m.topics.push(
                 WritableTxnMarkerTopicResult::default()
-                    .with_name(crate::handlers::topic_name(topic))
+                    .with_name(crate::frontend::framing::topic_name(topic))
                     .with_partitions(vec![WritableTxnMarkerPartitionResult::default()
                         .with_partition_index(*partition)
                         .with_error_code(*error)]),

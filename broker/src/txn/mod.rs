@@ -11,8 +11,10 @@
 //! - [`coordinator`]: the shard's coordinators ([`coordinator::TxnShard`]): loading a partition,
 //!   appending and committing the coordinator's records before its state changes, writing
 //!   markers, the timer;
+//! - [`shard_state`]: the state the shard holds for them ([`shard_state::TxnShard`]);
 //! - [`markers_client`]: the inter-broker WriteTxnMarkers client, for markers of partitions
 //!   led by other brokers.
 
 pub mod coordinator;
 pub mod markers_client;
+pub mod shard_state;

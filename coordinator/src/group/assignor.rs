@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use keel_vocab::{TopicId, TopicIdPartition};
 
-use super::consumer_group::TopicsView;
+/// The topics the group can see, passed on every heartbeat: name → (topic id, partition count).
+/// The coordinator passes user-visible topics; internal ones are never matched by a regex.
+pub type TopicsView = BTreeMap<String, (TopicId, i32)>;
 
 type PartitionSet = BTreeSet<TopicIdPartition>;
 

@@ -77,6 +77,7 @@ use bytes::Bytes;
 use indexmap::IndexMap;
 
 use super::classic_group_member::Member;
+pub use super::classic_group_member::Ticket;
 pub use super::classic_group_member::{JoinMember, LeavingMember, MemberDescription};
 use super::records::{GroupMetadataChange, GroupMetadataValue, MemberMetadata};
 
@@ -155,17 +156,6 @@ impl GroupState {
             GroupState::Stable => "Stable",
             GroupState::Dead => "Dead",
         }
-    }
-}
-
-/// Names a waiting request; unique within one group for its lifetime.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Ticket(u64);
-
-impl Ticket {
-    /// The number, for keying the coordinator's table of waiting requests.
-    pub fn get(self) -> u64 {
-        self.0
     }
 }
 

@@ -4,8 +4,6 @@
 
 use bytes::Bytes;
 
-use super::classic_group::Ticket;
-
 /// One member as the leader's JoinGroup answer lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JoinMember {
@@ -74,5 +72,16 @@ impl Member {
     pub(super) fn expiry_ms(&self) -> Option<i64> {
         let waiting = self.join_ticket.is_some() || self.sync_ticket.is_some();
         (self.is_new || !waiting).then_some(self.session_deadline_ms)
+    }
+}
+
+/// Names a waiting request; unique within one group for its lifetime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket(pub(super) u64);
+
+impl Ticket {
+    /// The number, for keying the coordinator's table of waiting requests.
+    pub fn get(self) -> u64 {
+        self.0
     }
 }

@@ -60,8 +60,10 @@ use std::hash::{Hash, Hasher};
 use std::mem;
 
 pub use super::assignor::Assignor;
+pub use super::assignor::TopicsView;
 use super::assignor::{assign, Subscription};
 use super::consumer_group_records;
+pub use super::consumer_group_records::{MemberState, TopicPartitions};
 use super::topic_regex::TopicRegex;
 use bytes::Bytes;
 use keel_vocab::error::ResponseError;
@@ -106,13 +108,6 @@ const INTERNAL_TOPICS: [&str; 3] = [
     "__transaction_state",
     "__share_group_state",
 ];
-
-/// The topics the group can see, passed on every heartbeat: name → (topic id, partition count).
-/// The coordinator passes user-visible topics; internal ones are never matched by a regex.
-pub type TopicsView = BTreeMap<String, (TopicId, i32)>;
-
-/// An assignment as the wire carries it: per topic id (ascending), partitions (ascending).
-pub type TopicPartitions = Vec<(TopicId, Vec<i32>)>;
 
 type PartitionSet = BTreeSet<TopicIdPartition>;
 
@@ -249,17 +244,6 @@ impl ConsumerGroupState {
             ConsumerGroupState::Stable => "Stable",
         }
     }
-}
-
-/// Where a member is in its reconciliation (Kafka's `MemberState`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MemberState {
-    /// Holds its target at its epoch, or has not looked at a newer target yet.
-    Stable,
-    /// Must revoke `pending_revocation` before going on; its epoch stays.
-    UnrevokedPartitions,
-    /// At the target epoch, waiting for partitions other members still hold.
-    UnreleasedPartitions,
 }
 
 /// A member removed by [`ConsumerGroup::tick`].

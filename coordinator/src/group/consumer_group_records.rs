@@ -58,7 +58,19 @@ use keel_vocab::wire::{
 
 use keel_vocab::TopicId;
 
-use super::consumer_group::{MemberState, TopicPartitions};
+/// Where a member is in its reconciliation (Kafka's `MemberState`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemberState {
+    /// Holds its target at its epoch, or has not looked at a newer target yet.
+    Stable,
+    /// Must revoke `pending_revocation` before going on; its epoch stays.
+    UnrevokedPartitions,
+    /// At the target epoch, waiting for partitions other members still hold.
+    UnreleasedPartitions,
+}
+
+/// An assignment as the wire carries it: per topic id (ascending), partitions (ascending).
+pub type TopicPartitions = Vec<(TopicId, Vec<i32>)>;
 
 /// The record types (key versions) of consumer groups.
 pub const METADATA_KEY_VERSION: i16 = 3;

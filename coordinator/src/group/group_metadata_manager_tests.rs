@@ -1,5 +1,5 @@
 use super::super::classic_group as classic;
-use super::super::offset_metadata_manager::apply_change;
+use super::super::offset_metadata_manager::{apply_change, check_member};
 use super::super::records::{OffsetChange, OffsetKey};
 use super::*;
 use keel_vocab::error::ResponseError;

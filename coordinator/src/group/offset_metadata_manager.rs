@@ -1,7 +1,6 @@
-//! Committed offsets (Kafka's `OffsetMetadataManager`): the [`CommittedOffset`] of each
-//! (group, topic, partition), how a commit or a deletion changes a group map
-//! ([`apply_change`], for live state and replay alike), and the records a commit writes
-//! ([`commit_changes`]).
+//! Committed offsets (Kafka's `OffsetMetadataManager`): which commits a group accepts
+//! ([`check_member`]), how a commit or a deletion changes a group map ([`apply_change`], for
+//! live state and replay alike), and the records a commit writes ([`commit_changes`]).
 
 use std::collections::HashMap;
 
@@ -9,18 +8,8 @@ use keel_vocab::error::ResponseError;
 use keel_vocab::ErrorCode;
 
 use super::group_metadata_manager::GroupEntry;
+pub use super::records::CommittedOffset;
 use super::records::{OffsetChange, OffsetKey};
-
-/// One committed offset, as OffsetCommit stored it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommittedOffset {
-    pub offset: i64,
-    /// -1 = unknown.
-    pub leader_epoch: i32,
-    pub metadata: String,
-    /// The coordinator's clock when the commit was written.
-    pub commit_timestamp_ms: i64,
-}
 
 /// A commit to a group without a live classic membership: only a "simple" one passes; a
 /// member's commit names a member the coordinator does not know.
@@ -84,4 +73,29 @@ pub fn commit_changes(
             )
         })
         .collect()
+}
+
+/// Whether a commit by `member_id` at `generation_id` may write offsets of `group`: NONE, or
+/// the Kafka error code. A group with a live classic membership decides
+/// ([`ClassicGroup::can_commit`]: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, ILLEGAL_GENERATION,
+/// REBALANCE_IN_PROGRESS; a commit outside any generation while the group is `Empty`). A group
+/// without one takes only "simple" commits (generation -1, no member id). The caller settles
+/// the group afterwards (`can_commit` applies due timeouts, which may answer waiting requests).
+pub fn check_member(
+    group: &mut GroupEntry,
+    member_id: &str,
+    generation_id: i32,
+    instance_id: Option<&str>,
+    now_ms: i64,
+) -> i16 {
+    if let Some(c) = group.consumer.as_mut() {
+        c.tick(now_ms);
+    }
+    if let Some(c) = group.active_consumer() {
+        return c.can_commit(member_id, generation_id);
+    }
+    match group.live_classic() {
+        Some(c) => c.can_commit(member_id, instance_id, generation_id, now_ms),
+        None => check_simple_commit(member_id, generation_id),
+    }
 }

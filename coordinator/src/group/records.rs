@@ -28,7 +28,16 @@ use kafka_protocol::records::{
 };
 use keel_vocab::wire::{put_bytes, put_nullable_string, put_string, Reader};
 
-use super::offset_metadata_manager::CommittedOffset;
+/// One committed offset, as OffsetCommit stored it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    pub offset: i64,
+    /// -1 = unknown.
+    pub leader_epoch: i32,
+    pub metadata: String,
+    /// The coordinator's clock when the commit was written.
+    pub commit_timestamp_ms: i64,
+}
 
 /// The key version this broker writes for offset commits.
 pub const OFFSET_COMMIT_KEY_VERSION: i16 = 1;

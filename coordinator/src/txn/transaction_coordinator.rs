@@ -104,8 +104,9 @@ use super::transaction_log::{
 };
 use keel_vocab::TopicPartition;
 
-pub use super::transaction_metadata::TxnState;
+pub use super::transaction_metadata::{Markers, TxnConfig};
 use super::transaction_metadata::{Origin, Pending, TransactionMetadata};
+pub use super::transaction_state::TxnState;
 
 /// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
 /// checks the numbers).
@@ -138,25 +139,6 @@ const INIT_PRODUCER_ID_KEY: i16 = 22;
 const ADD_PARTITIONS_TO_TXN_KEY: i16 = 24;
 const ADD_OFFSETS_TO_TXN_KEY: i16 = 25;
 const END_TXN_KEY: i16 = 26;
-
-/// Settings, from the broker's.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TxnConfig {
-    /// `transaction.max.timeout.ms`: the longest transaction timeout a producer may ask for.
-    pub transaction_timeout_ms_max: i32,
-    /// `transactional.id.expiration.ms`: how long an id without an open transaction is kept
-    /// after its last change.
-    pub transactional_id_expiration_ms: i64,
-}
-
-impl Default for TxnConfig {
-    fn default() -> Self {
-        TxnConfig {
-            transaction_timeout_ms_max: 900_000,
-            transactional_id_expiration_ms: 604_800_000,
-        }
-    }
-}
 
 /// Whether `epoch` is exhausted: InitProducerId moves the id to a new producer id.
 pub fn is_epoch_exhausted(epoch: i16) -> bool {
@@ -214,21 +196,6 @@ pub struct Write {
     pub key: Bytes,
     /// `None`: a tombstone (the id expired).
     pub value: Option<Bytes>,
-}
-
-/// Transaction markers to write: a commit or abort control record for `producer_id` at
-/// `producer_epoch` into each partition, through its leader (WriteTxnMarkers), stamped with
-/// `coordinator_epoch`. Once every partition has its marker (or is gone), the shard calls
-/// [`TransactionCoordinator::markers_written`]. A partition whose leader answers
-/// TRANSACTION_COORDINATOR_FENCED means a newer coordinator took over: stop.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Markers {
-    pub transactional_id: String,
-    pub producer_id: i64,
-    pub producer_epoch: i16,
-    pub commit: bool,
-    pub partitions: Vec<TopicPartition>,
-    pub coordinator_epoch: i32,
 }
 
 /// What the coordinator asks the shard to do.

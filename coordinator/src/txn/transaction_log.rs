@@ -33,7 +33,7 @@ use std::collections::BTreeSet;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::transaction_metadata::TxnState;
+use super::transaction_state::TxnState;
 use keel_vocab::wire::{
     put_array_len, put_compact_string, put_string, put_unsigned_varint, Reader,
 };

@@ -1,112 +1,46 @@
-//! One transactional id's state: [`TxnState`] (Kafka's `TransactionState`, with the
-//! transitions it allows) and [`TransactionMetadata`] (Kafka's `TransactionMetadata`: the
-//! latest committed record, the write in flight, the timers).
+//! One transactional id as its coordinator holds it ([`TransactionMetadata`], Kafka's
+//! `TransactionMetadata`: the latest committed record, the write in flight, the timers), the
+//! coordinator's settings ([`TxnConfig`]) and the markers that end a transaction ([`Markers`]).
 
 use std::collections::BTreeSet;
 
 use keel_vocab::TopicPartition;
 
-use super::transaction_coordinator::{Markers, TxnConfig};
 use super::transaction_log::{TransactionLogValue, NO_PRODUCER_EPOCH};
+use super::transaction_state::TxnState;
 
-/// A transaction's state: Kafka's `TransactionState`, with its ids and names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum TxnState {
-    /// No transaction open (after InitProducerId).
-    Empty,
-    /// Partitions added; the producer writes.
-    Ongoing,
-    /// EndTxn(commit) is durable; commit markers are being written.
-    PrepareCommit,
-    /// EndTxn(abort), a timeout or a fencing InitProducerId is durable; abort markers are being
-    /// written.
-    PrepareAbort,
-    /// Every partition has its commit marker.
-    CompleteCommit,
-    /// Every partition has its abort marker.
-    CompleteAbort,
-    /// Expiring: only ever a pending state here.
-    Dead,
-    /// Fencing a producer: passed through within one call here.
-    PrepareEpochFence,
+/// Settings, from the broker's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxnConfig {
+    /// `transaction.max.timeout.ms`: the longest transaction timeout a producer may ask for.
+    pub transaction_timeout_ms_max: i32,
+    /// `transactional.id.expiration.ms`: how long an id without an open transaction is kept
+    /// after its last change.
+    pub transactional_id_expiration_ms: i64,
 }
 
-impl TxnState {
-    pub const ALL: [TxnState; 8] = [
-        TxnState::Empty,
-        TxnState::Ongoing,
-        TxnState::PrepareCommit,
-        TxnState::PrepareAbort,
-        TxnState::CompleteCommit,
-        TxnState::CompleteAbort,
-        TxnState::Dead,
-        TxnState::PrepareEpochFence,
-    ];
-
-    /// The id in `TransactionLogValue.transaction_status`.
-    pub fn id(self) -> i8 {
-        match self {
-            TxnState::Empty => 0,
-            TxnState::Ongoing => 1,
-            TxnState::PrepareCommit => 2,
-            TxnState::PrepareAbort => 3,
-            TxnState::CompleteCommit => 4,
-            TxnState::CompleteAbort => 5,
-            TxnState::Dead => 6,
-            TxnState::PrepareEpochFence => 7,
+impl Default for TxnConfig {
+    fn default() -> Self {
+        TxnConfig {
+            transaction_timeout_ms_max: 900_000,
+            transactional_id_expiration_ms: 604_800_000,
         }
     }
+}
 
-    pub fn from_id(id: i8) -> Option<TxnState> {
-        TxnState::ALL.into_iter().find(|s| s.id() == id)
-    }
-
-    /// The name DescribeTransactions and ListTransactions use.
-    pub fn name(self) -> &'static str {
-        match self {
-            TxnState::Empty => "Empty",
-            TxnState::Ongoing => "Ongoing",
-            TxnState::PrepareCommit => "PrepareCommit",
-            TxnState::PrepareAbort => "PrepareAbort",
-            TxnState::CompleteCommit => "CompleteCommit",
-            TxnState::CompleteAbort => "CompleteAbort",
-            TxnState::Dead => "Dead",
-            TxnState::PrepareEpochFence => "PrepareEpochFence",
-        }
-    }
-
-    /// A ListTransactions state filter; `None` for a name Kafka does not know (answered in the
-    /// response's `unknown_state_filters`).
-    pub fn from_name(name: &str) -> Option<TxnState> {
-        TxnState::ALL.into_iter().find(|s| s.name() == name)
-    }
-
-    /// Kafka's `validPreviousStates` (transactions V1: `PrepareAbort` only from `Ongoing`).
-    pub(super) fn valid_previous(self) -> &'static [TxnState] {
-        use TxnState::*;
-        match self {
-            Empty => &[Empty, CompleteCommit, CompleteAbort],
-            Ongoing => &[Ongoing, Empty, CompleteCommit, CompleteAbort],
-            PrepareCommit => &[Ongoing],
-            PrepareAbort => &[Ongoing, PrepareEpochFence],
-            CompleteCommit => &[PrepareCommit],
-            CompleteAbort => &[PrepareAbort],
-            Dead => &[Empty, CompleteCommit, CompleteAbort],
-            PrepareEpochFence => &[Ongoing],
-        }
-    }
-
-    /// Whether an id in this state expires when idle (no transaction open).
-    pub fn expiration_allowed(self) -> bool {
-        matches!(
-            self,
-            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
-        )
-    }
-
-    pub(super) fn is_prepare(self) -> bool {
-        matches!(self, TxnState::PrepareCommit | TxnState::PrepareAbort)
-    }
+/// Transaction markers to write: a commit or abort control record for `producer_id` at
+/// `producer_epoch` into each partition, through its leader (WriteTxnMarkers), stamped with
+/// `coordinator_epoch`. Once every partition has its marker (or is gone), the shard calls
+/// [`TransactionCoordinator::markers_written`]. A partition whose leader answers
+/// TRANSACTION_COORDINATOR_FENCED means a newer coordinator took over: stop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Markers {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    pub partitions: Vec<TopicPartition>,
+    pub coordinator_epoch: i32,
 }
 
 /// Why a write is in flight: what its completion answers and does next.

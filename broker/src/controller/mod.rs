@@ -35,26 +35,14 @@ use crate::coordination::parking::join_all;
 use crate::errors::code;
 use crate::metadata::{validate_topic_name, LegacyImage, MetadataImage, TopicMeta};
 use crate::shard::BrokerShard;
+pub use state::Controller;
+
+pub mod state;
 
 /// Most partitions a topic may have.
 const MAX_PARTITIONS: i32 = 100_000;
 /// The metadata file of the single-node version before Raft.
 const LEGACY_FILE: &str = "keel-metadata.json";
-
-pub struct Controller {
-    pub handle: Arc<MetadataHandle>,
-    /// This run's broker incarnation: serving starts once the quorum registered it.
-    incarnation_id: [u8; 16],
-    /// Proposals awaiting their answer, by ticket.
-    tickets: RefCell<HashMap<u64, oneshot::Sender<Result<keel_raft::Applied, String>>>>,
-    /// The Raft index of the image installed on every shard.
-    installed: Cell<u64>,
-    install_waiters: RefCell<Vec<(u64, oneshot::Sender<()>)>>,
-    /// This broker's current block of producer ids: the next to hand out and the end
-    /// (exclusive). Refilled through the metadata log, one allocation at a time.
-    producer_ids: Cell<(i64, i64)>,
-    producer_id_lock: glommio::sync::Semaphore,
-}
 
 /// A controller failure for one item: Kafka error code and message.
 #[derive(Debug, Clone)]
@@ -882,5 +870,4 @@ fn apply_change(
 }
 
 #[cfg(test)]
-#[path = "controller_tests.rs"]
 mod tests;
