@@ -10,9 +10,14 @@ pub fn code(e: ResponseError) -> i16 {
     e.code()
 }
 
-/// Kafka error code for a storage error.
+/// Kafka error code for a storage error, as the wire carries it.
 pub fn storage_code(e: &StorageError) -> i16 {
-    code(match e {
+    storage_error(e).code()
+}
+
+/// Kafka's error for a storage error.
+pub fn storage_error(e: &StorageError) -> ErrorCode {
+    ErrorCode::of(match e {
         StorageError::CorruptMessage(_) => ResponseError::CorruptMessage,
         StorageError::InvalidRecord(_) | StorageError::InvalidRecords { .. } => {
             ResponseError::InvalidRecord
@@ -37,8 +42,8 @@ pub fn storage_code(e: &StorageError) -> i16 {
 /// Kafka error code for a failed write of a group coordinator's records (Kafka's mapping):
 /// a log that cannot take writes means "ask again for the coordinator", a batch that is too
 /// large is the commit's fault.
-pub fn coordinator_write_code(e: &StorageError) -> i16 {
-    code(match e {
+pub fn coordinator_write_error(e: &StorageError) -> ErrorCode {
+    ErrorCode::of(match e {
         StorageError::MessageTooLarge { .. } => ResponseError::InvalidCommitOffsetSize,
         StorageError::Poisoned(_)
         | StorageError::DiskFull(_)

@@ -16,6 +16,8 @@
 
 pub mod group;
 pub mod internal_topics;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod txn;
 
 pub use internal_topics::{partition_for, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};

@@ -1,13 +1,19 @@
-//! The wall clock, in Kafka's unit (milliseconds since the Unix epoch).
+//! The clocks, in Kafka's unit (milliseconds): the wall clock that stamps records and expires
+//! what is old, and a monotonic one for sessions and timeouts.
 //!
-//! Code that stamps or expires things takes a [`Clock`]; tests pass a [`ManualClock`].
+//! Code that stamps, expires or times out takes a [`Clock`]; tests pass a [`ManualClock`].
 
 use std::cell::Cell;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub trait Clock {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> i64;
+
+    /// Milliseconds on a clock that never goes back (sessions, rebalance timeouts); its origin
+    /// is arbitrary, so only differences mean anything.
+    fn monotonic_ms(&self) -> i64;
 }
 
 /// The system's wall clock; 0 if it reads before 1970.
@@ -19,6 +25,13 @@ impl Clock for SystemClock {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// Since the first call in this process.
+    fn monotonic_ms(&self) -> i64 {
+        static START: OnceLock<Instant> = OnceLock::new();
+        let start = *START.get_or_init(Instant::now);
+        i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX)
     }
 }
 
@@ -44,8 +57,13 @@ impl ManualClock {
     }
 }
 
+/// One time for both clocks: tests move it as they need.
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
+        self.now_ms.get()
+    }
+
+    fn monotonic_ms(&self) -> i64 {
         self.now_ms.get()
     }
 }
@@ -60,6 +78,9 @@ mod tests {
         let c = ManualClock::new(5);
         c.advance(10);
         assert_eq!(c.now_ms(), 15);
+        assert_eq!(c.monotonic_ms(), 15);
+        let a = SystemClock.monotonic_ms();
+        assert!(SystemClock.monotonic_ms() >= a);
         c.set(-1);
         assert_eq!(c.now_ms(), -1);
     }

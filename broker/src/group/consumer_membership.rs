@@ -19,12 +19,12 @@ use tracing::info;
 
 use super::membership::with_group;
 use crate::config::BrokerConfig;
-use crate::errors::{code, NONE};
 use crate::shard::BrokerShard;
 use keel_coordinator::group::consumer_group::{
     Assignor, ConsumerGroup, ConsumerGroupConfig, GroupDescription, HeartbeatRequest,
     HeartbeatResponse, TopicsView,
 };
+use keel_vocab::ErrorCode;
 
 /// The consumer group limits from the broker's settings.
 pub fn consumer_group_config(c: &BrokerConfig) -> ConsumerGroupConfig {
@@ -58,9 +58,9 @@ fn topics_view(shard: &BrokerShard) -> Rc<TopicsView> {
     view
 }
 
-fn ready(shard: &BrokerShard, p: i32) -> Result<(), i16> {
+fn ready(shard: &BrokerShard, p: i32) -> Result<(), ErrorCode> {
     match super::ready(shard, p) {
-        NONE => Ok(()),
+        ErrorCode::NONE => Ok(()),
         e => Err(e),
     }
 }
@@ -74,7 +74,7 @@ pub async fn heartbeat(
     p: i32,
     group: String,
     request: HeartbeatRequest,
-) -> Result<HeartbeatResponse, (i16, String)> {
+) -> Result<HeartbeatResponse, (ErrorCode, String)> {
     ready(&shard, p).map_err(|e| (e, String::new()))?;
     let config = consumer_group_config(&shard.config);
     let topics = topics_view(&shard);
@@ -84,7 +84,7 @@ pub async fn heartbeat(
     with_group(&shard, p, &group, joining_or_leaving, move |g, now| {
         if g.live_classic_ref().is_some_and(|c| !c.is_empty()) {
             return Err((
-                code(ResponseError::GroupIdNotFound),
+                ErrorCode::of(ResponseError::GroupIdNotFound),
                 format!("Group {name} is not a consumer group."),
             ));
         }
@@ -104,7 +104,7 @@ pub async fn heartbeat(
                 "consumer group epoch bumped"
             );
         }
-        if c.is_empty() && g.offsets.is_empty() && response.error_code != NONE {
+        if c.is_empty() && g.offsets.is_empty() && response.error_code != ErrorCode::NONE {
             // A refused first heartbeat leaves nothing behind.
             g.consumer = None;
         }
@@ -112,7 +112,7 @@ pub async fn heartbeat(
     })
     .unwrap_or_else(|| {
         Err((
-            code(ResponseError::UnknownMemberId),
+            ErrorCode::of(ResponseError::UnknownMemberId),
             format!("The member is not in group {group}."),
         ))
     })
@@ -124,11 +124,11 @@ pub async fn describe(
     shard: Rc<BrokerShard>,
     p: i32,
     group: String,
-) -> Result<GroupDescription, (i16, String)> {
+) -> Result<GroupDescription, (ErrorCode, String)> {
     ready(&shard, p).map_err(|e| (e, String::new()))?;
     let not_found = |what: &str| {
         (
-            code(ResponseError::GroupIdNotFound),
+            ErrorCode::of(ResponseError::GroupIdNotFound),
             format!("Group {group} {what}."),
         )
     };

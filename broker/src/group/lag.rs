@@ -27,8 +27,8 @@ use std::fmt::Write;
 use std::rc::Rc;
 
 use crate::coordination::route::{on_owners, Item};
-use crate::errors::NONE;
 use crate::shard::BrokerShard;
+use keel_vocab::ErrorCode;
 
 /// Committed partitions (group, topic, partition) one scrape reports at most.
 pub const PARTITIONS_MAX: usize = 100_000;
@@ -115,7 +115,7 @@ async fn committed_on(shard: &BrokerShard, budget: usize) -> Committed {
     for (name, p) in names {
         let coordinated = *ready
             .entry(p)
-            .or_insert_with(|| super::ready(shard, p) == NONE);
+            .or_insert_with(|| super::ready(shard, p) == ErrorCode::NONE);
         if !coordinated {
             continue;
         }

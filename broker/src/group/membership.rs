@@ -33,8 +33,7 @@
 //! that never had a classic membership, or was deleted, at once.
 
 use std::rc::Rc;
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kafka_protocol::ResponseError;
 use keel_shard::Event;
@@ -43,13 +42,13 @@ use tracing::debug;
 use super::{write, GroupCoordinator, GroupEntry};
 use crate::config::BrokerConfig;
 use crate::coordination::parking::join_all;
-use crate::errors::{code, NONE};
 use crate::shard::BrokerShard;
 use keel_coordinator::group::classic_group::{
     ClassicGroup, Completed, GroupConfig, GroupDescription, GroupState, JoinRequest, JoinResponse,
     LeavingMember, Reply, SyncRequest, SyncResponse,
 };
 use keel_coordinator::group::records::{OffsetChange, OffsetKey};
+use keel_vocab::ErrorCode;
 
 /// The timer task wakes at least this often, even with no deadline pending.
 const TIMER_IDLE_MS: i64 = 60_000;
@@ -57,14 +56,7 @@ const TIMER_IDLE_MS: i64 = 60_000;
 pub use keel_coordinator::group::Waiter;
 
 /// What a parked request receives: the group's answer, or an error for the whole request.
-pub type GroupAnswer = Result<Completed, i16>;
-
-/// Milliseconds on a monotonic clock (since the first call in this process).
-pub fn clock_ms() -> i64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    let start = *START.get_or_init(Instant::now);
-    i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX)
-}
+pub type GroupAnswer = Result<Completed, ErrorCode>;
 
 /// The per-group limits from the broker's settings.
 pub fn group_config(c: &BrokerConfig) -> GroupConfig {
@@ -115,11 +107,11 @@ impl Parking {
         futures_lite::future::or(
             async {
                 rx.await
-                    .unwrap_or(Err(code(ResponseError::CoordinatorNotAvailable)))
+                    .unwrap_or(Err(ErrorCode::of(ResponseError::CoordinatorNotAvailable)))
             },
             async {
                 shard.shutdown.wait().await;
-                Err(code(ResponseError::NotCoordinator))
+                Err(ErrorCode::of(ResponseError::NotCoordinator))
             },
         )
         .await
@@ -248,7 +240,7 @@ pub(super) fn with_group<R>(
         };
         let entry = entry?;
         let generation_before = entry.classic.as_ref().map(ClassicGroup::generation_id);
-        let result = f(entry, clock_ms());
+        let result = f(entry, shard.clock.monotonic_ms());
         if let Some(c) = entry.classic.as_ref() {
             if generation_before.unwrap_or(0) != c.generation_id() {
                 log_generation(shard, c);
@@ -293,9 +285,9 @@ fn log_generation(shard: &BrokerShard, c: &ClassicGroup) {
     );
 }
 
-fn ready(shard: &BrokerShard, p: i32) -> Result<(), i16> {
+fn ready(shard: &BrokerShard, p: i32) -> Result<(), ErrorCode> {
     match super::ready(shard, p) {
-        NONE => Ok(()),
+        ErrorCode::NONE => Ok(()),
         e => Err(e),
     }
 }
@@ -310,7 +302,7 @@ pub async fn join_group(
     group: String,
     request: JoinRequest,
     waiter: Waiter,
-) -> Result<Option<JoinResponse>, i16> {
+) -> Result<Option<JoinResponse>, ErrorCode> {
     ready(&shard, p)?;
     let config = group_config(&shard.config);
     let name = group.clone();
@@ -318,7 +310,7 @@ pub async fn join_group(
         if g.active_consumer().is_some() {
             // Kafka (without online migration): a consumer group with members takes no
             // classic member.
-            return Err(code(ResponseError::InconsistentGroupProtocol));
+            return Err(ErrorCode::of(ResponseError::InconsistentGroupProtocol));
         }
         if g.live_classic().is_none() {
             g.classic = Some(ClassicGroup::new(name, config));
@@ -327,7 +319,7 @@ pub async fn join_group(
             .classic
             .as_mut()
             .map(|c| c.join(request, now))
-            .ok_or(code(ResponseError::UnknownServerError))?;
+            .ok_or(ErrorCode::of(ResponseError::UnknownServerError))?;
         Ok(match reply {
             Reply::Now(response) => Some(response),
             Reply::Later(ticket) => {
@@ -336,7 +328,7 @@ pub async fn join_group(
             }
         })
     })
-    .unwrap_or(Err(code(ResponseError::UnknownServerError)))
+    .unwrap_or(Err(ErrorCode::of(ResponseError::UnknownServerError)))
 }
 
 /// SyncGroup: the answer now, or `None` when it comes later to `waiter`. UNKNOWN_MEMBER_ID
@@ -347,12 +339,12 @@ pub async fn sync_group(
     group: String,
     request: SyncRequest,
     waiter: Waiter,
-) -> Result<Option<SyncResponse>, i16> {
+) -> Result<Option<SyncResponse>, ErrorCode> {
     ready(&shard, p)?;
     with_group(&shard, p, &group, false, move |g, now| {
         let c = g
             .live_classic()
-            .ok_or(code(ResponseError::UnknownMemberId))?;
+            .ok_or(ErrorCode::of(ResponseError::UnknownMemberId))?;
         Ok(match c.sync(request, now) {
             Reply::Now(response) => Some(response),
             Reply::Later(ticket) => {
@@ -361,10 +353,10 @@ pub async fn sync_group(
             }
         })
     })
-    .unwrap_or(Err(code(ResponseError::UnknownMemberId)))
+    .unwrap_or(Err(ErrorCode::of(ResponseError::UnknownMemberId)))
 }
 
-/// Heartbeat: NONE or the error code for the member.
+/// Heartbeat: ErrorCode::NONE or the error code for the member.
 pub async fn heartbeat(
     shard: Rc<BrokerShard>,
     p: i32,
@@ -372,15 +364,15 @@ pub async fn heartbeat(
     member_id: String,
     instance_id: Option<String>,
     generation_id: i32,
-) -> Result<i16, i16> {
+) -> Result<ErrorCode, ErrorCode> {
     ready(&shard, p)?;
     Ok(with_group(&shard, p, &group, false, |g, now| {
         g.live_classic()
-            .map_or(code(ResponseError::UnknownMemberId), |c| {
+            .map_or(ErrorCode::of(ResponseError::UnknownMemberId), |c| {
                 c.heartbeat(&member_id, instance_id.as_deref(), generation_id, now)
             })
     })
-    .unwrap_or(code(ResponseError::UnknownMemberId)))
+    .unwrap_or(ErrorCode::of(ResponseError::UnknownMemberId)))
 }
 
 /// LeaveGroup: one error code per leaving member (UNKNOWN_MEMBER_ID for each in a group
@@ -390,9 +382,9 @@ pub async fn leave_group(
     p: i32,
     group: String,
     leaving: Vec<LeavingMember>,
-) -> Result<Vec<i16>, i16> {
+) -> Result<Vec<ErrorCode>, ErrorCode> {
     ready(&shard, p)?;
-    let unknown = vec![code(ResponseError::UnknownMemberId); leaving.len()];
+    let unknown = vec![ErrorCode::of(ResponseError::UnknownMemberId); leaving.len()];
     with_group(&shard, p, &group, false, |g, now| match g.live_classic() {
         Some(c) => c.leave(&leaving, now),
         None => Ok(unknown.clone()),
@@ -406,7 +398,7 @@ pub async fn describe_group(
     shard: Rc<BrokerShard>,
     p: i32,
     group: String,
-) -> Result<GroupDescription, i16> {
+) -> Result<GroupDescription, ErrorCode> {
     ready(&shard, p)?;
     let description = |state| GroupDescription {
         state,
@@ -435,26 +427,26 @@ pub async fn describe_group(
 /// marked `Dead`, and its offsets (those committed and those on their way) are deleted with
 /// tombstones; it is forgotten once they are applied. GROUP_ID_NOT_FOUND for an unknown or
 /// already deleted group, NON_EMPTY_GROUP for one with members.
-pub async fn delete_group(shard: Rc<BrokerShard>, p: i32, group: String) -> Result<(), i16> {
+pub async fn delete_group(shard: Rc<BrokerShard>, p: i32, group: String) -> Result<(), ErrorCode> {
     ready(&shard, p)?;
     let changes = with_group(&shard, p, &group, false, |g, now| {
         if let Some(c) = g.consumer.as_mut() {
             c.tick(now);
             if !c.is_empty() {
-                return Err(code(ResponseError::NonEmptyGroup));
+                return Err(ErrorCode::of(ResponseError::NonEmptyGroup));
             }
         }
         if let Some(c) = g.classic.as_mut() {
             c.delete()?;
         } else if g.consumer.is_none() && g.offsets.is_empty() && g.waiting.is_empty() {
-            return Err(code(ResponseError::GroupIdNotFound));
+            return Err(ErrorCode::of(ResponseError::GroupIdNotFound));
         }
         g.consumer = None;
         let mut keys: Vec<(String, i32)> = g.offsets.keys().cloned().collect();
         keys.extend(shard.groups.pending_keys(p, &group));
         keys.sort();
         keys.dedup();
-        Ok::<_, i16>(
+        Ok::<_, ErrorCode>(
             keys.into_iter()
                 .map(|(topic, partition)| {
                     OffsetChange::Delete(OffsetKey {
@@ -466,7 +458,7 @@ pub async fn delete_group(shard: Rc<BrokerShard>, p: i32, group: String) -> Resu
                 .collect::<Vec<_>>(),
         )
     })
-    .unwrap_or(Err(code(ResponseError::GroupIdNotFound)))?;
+    .unwrap_or(Err(ErrorCode::of(ResponseError::GroupIdNotFound)))?;
     // Decided and appended in one step (no await between): a commit that comes later is
     // appended after the tombstones.
     write(&shard, p, changes).await
@@ -492,7 +484,7 @@ fn list_local(shard: &BrokerShard) -> (bool, Vec<ListedGroup>) {
         .borrow()
         .keys()
         .copied()
-        .filter(|p| super::ready(shard, *p) == NONE)
+        .filter(|p| super::ready(shard, *p) == ErrorCode::NONE)
         .collect();
     let groups = shard.groups.groups.borrow();
     let listed = groups
@@ -530,7 +522,7 @@ fn list_local(shard: &BrokerShard) -> (bool, Vec<ListedGroup>) {
 /// mesh. The error is COORDINATOR_LOAD_IN_PROGRESS while a coordinator partition loads (the
 /// groups listed are those already loaded), or COORDINATOR_NOT_AVAILABLE if a shard did not
 /// answer.
-pub async fn list_groups(shard: &Rc<BrokerShard>) -> (i16, Vec<ListedGroup>) {
+pub async fn list_groups(shard: &Rc<BrokerShard>) -> (ErrorCode, Vec<ListedGroup>) {
     let asks = (0..shard.count).map(|target| {
         let shard = shard.clone();
         async move {
@@ -550,17 +542,17 @@ pub async fn list_groups(shard: &Rc<BrokerShard>) -> (i16, Vec<ListedGroup>) {
             }
         }
     });
-    let mut error = NONE;
+    let mut error = ErrorCode::NONE;
     let mut all = Vec::new();
     for answer in join_all(asks.collect()).await {
         match answer {
             Some((loading, groups)) => {
-                if loading && error == NONE {
-                    error = code(ResponseError::CoordinatorLoadInProgress);
+                if loading && error == ErrorCode::NONE {
+                    error = ErrorCode::of(ResponseError::CoordinatorLoadInProgress);
                 }
                 all.extend(groups);
             }
-            None => error = code(ResponseError::CoordinatorNotAvailable),
+            None => error = ErrorCode::of(ResponseError::CoordinatorNotAvailable),
         }
     }
     all.sort_by(|a, b| a.group_id.cmp(&b.group_id));
@@ -581,7 +573,7 @@ pub fn start_timer(shard: &Rc<BrokerShard>) {
 /// earliest one (or until a call into a group brings an earlier one).
 async fn timer(shard: Rc<BrokerShard>) {
     loop {
-        for (deadline, name) in shard.groups.take_due(clock_ms()) {
+        for (deadline, name) in shard.groups.take_due(shard.clock.monotonic_ms()) {
             with_group(&shard, 0, &name, false, |g, now| {
                 if g.scheduled_ms == Some(deadline) {
                     g.scheduled_ms = None;
@@ -600,7 +592,8 @@ async fn timer(shard: Rc<BrokerShard>) {
         let next = shard.groups.deadlines.borrow().first().map(|(d, _)| *d);
         shard.groups.timer_armed_ms.set(next.unwrap_or(i64::MAX));
         let sleep_ms = next.map_or(TIMER_IDLE_MS, |d| {
-            d.saturating_sub(clock_ms()).clamp(0, TIMER_IDLE_MS)
+            d.saturating_sub(shard.clock.monotonic_ms())
+                .clamp(0, TIMER_IDLE_MS)
         });
         let stop = futures_lite::future::or(
             async {
@@ -716,7 +709,7 @@ mod tests {
         let Ok(Completed::Join(r)) = answer else {
             panic!("{answer:?}")
         };
-        assert_eq!((r.error, r.generation_id), (NONE, 2));
+        assert_eq!((r.error, r.generation_id), (ErrorCode::NONE, 2));
         assert!(groups["g"].waiting.is_empty());
         let second = r.member_id.clone();
 
@@ -730,7 +723,10 @@ mod tests {
                 group_instance_id: None,
             })
             .collect();
-        assert_eq!(c.leave(&leaving, 3), Ok(vec![NONE, NONE]));
+        assert_eq!(
+            c.leave(&leaving, 3),
+            Ok(vec![ErrorCode::NONE, ErrorCode::NONE])
+        );
         coordinator.settle(&mut groups, "g");
         assert!(groups["g"].is_idle());
         assert!(coordinator.deadlines.borrow().is_empty());
@@ -762,10 +758,10 @@ mod tests {
         let coordinator = GroupCoordinator::default();
         let (tx, mut rx) = futures_channel::oneshot::channel();
         coordinator.parked.borrow_mut().insert(5, tx);
-        coordinator.complete_parked(5, Err(16));
+        coordinator.complete_parked(5, Err(ErrorCode::from_code(16)));
         // Gone from the table: a second answer (or one for a closed connection) is dropped.
-        coordinator.complete_parked(5, Err(15));
-        assert!(matches!(rx.try_recv(), Ok(Some(Err(16)))));
+        coordinator.complete_parked(5, Err(ErrorCode::from_code(15)));
+        assert!(matches!(rx.try_recv(), Ok(Some(Err(e))) if e.code() == 16));
         assert!(coordinator.parked.borrow().is_empty());
     }
 }

@@ -61,8 +61,9 @@ use keel_storage::{LeaderEpoch, Offset, StorageError};
 use tracing::{error, info, warn};
 
 use crate::controller::{self, OpError};
-use crate::errors::{code, coordinator_write_code, NONE};
+use crate::errors::coordinator_write_error;
 use crate::shard::{BrokerShard, Partition};
+use keel_vocab::ErrorCode;
 pub use shard_state::{GroupAnswer, GroupCoordinator};
 
 /// Bytes one log read asks for while a coordinator partition loads.
@@ -73,10 +74,10 @@ const WRITE_BATCH_BYTES_TARGET: usize = 256 * 1024;
 
 // ---- placement and routing ---------------------------------------------------------------
 
-/// Whether partition `p`'s groups can be served on this shard now: NONE, NOT_COORDINATOR (not
+/// Whether partition `p`'s groups can be served on this shard now: ErrorCode::NONE, NOT_COORDINATOR (not
 /// open here, or this broker does not lead it), COORDINATOR_LOAD_IN_PROGRESS or
 /// COORDINATOR_NOT_AVAILABLE (its load failed).
-pub fn ready(shard: &BrokerShard, p: i32) -> i16 {
+pub fn ready(shard: &BrokerShard, p: i32) -> ErrorCode {
     let open = shard.partition(OFFSETS_TOPIC, p).map(|part| part.topic_id);
     let leads = shard
         .image()
@@ -112,12 +113,12 @@ pub fn group_partition(shard: &BrokerShard, group: &str) -> i32 {
 /// Where `group` is coordinated on this broker: its `__consumer_offsets` partition and the
 /// shard that owns it; NOT_COORDINATOR when this broker does not lead that partition or the
 /// topic does not exist yet (clients then ask FindCoordinator, which creates it).
-pub fn locate(shard: &BrokerShard, group: &str) -> Result<(i32, usize), i16> {
+pub fn locate(shard: &BrokerShard, group: &str) -> Result<(i32, usize), ErrorCode> {
     let image = shard.image();
     let p = group_partition(shard, group);
     match image.partition(OFFSETS_TOPIC, p) {
         Some(m) if m.leader == shard.config.node_id => Ok((p, m.shard as usize)),
-        _ => Err(code(ResponseError::NotCoordinator)),
+        _ => Err(ErrorCode::of(ResponseError::NotCoordinator)),
     }
 }
 
@@ -128,11 +129,11 @@ pub async fn on_coordinator<R, F, Fut>(
     shard: &Rc<BrokerShard>,
     group: &str,
     work: F,
-) -> Result<R, i16>
+) -> Result<R, ErrorCode>
 where
     R: Send + 'static,
     F: FnOnce(Rc<BrokerShard>, i32) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<R, i16>> + 'static,
+    Fut: Future<Output = Result<R, ErrorCode>> + 'static,
 {
     let (p, target) = locate(shard, group)?;
     on_shard(api, shard, target, p, work).await
@@ -148,11 +149,11 @@ pub async fn on_shard<R, F, Fut>(
     target: usize,
     p: i32,
     work: F,
-) -> Result<R, i16>
+) -> Result<R, ErrorCode>
 where
     R: Send + 'static,
     F: FnOnce(Rc<BrokerShard>, i32) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<R, i16>> + 'static,
+    Fut: Future<Output = Result<R, ErrorCode>> + 'static,
 {
     if target == shard.id {
         return work(shard.clone(), p).await;
@@ -173,7 +174,7 @@ where
         }
         Err(e) => {
             warn!(target, error = %e, "cross-shard coordinator call failed");
-            Err(code(ResponseError::CoordinatorNotAvailable))
+            Err(ErrorCode::of(ResponseError::CoordinatorNotAvailable))
         }
     }
 }
@@ -187,9 +188,9 @@ fn append(
     p: i32,
     changes: Vec<OffsetChange>,
     now: i64,
-) -> Result<(Rc<Partition>, u64, Offset), i16> {
+) -> Result<(Rc<Partition>, u64, Offset), ErrorCode> {
     let ready = ready(shard, p);
-    if ready != NONE {
+    if ready != ErrorCode::NONE {
         return Err(ready);
     }
     let encoded: Vec<(Bytes, Option<Bytes>)> = changes.iter().map(OffsetChange::encode).collect();
@@ -205,9 +206,9 @@ fn append_records(
     p: i32,
     records: &[(Bytes, Option<Bytes>)],
     now: i64,
-) -> Result<(Rc<Partition>, Offset), i16> {
+) -> Result<(Rc<Partition>, Offset), ErrorCode> {
     let Some(part) = shard.partition(OFFSETS_TOPIC, p) else {
-        return Err(code(ResponseError::NotCoordinator));
+        return Err(ErrorCode::of(ResponseError::NotCoordinator));
     };
     let mut buf = bytes::BytesMut::new();
     let mut start = 0;
@@ -223,7 +224,7 @@ fn append_records(
             Ok(b) => buf.extend_from_slice(&b),
             Err(e) => {
                 error!(partition = p, error = %e, "encoding coordinator records failed");
-                return Err(code(ResponseError::UnknownServerError));
+                return Err(ErrorCode::of(ResponseError::UnknownServerError));
             }
         }
         start = end;
@@ -233,7 +234,7 @@ fn append_records(
         .append(buf, LeaderEpoch(part.leader_epoch.get()), now)
         .map_err(|e| {
             warn!(partition = p, error = %e, "coordinator append refused");
-            coordinator_write_code(&e)
+            coordinator_write_error(&e)
         })?;
     Ok((part, Offset(info.last_offset.0 + 1)))
 }
@@ -251,7 +252,7 @@ pub(crate) fn persist(
     records: Vec<(Bytes, Option<Bytes>)>,
     classic_generation: Option<i32>,
 ) {
-    if records.is_empty() || ready(shard, p) != NONE {
+    if records.is_empty() || ready(shard, p) != ErrorCode::NONE {
         return;
     }
     match append_records(shard, p, &records, shard.clock.now_ms()) {
@@ -282,7 +283,7 @@ pub(crate) fn persist(
         Err(e) => warn!(
             partition = p,
             group,
-            error = e,
+            error = %e,
             "membership records not written"
         ),
     }
@@ -291,7 +292,11 @@ pub(crate) fn persist(
 /// Appends `changes` to partition `p`'s log, waits for the log commit, then applies them (with
 /// every earlier write of `p`, in log order) to memory. The part after the append runs in its
 /// own task: if the caller's future is dropped, the write still completes and is applied.
-async fn write(shard: &Rc<BrokerShard>, p: i32, changes: Vec<OffsetChange>) -> Result<(), i16> {
+async fn write(
+    shard: &Rc<BrokerShard>,
+    p: i32,
+    changes: Vec<OffsetChange>,
+) -> Result<(), ErrorCode> {
     if changes.is_empty() {
         return Ok(());
     }
@@ -310,9 +315,9 @@ async fn write(shard: &Rc<BrokerShard>, p: i32, changes: Vec<OffsetChange>) -> R
         Some(Ok(())) => Ok(()),
         Some(Err(e)) => {
             error!(partition = p, error = %e, "coordinator log commit failed");
-            Err(coordinator_write_code(&e))
+            Err(coordinator_write_error(&e))
         }
-        None => Err(code(ResponseError::UnknownServerError)),
+        None => Err(ErrorCode::of(ResponseError::UnknownServerError)),
     }
 }
 
@@ -374,9 +379,9 @@ pub async fn txn_commit_offsets(
     shard: Rc<BrokerShard>,
     p: i32,
     req: TxnCommitRequest,
-) -> Result<(), i16> {
+) -> Result<(), ErrorCode> {
     let ready = ready(&shard, p);
-    if ready != NONE {
+    if ready != ErrorCode::NONE {
         return Err(ready);
     }
     if !req.member_id.is_empty() || req.generation_id >= 0 {
@@ -389,8 +394,8 @@ pub async fn txn_commit_offsets(
                 now,
             )
         })
-        .unwrap_or(code(ResponseError::UnknownMemberId));
-        if fenced != NONE {
+        .unwrap_or(ErrorCode::of(ResponseError::UnknownMemberId));
+        if fenced != ErrorCode::NONE {
             return Err(fenced);
         }
     }
@@ -400,18 +405,18 @@ pub async fn txn_commit_offsets(
         return Ok(());
     }
     let Some(part) = shard.partition(OFFSETS_TOPIC, p) else {
-        return Err(code(ResponseError::NotCoordinator));
+        return Err(ErrorCode::of(ResponseError::NotCoordinator));
     };
     let encoded: Vec<(Bytes, Option<Bytes>)> = changes.iter().map(OffsetChange::encode).collect();
     let batch =
         records::encode_transactional_batch(&encoded, req.producer_id, req.producer_epoch, now)
-            .map_err(|_| code(ResponseError::UnknownServerError))?;
+            .map_err(|_| ErrorCode::of(ResponseError::UnknownServerError))?;
     let info = part
         .log
         .append_from_coordinator(batch, LeaderEpoch(part.leader_epoch.get()), now)
         .map_err(|e| match e {
-            StorageError::InvalidProducerEpoch(_) => code(ResponseError::ProducerFenced),
-            e => coordinator_write_code(&e),
+            StorageError::InvalidProducerEpoch(_) => ErrorCode::of(ResponseError::ProducerFenced),
+            e => coordinator_write_error(&e),
         })?;
     let end = Offset(info.last_offset.0 + 1);
     // Held before the commit completes: a marker cannot come before this request is answered.
@@ -426,7 +431,7 @@ pub async fn txn_commit_offsets(
     shard.notify_data(&part);
     committed.map_err(|e| {
         error!(partition = p, error = %e, "transactional offsets not committed");
-        coordinator_write_code(&e)
+        coordinator_write_error(&e)
     })
 }
 
@@ -442,10 +447,14 @@ pub struct CommitRequest {
     pub offsets: Vec<(String, i32, i64, i32, String)>,
 }
 
-/// Commits offsets for a group: NONE for all of them, or one error code for all.
-pub async fn commit_offsets(shard: Rc<BrokerShard>, p: i32, req: CommitRequest) -> Result<(), i16> {
+/// Commits offsets for a group: ErrorCode::NONE for all of them, or one error code for all.
+pub async fn commit_offsets(
+    shard: Rc<BrokerShard>,
+    p: i32,
+    req: CommitRequest,
+) -> Result<(), ErrorCode> {
     let ready = ready(&shard, p);
-    if ready != NONE {
+    if ready != ErrorCode::NONE {
         return Err(ready);
     }
     let fenced = membership::with_group(&shard, p, &req.group, false, |g, now| {
@@ -458,7 +467,7 @@ pub async fn commit_offsets(shard: Rc<BrokerShard>, p: i32, req: CommitRequest) 
         )
     })
     .unwrap_or_else(|| check_simple_commit(&req.member_id, req.generation_id));
-    if fenced != NONE {
+    if fenced != ErrorCode::NONE {
         return Err(fenced);
     }
     let changes = commit_changes(&req.group, req.offsets, shard.clock.now_ms());
@@ -468,7 +477,7 @@ pub async fn commit_offsets(shard: Rc<BrokerShard>, p: i32, req: CommitRequest) 
 /// Committed offsets of a topic's partitions: `None` where nothing is committed, with the
 /// partition's error code (UNSTABLE_OFFSET_COMMIT while a transaction's offset for it waits
 /// for its marker and the fetch requires stable offsets).
-pub type FetchedTopic = (String, Vec<(i32, Option<CommittedOffset>, i16)>);
+pub type FetchedTopic = (String, Vec<(i32, Option<CommittedOffset>, ErrorCode)>);
 
 /// The group's committed offsets of `topics` (`None`: every partition it committed).
 /// `member` (OffsetFetch v9: member id and epoch) is checked against a consumer group's
@@ -481,9 +490,9 @@ pub async fn fetch_offsets(
     topics: Option<Vec<(String, Vec<i32>)>>,
     member: Option<(String, i32)>,
     require_stable: bool,
-) -> Result<Vec<FetchedTopic>, i16> {
+) -> Result<Vec<FetchedTopic>, ErrorCode> {
     let ready = ready(&shard, p);
-    if ready != NONE {
+    if ready != ErrorCode::NONE {
         return Err(ready);
     }
     if let Some((member_id, epoch)) = member.filter(|(m, e)| !(m.is_empty() && *e < 0)) {
@@ -493,11 +502,11 @@ pub async fn fetch_offsets(
                     membership::consumer_tick(shard.id, c, now);
                     c.can_commit(&member_id, epoch)
                 }
-                None => NONE,
+                None => ErrorCode::NONE,
             }
         })
-        .unwrap_or(NONE);
-        if fenced != NONE {
+        .unwrap_or(ErrorCode::NONE);
+        if fenced != ErrorCode::NONE {
             return Err(fenced);
         }
     }
@@ -505,10 +514,10 @@ pub async fn fetch_offsets(
     let entry = groups.get(&group);
     let committed = |topic: &str, partition: i32| {
         if require_stable && offset_unstable(&shard, p, &group, topic, partition) {
-            return (None, code(ResponseError::UnstableOffsetCommit));
+            return (None, ErrorCode::of(ResponseError::UnstableOffsetCommit));
         }
         let o = entry.and_then(|g| g.offsets.get(&(topic.to_string(), partition)).cloned());
-        (o, NONE)
+        (o, ErrorCode::NONE)
     };
     let out = match topics {
         Some(topics) => topics
@@ -551,21 +560,21 @@ pub async fn delete_offsets(
     p: i32,
     group: String,
     partitions: Vec<(String, i32)>,
-) -> Result<HashSet<String>, i16> {
+) -> Result<HashSet<String>, ErrorCode> {
     let ready = ready(&shard, p);
-    if ready != NONE {
+    if ready != ErrorCode::NONE {
         return Err(ready);
     }
     let (changes, subscribed) = {
         let groups = shard.groups.groups.borrow();
         let Some(g) = groups.get(&group) else {
-            return Err(code(ResponseError::GroupIdNotFound));
+            return Err(ErrorCode::of(ResponseError::GroupIdNotFound));
         };
         if g.classic
             .as_ref()
             .is_some_and(|c| c.state() == GroupState::Dead)
         {
-            return Err(code(ResponseError::GroupIdNotFound));
+            return Err(ErrorCode::of(ResponseError::GroupIdNotFound));
         }
         let subscribed = if g.has_active_members() {
             // Kafka: an active group of another protocol cannot lose offsets at all; a
@@ -576,7 +585,7 @@ pub async fn delete_offsets(
             };
             match protocol {
                 Some(CONSUMER_PROTOCOL_TYPE) => g.subscribed_topics().unwrap_or_default(),
-                _ => return Err(code(ResponseError::NonEmptyGroup)),
+                _ => return Err(ErrorCode::of(ResponseError::NonEmptyGroup)),
             }
         } else {
             HashSet::new()
@@ -609,7 +618,7 @@ pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
         shard,
         orphaned
             .into_iter()
-            .map(|w| (w, Err(code(ResponseError::NotCoordinator))))
+            .map(|w| (w, Err(ErrorCode::of(ResponseError::NotCoordinator))))
             .collect(),
     );
     let owner = shard.clone();
@@ -649,7 +658,7 @@ pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
                     r,
                     &membership::group_config(&owner.config),
                     &consumer_membership::consumer_group_config(&owner.config),
-                    membership::clock_ms(),
+                    owner.clock.monotonic_ms(),
                 ))
             }
             Err(e) => {
@@ -716,7 +725,7 @@ async fn expire_offsets(shard: &Rc<BrokerShard>, now_ms: i64) {
         .offsets_retention_minutes
         .saturating_mul(60_000);
     for p in shard.groups.loaded_partitions() {
-        if ready(shard, p) != NONE {
+        if ready(shard, p) != ErrorCode::NONE {
             continue;
         }
         let (idle, tombstones) = shard.groups.forget_idle(p);
@@ -745,7 +754,7 @@ async fn expire_offsets(shard: &Rc<BrokerShard>, now_ms: i64) {
             Err(e) => warn!(
                 shard = shard.id,
                 partition = p,
-                error = e,
+                error = %e,
                 "expiring offsets failed; retried at the next check"
             ),
         }

@@ -18,10 +18,10 @@ use keel_coordinator::group::{GroupEntry, Waiter};
 use keel_shard::Event;
 use keel_storage::Offset;
 
-use crate::errors::{code, NONE};
+use keel_vocab::ErrorCode;
 
 /// What a parked request receives: the group's answer, or an error for the whole request.
-pub type GroupAnswer = Result<Completed, i16>;
+pub type GroupAnswer = Result<Completed, ErrorCode>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum LoadState {
@@ -129,21 +129,21 @@ impl GroupCoordinator {
         self.partitions.borrow().get(&p).map(|cp| cp.load_id)
     }
 
-    /// Whether partition `p`'s groups can be served here now: NONE or the Kafka error code.
+    /// Whether partition `p`'s groups can be served here now: ErrorCode::NONE or the Kafka error code.
     /// `open_topic_id` is the topic id of `p`'s log open on this shard, `leads` whether this
     /// broker leads `p` ([`super::ready`] reads both from the shard).
-    pub fn ready(&self, p: i32, open_topic_id: Option<[u8; 16]>, leads: bool) -> i16 {
+    pub fn ready(&self, p: i32, open_topic_id: Option<[u8; 16]>, leads: bool) -> ErrorCode {
         let parts = self.partitions.borrow();
         let Some(cp) = parts.get(&p) else {
-            return code(ResponseError::NotCoordinator);
+            return ErrorCode::of(ResponseError::NotCoordinator);
         };
         if open_topic_id != Some(cp.topic_id) || !leads {
-            return code(ResponseError::NotCoordinator);
+            return ErrorCode::of(ResponseError::NotCoordinator);
         }
         match cp.state {
-            LoadState::Loading => code(ResponseError::CoordinatorLoadInProgress),
-            LoadState::Loaded => NONE,
-            LoadState::Failed => code(ResponseError::CoordinatorNotAvailable),
+            LoadState::Loading => ErrorCode::of(ResponseError::CoordinatorLoadInProgress),
+            LoadState::Loaded => ErrorCode::NONE,
+            LoadState::Failed => ErrorCode::of(ResponseError::CoordinatorNotAvailable),
         }
     }
 

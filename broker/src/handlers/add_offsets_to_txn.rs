@@ -49,9 +49,7 @@ pub async fn handle(
     )
     .await;
     let e = error_of(answer.and_then(|a| a));
-    AddOffsetsToTxnResponse::default().with_error_code(producer_fenced_compat(
-        ApiKey::AddOffsetsToTxn as i16,
-        hdr.request_api_version,
-        e,
-    ))
+    AddOffsetsToTxnResponse::default().with_error_code(
+        (producer_fenced_compat(ApiKey::AddOffsetsToTxn as i16, hdr.request_api_version, e)).code(),
+    )
 }

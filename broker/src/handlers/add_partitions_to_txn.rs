@@ -16,10 +16,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use super::{topic_name, ApiSupport};
-use crate::errors::code;
 use crate::shard::BrokerShard;
 use crate::txn::coordinator::{self, error_of, op};
 use keel_coordinator::txn::transaction_coordinator::producer_fenced_compat;
+use keel_vocab::ErrorCode;
 use keel_vocab::TopicPartition;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AddPartitionsToTxn, 0, 3);
@@ -79,8 +79,8 @@ pub async fn handle(
     };
     let error_for = |t: &str, p: i32| match coordinator_error {
         Some(e) => e,
-        None if exists(t, p) => code(ResponseError::OperationNotAttempted),
-        None => code(ResponseError::UnknownTopicOrPartition),
+        None if exists(t, p) => ErrorCode::of(ResponseError::OperationNotAttempted),
+        None => ErrorCode::of(ResponseError::UnknownTopicOrPartition),
     };
     let results = wanted
         .iter()
@@ -92,7 +92,7 @@ pub async fn handle(
                         .map(|&p| {
                             AddPartitionsToTxnPartitionResult::default()
                                 .with_partition_index(p)
-                                .with_partition_error_code(error_for(t, p))
+                                .with_partition_error_code((error_for(t, p)).code())
                         })
                         .collect(),
                 )

@@ -16,10 +16,11 @@ use kafka_protocol::ResponseError;
 
 use super::{str_bytes, topic_name, ApiSupport};
 use crate::coordination::parking::join_all;
-use crate::errors::{code, NONE};
+use crate::errors::NONE;
 use crate::group::{self, consumer_membership};
 use crate::shard::BrokerShard;
 use keel_coordinator::group::consumer_group::{GroupDescription, TopicAssignment};
+use keel_vocab::ErrorCode;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ConsumerGroupDescribe, 0, 1);
 
@@ -48,7 +49,7 @@ pub async fn handle(
                 .await
                 .unwrap_or_else(|e| Err((e, String::new())))
                 } else {
-                    Err((code(ResponseError::InvalidGroupId), String::new()))
+                    Err((ErrorCode::of(ResponseError::InvalidGroupId), String::new()))
                 };
             (group_id, answer)
         }
@@ -77,7 +78,7 @@ fn assignment(topics: Vec<TopicAssignment>) -> Assignment {
 
 fn described(
     group_id: String,
-    answer: Result<GroupDescription, (i16, String)>,
+    answer: Result<GroupDescription, (ErrorCode, String)>,
     operations: i32,
 ) -> DescribedGroup {
     let g = DescribedGroup::default()
@@ -87,7 +88,7 @@ fn described(
         Ok(d) => d,
         Err((e, message)) => {
             return g
-                .with_error_code(e)
+                .with_error_code(e.code())
                 .with_error_message((!message.is_empty()).then(|| str_bytes(message)))
         }
     };

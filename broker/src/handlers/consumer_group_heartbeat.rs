@@ -81,11 +81,11 @@ pub async fn handle(
     .await;
     let r = match answer {
         Ok(Ok(r)) => r,
-        Ok(Err((e, message))) => return error(e, message),
-        Err(e) => return error(e, String::new()),
+        Ok(Err((e, message))) => return error(e.code(), message),
+        Err(e) => return error(e.code(), String::new()),
     };
-    if r.error_code != 0 {
-        return error(r.error_code, r.error_message.unwrap_or_default());
+    if !r.error_code.is_none() {
+        return error(r.error_code.code(), r.error_message.unwrap_or_default());
     }
     let assignment = r.assignment.map(|topics| {
         Assignment::default().with_topic_partitions(

@@ -14,9 +14,9 @@ use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
 use crate::coordination::parking::join_all;
-use crate::errors::{code, NONE};
 use crate::group::{self, membership};
 use crate::shard::BrokerShard;
+use keel_vocab::ErrorCode;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DeleteGroups, 0, 2);
 
@@ -40,7 +40,7 @@ pub async fn handle(
                     })
                     .await
                 } else {
-                    Err(code(ResponseError::InvalidGroupId))
+                    Err(ErrorCode::of(ResponseError::InvalidGroupId))
                 };
             (group_id, outcome)
         }
@@ -51,7 +51,7 @@ pub async fn handle(
         .map(|(group_id, outcome)| {
             DeletableGroupResult::default()
                 .with_group_id(GroupId(str_bytes(group_id)))
-                .with_error_code(outcome.err().unwrap_or(NONE))
+                .with_error_code(outcome.err().unwrap_or(ErrorCode::NONE).code())
         })
         .collect();
     DeleteGroupsResponse::default().with_results(results)

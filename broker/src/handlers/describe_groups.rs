@@ -15,10 +15,11 @@ use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
 use crate::coordination::parking::join_all;
-use crate::errors::{code, NONE};
+use crate::errors::NONE;
 use crate::group::{self, membership};
 use crate::shard::BrokerShard;
 use keel_coordinator::group::classic_group::GroupDescription;
+use keel_vocab::ErrorCode;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeGroups, 0, 5);
 
@@ -44,7 +45,7 @@ pub async fn handle(
                     })
                     .await
                 } else {
-                    Err(code(ResponseError::InvalidGroupId))
+                    Err(ErrorCode::of(ResponseError::InvalidGroupId))
                 };
             (group_id, answer)
         }
@@ -60,7 +61,7 @@ pub async fn handle(
 fn described(
     version: i16,
     group_id: String,
-    answer: Result<GroupDescription, i16>,
+    answer: Result<GroupDescription, ErrorCode>,
     operations: i32,
 ) -> DescribedGroup {
     let g = DescribedGroup::default()
@@ -68,7 +69,7 @@ fn described(
         .with_authorized_operations(operations);
     let d = match answer {
         Ok(d) => d,
-        Err(e) => return g.with_error_code(e),
+        Err(e) => return g.with_error_code(e.code()),
     };
     let members = d
         .members

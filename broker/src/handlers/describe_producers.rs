@@ -17,12 +17,13 @@ use keel_storage::ProducerInfo;
 
 use super::{topic_name, ApiSupport};
 use crate::coordination::route::{on_owners, Item};
-use crate::errors::{code, NONE};
+use crate::errors::NONE;
 use crate::shard::BrokerShard;
+use keel_vocab::ErrorCode;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeProducers, 0, 0);
 
-type Answer = Result<Vec<ProducerInfo>, i16>;
+type Answer = Result<Vec<ProducerInfo>, ErrorCode>;
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,
@@ -48,13 +49,13 @@ pub async fn handle(
         Some(ApiKey::DescribeProducers),
         shard,
         items,
-        Err,
+        |e| Err(ErrorCode::from_code(e)),
         |s, items| async move {
             items
                 .into_iter()
                 .map(|i| match s.partition(&i.topic, i.partition) {
                     Some(part) => Ok(part.log.producers()),
-                    None => Err(code(ResponseError::NotLeaderOrFollower)),
+                    None => Err(ErrorCode::of(ResponseError::NotLeaderOrFollower)),
                 })
                 .collect()
         },
@@ -70,9 +71,9 @@ pub async fn handle(
                     let r = PartitionResponse::default().with_partition_index(p);
                     match answers
                         .next()
-                        .unwrap_or(Err(code(ResponseError::UnknownServerError)))
+                        .unwrap_or(Err(ErrorCode::of(ResponseError::UnknownServerError)))
                     {
-                        Err(e) => r.with_error_code(e),
+                        Err(e) => r.with_error_code(e.code()),
                         Ok(producers) => r.with_error_code(NONE).with_active_producers(
                             producers
                                 .into_iter()

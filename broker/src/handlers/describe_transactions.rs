@@ -46,7 +46,7 @@ pub async fn handle(
             let t =
                 TransactionState::default().with_transactional_id(TransactionalId(str_bytes(id)));
             match answer {
-                Err(e) => t.with_error_code(e).with_producer_id(ProducerId(-1)),
+                Err(e) => t.with_error_code(e.code()).with_producer_id(ProducerId(-1)),
                 Ok(d) => t
                     .with_error_code(NONE)
                     .with_transaction_state(str_bytes(d.state.name()))

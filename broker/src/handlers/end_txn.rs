@@ -28,9 +28,7 @@ pub async fn handle(
         })
         .await;
     let e = error_of(answer.and_then(|a| a));
-    EndTxnResponse::default().with_error_code(producer_fenced_compat(
-        ApiKey::EndTxn as i16,
-        hdr.request_api_version,
-        e,
-    ))
+    EndTxnResponse::default().with_error_code(
+        (producer_fenced_compat(ApiKey::EndTxn as i16, hdr.request_api_version, e)).code(),
+    )
 }

@@ -33,5 +33,5 @@ pub async fn handle(
     })
     .await
     .unwrap_or_else(|e| e);
-    HeartbeatResponse::default().with_error_code(error)
+    HeartbeatResponse::default().with_error_code(error.code())
 }

@@ -60,17 +60,20 @@ pub async fn handle(
             Ok(r) => r,
             Err(e) => {
                 return InitProducerIdResponse::default()
-                    .with_error_code(e)
+                    .with_error_code(e.code())
                     .with_producer_id(ProducerId(-1))
                     .with_producer_epoch(-1)
             }
         };
         return InitProducerIdResponse::default()
-            .with_error_code(producer_fenced_compat(
-                ApiKey::InitProducerId as i16,
-                hdr.request_api_version,
-                r.error,
-            ))
+            .with_error_code(
+                (producer_fenced_compat(
+                    ApiKey::InitProducerId as i16,
+                    hdr.request_api_version,
+                    r.error,
+                ))
+                .code(),
+            )
             .with_producer_id(ProducerId(r.producer_id))
             .with_producer_epoch(r.producer_epoch);
     }

@@ -16,16 +16,16 @@ use kafka_protocol::messages::{ApiKey, JoinGroupRequest, JoinGroupResponse, Requ
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
-use crate::errors::code;
 use crate::group::{self, membership};
 use crate::shard::BrokerShard;
 use keel_coordinator::group::classic_group::{
     Completed, JoinRequest, JoinResponse, UNKNOWN_GENERATION_ID,
 };
+use keel_vocab::ErrorCode;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::JoinGroup, 0, 9);
 
-fn error(error: i16, member_id: String) -> JoinResponse {
+fn error(error: ErrorCode, member_id: String) -> JoinResponse {
     JoinResponse {
         error,
         generation_id: UNKNOWN_GENERATION_ID,
@@ -77,7 +77,7 @@ pub async fn handle(
         };
         join(shard, group_id, request).await
     } else {
-        error(code(ResponseError::InvalidGroupId), member_id)
+        error(ErrorCode::of(ResponseError::InvalidGroupId), member_id)
     };
     encode(version, response)
 }
@@ -96,7 +96,9 @@ async fn join(shard: &Rc<BrokerShard>, group_id: String, request: JoinRequest) -
         Ok(Some(response)) => response,
         Ok(None) => match parking.wait().await {
             Ok(Completed::Join(response)) => response,
-            Ok(Completed::Sync(_)) => error(code(ResponseError::UnknownServerError), member_id),
+            Ok(Completed::Sync(_)) => {
+                error(ErrorCode::of(ResponseError::UnknownServerError), member_id)
+            }
             Err(e) => error(e, member_id),
         },
         Err(e) => error(e, member_id),
@@ -123,7 +125,7 @@ fn encode(version: i16, r: JoinResponse) -> JoinGroupResponse {
         name => name,
     };
     JoinGroupResponse::default()
-        .with_error_code(r.error)
+        .with_error_code(r.error.code())
         .with_generation_id(r.generation_id)
         .with_protocol_type(r.protocol_type.filter(|_| version >= 7).map(str_bytes))
         .with_protocol_name(protocol_name.map(str_bytes))

@@ -11,10 +11,10 @@ use kafka_protocol::messages::{ApiKey, LeaveGroupRequest, LeaveGroupResponse, Re
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
-use crate::errors::{code, NONE};
 use crate::group::{self, membership};
 use crate::shard::BrokerShard;
 use keel_coordinator::group::classic_group::LeavingMember;
+use keel_vocab::ErrorCode;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::LeaveGroup, 0, 5);
 
@@ -52,15 +52,15 @@ pub async fn handle(
         })
         .await
     } else {
-        Err(code(ResponseError::InvalidGroupId))
+        Err(ErrorCode::of(ResponseError::InvalidGroupId))
     };
     let errors = match outcome {
         Ok(errors) => errors,
-        Err(e) => return LeaveGroupResponse::default().with_error_code(e),
+        Err(e) => return LeaveGroupResponse::default().with_error_code(e.code()),
     };
     if version < 3 {
         return LeaveGroupResponse::default()
-            .with_error_code(errors.first().copied().unwrap_or(NONE));
+            .with_error_code(errors.first().copied().unwrap_or(ErrorCode::NONE).code());
     }
     LeaveGroupResponse::default().with_members(
         leaving
@@ -70,7 +70,7 @@ pub async fn handle(
                 MemberResponse::default()
                     .with_member_id(str_bytes(m.member_id))
                     .with_group_instance_id(m.group_instance_id.map(str_bytes))
-                    .with_error_code(error)
+                    .with_error_code(error.code())
             })
             .collect(),
     )

@@ -45,6 +45,6 @@ pub async fn handle(
         })
         .collect();
     ListGroupsResponse::default()
-        .with_error_code(error)
+        .with_error_code(error.code())
         .with_groups(listed)
 }

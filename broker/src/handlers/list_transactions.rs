@@ -18,6 +18,7 @@ use crate::errors::{code, NONE};
 use crate::shard::BrokerShard;
 use crate::txn::coordinator;
 use keel_coordinator::txn::transaction_coordinator::TxnState;
+use keel_vocab::ErrorCode;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ListTransactions, 0, 1);
 
@@ -62,8 +63,8 @@ pub async fn handle(
     for answer in join_all(asks.collect()).await {
         match answer {
             Some((e, l)) => {
-                if e != NONE {
-                    error = e;
+                if e != ErrorCode::from_code(NONE) {
+                    error = e.code();
                 }
                 listed.extend(l);
             }

@@ -117,7 +117,7 @@ pub async fn handle(
         .await
         {
             Ok(()) => NONE,
-            Err(e) => e,
+            Err(e) => e.code(),
         }
     };
     OffsetCommitResponse::default().with_topics(

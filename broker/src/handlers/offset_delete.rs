@@ -61,7 +61,7 @@ pub async fn handle(
     .await;
     let subscribed = match outcome {
         Ok(subscribed) => subscribed,
-        Err(e) => return OffsetDeleteResponse::default().with_error_code(e),
+        Err(e) => return OffsetDeleteResponse::default().with_error_code(e.code()),
     };
     OffsetDeleteResponse::default().with_topics(
         answers

@@ -23,9 +23,9 @@ use kafka_protocol::ResponseError;
 
 use super::{str_bytes, topic_name, ApiSupport};
 use crate::coordination::parking::join_all;
-use crate::errors::code;
 use crate::group::{self, CommittedOffset, FetchedTopic};
 use crate::shard::BrokerShard;
+use keel_vocab::ErrorCode;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetFetch, 0, 9);
 
@@ -33,7 +33,7 @@ pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetFetch, 0, 9);
 type Wanted = Option<Vec<(String, Vec<i32>)>>;
 
 /// One group's answer: its offsets, or the error for the whole group.
-type GroupAnswer = Result<Vec<FetchedTopic>, i16>;
+type GroupAnswer = Result<Vec<FetchedTopic>, ErrorCode>;
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,
@@ -93,7 +93,7 @@ async fn fetch_group(
     require_stable: bool,
 ) -> GroupAnswer {
     if !keel_coordinator::group::group_metadata_manager::valid_group_id(group_id) {
-        return Err(code(ResponseError::InvalidGroupId));
+        return Err(ErrorCode::of(ResponseError::InvalidGroupId));
     }
     let g = group_id.to_string();
     group::on_coordinator(ApiKey::OffsetFetch, shard, group_id, move |s, p| {
@@ -113,7 +113,7 @@ fn fields(o: Option<CommittedOffset>) -> (i64, i32, String) {
 fn group_v8(group_id: String, answer: GroupAnswer) -> OffsetFetchResponseGroup {
     let g = OffsetFetchResponseGroup::default().with_group_id(GroupId(str_bytes(group_id)));
     match answer {
-        Err(e) => g.with_error_code(e),
+        Err(e) => g.with_error_code(e.code()),
         Ok(topics) => g.with_topics(
             topics
                 .into_iter()
@@ -130,7 +130,7 @@ fn group_v8(group_id: String, answer: GroupAnswer) -> OffsetFetchResponseGroup {
                                         .with_committed_offset(offset)
                                         .with_committed_leader_epoch(epoch)
                                         .with_metadata(Some(str_bytes(metadata)))
-                                        .with_error_code(error)
+                                        .with_error_code(error.code())
                                 })
                                 .collect(),
                         )
@@ -163,20 +163,23 @@ fn single_group(version: i16, wanted: Wanted, answer: GroupAnswer) -> OffsetFetc
                 .map(|(name, parts)| {
                     let ps = parts
                         .into_iter()
-                        .map(|(i, o, e)| partition(i, o, e))
+                        .map(|(i, o, e)| partition(i, o, e.code()))
                         .collect();
                     topic(&name, ps)
                 })
                 .collect(),
         ),
         // v2+ carry a top-level error code; v1 only the partitions' codes.
-        Err(e) if version >= 2 => OffsetFetchResponse::default().with_error_code(e),
+        Err(e) if version >= 2 => OffsetFetchResponse::default().with_error_code(e.code()),
         Err(e) => OffsetFetchResponse::default().with_topics(
             wanted
                 .unwrap_or_default()
                 .into_iter()
                 .map(|(name, parts)| {
-                    let ps = parts.into_iter().map(|i| partition(i, None, e)).collect();
+                    let ps = parts
+                        .into_iter()
+                        .map(|i| partition(i, None, e.code()))
+                        .collect();
                     topic(&name, ps)
                 })
                 .collect(),

@@ -10,14 +10,14 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, SyncGroupRequest, SyncGrou
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
-use crate::errors::code;
 use crate::group::{self, membership};
 use crate::shard::BrokerShard;
 use keel_coordinator::group::classic_group::{Completed, SyncRequest, SyncResponse};
+use keel_vocab::ErrorCode;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::SyncGroup, 0, 5);
 
-fn error(error: i16) -> SyncResponse {
+fn error(error: ErrorCode) -> SyncResponse {
     SyncResponse {
         error,
         protocol_type: None,
@@ -48,11 +48,11 @@ pub async fn handle(
         };
         sync(shard, group_id, request).await
     } else {
-        error(code(ResponseError::InvalidGroupId))
+        error(ErrorCode::of(ResponseError::InvalidGroupId))
     };
     let v5 = version >= 5;
     SyncGroupResponse::default()
-        .with_error_code(response.error)
+        .with_error_code(response.error.code())
         .with_protocol_type(response.protocol_type.filter(|_| v5).map(str_bytes))
         .with_protocol_name(response.protocol_name.filter(|_| v5).map(str_bytes))
         .with_assignment(response.assignment)
@@ -71,7 +71,7 @@ async fn sync(shard: &Rc<BrokerShard>, group_id: String, request: SyncRequest) -
         Ok(Some(response)) => response,
         Ok(None) => match parking.wait().await {
             Ok(Completed::Sync(response)) => response,
-            Ok(Completed::Join(_)) => error(code(ResponseError::UnknownServerError)),
+            Ok(Completed::Join(_)) => error(ErrorCode::of(ResponseError::UnknownServerError)),
             Err(e) => error(e),
         },
         Err(e) => error(e),

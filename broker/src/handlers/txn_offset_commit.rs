@@ -62,7 +62,7 @@ pub async fn handle(
         .await
         {
             Ok(()) => NONE,
-            Err(e) => e,
+            Err(e) => e.code(),
         }
     };
     TxnOffsetCommitResponse::default().with_topics(

@@ -62,8 +62,8 @@ async fn write_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<Marker>>) -> Vec
             match written {
                 Ok(()) => NONE,
                 Err(e) => {
-                    tracing::debug!(topic = %item.topic, partition = item.partition, producer_id = m.producer_id, error = e, "transaction marker refused");
-                    e
+                    tracing::debug!(topic = %item.topic, partition = item.partition, producer_id = m.producer_id, error = %e, "transaction marker refused");
+                    e.code()
                 }
             }
         }

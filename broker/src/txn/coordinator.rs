@@ -45,7 +45,6 @@ use super::markers_client::Marker;
 pub use super::shard_state::TxnShard;
 use super::shard_state::{LoadState, TxnPartition};
 use crate::controller::{self, OpError};
-use crate::errors::{code, NONE};
 use crate::group;
 use crate::shard::{BrokerShard, Partition};
 use keel_coordinator::txn::transaction_coordinator::{
@@ -53,6 +52,7 @@ use keel_coordinator::txn::transaction_coordinator::{
     TxnAction, TxnConfig, Write,
 };
 use keel_coordinator::TRANSACTION_STATE_TOPIC;
+use keel_vocab::ErrorCode;
 use keel_vocab::TopicPartition;
 
 /// Bytes one log read asks for while a partition loads.
@@ -94,15 +94,15 @@ pub fn txn_partition(shard: &BrokerShard, transactional_id: &str) -> i32 {
 
 /// The partition and the shard that coordinate `transactional_id` on this broker, or
 /// NOT_COORDINATOR (COORDINATOR_NOT_AVAILABLE before the topic exists).
-fn locate(shard: &BrokerShard, transactional_id: &str) -> Result<(i32, usize), i16> {
+fn locate(shard: &BrokerShard, transactional_id: &str) -> Result<(i32, usize), ErrorCode> {
     let image = shard.image();
     if image.topic(TRANSACTION_STATE_TOPIC).is_none() {
-        return Err(code(ResponseError::CoordinatorNotAvailable));
+        return Err(ErrorCode::of(ResponseError::CoordinatorNotAvailable));
     }
     let p = txn_partition(shard, transactional_id);
     match image.partition(TRANSACTION_STATE_TOPIC, p) {
         Some(m) if m.leader == shard.config.node_id => Ok((p, m.shard as usize)),
-        _ => Err(code(ResponseError::NotCoordinator)),
+        _ => Err(ErrorCode::of(ResponseError::NotCoordinator)),
     }
 }
 
@@ -112,11 +112,11 @@ pub async fn on_coordinator<R, F, Fut>(
     shard: &Rc<BrokerShard>,
     transactional_id: &str,
     work: F,
-) -> Result<R, i16>
+) -> Result<R, ErrorCode>
 where
     R: Send + 'static,
     F: FnOnce(Rc<BrokerShard>, i32) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<R, i16>> + 'static,
+    Fut: Future<Output = Result<R, ErrorCode>> + 'static,
 {
     let (p, target) = locate(shard, transactional_id)?;
     group::on_shard(api, shard, target, p, work).await
@@ -127,24 +127,24 @@ fn with_coordinator<R>(
     shard: &BrokerShard,
     p: i32,
     f: impl FnOnce(&mut TransactionCoordinator, i64) -> R,
-) -> Result<R, i16> {
+) -> Result<R, ErrorCode> {
     let leads = shard
         .image()
         .partition(TRANSACTION_STATE_TOPIC, p)
         .is_some_and(|m| m.leader == shard.config.node_id);
     let mut parts = shard.txns.partitions.borrow_mut();
     let Some(tp) = parts.get_mut(&p) else {
-        return Err(code(ResponseError::NotCoordinator));
+        return Err(ErrorCode::of(ResponseError::NotCoordinator));
     };
     let open = shard
         .partition(TRANSACTION_STATE_TOPIC, p)
         .is_some_and(|part| part.topic_id == tp.topic_id);
     if !leads || !open {
-        return Err(code(ResponseError::NotCoordinator));
+        return Err(ErrorCode::of(ResponseError::NotCoordinator));
     }
     match tp.state {
-        LoadState::Loading => Err(code(ResponseError::CoordinatorLoadInProgress)),
-        LoadState::Failed => Err(code(ResponseError::CoordinatorNotAvailable)),
+        LoadState::Loading => Err(ErrorCode::of(ResponseError::CoordinatorLoadInProgress)),
+        LoadState::Failed => Err(ErrorCode::of(ResponseError::CoordinatorNotAvailable)),
         LoadState::Loaded => {
             let r = f(&mut tp.coordinator, shard.clock.now_ms());
             if let Some(next) = tp.coordinator.next_deadline_ms() {
@@ -169,7 +169,7 @@ pub async fn run(
     shard: &Rc<BrokerShard>,
     p: i32,
     f: impl FnOnce(&mut TransactionCoordinator, i64) -> Op<Answer>,
-) -> Result<Answer, i16> {
+) -> Result<Answer, ErrorCode> {
     let write = match with_coordinator(shard, p, f)? {
         Op::Now(answer) => return Ok(answer),
         Op::After(w) => w,
@@ -180,7 +180,7 @@ pub async fn run(
     spawn_actions(shard, p, completion.actions);
     completion
         .answer
-        .ok_or(code(ResponseError::UnknownServerError))
+        .ok_or(ErrorCode::of(ResponseError::UnknownServerError))
 }
 
 /// InitProducerId for a transactional id: takes a new producer id from the controller when
@@ -191,7 +191,7 @@ pub async fn init_producer_id(
     transactional_id: String,
     timeout_ms: i32,
     expected: Option<ProducerIdAndEpoch>,
-) -> Result<InitProducerIdResult, i16> {
+) -> Result<InitProducerIdResult, ErrorCode> {
     let mut new_id = None;
     loop {
         let id = transactional_id.clone();
@@ -202,21 +202,21 @@ pub async fn init_producer_id(
                 Reply::AfterWrite(w) => Op::After(w),
                 Reply::NeedProducerId => {
                     need_id = true;
-                    Op::Now(Answer::Error(NONE))
+                    Op::Now(Answer::Error(ErrorCode::NONE))
                 }
             }
         })
         .await?;
         if need_id {
             if new_id.is_some() {
-                return Err(code(ResponseError::UnknownServerError));
+                return Err(ErrorCode::of(ResponseError::UnknownServerError));
             }
             let id = controller::call(&shard, controller::allocate_producer_id)
                 .await
                 .and_then(|r| r)
                 .map_err(|e| {
                     warn!(error = %e.message, "no producer id for a transactional producer");
-                    e.code
+                    ErrorCode::from_code(e.code)
                 })?;
             new_id = Some(id);
             continue;
@@ -229,7 +229,7 @@ pub async fn init_producer_id(
 }
 
 /// An answer that is an error code (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn).
-pub fn error_of(answer: Result<Answer, i16>) -> i16 {
+pub fn error_of(answer: Result<Answer, ErrorCode>) -> ErrorCode {
     match answer {
         Ok(Answer::Error(e)) => e,
         Ok(Answer::InitProducerId(r)) => r.error,
@@ -237,19 +237,21 @@ pub fn error_of(answer: Result<Answer, i16>) -> i16 {
     }
 }
 
-/// `Reply<i16>` as an [`Op`].
-pub fn op(reply: Reply<i16>) -> Op<Answer> {
+/// `Reply<ErrorCode>` as an [`Op`].
+pub fn op(reply: Reply<ErrorCode>) -> Op<Answer> {
     match reply {
         Reply::Now(e) => Op::Now(Answer::Error(e)),
         Reply::AfterWrite(w) => Op::After(w),
-        Reply::NeedProducerId => Op::Now(Answer::Error(code(ResponseError::UnknownServerError))),
+        Reply::NeedProducerId => Op::Now(Answer::Error(ErrorCode::of(
+            ResponseError::UnknownServerError,
+        ))),
     }
 }
 
 /// Appends one record of the coordinator to partition `p` and waits for its commit.
-async fn append(shard: &Rc<BrokerShard>, p: i32, write: &Write) -> Result<(), i16> {
+async fn append(shard: &Rc<BrokerShard>, p: i32, write: &Write) -> Result<(), ErrorCode> {
     let Some(part) = shard.partition(TRANSACTION_STATE_TOPIC, p) else {
-        return Err(code(ResponseError::NotCoordinator));
+        return Err(ErrorCode::of(ResponseError::NotCoordinator));
     };
     let now = shard.clock.now_ms();
     let batch = keel_coordinator::group::records::encode_records_batch(
@@ -258,7 +260,7 @@ async fn append(shard: &Rc<BrokerShard>, p: i32, write: &Write) -> Result<(), i1
     )
     .map_err(|e| {
         error!(partition = p, error = %e, "encoding a transaction record failed");
-        code(ResponseError::UnknownServerError)
+        ErrorCode::of(ResponseError::UnknownServerError)
     })?;
     let info = part
         .log
@@ -274,8 +276,8 @@ async fn append(shard: &Rc<BrokerShard>, p: i32, write: &Write) -> Result<(), i1
 }
 
 /// Kafka's mapping of a failed `__transaction_state` write (appendTransactionToLog).
-fn write_code(e: &StorageError) -> i16 {
-    code(match e {
+fn write_code(e: &StorageError) -> ErrorCode {
+    ErrorCode::of(match e {
         StorageError::MessageTooLarge { .. }
         | StorageError::InvalidRecord(_)
         | StorageError::InvalidRecords { .. } => ResponseError::UnknownServerError,
@@ -308,7 +310,7 @@ pub fn spawn_actions(shard: &Rc<BrokerShard>, p: i32, actions: Vec<TxnAction>) {
 /// Writes the transaction's markers to every partition, retrying those that fail, then tells
 /// the coordinator and writes its completion record.
 async fn write_markers(shard: Rc<BrokerShard>, p: i32, m: Markers) {
-    let fenced = code(ResponseError::TransactionCoordinatorFenced);
+    let fenced = ErrorCode::of(ResponseError::TransactionCoordinatorFenced);
     let mut left: Vec<TopicPartition> = m.partitions.clone();
     loop {
         let mut failed = Vec::new();
@@ -327,7 +329,7 @@ async fn write_markers(shard: Rc<BrokerShard>, p: i32, m: Markers) {
                     return;
                 }
                 Err(e) => {
-                    debug!(topic = %tp.topic, partition = tp.partition, error = e, "marker not written; retrying");
+                    debug!(topic = %tp.topic, partition = tp.partition, error = %e, "marker not written; retrying");
                     if !errors.contains(&e) {
                         errors.push(e);
                     }
@@ -362,7 +364,7 @@ async fn write_markers(shard: Rc<BrokerShard>, p: i32, m: Markers) {
     spawn_actions(&shard, p, vec![TxnAction::Write(write)]);
 }
 
-type MarkerResults = Vec<(TopicPartition, Result<(), i16>)>;
+type MarkerResults = Vec<(TopicPartition, Result<(), ErrorCode>)>;
 
 /// One try at the markers of `partitions`, all destinations at once: each partition this
 /// broker leads on its owner shard, those of each other broker in one request. A partition
@@ -421,7 +423,7 @@ async fn write_remote_markers(
     let Some(broker) = image.brokers.get(&leader) else {
         // Not alive in this broker's view: wait for the partition to move or the broker to
         // come back.
-        let e = code(ResponseError::BrokerNotAvailable);
+        let e = ErrorCode::of(ResponseError::BrokerNotAvailable);
         return tps.into_iter().map(|tp| (tp, Err(e))).collect();
     };
     let partitions: Vec<(String, i32)> = tps
@@ -437,11 +439,14 @@ async fn write_remote_markers(
         Ok(codes) => tps
             .into_iter()
             .zip(codes)
-            .map(|(tp, e)| (tp, if e == NONE { Ok(()) } else { Err(e) }))
+            .map(|(tp, e)| {
+                let e = ErrorCode::from_code(e);
+                (tp, if e.is_none() { Ok(()) } else { Err(e) })
+            })
             .collect(),
         Err(e) => {
             debug!(broker = leader, partitions = tps.len(), error = %e, "WriteTxnMarkers to another broker failed");
-            let e = e.code();
+            let e = ErrorCode::from_code(e.code());
             tps.into_iter().map(|tp| (tp, Err(e))).collect()
         }
     }
@@ -453,13 +458,13 @@ async fn write_marker(
     shard: &Rc<BrokerShard>,
     tp: &TopicPartition,
     marker: Marker,
-) -> Result<(), i16> {
+) -> Result<(), ErrorCode> {
     let image = shard.image();
     let Some(meta) = image.partition(&tp.topic, tp.partition) else {
         return Ok(());
     };
     if meta.leader != shard.config.node_id {
-        return Err(code(ResponseError::NotLeaderOrFollower));
+        return Err(ErrorCode::of(ResponseError::NotLeaderOrFollower));
     }
     let target = meta.shard as usize;
     let (topic, partition) = (tp.topic.clone(), tp.partition);
@@ -482,7 +487,7 @@ async fn write_marker(
         .mesh
         .call(target, work)
         .await
-        .unwrap_or(Err(code(ResponseError::CoordinatorNotAvailable)))
+        .unwrap_or(Err(ErrorCode::of(ResponseError::CoordinatorNotAvailable)))
 }
 
 /// Kafka's `EndTransactionMarker` as a control batch (one record: key = version 0 and the
@@ -538,21 +543,21 @@ pub async fn append_marker(
     producer_epoch: i16,
     commit: bool,
     coordinator_epoch: i32,
-) -> Result<(), i16> {
+) -> Result<(), ErrorCode> {
     let Some(part) = shard.partition(topic, partition) else {
-        return Err(code(ResponseError::NotLeaderOrFollower));
+        return Err(ErrorCode::of(ResponseError::NotLeaderOrFollower));
     };
     let now = shard.clock.now_ms();
     let batch = marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now)
-        .map_err(|_| code(ResponseError::UnknownServerError))?;
+        .map_err(|_| ErrorCode::of(ResponseError::UnknownServerError))?;
     let info = part
         .log
         .append(batch, LeaderEpoch(part.leader_epoch.get()), now)
-        .map_err(|e| crate::errors::storage_code(&e))?;
+        .map_err(|e| crate::errors::storage_error(&e))?;
     let end = Offset(info.last_offset.0 + 1);
     let committed = part.log.commit(end).await;
     shard.notify_data(&part);
-    committed.map_err(|e| crate::errors::storage_code(&e))?;
+    committed.map_err(|e| crate::errors::storage_error(&e))?;
     if topic == keel_coordinator::OFFSETS_TOPIC {
         group::transactional_offsets_decided(shard, partition, producer_id, commit);
     }
@@ -710,7 +715,7 @@ pub async fn describe(
     shard: Rc<BrokerShard>,
     p: i32,
     transactional_id: String,
-) -> Result<keel_coordinator::txn::transaction_coordinator::TxnDescription, i16> {
+) -> Result<keel_coordinator::txn::transaction_coordinator::TxnDescription, ErrorCode> {
     with_coordinator(&shard, p, |c, _| c.describe(&transactional_id))?
 }
 
@@ -722,11 +727,11 @@ pub fn list_local(
     producer_ids: &[i64],
     duration_ms: i64,
 ) -> (
-    i16,
+    ErrorCode,
     Vec<keel_coordinator::txn::transaction_coordinator::TxnListing>,
 ) {
     let ps: Vec<i32> = shard.txns.partitions.borrow().keys().copied().collect();
-    let mut error = NONE;
+    let mut error = ErrorCode::NONE;
     let mut out = Vec::new();
     for p in ps {
         let listed = with_coordinator(shard, p, |c, now| {
@@ -746,7 +751,7 @@ pub fn list_local(
         match listed {
             Ok(Ok(l)) => out.extend(l),
             Ok(Err(e)) | Err(e) => {
-                if e == code(ResponseError::CoordinatorLoadInProgress) {
+                if e == ErrorCode::of(ResponseError::CoordinatorLoadInProgress) {
                     error = e;
                 }
             }

@@ -208,3 +208,7 @@ fn unbalanced_pair(topic: &SubscribedTopic, assigned: &[PartitionSet]) -> Option
         .max_by_key(|&i| (assigned[i].len(), Reverse(i)))?;
     (assigned[from].len() > assigned[to].len() + 1).then_some((from, to))
 }
+
+#[cfg(test)]
+#[path = "assignor_tests.rs"]
+mod tests;

@@ -83,19 +83,19 @@ use super::records::{GroupMetadataChange, GroupMetadataValue, MemberMetadata};
 
 /// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
 /// checks the numbers).
-pub(crate) const NONE: i16 = ErrorCode::NONE.code();
-const COORDINATOR_NOT_AVAILABLE: i16 = ErrorCode::of(ResponseError::CoordinatorNotAvailable).code();
-const ILLEGAL_GENERATION: i16 = ErrorCode::of(ResponseError::IllegalGeneration).code();
-const INCONSISTENT_GROUP_PROTOCOL: i16 =
-    ErrorCode::of(ResponseError::InconsistentGroupProtocol).code();
-const UNKNOWN_MEMBER_ID: i16 = ErrorCode::of(ResponseError::UnknownMemberId).code();
-const INVALID_SESSION_TIMEOUT: i16 = ErrorCode::of(ResponseError::InvalidSessionTimeout).code();
-const REBALANCE_IN_PROGRESS: i16 = ErrorCode::of(ResponseError::RebalanceInProgress).code();
-const NON_EMPTY_GROUP: i16 = ErrorCode::of(ResponseError::NonEmptyGroup).code();
-const GROUP_ID_NOT_FOUND: i16 = ErrorCode::of(ResponseError::GroupIdNotFound).code();
-const MEMBER_ID_REQUIRED: i16 = ErrorCode::of(ResponseError::MemberIdRequired).code();
-const GROUP_MAX_SIZE_REACHED: i16 = ErrorCode::of(ResponseError::GroupMaxSizeReached).code();
-const FENCED_INSTANCE_ID: i16 = ErrorCode::of(ResponseError::FencedInstanceId).code();
+pub(crate) const NONE: ErrorCode = ErrorCode::NONE;
+const COORDINATOR_NOT_AVAILABLE: ErrorCode = ErrorCode::of(ResponseError::CoordinatorNotAvailable);
+const ILLEGAL_GENERATION: ErrorCode = ErrorCode::of(ResponseError::IllegalGeneration);
+const INCONSISTENT_GROUP_PROTOCOL: ErrorCode =
+    ErrorCode::of(ResponseError::InconsistentGroupProtocol);
+const UNKNOWN_MEMBER_ID: ErrorCode = ErrorCode::of(ResponseError::UnknownMemberId);
+const INVALID_SESSION_TIMEOUT: ErrorCode = ErrorCode::of(ResponseError::InvalidSessionTimeout);
+const REBALANCE_IN_PROGRESS: ErrorCode = ErrorCode::of(ResponseError::RebalanceInProgress);
+const NON_EMPTY_GROUP: ErrorCode = ErrorCode::of(ResponseError::NonEmptyGroup);
+const GROUP_ID_NOT_FOUND: ErrorCode = ErrorCode::of(ResponseError::GroupIdNotFound);
+const MEMBER_ID_REQUIRED: ErrorCode = ErrorCode::of(ResponseError::MemberIdRequired);
+const GROUP_MAX_SIZE_REACHED: ErrorCode = ErrorCode::of(ResponseError::GroupMaxSizeReached);
+const FENCED_INSTANCE_ID: ErrorCode = ErrorCode::of(ResponseError::FencedInstanceId);
 
 /// The generation id in an error answer, and the one a consumer outside any group commits with.
 pub const UNKNOWN_GENERATION_ID: i32 = -1;
@@ -189,7 +189,7 @@ pub struct JoinRequest {
 /// A JoinGroup answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JoinResponse {
-    pub error: i16,
+    pub error: ErrorCode,
     pub generation_id: i32,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
@@ -205,7 +205,7 @@ pub struct JoinResponse {
 }
 
 impl JoinResponse {
-    fn error(error: i16, member_id: &str) -> Self {
+    fn error(error: ErrorCode, member_id: &str) -> Self {
         JoinResponse {
             error,
             generation_id: UNKNOWN_GENERATION_ID,
@@ -236,7 +236,7 @@ pub struct SyncRequest {
 /// A SyncGroup answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SyncResponse {
-    pub error: i16,
+    pub error: ErrorCode,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     /// This member's assignment; empty in an error answer.
@@ -244,7 +244,7 @@ pub struct SyncResponse {
 }
 
 impl SyncResponse {
-    fn error(error: i16) -> Self {
+    fn error(error: ErrorCode) -> Self {
         SyncResponse {
             error,
             protocol_type: None,
@@ -466,7 +466,7 @@ impl ClassicGroup {
         group_instance_id: Option<&str>,
         generation_id: i32,
         now_ms: i64,
-    ) -> i16 {
+    ) -> ErrorCode {
         self.advance(now_ms);
         let error = self.heartbeat_inner(member_id, group_instance_id, generation_id);
         self.debug_check();
@@ -474,7 +474,11 @@ impl ClassicGroup {
     }
 
     /// LeaveGroup: one error code per leaving member, or the whole request's error.
-    pub fn leave(&mut self, leaving: &[LeavingMember], now_ms: i64) -> Result<Vec<i16>, i16> {
+    pub fn leave(
+        &mut self,
+        leaving: &[LeavingMember],
+        now_ms: i64,
+    ) -> Result<Vec<ErrorCode>, ErrorCode> {
         self.advance(now_ms);
         if self.state == GroupState::Dead {
             return Err(COORDINATOR_NOT_AVAILABLE);
@@ -494,7 +498,7 @@ impl ClassicGroup {
         group_instance_id: Option<&str>,
         generation_id: i32,
         now_ms: i64,
-    ) -> i16 {
+    ) -> ErrorCode {
         self.advance(now_ms);
         let error = self.can_commit_inner(member_id, group_instance_id, generation_id);
         self.debug_check();
@@ -502,7 +506,7 @@ impl ClassicGroup {
     }
 
     /// DeleteGroups: only an `Empty` group can be deleted; it becomes `Dead`.
-    pub fn delete(&mut self) -> Result<(), i16> {
+    pub fn delete(&mut self) -> Result<(), ErrorCode> {
         match self.state {
             GroupState::Dead => Err(GROUP_ID_NOT_FOUND),
             GroupState::Empty => {
@@ -1262,7 +1266,7 @@ impl ClassicGroup {
     }
 
     /// Clears the assignments and answers every waiting SyncGroup with `error`.
-    fn reset_and_propagate_assignment_error(&mut self, error: i16) {
+    fn reset_and_propagate_assignment_error(&mut self, error: ErrorCode) {
         let now_ms = self.now_ms;
         for member in self.members.values_mut() {
             member.assignment = None;
@@ -1291,7 +1295,7 @@ impl ClassicGroup {
         member_id: &str,
         group_instance_id: Option<&str>,
         generation_id: i32,
-    ) -> i16 {
+    ) -> ErrorCode {
         if self.state == GroupState::Dead {
             return COORDINATOR_NOT_AVAILABLE;
         }
@@ -1314,7 +1318,7 @@ impl ClassicGroup {
         }
     }
 
-    fn leave_one(&mut self, leaving: &LeavingMember) -> i16 {
+    fn leave_one(&mut self, leaving: &LeavingMember) -> ErrorCode {
         let instance = leaving.group_instance_id.as_deref();
         if leaving.member_id.is_empty() {
             // An administrator removes a static member by its instance id.
@@ -1339,7 +1343,7 @@ impl ClassicGroup {
         member_id: &str,
         group_instance_id: Option<&str>,
         generation_id: i32,
-    ) -> i16 {
+    ) -> ErrorCode {
         if self.state == GroupState::Dead {
             return COORDINATOR_NOT_AVAILABLE;
         }
@@ -1370,7 +1374,7 @@ impl ClassicGroup {
         &self,
         member_id: &str,
         group_instance_id: Option<&str>,
-    ) -> Option<i16> {
+    ) -> Option<ErrorCode> {
         if let Some(instance) = group_instance_id {
             match self.static_members.get(instance) {
                 Some(current) if current != member_id => return Some(FENCED_INSTANCE_ID),

@@ -77,17 +77,17 @@ use super::consumer_group_records::{
 
 /// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
 /// checks the numbers).
-pub(crate) const NONE: i16 = ErrorCode::NONE.code();
-const UNKNOWN_MEMBER_ID: i16 = ErrorCode::of(ResponseError::UnknownMemberId).code();
-const INVALID_REQUEST: i16 = ErrorCode::of(ResponseError::InvalidRequest).code();
-const GROUP_MAX_SIZE_REACHED: i16 = ErrorCode::of(ResponseError::GroupMaxSizeReached).code();
-const FENCED_INSTANCE_ID: i16 = ErrorCode::of(ResponseError::FencedInstanceId).code();
-const FENCED_MEMBER_EPOCH: i16 = ErrorCode::of(ResponseError::FencedMemberEpoch).code();
-const UNRELEASED_INSTANCE_ID: i16 = ErrorCode::of(ResponseError::UnreleasedInstanceId).code();
-const UNSUPPORTED_ASSIGNOR: i16 = ErrorCode::of(ResponseError::UnsupportedAssignor).code();
-const STALE_MEMBER_EPOCH: i16 = ErrorCode::of(ResponseError::StaleMemberEpoch).code();
-const INVALID_REGULAR_EXPRESSION: i16 =
-    ErrorCode::of(ResponseError::InvalidRegularExpression).code();
+pub(crate) const NONE: ErrorCode = ErrorCode::NONE;
+const UNKNOWN_MEMBER_ID: ErrorCode = ErrorCode::of(ResponseError::UnknownMemberId);
+const INVALID_REQUEST: ErrorCode = ErrorCode::of(ResponseError::InvalidRequest);
+const GROUP_MAX_SIZE_REACHED: ErrorCode = ErrorCode::of(ResponseError::GroupMaxSizeReached);
+const FENCED_INSTANCE_ID: ErrorCode = ErrorCode::of(ResponseError::FencedInstanceId);
+const FENCED_MEMBER_EPOCH: ErrorCode = ErrorCode::of(ResponseError::FencedMemberEpoch);
+const UNRELEASED_INSTANCE_ID: ErrorCode = ErrorCode::of(ResponseError::UnreleasedInstanceId);
+const UNSUPPORTED_ASSIGNOR: ErrorCode = ErrorCode::of(ResponseError::UnsupportedAssignor);
+const STALE_MEMBER_EPOCH: ErrorCode = ErrorCode::of(ResponseError::StaleMemberEpoch);
+const INVALID_REGULAR_EXPRESSION: ErrorCode =
+    ErrorCode::of(ResponseError::InvalidRegularExpression);
 
 /// The member epoch a member sends to join (or rejoin) the group.
 pub const JOIN_GROUP_MEMBER_EPOCH: i32 = 0;
@@ -165,7 +165,7 @@ pub struct HeartbeatRequest {
 /// The answer to a heartbeat. On an error only `error_code` and `error_message` are set.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HeartbeatResponse {
-    pub error_code: i16,
+    pub error_code: ErrorCode,
     pub error_message: Option<String>,
     pub member_id: Option<String>,
     pub member_epoch: i32,
@@ -208,7 +208,7 @@ pub enum HeartbeatError {
 }
 
 impl HeartbeatError {
-    pub fn code(&self) -> i16 {
+    pub fn code(&self) -> ErrorCode {
         match self {
             HeartbeatError::InvalidRequest(_) => INVALID_REQUEST,
             HeartbeatError::UnknownMemberId => UNKNOWN_MEMBER_ID,
@@ -521,7 +521,7 @@ impl ConsumerGroup {
     /// UNKNOWN_MEMBER_ID, or STALE_MEMBER_EPOCH when the epoch is not the member's current one
     /// (as Kafka, a newer epoch is stale too). A negative epoch (admin client, or a consumer
     /// without group management) may commit while the group has no members.
-    pub fn can_commit(&self, member_id: &str, member_epoch: i32) -> i16 {
+    pub fn can_commit(&self, member_id: &str, member_epoch: i32) -> ErrorCode {
         if member_epoch < 0 && self.members.is_empty() {
             return NONE;
         }

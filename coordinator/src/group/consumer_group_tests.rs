@@ -1,36 +1,9 @@
 use super::*;
-use kafka_protocol::ResponseError;
+use crate::testing::{set, topic_id, tp, view, PartitionSet, Rng};
 
 const REBALANCE_MS: i32 = 30_000;
 const SESSION_MS: i64 = 45_000;
 const HEARTBEAT_MS: i64 = 5_000;
-
-fn topic_id(name: &str, incarnation: u8) -> TopicId {
-    let mut id = [0u8; 16];
-    for (i, b) in name.bytes().take(15).enumerate() {
-        id[i] = b;
-    }
-    id[15] = incarnation;
-    id
-}
-
-fn view(topics: &[(&str, i32)]) -> TopicsView {
-    topics
-        .iter()
-        .map(|&(name, partitions)| (name.to_owned(), (topic_id(name, 0), partitions)))
-        .collect()
-}
-
-fn tp(topic: &str, partition: i32) -> TopicIdPartition {
-    TopicIdPartition {
-        topic_id: topic_id(topic, 0),
-        partition,
-    }
-}
-
-fn set(topic: &str, partitions: &[i32]) -> PartitionSet {
-    partitions.iter().map(|&p| tp(topic, p)).collect()
-}
 
 /// A consumer as the coordinator sees it: it applies every assignment at once (revoking
 /// what left it), and sends its subscription only when joining or after an error.
@@ -177,26 +150,6 @@ fn three_stable_members(h: &mut Harness) -> Vec<Client> {
         h.settle(&mut clients);
     }
     clients
-}
-
-#[test]
-fn error_codes_are_kafkas() {
-    for (ours, kafka) in [
-        (UNKNOWN_MEMBER_ID, ResponseError::UnknownMemberId),
-        (INVALID_REQUEST, ResponseError::InvalidRequest),
-        (GROUP_MAX_SIZE_REACHED, ResponseError::GroupMaxSizeReached),
-        (FENCED_INSTANCE_ID, ResponseError::FencedInstanceId),
-        (FENCED_MEMBER_EPOCH, ResponseError::FencedMemberEpoch),
-        (UNRELEASED_INSTANCE_ID, ResponseError::UnreleasedInstanceId),
-        (UNSUPPORTED_ASSIGNOR, ResponseError::UnsupportedAssignor),
-        (STALE_MEMBER_EPOCH, ResponseError::StaleMemberEpoch),
-        (
-            INVALID_REGULAR_EXPRESSION,
-            ResponseError::InvalidRegularExpression,
-        ),
-    ] {
-        assert_eq!(ours, kafka.code(), "{kafka:?}");
-    }
 }
 
 #[test]
@@ -507,7 +460,7 @@ fn bad_heartbeats_are_refused() {
         },
     );
     let join = Client::new("a", &["t"]).request();
-    let cases: Vec<(HeartbeatRequest, i16)> = vec![
+    let cases: Vec<(HeartbeatRequest, ErrorCode)> = vec![
         (
             HeartbeatRequest {
                 subscribed_topic_names: None,
@@ -688,39 +641,7 @@ fn a_regex_subscription_picks_up_new_matching_topics() {
 }
 
 #[test]
-fn range_assignor_lays_out_consecutive_ranges() {
-    let metadata = view(&[("t1", 7), ("t2", 2), ("t3", 3)]);
-    let both: BTreeSet<String> = ["t1".to_owned(), "t2".to_owned()].into();
-    let t3: BTreeSet<String> = ["t3".to_owned()].into();
-    let members = [
-        Subscription {
-            member_id: "a",
-            topics: &both,
-        },
-        Subscription {
-            member_id: "b",
-            topics: &both,
-        },
-        Subscription {
-            member_id: "c",
-            topics: &both,
-        },
-        Subscription {
-            member_id: "d",
-            topics: &t3,
-        },
-    ];
-    let target = assign(Assignor::Range, &members, &BTreeMap::new(), &metadata);
-    let mut a = set("t1", &[0, 1, 2]);
-    a.extend(set("t2", &[0]));
-    let mut b = set("t1", &[3, 4]);
-    b.extend(set("t2", &[1]));
-    assert_eq!(target["a"], a);
-    assert_eq!(target["b"], b);
-    assert_eq!(target["c"], set("t1", &[5, 6]));
-    assert_eq!(target["d"], set("t3", &[0, 1, 2]));
-
-    // Through the group: the assignor most members ask for.
+fn the_assignor_most_members_ask_for_assigns() {
     let mut h = Harness::new(&[("t", 5)]);
     let mut clients: Vec<Client> = ["a", "b"]
         .iter()
@@ -734,175 +655,6 @@ fn range_assignor_lays_out_consecutive_ranges() {
     assert_eq!(h.group.describe().assignor_name, "range");
     assert_eq!(clients[0].owned, set("t", &[0, 1, 2]));
     assert_eq!(clients[1].owned, set("t", &[3, 4]));
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-}
-
-fn uniform(
-    ids: &[String],
-    subscriptions: &[BTreeSet<String>],
-    previous: &BTreeMap<String, PartitionSet>,
-    metadata: &TopicsView,
-) -> BTreeMap<String, PartitionSet> {
-    let members: Vec<Subscription<'_>> = ids
-        .iter()
-        .zip(subscriptions)
-        .map(|(id, topics)| Subscription {
-            member_id: id,
-            topics,
-        })
-        .collect();
-    let target = assign(Assignor::Uniform, &members, previous, metadata);
-    assert_eq!(
-        target,
-        assign(Assignor::Uniform, &members, previous, metadata),
-        "deterministic"
-    );
-    target
-}
-
-/// Every partition of a subscribed topic goes to exactly one of its subscribers.
-fn assert_complete(
-    target: &BTreeMap<String, PartitionSet>,
-    ids: &[String],
-    subscriptions: &[BTreeSet<String>],
-    metadata: &TopicsView,
-) {
-    let mut seen = PartitionSet::new();
-    for (id, topics) in ids.iter().zip(subscriptions) {
-        for p in &target[id] {
-            assert!(seen.insert(*p), "{p:?} twice");
-            let name = metadata
-                .iter()
-                .find(|(_, (tid, _))| *tid == p.topic_id)
-                .map(|(n, _)| n)
-                .expect("known topic");
-            assert!(topics.contains(name), "{id} not subscribed to {name}");
-        }
-    }
-    let expected: usize = metadata
-        .iter()
-        .filter(|(name, _)| subscriptions.iter().any(|s| s.contains(*name)))
-        .map(|(_, (_, n))| *n as usize)
-        .sum();
-    assert_eq!(seen.len(), expected);
-}
-
-#[test]
-fn uniform_assignor_is_balanced_and_sticky() {
-    for seed in 0..300 {
-        let mut rng = Rng::new(seed);
-        let topic_count = 1 + rng.below(4);
-        let metadata: TopicsView = (0..topic_count)
-            .map(|i| {
-                let name = format!("t{i}");
-                let id = topic_id(&name, 0);
-                (name, (id, rng.below(12) as i32))
-            })
-            .collect();
-        let everything: BTreeSet<String> = metadata.keys().cloned().collect();
-        let total: usize = metadata.values().map(|(_, n)| *n as usize).sum();
-        let member_count = 1 + rng.below(7);
-        let mut ids: Vec<String> = (0..member_count).map(|i| format!("m{i:02}")).collect();
-        let mut subs = vec![everything.clone(); member_count];
-        let first = uniform(&ids, &subs, &BTreeMap::new(), &metadata);
-        assert_complete(&first, &ids, &subs, &metadata);
-        let counts: Vec<usize> = first.values().map(BTreeSet::len).collect();
-        let (min, max) = (counts.iter().min(), counts.iter().max());
-        assert!(max.unwrap() - min.unwrap() <= 1, "seed {seed}: {counts:?}");
-
-        // A member joins: the others only give, and no more than the newcomer needs.
-        ids.push("m99".into());
-        subs.push(everything.clone());
-        let grown = uniform(&ids, &subs, &first, &metadata);
-        assert_complete(&grown, &ids, &subs, &metadata);
-        for (id, old) in &first {
-            assert!(grown[id].is_subset(old), "seed {seed}: {id} only gives");
-        }
-        assert_eq!(grown["m99"].len(), total / ids.len(), "seed {seed}");
-        let counts: Vec<usize> = grown.values().map(BTreeSet::len).collect();
-        assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1);
-
-        // A member leaves: the others only take.
-        let gone = rng.below(ids.len());
-        ids.remove(gone);
-        subs.remove(gone);
-        let shrunk = uniform(&ids, &subs, &grown, &metadata);
-        assert_complete(&shrunk, &ids, &subs, &metadata);
-        for id in &ids {
-            assert!(
-                grown[id].is_subset(&shrunk[id]),
-                "seed {seed}: {id} only takes"
-            );
-        }
-        let counts: Vec<usize> = shrunk.values().map(BTreeSet::len).collect();
-        assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1);
-    }
-}
-
-#[test]
-fn uniform_assignor_balances_mixed_subscriptions_locally() {
-    for seed in 0..300 {
-        let mut rng = Rng::new(seed);
-        let metadata: TopicsView = (0..1 + rng.below(5))
-            .map(|i| {
-                let name = format!("t{i}");
-                let id = topic_id(&name, 0);
-                (name, (id, rng.below(10) as i32))
-            })
-            .collect();
-        let names: Vec<String> = metadata.keys().cloned().collect();
-        let ids: Vec<String> = (0..1 + rng.below(6)).map(|i| format!("m{i}")).collect();
-        let subs: Vec<BTreeSet<String>> = ids
-            .iter()
-            .map(|_| names.iter().filter(|_| rng.chance(60)).cloned().collect())
-            .collect();
-        let mut previous = BTreeMap::new();
-        for _ in 0..3 {
-            let target = uniform(&ids, &subs, &previous, &metadata);
-            assert_complete(&target, &ids, &subs, &metadata);
-            for id in &ids {
-                for p in &target[id] {
-                    for (other, other_topics) in ids.iter().zip(&subs) {
-                        let name = metadata
-                            .iter()
-                            .find(|(_, (tid, _))| *tid == p.topic_id)
-                            .map(|(n, _)| n)
-                            .expect("known topic");
-                        if other_topics.contains(name) {
-                            assert!(
-                                target[id].len() <= target[other].len() + 1,
-                                "seed {seed}: {id} could give {p:?} to {other}"
-                            );
-                        }
-                    }
-                }
-            }
-            assert_eq!(target, uniform(&ids, &subs, &target, &metadata), "stable");
-            previous = target;
-        }
-    }
 }
 
 #[test]

@@ -5,10 +5,10 @@ use super::*;
 use keel_vocab::error::ResponseError;
 use keel_vocab::ErrorCode;
 
-const NONE: i16 = ErrorCode::NONE.code();
+const NONE: ErrorCode = ErrorCode::NONE;
 
-fn code(e: ResponseError) -> i16 {
-    ErrorCode::of(e).code()
+fn code(e: ResponseError) -> ErrorCode {
+    ErrorCode::of(e)
 }
 
 fn commit(g: &str, t: &str, i: i32, offset: i64, ts: i64) -> OffsetChange {

@@ -13,11 +13,11 @@ use super::records::{OffsetChange, OffsetKey};
 
 /// A commit to a group without a live classic membership: only a "simple" one passes; a
 /// member's commit names a member the coordinator does not know.
-pub fn check_simple_commit(member_id: &str, generation_id: i32) -> i16 {
+pub fn check_simple_commit(member_id: &str, generation_id: i32) -> ErrorCode {
     if generation_id == -1 && member_id.is_empty() {
-        ErrorCode::NONE.code()
+        ErrorCode::NONE
     } else {
-        ErrorCode::of(ResponseError::UnknownMemberId).code()
+        ErrorCode::of(ResponseError::UnknownMemberId)
     }
 }
 
@@ -87,7 +87,7 @@ pub fn check_member(
     generation_id: i32,
     instance_id: Option<&str>,
     now_ms: i64,
-) -> i16 {
+) -> ErrorCode {
     if let Some(c) = group.consumer.as_mut() {
         c.tick(now_ms);
     }

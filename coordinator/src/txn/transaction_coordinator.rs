@@ -110,29 +110,25 @@ pub use super::transaction_state::TxnState;
 
 /// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
 /// checks the numbers).
-pub(crate) const NONE: i16 = ErrorCode::NONE.code();
-const COORDINATOR_LOAD_IN_PROGRESS: i16 =
-    ErrorCode::of(ResponseError::CoordinatorLoadInProgress).code();
-const INVALID_REQUEST: i16 = ErrorCode::of(ResponseError::InvalidRequest).code();
-const INVALID_PRODUCER_EPOCH: i16 = ErrorCode::of(ResponseError::InvalidProducerEpoch).code();
-const INVALID_TXN_STATE: i16 = ErrorCode::of(ResponseError::InvalidTxnState).code();
-const INVALID_PRODUCER_ID_MAPPING: i16 =
-    ErrorCode::of(ResponseError::InvalidProducerIdMapping).code();
-const INVALID_TRANSACTION_TIMEOUT: i16 =
-    ErrorCode::of(ResponseError::InvalidTransactionTimeout).code();
-const CONCURRENT_TRANSACTIONS: i16 = ErrorCode::of(ResponseError::ConcurrentTransactions).code();
-const PRODUCER_FENCED: i16 = ErrorCode::of(ResponseError::ProducerFenced).code();
-const TRANSACTIONAL_ID_NOT_FOUND: i16 =
-    ErrorCode::of(ResponseError::TransactionalIdNotFound).code();
+pub(crate) const NONE: ErrorCode = ErrorCode::NONE;
+const COORDINATOR_LOAD_IN_PROGRESS: ErrorCode =
+    ErrorCode::of(ResponseError::CoordinatorLoadInProgress);
+const INVALID_REQUEST: ErrorCode = ErrorCode::of(ResponseError::InvalidRequest);
+const INVALID_PRODUCER_EPOCH: ErrorCode = ErrorCode::of(ResponseError::InvalidProducerEpoch);
+const INVALID_TXN_STATE: ErrorCode = ErrorCode::of(ResponseError::InvalidTxnState);
+const INVALID_PRODUCER_ID_MAPPING: ErrorCode =
+    ErrorCode::of(ResponseError::InvalidProducerIdMapping);
+const INVALID_TRANSACTION_TIMEOUT: ErrorCode =
+    ErrorCode::of(ResponseError::InvalidTransactionTimeout);
+const CONCURRENT_TRANSACTIONS: ErrorCode = ErrorCode::of(ResponseError::ConcurrentTransactions);
+const PRODUCER_FENCED: ErrorCode = ErrorCode::of(ResponseError::ProducerFenced);
+const TRANSACTIONAL_ID_NOT_FOUND: ErrorCode = ErrorCode::of(ResponseError::TransactionalIdNotFound);
 
 /// Epochs from here on are exhausted (Kafka's `Short.MaxValue - 1`): InitProducerId moves to a
 /// new producer id instead, so a fencing abort can always bump the epoch once more.
 pub const PRODUCER_EPOCH_EXHAUSTED: i16 = i16::MAX - 1;
 /// How long a failed write the coordinator started on its own waits before `tick` retries it.
 pub const WRITE_RETRY_BACKOFF_MS: i64 = 1_000;
-
-/// The internal topic whose partition a group's offsets go to (AddOffsetsToTxn).
-const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// The API keys whose old versions answer INVALID_PRODUCER_EPOCH for PRODUCER_FENCED.
 const INIT_PRODUCER_ID_KEY: i16 = 22;
@@ -148,7 +144,7 @@ pub fn is_epoch_exhausted(epoch: i16) -> bool {
 /// The error code to answer `api_key` at `version` with: clients from before KIP-588 know
 /// INVALID_PRODUCER_EPOCH, not PRODUCER_FENCED (InitProducerId before v4, AddPartitionsToTxn,
 /// AddOffsetsToTxn and EndTxn before v2), as Kafka's `KafkaApis` maps it.
-pub fn producer_fenced_compat(api_key: i16, version: i16, error: i16) -> i16 {
+pub fn producer_fenced_compat(api_key: i16, version: i16, error: ErrorCode) -> ErrorCode {
     let first_version_fenced = match api_key {
         INIT_PRODUCER_ID_KEY => 4,
         ADD_PARTITIONS_TO_TXN_KEY | ADD_OFFSETS_TO_TXN_KEY | END_TXN_KEY => 2,
@@ -171,7 +167,7 @@ pub struct ProducerIdAndEpoch {
 /// The answer to InitProducerId.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InitProducerIdResult {
-    pub error: i16,
+    pub error: ErrorCode,
     /// -1 on error.
     pub producer_id: i64,
     /// -1 on error.
@@ -179,7 +175,7 @@ pub struct InitProducerIdResult {
 }
 
 impl InitProducerIdResult {
-    fn error(error: i16) -> InitProducerIdResult {
+    fn error(error: ErrorCode) -> InitProducerIdResult {
         InitProducerIdResult {
             error,
             producer_id: NO_PRODUCER_ID,
@@ -221,7 +217,7 @@ pub enum Reply<T> {
 pub enum Answer {
     InitProducerId(InitProducerIdResult),
     /// AddPartitionsToTxn, AddOffsetsToTxn, EndTxn.
-    Error(i16),
+    Error(ErrorCode),
 }
 
 /// What a completed write yields.
@@ -424,7 +420,7 @@ impl TransactionCoordinator {
         expected: Option<ProducerIdAndEpoch>,
         now_ms: i64,
         mut new_producer_id: Option<i64>,
-    ) -> Result<Reply<InitProducerIdResult>, i16> {
+    ) -> Result<Reply<InitProducerIdResult>, ErrorCode> {
         self.check_request(id)?;
         if transaction_timeout_ms <= 0
             || transaction_timeout_ms > self.config.transaction_timeout_ms_max
@@ -527,7 +523,7 @@ impl TransactionCoordinator {
         producer_epoch: i16,
         partitions: &[TopicPartition],
         now_ms: i64,
-    ) -> Reply<i16> {
+    ) -> Reply<ErrorCode> {
         let now_ms = self.advance(now_ms);
         let reply = self.add_partitions_inner(
             transactional_id,
@@ -547,7 +543,7 @@ impl TransactionCoordinator {
         producer_epoch: i16,
         partitions: &[TopicPartition],
         now_ms: i64,
-    ) -> Result<Reply<i16>, i16> {
+    ) -> Result<Reply<ErrorCode>, ErrorCode> {
         let meta = self.producer_metadata(id, producer_id, producer_epoch)?;
         if meta.pending.is_some() {
             return Err(CONCURRENT_TRANSACTIONS);
@@ -591,8 +587,8 @@ impl TransactionCoordinator {
         producer_epoch: i16,
         offsets_partition: i32,
         now_ms: i64,
-    ) -> Reply<i16> {
-        let partition = TopicPartition::new(OFFSETS_TOPIC, offsets_partition);
+    ) -> Reply<ErrorCode> {
+        let partition = TopicPartition::new(crate::OFFSETS_TOPIC, offsets_partition);
         self.add_partitions(
             transactional_id,
             producer_id,
@@ -611,7 +607,7 @@ impl TransactionCoordinator {
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[TopicPartition],
-    ) -> Result<Vec<(TopicPartition, i16)>, i16> {
+    ) -> Result<Vec<(TopicPartition, ErrorCode)>, ErrorCode> {
         let meta = self.producer_metadata(transactional_id, producer_id, producer_epoch)?;
         if meta.state().is_prepare() {
             return Err(CONCURRENT_TRANSACTIONS);
@@ -638,7 +634,7 @@ impl TransactionCoordinator {
         producer_epoch: i16,
         commit: bool,
         now_ms: i64,
-    ) -> Reply<i16> {
+    ) -> Reply<ErrorCode> {
         let now_ms = self.advance(now_ms);
         let reply = self.end_txn_inner(
             transactional_id,
@@ -658,13 +654,13 @@ impl TransactionCoordinator {
         producer_epoch: i16,
         commit: bool,
         now_ms: i64,
-    ) -> Result<Reply<i16>, i16> {
+    ) -> Result<Reply<ErrorCode>, ErrorCode> {
         let meta = self.producer_metadata(id, producer_id, producer_epoch)?;
         if meta.pending.is_some() {
             return Err(CONCURRENT_TRANSACTIONS);
         }
         let v = &meta.committed;
-        let same = |state_commits: bool, answer: i16| {
+        let same = |state_commits: bool, answer: ErrorCode| {
             if state_commits == commit {
                 Err(answer)
             } else {
@@ -722,7 +718,7 @@ impl TransactionCoordinator {
     pub fn write_completed(
         &mut self,
         transactional_id: &str,
-        result: Result<(), i16>,
+        result: Result<(), ErrorCode>,
         now_ms: i64,
     ) -> Completion {
         let now_ms = self.advance(now_ms);
@@ -837,7 +833,7 @@ impl TransactionCoordinator {
     }
 
     /// DescribeTransactions for one id: its current (committed) state.
-    pub fn describe(&self, transactional_id: &str) -> Result<TxnDescription, i16> {
+    pub fn describe(&self, transactional_id: &str) -> Result<TxnDescription, ErrorCode> {
         self.check_request(transactional_id)?;
         let meta = self
             .txns
@@ -859,7 +855,11 @@ impl TransactionCoordinator {
 
     /// ListTransactions: the ids in one of `states` (all when empty) with one of
     /// `producer_ids` (all when empty), by id.
-    pub fn list(&self, states: &[TxnState], producer_ids: &[i64]) -> Result<Vec<TxnListing>, i16> {
+    pub fn list(
+        &self,
+        states: &[TxnState],
+        producer_ids: &[i64],
+    ) -> Result<Vec<TxnListing>, ErrorCode> {
         if !self.loaded {
             return Err(COORDINATOR_LOAD_IN_PROGRESS);
         }
@@ -884,7 +884,7 @@ impl TransactionCoordinator {
     }
 
     /// The checks every request makes first.
-    fn check_request(&self, transactional_id: &str) -> Result<(), i16> {
+    fn check_request(&self, transactional_id: &str) -> Result<(), ErrorCode> {
         if !self.loaded {
             return Err(COORDINATOR_LOAD_IN_PROGRESS);
         }
@@ -901,7 +901,7 @@ impl TransactionCoordinator {
         id: &str,
         producer_id: i64,
         producer_epoch: i16,
-    ) -> Result<&TransactionMetadata, i16> {
+    ) -> Result<&TransactionMetadata, ErrorCode> {
         self.check_request(id)?;
         let meta = self.txns.get(id).ok_or(INVALID_PRODUCER_ID_MAPPING)?;
         if meta.producer_id() != producer_id {
@@ -1060,7 +1060,7 @@ fn init_epochs(
     epoch: i16,
     last_epoch: i16,
     expected_epoch: Option<i16>,
-) -> Result<(i16, i16), i16> {
+) -> Result<(i16, i16), ErrorCode> {
     let bumped = || epoch.checked_add(1).ok_or(PRODUCER_FENCED);
     match expected_epoch {
         // A new producer (epoch -1 becomes 0), or one that fences whoever had the id.
