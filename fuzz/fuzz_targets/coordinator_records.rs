@@ -16,7 +16,9 @@
 #![no_main]
 
 use bytes::Bytes;
-use keel_coordinator::group::{consumer_group_records as consumer_records, records as group_records};
+use keel_coordinator::group::{
+    consumer_group_records as consumer_records, records as group_records,
+};
 use keel_coordinator::txn::transaction_log as txn_records;
 use libfuzzer_sys::fuzz_target;
 

@@ -1010,7 +1010,7 @@ impl ConsumerGroup {
 
 /// Persistence: the group as `__consumer_offsets` records, and back.
 impl ConsumerGroup {
-    /// Every record describing the group now, one per key (see [`consumer_records`]), in a
+    /// Every record describing the group now, one per key (see [`super::consumer_group_records`]), in a
     /// deterministic order: 3 (group epoch), 4 (subscribed topics' metadata), 5 per member
     /// (identity and subscription), 7 per member with a target, 6 (assignment epoch), 8 per
     /// member (epochs, state, partitions), members in member id order. Only what the group
