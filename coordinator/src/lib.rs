@@ -4,8 +4,9 @@
 //!   LeaveGroup), KIP-848 consumer groups (ConsumerGroupHeartbeat) with their server-side
 //!   assignors, committed offsets, and the `__consumer_offsets` records that persist them.
 //! - [`txn`]: the transaction coordinator and the `__transaction_state` records.
-//! - [`internal_topics`]: what both share: the internal topics and the partition a group id or
-//!   transactional id maps to.
+//! - what both share: [`internal_topics`] (the internal topics and the partition a group id or
+//!   transactional id maps to) and [`runtime`] (a partition's load and whether it may serve,
+//!   write-then-apply, the timer index).
 //!
 //! Nothing here opens a socket, reads a clock or touches a disk. Time comes in as `now_ms`;
 //! records read back from a log come in as bytes (hostile: every decoder refuses malformed
@@ -16,6 +17,7 @@
 
 pub mod group;
 pub mod internal_topics;
+pub mod runtime;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod txn;

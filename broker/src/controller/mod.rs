@@ -32,9 +32,9 @@ use tracing::{info, warn};
 
 use crate::config::{validate_topic_config, BrokerConfig};
 use crate::coordination::parking::join_all;
-use crate::errors::code;
 use crate::metadata::{validate_topic_name, LegacyImage, MetadataImage, TopicMeta};
 use crate::shard::BrokerShard;
+use keel_vocab::ErrorCode;
 pub use state::Controller;
 
 pub mod state;
@@ -47,14 +47,14 @@ const LEGACY_FILE: &str = "keel-metadata.json";
 /// A controller failure for one item: Kafka error code and message.
 #[derive(Debug, Clone)]
 pub struct OpError {
-    pub code: i16,
+    pub code: ErrorCode,
     pub message: String,
 }
 
 impl OpError {
     pub fn new(e: ResponseError, message: impl Into<String>) -> Self {
         OpError {
-            code: code(e),
+            code: ErrorCode::of(e),
             message: message.into(),
         }
     }
@@ -320,7 +320,10 @@ async fn propose(shard: &Rc<BrokerShard>, records: Vec<Record>) -> Result<(), Op
     }
     match applied.outcome {
         ApplyOutcome::Applied => Ok(()),
-        ApplyOutcome::Rejected { code, message } => Err(OpError { code, message }),
+        ApplyOutcome::Rejected { code, message } => Err(OpError {
+            code: ErrorCode::from_code(code),
+            message,
+        }),
     }
 }
 
@@ -359,7 +362,7 @@ async fn migrate_legacy(shard: &Rc<BrokerShard>) -> Result<()> {
             Ok(()) => {
                 info!(topic = %t.name, partitions = t.partitions.len(), "migrated topic into the metadata log")
             }
-            Err(e) if e.code == code(ResponseError::TopicAlreadyExists) => {}
+            Err(e) if e.code == ErrorCode::of(ResponseError::TopicAlreadyExists) => {}
             Err(e) => anyhow::bail!(
                 "migrating topic {} from {}: {}",
                 t.name,
@@ -672,7 +675,9 @@ pub async fn allocate_producer_id(shard: Rc<BrokerShard>) -> Result<i64, OpError
                 return Ok(first);
             }
             // Another broker took that block first: the image has moved on; take the next.
-            Err(e) if e.code == ResponseError::InvalidRequest.code() => last_error = Some(e),
+            Err(e) if e.code == ErrorCode::of(ResponseError::InvalidRequest) => {
+                last_error = Some(e)
+            }
             Err(e) => return Err(e),
         }
     }
@@ -704,7 +709,7 @@ pub async fn ensure_internal_topic(
     let results = call(shard, move |s| create_topics(s, vec![spec], false)).await?;
     match results.into_iter().next() {
         Some(Ok(_)) => Ok(()),
-        Some(Err(e)) if e.code == code(ResponseError::TopicAlreadyExists) => Ok(()),
+        Some(Err(e)) if e.code == ErrorCode::of(ResponseError::TopicAlreadyExists) => Ok(()),
         Some(Err(e)) => Err(e),
         None => Err(OpError::new(
             ResponseError::UnknownServerError,

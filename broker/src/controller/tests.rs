@@ -88,11 +88,11 @@ fn incremental_ops() {
         &ConfigChange::Incremental(vec![("retention.ms".into(), 2, Some("1".into()))]),
     )
     .unwrap_err();
-    assert_eq!(err.code, ResponseError::InvalidConfig.code());
+    assert_eq!(err.code, ErrorCode::of(ResponseError::InvalidConfig));
     let err = apply_change(
         &cur,
         &ConfigChange::Replace([("bogus".to_string(), "1".to_string())].into()),
     )
     .unwrap_err();
-    assert_eq!(err.code, ResponseError::InvalidConfig.code());
+    assert_eq!(err.code, ErrorCode::of(ResponseError::InvalidConfig));
 }

@@ -180,10 +180,10 @@ impl GroupCoordinator {
         if next != g.scheduled_ms {
             let mut index = self.deadlines.borrow_mut();
             if let Some(old) = g.scheduled_ms {
-                index.remove(&(old, name.to_string()));
+                index.remove(old, name);
             }
             if let Some(new) = next {
-                index.insert((new, name.to_string()));
+                index.insert(new, name);
                 if new < self.timer_armed_ms.get() {
                     self.timer_wake.borrow().fire();
                 }
@@ -198,14 +198,7 @@ impl GroupCoordinator {
 
     /// Takes every timer index entry due at `now_ms`.
     fn take_due(&self, now_ms: i64) -> Vec<(i64, String)> {
-        let mut index = self.deadlines.borrow_mut();
-        let mut due = Vec::new();
-        while index.first().is_some_and(|(d, _)| *d <= now_ms) {
-            if let Some(entry) = index.pop_first() {
-                due.push(entry);
-            }
-        }
-        due
+        self.deadlines.borrow_mut().take_due(now_ms)
     }
 
     /// Whether any coordinator partition of this shard is still loading.
@@ -213,7 +206,7 @@ impl GroupCoordinator {
         self.partitions
             .borrow()
             .values()
-            .any(|cp| cp.state == super::shard_state::LoadState::Loading)
+            .any(|cp| cp.load.state == keel_coordinator::runtime::LoadState::Loading)
     }
 }
 
@@ -589,7 +582,7 @@ async fn timer(shard: Rc<BrokerShard>) {
         }
         let wake = Event::new();
         *shard.groups.timer_wake.borrow_mut() = wake.clone();
-        let next = shard.groups.deadlines.borrow().first().map(|(d, _)| *d);
+        let next = shard.groups.deadlines.borrow().next_deadline_ms();
         shard.groups.timer_armed_ms.set(next.unwrap_or(i64::MAX));
         let sleep_ms = next.map_or(TIMER_IDLE_MS, |d| {
             d.saturating_sub(shard.clock.monotonic_ms())
@@ -692,10 +685,7 @@ mod tests {
         groups.insert("g".into(), entry);
         assert!(coordinator.settle(&mut groups, "g").is_empty());
         let scheduled = groups["g"].scheduled_ms.expect("a rebalance deadline");
-        assert!(coordinator
-            .deadlines
-            .borrow()
-            .contains(&(scheduled, "g".to_string())));
+        assert!(coordinator.deadlines.borrow().contains(scheduled, "g"));
         assert!(wake.is_fired(), "an earlier deadline wakes the timer");
 
         // The first member rejoins: both answers come out, the parked one for its waiter.
@@ -734,23 +724,6 @@ mod tests {
         assert_eq!(c.delete(), Ok(()));
         coordinator.settle(&mut groups, "g");
         assert!(groups.is_empty());
-    }
-
-    #[test]
-    fn due_deadlines_are_taken_in_order() {
-        let coordinator = GroupCoordinator::default();
-        for (d, g) in [(30, "c"), (10, "a"), (20, "b")] {
-            coordinator
-                .deadlines
-                .borrow_mut()
-                .insert((d, g.to_string()));
-        }
-        assert_eq!(
-            coordinator.take_due(20),
-            vec![(10, "a".to_string()), (20, "b".to_string())]
-        );
-        assert_eq!(coordinator.take_due(29), vec![]);
-        assert_eq!(coordinator.deadlines.borrow().len(), 1);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! need the shard's logs and tasks are in [`super`] and [`super::membership`].
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -15,6 +15,7 @@ use keel_coordinator::group::group_metadata_manager::forget_records;
 use keel_coordinator::group::offset_metadata_manager::apply_change;
 use keel_coordinator::group::records::{OffsetChange, OffsetKey};
 use keel_coordinator::group::{GroupEntry, Waiter};
+use keel_coordinator::runtime::{LoadState, PartitionLoad, PendingWrites, TimerIndex};
 use keel_shard::Event;
 use keel_storage::Offset;
 
@@ -23,30 +24,12 @@ use keel_vocab::ErrorCode;
 /// What a parked request receives: the group's answer, or an error for the whole request.
 pub type GroupAnswer = Result<Completed, ErrorCode>;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LoadState {
-    Loading,
-    Loaded,
-    /// The replay failed (the error is in the log); the partition's groups are unavailable
-    /// until the partition is opened again.
-    Failed,
-}
-
-/// Changes appended to a coordinator partition's log and not yet applied to memory.
-pub(super) struct PendingWrite {
-    /// The log end offset after the append: applied once the high watermark reaches it.
-    pub(super) end_offset: Offset,
-    pub(super) changes: Vec<OffsetChange>,
-}
-
-/// One `__consumer_offsets` partition this shard coordinates.
+/// One `__consumer_offsets` partition this shard coordinates: its load, and the writes appended
+/// to its log and not yet applied (in log order; appends queue here in the same step as they
+/// append).
 pub(super) struct CoordinatorPartition {
-    pub(super) topic_id: [u8; 16],
-    /// Which load this is: a stale load (the partition was reopened meanwhile) is dropped.
-    pub(super) load_id: u64,
-    pub(super) state: LoadState,
-    /// In log order (appends queue here in the same step as they append).
-    pub(super) pending: VecDeque<PendingWrite>,
+    pub(super) load: PartitionLoad,
+    pub(super) pending: PendingWrites<OffsetChange>,
 }
 
 /// The group coordinator state of one shard: the groups of the `__consumer_offsets`
@@ -61,7 +44,7 @@ pub struct GroupCoordinator {
     pub(super) expiry_started: Cell<bool>,
     /// (deadline, group id) of every group with a timer ([`GroupEntry::next_deadline_ms`]).
     /// An entry whose group no longer has that `scheduled_ms` is stale and skipped.
-    pub(super) deadlines: RefCell<BTreeSet<(i64, String)>>,
+    pub(super) deadlines: RefCell<TimerIndex>,
     /// Fired to wake the timer task early: a deadline before `timer_armed_ms` arrived.
     pub(super) timer_wake: RefCell<Rc<Event>>,
     /// The deadline the timer task sleeps until (`i64::MAX`: none).
@@ -86,10 +69,8 @@ impl GroupCoordinator {
         self.partitions.borrow_mut().insert(
             p,
             CoordinatorPartition {
-                topic_id,
-                load_id,
-                state: LoadState::Loading,
-                pending: VecDeque::new(),
+                load: PartitionLoad::new(topic_id, load_id),
+                pending: PendingWrites::default(),
             },
         );
         let mut orphaned = Vec::new();
@@ -110,7 +91,7 @@ impl GroupCoordinator {
         loaded: Option<HashMap<String, GroupEntry>>,
     ) {
         let mut parts = self.partitions.borrow_mut();
-        let Some(cp) = parts.get_mut(&p).filter(|cp| cp.load_id == load_id) else {
+        let Some(cp) = parts.get_mut(&p).filter(|cp| cp.load.load_id == load_id) else {
             return;
         };
         match loaded {
@@ -118,32 +99,24 @@ impl GroupCoordinator {
                 let mut all = self.groups.borrow_mut();
                 all.retain(|_, g| g.partition != p);
                 all.extend(groups);
-                cp.state = LoadState::Loaded;
+                cp.load.state = LoadState::Loaded;
             }
-            None => cp.state = LoadState::Failed,
+            None => cp.load.state = LoadState::Failed,
         }
     }
 
     /// The current load of partition `p`, if it is open here.
     pub(super) fn load_id(&self, p: i32) -> Option<u64> {
-        self.partitions.borrow().get(&p).map(|cp| cp.load_id)
+        self.partitions.borrow().get(&p).map(|cp| cp.load.load_id)
     }
 
     /// Whether partition `p`'s groups can be served here now: ErrorCode::NONE or the Kafka error code.
     /// `open_topic_id` is the topic id of `p`'s log open on this shard, `leads` whether this
     /// broker leads `p` ([`super::ready`] reads both from the shard).
     pub fn ready(&self, p: i32, open_topic_id: Option<[u8; 16]>, leads: bool) -> ErrorCode {
-        let parts = self.partitions.borrow();
-        let Some(cp) = parts.get(&p) else {
-            return ErrorCode::of(ResponseError::NotCoordinator);
-        };
-        if open_topic_id != Some(cp.topic_id) || !leads {
-            return ErrorCode::of(ResponseError::NotCoordinator);
-        }
-        match cp.state {
-            LoadState::Loading => ErrorCode::of(ResponseError::CoordinatorLoadInProgress),
-            LoadState::Loaded => ErrorCode::NONE,
-            LoadState::Failed => ErrorCode::of(ResponseError::CoordinatorNotAvailable),
+        match self.partitions.borrow().get(&p) {
+            Some(cp) => cp.load.ready(open_topic_id, leads),
+            None => ErrorCode::of(ResponseError::NotCoordinator),
         }
     }
 
@@ -158,43 +131,29 @@ impl GroupCoordinator {
         let cp = parts
             .get_mut(&p)
             .expect("writes go only to partitions that are ready");
-        assert!(cp.pending.back().is_none_or(|w| w.end_offset < end_offset));
-        cp.pending.push_back(PendingWrite {
-            end_offset,
-            changes,
-        });
-        cp.load_id
+        cp.pending.push(end_offset.0, changes);
+        cp.load.load_id
     }
 
     /// Applies, in log order, every pending write of `p` the high watermark has passed, if `p`
     /// was not reopened since `load_id` (a reopened log has its own watermark and queue).
     pub(super) fn apply_committed(&self, p: i32, load_id: u64, high_watermark: Offset) {
         let mut parts = self.partitions.borrow_mut();
-        let Some(cp) = parts.get_mut(&p).filter(|cp| cp.load_id == load_id) else {
+        let Some(cp) = parts.get_mut(&p).filter(|cp| cp.load.load_id == load_id) else {
             return;
         };
         let mut groups = self.groups.borrow_mut();
-        while cp
-            .pending
-            .front()
-            .is_some_and(|w| w.end_offset <= high_watermark)
-        {
-            let Some(w) = cp.pending.pop_front() else {
-                break;
-            };
-            for change in w.changes {
-                apply_change(&mut groups, p, change);
-            }
+        for change in cp.pending.take_committed(high_watermark.0) {
+            apply_change(&mut groups, p, change);
         }
     }
 
     /// Whether a write touching `group` is appended to `p`'s log but not yet applied.
     pub(super) fn has_pending(&self, p: i32, group: &str) -> bool {
-        self.partitions.borrow().get(&p).is_some_and(|cp| {
-            cp.pending
-                .iter()
-                .any(|w| w.changes.iter().any(|c| c.key().group == group))
-        })
+        self.partitions
+            .borrow()
+            .get(&p)
+            .is_some_and(|cp| cp.pending.changes().any(|c| c.key().group == group))
     }
 
     /// The offsets of `group` that writes of `p` appended and did not yet apply.
@@ -204,8 +163,8 @@ impl GroupCoordinator {
             .get(&p)
             .map_or_else(Vec::new, |cp| {
                 cp.pending
-                    .iter()
-                    .flat_map(|w| w.changes.iter().map(OffsetChange::key))
+                    .changes()
+                    .map(OffsetChange::key)
                     .filter(|k| k.group == group)
                     .map(|k| (k.topic.clone(), k.partition))
                     .collect()
@@ -216,7 +175,7 @@ impl GroupCoordinator {
         self.partitions
             .borrow()
             .iter()
-            .filter(|(_, cp)| cp.state == LoadState::Loaded)
+            .filter(|(_, cp)| cp.load.state == LoadState::Loaded)
             .map(|(p, _)| *p)
             .collect()
     }

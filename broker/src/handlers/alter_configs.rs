@@ -95,7 +95,7 @@ pub async fn handle(
             .with_resource_type(ty)
             .with_resource_name(str_bytes(name));
         if let Err(e) = r {
-            out.error_code = e.code;
+            out.error_code = e.code.code();
             out.error_message = Some(str_bytes(e.message));
         }
         resp.responses.push(out);

@@ -38,7 +38,7 @@ pub async fn handle(
     for ((name, _), r) in asked.into_iter().zip(results) {
         let mut t = CreatePartitionsTopicResult::default().with_name(super::topic_name(&name));
         if let Err(e) = r {
-            t.error_code = e.code;
+            t.error_code = e.code.code();
             t.error_message = Some(str_bytes(e.message));
         }
         resp.results.push(t);

@@ -144,7 +144,7 @@ pub async fn handle(
                 )),
             Err(e) => CreatableTopicResult::default()
                 .with_name(topic_name(&spec.name))
-                .with_error_code(e.code)
+                .with_error_code(e.code.code())
                 .with_error_message(Some(str_bytes(e.message))),
         };
         resp.topics.push(r);

@@ -72,7 +72,7 @@ pub async fn handle(
             Some(code) => r.error_code = code,
             None => {
                 if let Some(Err(e)) = results.next() {
-                    r.error_code = e.code;
+                    r.error_code = e.code.code();
                     if version >= 5 {
                         r.error_message = Some(str_bytes(e.message));
                     }

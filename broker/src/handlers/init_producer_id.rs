@@ -84,7 +84,7 @@ pub async fn handle(
         Ok(Err(e)) | Err(e) => {
             warn!(error = %e.message, "no producer id");
             InitProducerIdResponse::default()
-                .with_error_code(e.code)
+                .with_error_code(e.code.code())
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1)
         }

@@ -54,7 +54,7 @@ pub async fn auto_create(shard: &Rc<BrokerShard>, names: &[String]) {
     match controller::call(shard, move |s| controller::create_topics(s, missing, false)).await {
         Ok(results) => {
             for r in results.into_iter().filter_map(Result::err) {
-                if r.code != code(ResponseError::TopicAlreadyExists) {
+                if r.code != keel_vocab::ErrorCode::of(ResponseError::TopicAlreadyExists) {
                     tracing::warn!(error = %r.message, "auto-create failed");
                 }
             }

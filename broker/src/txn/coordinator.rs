@@ -42,11 +42,12 @@ use keel_storage::{LeaderEpoch, Offset, StorageError};
 use tracing::{debug, error, info, warn};
 
 use super::markers_client::Marker;
+use super::shard_state::TxnPartition;
 pub use super::shard_state::TxnShard;
-use super::shard_state::{LoadState, TxnPartition};
 use crate::controller::{self, OpError};
 use crate::group;
 use crate::shard::{BrokerShard, Partition};
+use keel_coordinator::runtime::{LoadState, PartitionLoad};
 use keel_coordinator::txn::transaction_coordinator::{
     Answer, InitProducerIdResult, Markers, ProducerIdAndEpoch, Reply, TransactionCoordinator,
     TxnAction, TxnConfig, Write,
@@ -132,29 +133,24 @@ fn with_coordinator<R>(
         .image()
         .partition(TRANSACTION_STATE_TOPIC, p)
         .is_some_and(|m| m.leader == shard.config.node_id);
+    let open = shard
+        .partition(TRANSACTION_STATE_TOPIC, p)
+        .map(|part| part.topic_id);
     let mut parts = shard.txns.partitions.borrow_mut();
     let Some(tp) = parts.get_mut(&p) else {
         return Err(ErrorCode::of(ResponseError::NotCoordinator));
     };
-    let open = shard
-        .partition(TRANSACTION_STATE_TOPIC, p)
-        .is_some_and(|part| part.topic_id == tp.topic_id);
-    if !leads || !open {
-        return Err(ErrorCode::of(ResponseError::NotCoordinator));
+    let ready = tp.load.ready(open, leads);
+    if !ready.is_none() {
+        return Err(ready);
     }
-    match tp.state {
-        LoadState::Loading => Err(ErrorCode::of(ResponseError::CoordinatorLoadInProgress)),
-        LoadState::Failed => Err(ErrorCode::of(ResponseError::CoordinatorNotAvailable)),
-        LoadState::Loaded => {
-            let r = f(&mut tp.coordinator, shard.clock.now_ms());
-            if let Some(next) = tp.coordinator.next_deadline_ms() {
-                if next <= shard.clock.now_ms() + TIMER_IDLE_MS {
-                    shard.txns.timer_wake.borrow().fire();
-                }
-            }
-            Ok(r)
+    let r = f(&mut tp.coordinator, shard.clock.now_ms());
+    if let Some(next) = tp.coordinator.next_deadline_ms() {
+        if next <= shard.clock.now_ms() + TIMER_IDLE_MS {
+            shard.txns.timer_wake.borrow().fire();
         }
     }
+    Ok(r)
 }
 
 /// A request's answer: now, or after the write it started.
@@ -216,7 +212,7 @@ pub async fn init_producer_id(
                 .and_then(|r| r)
                 .map_err(|e| {
                     warn!(error = %e.message, "no producer id for a transactional producer");
-                    ErrorCode::from_code(e.code)
+                    e.code
                 })?;
             new_id = Some(id);
             continue;
@@ -576,9 +572,7 @@ pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
     shard.txns.partitions.borrow_mut().insert(
         p,
         TxnPartition {
-            topic_id: part.topic_id,
-            load_id,
-            state: LoadState::Loading,
+            load: PartitionLoad::new(part.topic_id, load_id),
             coordinator: TransactionCoordinator::new(p, coordinator_epoch, txn_config(shard)),
         },
     );
@@ -588,7 +582,7 @@ pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
         let replayed = replay(&part, &mut coordinator).await;
         let actions = {
             let mut parts = owner.txns.partitions.borrow_mut();
-            let Some(tp) = parts.get_mut(&p).filter(|tp| tp.load_id == load_id) else {
+            let Some(tp) = parts.get_mut(&p).filter(|tp| tp.load.load_id == load_id) else {
                 return;
             };
             match replayed {
@@ -605,12 +599,12 @@ pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
                         );
                     }
                     tp.coordinator = coordinator;
-                    tp.state = LoadState::Loaded;
+                    tp.load.state = LoadState::Loaded;
                     actions
                 }
                 Err(e) => {
                     error!(shard = owner.id, partition = p, error = %e, "loading a transaction coordinator partition failed");
-                    tp.state = LoadState::Failed;
+                    tp.load.state = LoadState::Failed;
                     Vec::new()
                 }
             }

@@ -6,22 +6,15 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use keel_coordinator::runtime::PartitionLoad;
 use keel_coordinator::txn::transaction_coordinator::TransactionCoordinator;
 use keel_shard::Event;
 
 use super::markers_client::MarkerClients;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LoadState {
-    Loading,
-    Loaded,
-    Failed,
-}
-
+/// One `__transaction_state` partition this shard coordinates: its load and its coordinator.
 pub(super) struct TxnPartition {
-    pub(super) topic_id: [u8; 16],
-    pub(super) load_id: u64,
-    pub(super) state: LoadState,
+    pub(super) load: PartitionLoad,
     pub(super) coordinator: TransactionCoordinator,
 }
 

@@ -98,6 +98,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
+use crate::runtime::TimerIndex;
+
 use super::transaction_log::{
     self, TransactionLogValue, TxnLogRecord, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
     TRANSACTIONAL_ID_BYTES_MAX,
@@ -260,7 +262,7 @@ pub struct TransactionCoordinator {
     config: TxnConfig,
     txns: BTreeMap<String, TransactionMetadata>,
     /// The timer index: (deadline, id) for every id with a deadline.
-    deadlines: BTreeSet<(i64, String)>,
+    deadlines: TimerIndex,
     /// The latest time seen.
     now_ms: i64,
     loaded: bool,
@@ -280,7 +282,7 @@ impl TransactionCoordinator {
             coordinator_epoch,
             config,
             txns: BTreeMap::new(),
-            deadlines: BTreeSet::new(),
+            deadlines: TimerIndex::default(),
             now_ms: i64::MIN,
             loaded: false,
             unreadable_records: 0,
@@ -798,10 +800,7 @@ impl TransactionCoordinator {
         if !self.loaded {
             return Vec::new();
         }
-        let later = self
-            .deadlines
-            .split_off(&(now_ms.saturating_add(1), String::new()));
-        let due = std::mem::replace(&mut self.deadlines, later);
+        let due = self.deadlines.take_due(now_ms);
         let mut actions = Vec::new();
         for (_, id) in due {
             let meta = self.txns.get_mut(&id).expect("scheduled ids exist");
@@ -829,7 +828,7 @@ impl TransactionCoordinator {
 
     /// When `tick` next has something to do.
     pub fn next_deadline_ms(&self) -> Option<i64> {
-        self.deadlines.first().map(|(deadline_ms, _)| *deadline_ms)
+        self.deadlines.next_deadline_ms()
     }
 
     /// DescribeTransactions for one id: its current (committed) state.
@@ -976,14 +975,14 @@ impl TransactionCoordinator {
         };
         if let Some(deadline_ms) = meta.deadline_ms(config) {
             meta.scheduled_ms = Some(deadline_ms);
-            self.deadlines.insert((deadline_ms, id.to_owned()));
+            self.deadlines.insert(deadline_ms, id);
         }
     }
 
     fn unschedule(&mut self, id: &str) {
         if let Some(meta) = self.txns.get_mut(id) {
             if let Some(deadline_ms) = meta.scheduled_ms.take() {
-                self.deadlines.remove(&(deadline_ms, id.to_owned()));
+                self.deadlines.remove(deadline_ms, id);
             }
         }
     }
@@ -1039,7 +1038,7 @@ impl TransactionCoordinator {
             }
             if let Some(deadline_ms) = meta.scheduled_ms {
                 scheduled += 1;
-                if !self.deadlines.contains(&(deadline_ms, id.clone())) {
+                if !self.deadlines.contains(deadline_ms, id) {
                     return Err(format!("{id} is not in the timer index"));
                 }
             }
