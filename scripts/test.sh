@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every Keel test: installs what the tests need (Debian packages, the Python
-# requirements, cargo-fuzz), checks formatting (rustfmt) and lints (clippy, warnings are errors),
+# requirements, cargo-fuzz), checks formatting (rustfmt), lints (clippy, warnings are errors) and
+# that no crate's modules import each other in a cycle (scripts/module-cycles.py),
 # builds the workspace, runs the Rust tests (unit, property, integration with
 # librdkafka), replays the fuzz targets' corpora (fixed seed and run count), the kafkajs tests and the Python integration tests (kafka-python, confluent-kafka,
 # kcat, Sarama) against the real binary.
@@ -39,6 +40,8 @@ echo "== cargo build"
 cargo build --workspace --all-targets
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== module import cycles"
+python3 scripts/module-cycles.py vocab coordinator broker shard raft cli bench tuning
 echo "== cargo test"
 cargo test --workspace -- --test-threads=2
 echo "== fuzz corpus replay"

@@ -124,9 +124,25 @@ impl BrokerShard {
     /// Sleeps for `interval`; `false` if the shard began shutting down first (the caller's
     /// periodic loop then ends).
     pub async fn sleep_unless_shutdown(&self, interval: std::time::Duration) -> bool {
+        self.sleep_or_wake_unless_shutdown(interval, None).await
+    }
+
+    /// Sleeps for `interval` or until `wake` fires (a timer woken early for a nearer
+    /// deadline); `false` if the shard began shutting down first.
+    pub async fn sleep_or_wake_unless_shutdown(
+        &self,
+        interval: std::time::Duration,
+        wake: Option<&Event>,
+    ) -> bool {
         futures_lite::future::or(
             async {
-                glommio::timer::sleep(interval).await;
+                futures_lite::future::or(glommio::timer::sleep(interval), async {
+                    match wake {
+                        Some(w) => w.wait().await,
+                        None => std::future::pending().await,
+                    }
+                })
+                .await;
                 true
             },
             async {

@@ -74,4 +74,3 @@ pub enum Record {
     },
 }
 
-pub use crate::codec::{decode_batch, encode_batch};

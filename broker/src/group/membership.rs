@@ -47,7 +47,7 @@ use keel_coordinator::group::classic_group::{
     ClassicGroup, Completed, GroupConfig, GroupDescription, GroupState, JoinRequest, JoinResponse,
     LeavingMember, Reply, SyncRequest, SyncResponse,
 };
-use keel_coordinator::group::records::{OffsetChange, OffsetKey};
+use keel_coordinator::group::records::OffsetChange;
 use keel_vocab::ErrorCode;
 
 /// The timer task wakes at least this often, even with no deadline pending.
@@ -441,13 +441,7 @@ pub async fn delete_group(shard: Rc<BrokerShard>, p: i32, group: String) -> Resu
         keys.dedup();
         Ok::<_, ErrorCode>(
             keys.into_iter()
-                .map(|(topic, partition)| {
-                    OffsetChange::Delete(OffsetKey {
-                        group: group.clone(),
-                        topic,
-                        partition,
-                    })
-                })
+                .map(|(topic, partition)| OffsetChange::delete(&group, &topic, partition))
                 .collect::<Vec<_>>(),
         )
     })
@@ -588,22 +582,11 @@ async fn timer(shard: Rc<BrokerShard>) {
             d.saturating_sub(shard.clock.monotonic_ms())
                 .clamp(0, TIMER_IDLE_MS)
         });
-        let stop = futures_lite::future::or(
-            async {
-                futures_lite::future::or(
-                    glommio::timer::sleep(Duration::from_millis(sleep_ms as u64)),
-                    wake.wait(),
-                )
-                .await;
-                false
-            },
-            async {
-                shard.shutdown.wait().await;
-                true
-            },
-        )
-        .await;
-        if stop {
+        let interval = Duration::from_millis(sleep_ms as u64);
+        if !shard
+            .sleep_or_wake_unless_shutdown(interval, Some(&wake))
+            .await
+        {
             debug!(shard = shard.id, "group timer stopped");
             return;
         }

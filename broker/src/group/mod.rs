@@ -54,13 +54,14 @@ use keel_coordinator::group::group_metadata_manager::{forget_records, membership
 use keel_coordinator::group::offset_metadata_manager::{
     apply_change, check_member, check_simple_commit, commit_changes,
 };
-use keel_coordinator::group::records::{self, OffsetChange, OffsetKey};
+use keel_coordinator::group::records::{self, OffsetChange};
 pub use keel_coordinator::group::{CommittedOffset, GroupEntry};
 pub use keel_coordinator::{partition_for, OFFSETS_TOPIC};
 use keel_storage::{LeaderEpoch, Offset, StorageError};
 use tracing::{error, info, warn};
 
 use crate::controller::{self, OpError};
+use crate::coordination::coordinators;
 use crate::errors::coordinator_write_error;
 use crate::shard::{BrokerShard, Partition};
 use keel_vocab::ErrorCode;
@@ -101,25 +102,25 @@ pub async fn ensure_offsets_topic(shard: &Rc<BrokerShard>) -> Result<(), OpError
 /// The `__consumer_offsets` partition of `group` given the image: the topic's partition count
 /// once it exists, else `offsets.topic.num.partitions`.
 pub fn group_partition(shard: &BrokerShard, group: &str) -> i32 {
-    let count = shard
-        .image()
-        .topic(OFFSETS_TOPIC)
-        .map_or(shard.config.offsets_topic_num_partitions, |t| {
-            t.partitions.len() as i32
-        });
-    partition_for(group, count.max(1))
+    coordinators::partition_of(
+        shard,
+        OFFSETS_TOPIC,
+        group,
+        shard.config.offsets_topic_num_partitions,
+    )
 }
 
 /// Where `group` is coordinated on this broker: its `__consumer_offsets` partition and the
 /// shard that owns it; NOT_COORDINATOR when this broker does not lead that partition or the
 /// topic does not exist yet (clients then ask FindCoordinator, which creates it).
 pub fn locate(shard: &BrokerShard, group: &str) -> Result<(i32, usize), ErrorCode> {
-    let image = shard.image();
-    let p = group_partition(shard, group);
-    match image.partition(OFFSETS_TOPIC, p) {
-        Some(m) if m.leader == shard.config.node_id => Ok((p, m.shard as usize)),
-        _ => Err(ErrorCode::of(ResponseError::NotCoordinator)),
-    }
+    coordinators::locate(
+        shard,
+        OFFSETS_TOPIC,
+        group,
+        shard.config.offsets_topic_num_partitions,
+        ErrorCode::of(ResponseError::NotCoordinator),
+    )
 }
 
 /// Runs `work` on the shard coordinating `group`, with the group's partition: inline when that
@@ -136,47 +137,7 @@ where
     Fut: Future<Output = Result<R, ErrorCode>> + 'static,
 {
     let (p, target) = locate(shard, group)?;
-    on_shard(api, shard, target, p, work).await
-}
-
-/// Runs `work` on shard `target` with coordinator partition `p` (group or transaction
-/// coordinators): inline when that is this shard, else over the mesh;
-/// COORDINATOR_NOT_AVAILABLE if the mesh call fails. A trip over the mesh is timed as
-/// `api`'s hop stage (the round trip less the work).
-pub async fn on_shard<R, F, Fut>(
-    api: ApiKey,
-    shard: &Rc<BrokerShard>,
-    target: usize,
-    p: i32,
-    work: F,
-) -> Result<R, ErrorCode>
-where
-    R: Send + 'static,
-    F: FnOnce(Rc<BrokerShard>, i32) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<R, ErrorCode>> + 'static,
-{
-    if target == shard.id {
-        return work(shard.clone(), p).await;
-    }
-    let sent = std::time::Instant::now();
-    let call = shard.mesh.call(target, move |s| async move {
-        let started = std::time::Instant::now();
-        let r = work(s, p).await;
-        (r, started.elapsed())
-    });
-    match call.await {
-        Ok((r, worked)) => {
-            let hop = sent.elapsed().saturating_sub(worked);
-            shard
-                .counters
-                .record(api as i16, crate::ops::metrics::Stage::Hop, hop);
-            r
-        }
-        Err(e) => {
-            warn!(target, error = %e, "cross-shard coordinator call failed");
-            Err(ErrorCode::of(ResponseError::CoordinatorNotAvailable))
-        }
-    }
+    coordinators::on_shard(api, shard, target, p, work).await
 }
 
 // ---- writes --------------------------------------------------------------------------------
@@ -593,13 +554,7 @@ pub async fn delete_offsets(
         let changes: Vec<OffsetChange> = partitions
             .into_iter()
             .filter(|k| !subscribed.contains(&k.0) && g.offsets.contains_key(k))
-            .map(|(topic, partition)| {
-                OffsetChange::Delete(OffsetKey {
-                    group: group.clone(),
-                    topic,
-                    partition,
-                })
-            })
+            .map(|(topic, partition)| OffsetChange::delete(&group, &topic, partition))
             .collect();
         (changes, subscribed)
     };

@@ -13,7 +13,7 @@ use keel_coordinator::group::classic_group::Completed;
 use keel_coordinator::group::consumer_group;
 use keel_coordinator::group::group_metadata_manager::forget_records;
 use keel_coordinator::group::offset_metadata_manager::apply_change;
-use keel_coordinator::group::records::{OffsetChange, OffsetKey};
+use keel_coordinator::group::records::OffsetChange;
 use keel_coordinator::group::{GroupEntry, Waiter};
 use keel_coordinator::runtime::{LoadState, PartitionLoad, PendingWrites, TimerIndex};
 use keel_shard::Event;
@@ -209,13 +209,11 @@ impl GroupCoordinator {
             if !old || g.has_active_members() || self.has_pending(p, name) {
                 continue;
             }
-            out.extend(g.offsets.keys().map(|(topic, partition)| {
-                OffsetChange::Delete(OffsetKey {
-                    group: name.clone(),
-                    topic: topic.clone(),
-                    partition: *partition,
-                })
-            }));
+            out.extend(
+                g.offsets
+                    .keys()
+                    .map(|(topic, partition)| OffsetChange::delete(name, topic, *partition)),
+            );
         }
         out
     }

@@ -2,27 +2,11 @@ use super::*;
 use std::collections::HashMap;
 
 fn commit(g: &str, t: &str, i: i32, offset: i64, ts: i64) -> OffsetChange {
-    OffsetChange::Commit(
-        OffsetKey {
-            group: g.into(),
-            topic: t.into(),
-            partition: i,
-        },
-        CommittedOffset {
-            offset,
-            leader_epoch: -1,
-            metadata: String::new(),
-            commit_timestamp_ms: ts,
-        },
-    )
+    commit_changes(g, vec![(t.into(), i, offset, -1, String::new())], ts).remove(0)
 }
 
 fn delete(g: &str, t: &str, i: i32) -> OffsetChange {
-    OffsetChange::Delete(OffsetKey {
-        group: g.into(),
-        topic: t.into(),
-        partition: i,
-    })
+    OffsetChange::delete(g, t, i)
 }
 
 #[test]

@@ -45,6 +45,7 @@ use super::markers_client::Marker;
 use super::shard_state::TxnPartition;
 pub use super::shard_state::TxnShard;
 use crate::controller::{self, OpError};
+use crate::coordination::coordinators;
 use crate::group;
 use crate::shard::{BrokerShard, Partition};
 use keel_coordinator::runtime::{LoadState, PartitionLoad};
@@ -84,27 +85,24 @@ pub async fn ensure_topic(shard: &Rc<BrokerShard>) -> Result<(), OpError> {
 
 /// The `__transaction_state` partition of `transactional_id`.
 pub fn txn_partition(shard: &BrokerShard, transactional_id: &str) -> i32 {
-    let count = shard
-        .image()
-        .topic(TRANSACTION_STATE_TOPIC)
-        .map_or(shard.config.transaction_state_log_num_partitions, |t| {
-            t.partitions.len() as i32
-        });
-    keel_coordinator::partition_for(transactional_id, count.max(1))
+    coordinators::partition_of(
+        shard,
+        TRANSACTION_STATE_TOPIC,
+        transactional_id,
+        shard.config.transaction_state_log_num_partitions,
+    )
 }
 
 /// The partition and the shard that coordinate `transactional_id` on this broker, or
 /// NOT_COORDINATOR (COORDINATOR_NOT_AVAILABLE before the topic exists).
 fn locate(shard: &BrokerShard, transactional_id: &str) -> Result<(i32, usize), ErrorCode> {
-    let image = shard.image();
-    if image.topic(TRANSACTION_STATE_TOPIC).is_none() {
-        return Err(ErrorCode::of(ResponseError::CoordinatorNotAvailable));
-    }
-    let p = txn_partition(shard, transactional_id);
-    match image.partition(TRANSACTION_STATE_TOPIC, p) {
-        Some(m) if m.leader == shard.config.node_id => Ok((p, m.shard as usize)),
-        _ => Err(ErrorCode::of(ResponseError::NotCoordinator)),
-    }
+    coordinators::locate(
+        shard,
+        TRANSACTION_STATE_TOPIC,
+        transactional_id,
+        shard.config.transaction_state_log_num_partitions,
+        ErrorCode::of(ResponseError::CoordinatorNotAvailable),
+    )
 }
 
 /// Runs `work` on the shard coordinating `transactional_id`, with its partition.
@@ -120,7 +118,7 @@ where
     Fut: Future<Output = Result<R, ErrorCode>> + 'static,
 {
     let (p, target) = locate(shard, transactional_id)?;
-    group::on_shard(api, shard, target, p, work).await
+    coordinators::on_shard(api, shard, target, p, work).await
 }
 
 /// Runs `f` on partition `p`'s coordinator if it is loaded and this broker still leads `p`.
@@ -683,22 +681,11 @@ async fn timer(shard: Rc<BrokerShard>) {
         let sleep_ms = next
             .saturating_sub(shard.clock.now_ms())
             .clamp(1, TIMER_IDLE_MS);
-        let stop = futures_lite::future::or(
-            async {
-                futures_lite::future::or(
-                    glommio::timer::sleep(Duration::from_millis(sleep_ms as u64)),
-                    wake.wait(),
-                )
-                .await;
-                false
-            },
-            async {
-                shard.shutdown.wait().await;
-                true
-            },
-        )
-        .await;
-        if stop {
+        let interval = Duration::from_millis(sleep_ms as u64);
+        if !shard
+            .sleep_or_wake_unless_shutdown(interval, Some(&wake))
+            .await
+        {
             return;
         }
     }

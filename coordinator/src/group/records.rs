@@ -74,6 +74,15 @@ pub enum OffsetChange {
 }
 
 impl OffsetChange {
+    /// The deletion (tombstone) of `group`'s offset of `topic`-`partition`.
+    pub fn delete(group: &str, topic: &str, partition: i32) -> OffsetChange {
+        OffsetChange::Delete(OffsetKey {
+            group: group.to_owned(),
+            topic: topic.to_owned(),
+            partition,
+        })
+    }
+
     pub fn key(&self) -> &OffsetKey {
         match self {
             OffsetChange::Commit(k, _) | OffsetChange::Delete(k) => k,
