@@ -73,4 +73,3 @@ pub enum Record {
         block_size: i32,
     },
 }
-

@@ -83,7 +83,6 @@ use super::records::{GroupMetadataChange, GroupMetadataValue, MemberMetadata};
 
 /// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
 /// checks the numbers).
-pub(crate) const NONE: ErrorCode = ErrorCode::NONE;
 const COORDINATOR_NOT_AVAILABLE: ErrorCode = ErrorCode::of(ResponseError::CoordinatorNotAvailable);
 const ILLEGAL_GENERATION: ErrorCode = ErrorCode::of(ResponseError::IllegalGeneration);
 const INCONSISTENT_GROUP_PROTOCOL: ErrorCode =
@@ -954,7 +953,7 @@ impl ClassicGroup {
         skip_assignment: bool,
     ) -> JoinResponse {
         JoinResponse {
-            error: NONE,
+            error: ErrorCode::NONE,
             generation_id: self.generation_id,
             protocol_type: self.protocol_type.clone(),
             protocol_name: self.protocol_name.clone(),
@@ -1072,7 +1071,7 @@ impl ClassicGroup {
         for member in self.members.values_mut() {
             let is_leader = member.member_id == leader;
             let response = JoinResponse {
-                error: NONE,
+                error: ErrorCode::NONE,
                 generation_id: self.generation_id,
                 protocol_type: self.protocol_type.clone(),
                 protocol_name: self.protocol_name.clone(),
@@ -1254,7 +1253,7 @@ impl ClassicGroup {
         for member in self.members.values_mut() {
             if let Some(ticket) = member.sync_ticket.take() {
                 let response = SyncResponse {
-                    error: NONE,
+                    error: ErrorCode::NONE,
                     protocol_type: self.protocol_type.clone(),
                     protocol_name: self.protocol_name.clone(),
                     assignment: member.assignment.clone().unwrap_or_default(),
@@ -1280,7 +1279,7 @@ impl ClassicGroup {
 
     fn sync_response(&self, assignment: Bytes) -> SyncResponse {
         SyncResponse {
-            error: NONE,
+            error: ErrorCode::NONE,
             protocol_type: self.protocol_type.clone(),
             protocol_name: self.protocol_name.clone(),
             assignment,
@@ -1309,7 +1308,7 @@ impl ClassicGroup {
             GroupState::Empty | GroupState::Dead => UNKNOWN_MEMBER_ID,
             GroupState::CompletingRebalance | GroupState::Stable => {
                 self.touch(member_id);
-                NONE
+                ErrorCode::NONE
             }
             GroupState::PreparingRebalance => {
                 self.touch(member_id);
@@ -1326,16 +1325,16 @@ impl ClassicGroup {
                 return UNKNOWN_MEMBER_ID;
             };
             self.remove_member_and_update_group(&member_id);
-            return NONE;
+            return ErrorCode::NONE;
         }
         if self.pending_members.remove(&leaving.member_id).is_some() {
-            return NONE;
+            return ErrorCode::NONE;
         }
         if let Some(error) = self.validate_current_member(&leaving.member_id, instance) {
             return error;
         }
         self.remove_member_and_update_group(&leaving.member_id);
-        NONE
+        ErrorCode::NONE
     }
 
     fn can_commit_inner(
@@ -1348,7 +1347,7 @@ impl ClassicGroup {
             return COORDINATOR_NOT_AVAILABLE;
         }
         if generation_id < 0 && self.state == GroupState::Empty {
-            return NONE;
+            return ErrorCode::NONE;
         }
         if let Some(error) = self.validate_current_member(member_id, group_instance_id) {
             return error;
@@ -1360,7 +1359,7 @@ impl ClassicGroup {
             // Members learn of a rebalance from heartbeats; until they rejoin, they may commit.
             GroupState::Stable | GroupState::PreparingRebalance => {
                 self.touch(member_id);
-                NONE
+                ErrorCode::NONE
             }
             // It has the new generation but no assignment yet.
             GroupState::CompletingRebalance => REBALANCE_IN_PROGRESS,

@@ -162,7 +162,7 @@ impl Harness {
         let generation = answers[0].generation_id;
         assert!(answers
             .iter()
-            .all(|a| a.error == NONE && a.generation_id == generation));
+            .all(|a| a.error == ErrorCode::NONE && a.generation_id == generation));
         let leader = answers[0].leader.clone();
         let followers: Vec<_> = ids
             .iter()
@@ -177,7 +177,10 @@ impl Harness {
         let reply = self.sync(leader_sync);
         assert!(matches!(reply, Reply::Now(_)));
         for reply in followers {
-            assert_eq!(self.sync_answer(reply).map(|r| r.error), Some(NONE));
+            assert_eq!(
+                self.sync_answer(reply).map(|r| r.error),
+                Some(ErrorCode::NONE)
+            );
         }
         assert_eq!(self.group.state(), GroupState::Stable);
         ids
@@ -215,7 +218,7 @@ fn three_members_form_one_generation_and_sync_assignments() {
     assert_eq!(h.group.state(), GroupState::CompletingRebalance);
     assert_eq!(h.group.generation_id(), 1);
     for r in [&ra, &rb, &rc] {
-        assert_eq!(r.error, NONE);
+        assert_eq!(r.error, ErrorCode::NONE);
         assert_eq!(r.generation_id, 1);
         assert_eq!(r.leader, a, "the first member to join leads");
         assert_eq!(r.protocol_type.as_deref(), Some("consumer"));
@@ -256,18 +259,24 @@ fn three_members_form_one_generation_and_sync_assignments() {
     ];
     let sa = h.sync(leader_sync);
     let sa = h.sync_answer(sa).expect("the leader is answered at once");
-    assert_eq!((sa.error, sa.assignment.as_ref()), (NONE, &b"A"[..]));
+    assert_eq!(
+        (sa.error, sa.assignment.as_ref()),
+        (ErrorCode::NONE, &b"A"[..])
+    );
     assert_eq!(sa.protocol_name.as_deref(), Some("range"));
     let sb = h
         .sync_answer(sb)
         .expect("the leader's sync answers the followers");
-    assert_eq!((sb.error, sb.assignment.as_ref()), (NONE, &b"B"[..]));
+    assert_eq!(
+        (sb.error, sb.assignment.as_ref()),
+        (ErrorCode::NONE, &b"B"[..])
+    );
     assert_eq!(h.group.state(), GroupState::Stable);
     let sc = h.sync(sync_request(&c, 1));
     let sc = h.sync_answer(sc).expect("Stable answers at once");
     assert_eq!(
         (sc.error, sc.assignment.as_ref()),
-        (NONE, &b""[..]),
+        (ErrorCode::NONE, &b""[..]),
         "left out: empty"
     );
 
@@ -335,7 +344,7 @@ fn a_fourth_member_triggers_a_rebalance_into_generation_2() {
         .collect();
     assert!(answers
         .iter()
-        .all(|r| r.error == NONE && r.generation_id == 2));
+        .all(|r| r.error == ErrorCode::NONE && r.generation_id == 2));
     assert_eq!(answers[0].leader, ids[0], "the leader stays while it stays");
     assert_eq!(answers[0].members.len(), 4);
     assert_eq!(h.group.member_count(), 4);
@@ -347,8 +356,8 @@ fn a_silent_member_is_removed_after_its_session_timeout() {
     let mut h = harness();
     let ids = h.form_group(&[("a", None), ("b", None), ("c", None)]);
     h.now_ms = 20_000;
-    assert_eq!(h.heartbeat(&ids[0], None, 1), NONE);
-    assert_eq!(h.heartbeat(&ids[1], None, 1), NONE);
+    assert_eq!(h.heartbeat(&ids[0], None, 1), ErrorCode::NONE);
+    assert_eq!(h.heartbeat(&ids[1], None, 1), ErrorCode::NONE);
     assert_eq!(
         h.group.next_deadline_ms(),
         Some(i64::from(SESSION_MS)),
@@ -398,7 +407,10 @@ fn a_member_that_does_not_rejoin_in_time_is_dropped_from_the_generation() {
     let rb = h
         .join_answer(rb)
         .expect("completed at the rebalance timeout");
-    assert_eq!((ra.error, ra.generation_id, rb.generation_id), (NONE, 2, 2));
+    assert_eq!(
+        (ra.error, ra.generation_id, rb.generation_id),
+        (ErrorCode::NONE, 2, 2)
+    );
     let members: Vec<&str> = ra.members.iter().map(|m| m.member_id.as_str()).collect();
     assert_eq!(members, vec![ids[0].as_str(), ids[1].as_str()]);
     assert_eq!(h.heartbeat(&ids[2], None, 1), UNKNOWN_MEMBER_ID);
@@ -429,13 +441,13 @@ fn leaving_rebalances_and_the_last_leave_empties_the_group() {
     let ids = h.form_group(&[("a", None), ("b", None)]);
     assert_eq!(
         h.leave(&[(&ids[1], None), ("nobody", None), ("", Some("none"))]),
-        vec![NONE, UNKNOWN_MEMBER_ID, UNKNOWN_MEMBER_ID]
+        vec![ErrorCode::NONE, UNKNOWN_MEMBER_ID, UNKNOWN_MEMBER_ID]
     );
     assert_eq!(h.group.state(), GroupState::PreparingRebalance);
     let ra = h.join(join_request(&ids[0], "a", None));
     let ra = h.join_answer(ra).expect("the only member rejoined");
     assert_eq!((ra.generation_id, ra.members.len()), (2, 1));
-    assert_eq!(h.leave(&[(&ids[0], None)]), vec![NONE]);
+    assert_eq!(h.leave(&[(&ids[0], None)]), vec![ErrorCode::NONE]);
     assert_eq!(h.group.state(), GroupState::Empty);
     assert!(h.group.is_empty());
     assert_eq!(
@@ -459,7 +471,7 @@ fn a_leave_during_sync_answers_the_waiting_followers() {
     }
     h.answers.clear();
     let sb = h.sync(sync_request(&b, 1));
-    assert_eq!(h.leave(&[(&c, None)]), vec![NONE]);
+    assert_eq!(h.leave(&[(&c, None)]), vec![ErrorCode::NONE]);
     let sb = h.sync_answer(sb).expect("the rebalance answers it");
     assert_eq!(sb.error, REBALANCE_IN_PROGRESS);
     assert_eq!(h.group.state(), GroupState::PreparingRebalance);
@@ -476,10 +488,13 @@ fn a_pending_member_id_lapses_after_the_session_timeout() {
     let ra = h
         .join_answer(ra)
         .expect("b's id lapsed, so a's join completes");
-    assert_eq!((ra.error, ra.generation_id, ra.members.len()), (NONE, 1, 1));
+    assert_eq!(
+        (ra.error, ra.generation_id, ra.members.len()),
+        (ErrorCode::NONE, 1, 1)
+    );
     // A handed-out id can leave before it is used.
     let c = h.member_id_for("c");
-    assert_eq!(h.leave(&[(&c, None)]), vec![NONE]);
+    assert_eq!(h.leave(&[(&c, None)]), vec![ErrorCode::NONE]);
 }
 
 #[test]
@@ -493,7 +508,7 @@ fn a_static_member_restart_keeps_the_generation_and_fences_the_old_id() {
     let restarted = h
         .join_answer(restarted)
         .expect("answered at once when Stable");
-    assert_eq!(restarted.error, NONE);
+    assert_eq!(restarted.error, ErrorCode::NONE);
     assert_eq!(restarted.generation_id, 1);
     assert_ne!(restarted.member_id, old);
     assert_eq!(restarted.leader, ids[0]);
@@ -504,7 +519,7 @@ fn a_static_member_restart_keeps_the_generation_and_fences_the_old_id() {
     let new = restarted.member_id;
     assert_eq!(h.heartbeat(&old, Some("inst-a"), 1), FENCED_INSTANCE_ID);
     assert_eq!(h.heartbeat(&old, None, 1), UNKNOWN_MEMBER_ID);
-    assert_eq!(h.heartbeat(&new, Some("inst-a"), 1), NONE);
+    assert_eq!(h.heartbeat(&new, Some("inst-a"), 1), ErrorCode::NONE);
     let mut sync = sync_request(&old, 1);
     sync.group_instance_id = Some("inst-a".into());
     assert_eq!(
@@ -531,7 +546,7 @@ fn a_static_member_restart_keeps_the_generation_and_fences_the_old_id() {
     );
 
     // An administrator removes it by instance id.
-    assert_eq!(h.leave(&[("", Some("inst-a"))]), vec![NONE]);
+    assert_eq!(h.leave(&[("", Some("inst-a"))]), vec![ErrorCode::NONE]);
     assert_eq!(h.group.member_count(), 2);
     assert_eq!(h.group.state(), GroupState::PreparingRebalance);
 }
@@ -593,7 +608,7 @@ fn errors_illegal_generation_unknown_member_rebalance_in_progress() {
     let again = h.join_answer(again).expect("at once");
     assert_eq!(
         (again.error, again.generation_id, h.group.state()),
-        (NONE, 1, GroupState::Stable)
+        (ErrorCode::NONE, 1, GroupState::Stable)
     );
 
     // A changed subscription rebalances.
@@ -626,7 +641,7 @@ fn rejoining_in_completing_rebalance_resends_the_generation() {
     );
     assert_eq!(
         h.heartbeat(&b, None, 1),
-        NONE,
+        ErrorCode::NONE,
         "heartbeats count while syncing"
     );
     assert_eq!(h.group.state(), GroupState::CompletingRebalance);
@@ -748,7 +763,7 @@ fn can_commit_fences_by_member_and_generation() {
     let mut h = harness();
     assert_eq!(
         h.group.can_commit("", None, -1, 0),
-        NONE,
+        ErrorCode::NONE,
         "a simple consumer's commit"
     );
     let a = h.member_id_for("a");
@@ -761,7 +776,7 @@ fn can_commit_fences_by_member_and_generation() {
     leader_sync.assignments = vec![(a.clone(), Bytes::new()), (b.clone(), Bytes::new())];
     h.sync(leader_sync);
     assert_eq!(h.group.state(), GroupState::Stable);
-    assert_eq!(h.group.can_commit(&a, None, 1, 0), NONE);
+    assert_eq!(h.group.can_commit(&a, None, 1, 0), ErrorCode::NONE);
     assert_eq!(h.group.can_commit(&a, None, 0, 0), ILLEGAL_GENERATION);
     assert_eq!(h.group.can_commit("nobody", None, 1, 0), UNKNOWN_MEMBER_ID);
     assert_eq!(
@@ -770,9 +785,9 @@ fn can_commit_fences_by_member_and_generation() {
         "not while active"
     );
     // Members may commit until they rejoin.
-    assert_eq!(h.leave(&[(&b, None)]), vec![NONE]);
+    assert_eq!(h.leave(&[(&b, None)]), vec![ErrorCode::NONE]);
     assert_eq!(h.group.state(), GroupState::PreparingRebalance);
-    assert_eq!(h.group.can_commit(&a, None, 1, 0), NONE);
+    assert_eq!(h.group.can_commit(&a, None, 1, 0), ErrorCode::NONE);
     assert_eq!(h.group.can_commit(&b, None, 1, 0), UNKNOWN_MEMBER_ID);
 }
 
@@ -781,7 +796,10 @@ fn a_commit_keeps_the_session_alive() {
     let mut h = harness();
     let ids = h.form_group(&[("a", None)]);
     h.now_ms = 25_000;
-    assert_eq!(h.group.can_commit(&ids[0], None, 1, h.now_ms), NONE);
+    assert_eq!(
+        h.group.can_commit(&ids[0], None, 1, h.now_ms),
+        ErrorCode::NONE
+    );
     h.tick(40_000);
     assert_eq!(h.group.state(), GroupState::Stable);
     h.tick(55_000);
@@ -793,7 +811,7 @@ fn delete_only_an_empty_group() {
     let mut h = harness();
     let ids = h.form_group(&[("a", None)]);
     assert_eq!(h.group.delete(), Err(NON_EMPTY_GROUP));
-    assert_eq!(h.leave(&[(&ids[0], None)]), vec![NONE]);
+    assert_eq!(h.leave(&[(&ids[0], None)]), vec![ErrorCode::NONE]);
     assert_eq!(h.group.delete(), Ok(()));
     assert_eq!(h.group.state(), GroupState::Dead);
     assert_eq!(h.group.delete(), Err(GROUP_ID_NOT_FOUND));
@@ -871,7 +889,7 @@ fn a_synced_generation_is_persisted_and_loads_stable() {
         .map(|id| (id.to_string(), Bytes::from(format!("assigned:{id}"))))
         .collect();
     h.sync(leader_sync);
-    assert_eq!(h.sync_answer(sb).map(|r| r.error), Some(NONE));
+    assert_eq!(h.sync_answer(sb).map(|r| r.error), Some(ErrorCode::NONE));
 
     let (value, mut l) = persisted_and_loaded(&mut h, 500_000);
     assert_eq!(value.generation_id, 1);
@@ -903,23 +921,23 @@ fn a_synced_generation_is_persisted_and_loads_stable() {
     assert_eq!(l.group.current_state_timestamp_ms(), Some(2_000));
     assert_eq!(l.group.describe(), h.group.describe(), "as it was");
     for id in [&a, &b, &c] {
-        assert_eq!(l.heartbeat(id, None, 1), NONE);
+        assert_eq!(l.heartbeat(id, None, 1), ErrorCode::NONE);
         assert_eq!(l.heartbeat(id, None, 0), ILLEGAL_GENERATION);
     }
-    assert_eq!(l.group.can_commit(&b, None, 1, l.now_ms), NONE);
+    assert_eq!(l.group.can_commit(&b, None, 1, l.now_ms), ErrorCode::NONE);
     assert_eq!(
         l.group.can_commit("stray", None, 1, l.now_ms),
         UNKNOWN_MEMBER_ID
     );
     let sc = l.sync(sync_request(&c, 1));
     let sc = l.sync_answer(sc).unwrap();
-    assert_eq!(sc.error, NONE);
+    assert_eq!(sc.error, ErrorCode::NONE);
     assert_eq!(sc.assignment, Bytes::from(format!("assigned:{c}")));
 
     // Sessions restarted at the load: a member silent since then times out.
     l.tick(500_000 + i64::from(SESSION_MS) - 1);
-    assert_eq!(l.heartbeat(&a, None, 1), NONE);
-    assert_eq!(l.heartbeat(&b, None, 1), NONE);
+    assert_eq!(l.heartbeat(&a, None, 1), ErrorCode::NONE);
+    assert_eq!(l.heartbeat(&b, None, 1), ErrorCode::NONE);
     l.tick(500_000 + i64::from(SESSION_MS) + 1);
     assert_eq!(
         l.group.state(),
@@ -938,7 +956,7 @@ fn a_synced_generation_is_persisted_and_loads_stable() {
         .map(|(id, client)| h2.join(join_request(id, client, None)))
         .collect();
     let rd = h2.join_answer(rd).expect("everyone rejoined");
-    assert_eq!((rd.error, rd.generation_id), (NONE, 2));
+    assert_eq!((rd.error, rd.generation_id), (ErrorCode::NONE, 2));
     for reply in rejoins {
         assert_eq!(h2.join_answer(reply).map(|r| r.generation_id), Some(2));
     }
@@ -981,12 +999,12 @@ fn an_empty_group_is_persisted_and_loads_empty_at_its_generation() {
     assert_eq!(
         l.group
             .can_commit("", None, UNKNOWN_GENERATION_ID, l.now_ms),
-        NONE
+        ErrorCode::NONE
     );
     assert_eq!(l.heartbeat(&ids[0], None, 2), UNKNOWN_MEMBER_ID);
     let ids = l.form_group(&[("a", None)]);
     assert_eq!(l.group.generation_id(), 3);
-    assert_eq!(l.heartbeat(&ids[0], None, 3), NONE);
+    assert_eq!(l.heartbeat(&ids[0], None, 3), ErrorCode::NONE);
 
     // Deleting it leaves a tombstone to write.
     let mut h = harness();
@@ -1010,14 +1028,17 @@ fn static_members_keep_their_instance_ids_across_a_load() {
         .map(|m| m.group_instance_id.as_deref())
         .collect();
     assert_eq!(instances, [Some("ia"), Some("ib"), None]);
-    assert_eq!(l.heartbeat(&ids[0], Some("ia"), 1), NONE);
+    assert_eq!(l.heartbeat(&ids[0], Some("ia"), 1), ErrorCode::NONE);
     assert_eq!(l.heartbeat(&ids[2], Some("ia"), 1), FENCED_INSTANCE_ID);
-    assert_eq!(l.group.can_commit(&ids[1], Some("ib"), 1, l.now_ms), NONE);
+    assert_eq!(
+        l.group.can_commit(&ids[1], Some("ib"), 1, l.now_ms),
+        ErrorCode::NONE
+    );
 
     // b restarts: it replaces its old member id without a rebalance, and that is persisted.
     let rb = l.join(join_request("", "b", Some("ib")));
     let rb = l.join_answer(rb).unwrap();
-    assert_eq!((rb.error, rb.generation_id), (NONE, 1));
+    assert_eq!((rb.error, rb.generation_id), (ErrorCode::NONE, 1));
     assert_ne!(rb.member_id, ids[1]);
     assert_eq!(l.group.state(), GroupState::Stable);
     assert_eq!(l.heartbeat(&ids[1], Some("ib"), 1), FENCED_INSTANCE_ID);
@@ -1030,10 +1051,10 @@ fn static_members_keep_their_instance_ids_across_a_load() {
         Bytes::from(format!("assigned:{}", ids[1])),
         "the replaced member keeps the assignment"
     );
-    assert_eq!(l2.heartbeat(&rb.member_id, Some("ib"), 1), NONE);
+    assert_eq!(l2.heartbeat(&rb.member_id, Some("ib"), 1), ErrorCode::NONE);
     assert_eq!(l2.heartbeat(&ids[1], Some("ib"), 1), FENCED_INSTANCE_ID);
     // The administrator removes a static member by instance id.
-    assert_eq!(l2.leave(&[("", Some("ia"))]), vec![NONE]);
+    assert_eq!(l2.leave(&[("", Some("ia"))]), vec![ErrorCode::NONE]);
     assert_eq!(l2.group.state(), GroupState::PreparingRebalance);
 }
 
@@ -1117,7 +1138,7 @@ fn time_never_runs_backwards() {
     let ids = h.form_group(&[("a", None)]);
     h.tick(20_000);
     // A call stamped earlier than the last one is taken as happening at the last one.
-    assert_eq!(h.group.heartbeat(&ids[0], None, 1, 0), NONE);
+    assert_eq!(h.group.heartbeat(&ids[0], None, 1, 0), ErrorCode::NONE);
     h.tick(49_999);
     assert_eq!(h.group.state(), GroupState::Stable);
 }
@@ -1132,7 +1153,7 @@ struct Client {
 impl Client {
     fn learn(&mut self, completed: &Completed) {
         match completed {
-            Completed::Join(r) if r.error == NONE || r.error == MEMBER_ID_REQUIRED => {
+            Completed::Join(r) if r.error == ErrorCode::NONE || r.error == MEMBER_ID_REQUIRED => {
                 self.member_id = r.member_id.clone();
                 self.generation_id = r.generation_id;
             }
@@ -1172,7 +1193,7 @@ fn initial_delay_gathers_members_into_one_generation() {
     h.tick(6_000);
     let a = h.join_answer(a).expect("answered when the delay ends");
     let b = h.join_answer(b).expect("answered when the delay ends");
-    assert_eq!((a.error, b.error), (NONE, NONE));
+    assert_eq!((a.error, b.error), (ErrorCode::NONE, ErrorCode::NONE));
     assert_eq!((a.generation_id, b.generation_id), (1, 1));
     assert_eq!(a.leader, a.member_id);
     assert_eq!(
@@ -1206,7 +1227,7 @@ fn initial_delay_extensions_are_bounded_by_the_rebalance_timeout() {
         let r = h
             .join_answer(reply)
             .expect("answered at the end of the rebalance time");
-        assert_eq!((r.error, r.generation_id), (NONE, 1));
+        assert_eq!((r.error, r.generation_id), (ErrorCode::NONE, 1));
     }
     assert_eq!(h.group.member_count(), 4);
 }
@@ -1217,7 +1238,7 @@ fn no_initial_delay_completes_at_once() {
     let mut h = delayed(0);
     let a = h.join(join_request("", "a", Some("inst-a")));
     let a = h.join_answer(a).expect("at once");
-    assert_eq!((a.error, a.generation_id), (NONE, 1));
+    assert_eq!((a.error, a.generation_id), (ErrorCode::NONE, 1));
 }
 
 /// Only the first rebalance out of `Empty` waits; a stable group's rebalance completes as

@@ -77,7 +77,6 @@ use super::consumer_group_records::{
 
 /// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
 /// checks the numbers).
-pub(crate) const NONE: ErrorCode = ErrorCode::NONE;
 const UNKNOWN_MEMBER_ID: ErrorCode = ErrorCode::of(ResponseError::UnknownMemberId);
 const INVALID_REQUEST: ErrorCode = ErrorCode::of(ResponseError::InvalidRequest);
 const GROUP_MAX_SIZE_REACHED: ErrorCode = ErrorCode::of(ResponseError::GroupMaxSizeReached);
@@ -517,18 +516,18 @@ impl ConsumerGroup {
             .min()
     }
 
-    /// Whether `member_id` at `member_epoch` may commit offsets (OffsetCommit v9+): NONE,
+    /// Whether `member_id` at `member_epoch` may commit offsets (OffsetCommit v9+): ErrorCode::NONE,
     /// UNKNOWN_MEMBER_ID, or STALE_MEMBER_EPOCH when the epoch is not the member's current one
     /// (as Kafka, a newer epoch is stale too). A negative epoch (admin client, or a consumer
     /// without group management) may commit while the group has no members.
     pub fn can_commit(&self, member_id: &str, member_epoch: i32) -> ErrorCode {
         if member_epoch < 0 && self.members.is_empty() {
-            return NONE;
+            return ErrorCode::NONE;
         }
         match self.members.get(member_id) {
             None => UNKNOWN_MEMBER_ID,
             Some(m) if m.member_epoch != member_epoch => STALE_MEMBER_EPOCH,
-            Some(_) => NONE,
+            Some(_) => ErrorCode::NONE,
         }
     }
 
@@ -642,7 +641,7 @@ impl ConsumerGroup {
         let assignment_changed = reconciliation.run(member, &mut self.owners);
         let send_assignment = joining || full_request || assignment_changed;
         Ok(HeartbeatResponse {
-            error_code: NONE,
+            error_code: ErrorCode::NONE,
             error_message: None,
             member_id: Some(member_id),
             member_epoch: member.member_epoch,

@@ -66,7 +66,7 @@ impl Client {
     }
 
     fn learn(&mut self, r: &HeartbeatResponse) {
-        if r.error_code != NONE {
+        if r.error_code != ErrorCode::NONE {
             return;
         }
         self.member_id = r.member_id.clone().expect("member id");
@@ -117,7 +117,7 @@ impl Harness {
         for _ in 0..20 {
             for i in 0..clients.len() {
                 let r = self.heartbeat(&mut clients[i]);
-                assert_eq!(r.error_code, NONE, "{r:?}");
+                assert_eq!(r.error_code, ErrorCode::NONE, "{r:?}");
                 assert_disjoint(clients);
                 history.push(clients.iter().map(|c| c.owned.clone()).collect());
             }
@@ -157,7 +157,7 @@ fn three_members_join_one_by_one_and_get_two_partitions_each() {
     let mut h = Harness::new(&[("t", 6)]);
     let mut a = Client::new("a", &["t"]);
     let r = h.heartbeat(&mut a);
-    assert_eq!((r.error_code, r.member_epoch), (NONE, 1));
+    assert_eq!((r.error_code, r.member_epoch), (ErrorCode::NONE, 1));
     assert_eq!(r.heartbeat_interval_ms, 5_000);
     assert_eq!(a.owned, set("t", &[0, 1, 2, 3, 4, 5]));
     assert_eq!(h.group.state(), ConsumerGroupState::Stable);
@@ -232,7 +232,7 @@ fn a_leaving_member_gives_its_partitions_to_the_others() {
     let r = h.send(c.leave_request(LEAVE_GROUP_MEMBER_EPOCH));
     assert_eq!(
         (r.error_code, r.member_epoch),
-        (NONE, LEAVE_GROUP_MEMBER_EPOCH)
+        (ErrorCode::NONE, LEAVE_GROUP_MEMBER_EPOCH)
     );
     assert_eq!(h.group.group_epoch(), epoch + 1);
     assert_eq!(h.group.state(), ConsumerGroupState::Assigning);
@@ -267,7 +267,7 @@ fn session_timeout_removes_a_silent_member() {
     while h.now_ms + HEARTBEAT_MS < deadline_ms {
         h.now_ms += HEARTBEAT_MS;
         for c in &mut clients {
-            assert_eq!(h.heartbeat(c).error_code, NONE);
+            assert_eq!(h.heartbeat(c).error_code, ErrorCode::NONE);
         }
     }
     assert_eq!(h.group.member_count(), 3);
@@ -311,8 +311,8 @@ fn a_member_that_does_not_revoke_in_time_is_fenced() {
     assert_eq!(deadline_ms, h.now_ms + i64::from(REBALANCE_MS));
     while h.now_ms + HEARTBEAT_MS < deadline_ms {
         h.now_ms += HEARTBEAT_MS;
-        assert_eq!(h.send(stubborn.clone()).error_code, NONE);
-        assert_eq!(h.heartbeat(&mut b).error_code, NONE);
+        assert_eq!(h.send(stubborn.clone()).error_code, ErrorCode::NONE);
+        assert_eq!(h.heartbeat(&mut b).error_code, ErrorCode::NONE);
         assert!(b.owned.is_empty(), "b waits for a");
     }
     assert_eq!(h.group.next_deadline_ms(), Some(deadline_ms));
@@ -339,7 +339,7 @@ fn a_static_member_leaves_for_a_while_and_rejoins_with_its_assignment() {
     let r = h.send(clients[0].leave_request(LEAVE_GROUP_STATIC_MEMBER_EPOCH));
     assert_eq!(
         (r.error_code, r.member_epoch),
-        (NONE, LEAVE_GROUP_STATIC_MEMBER_EPOCH)
+        (ErrorCode::NONE, LEAVE_GROUP_STATIC_MEMBER_EPOCH)
     );
     assert_eq!(
         h.group.group_epoch(),
@@ -364,7 +364,7 @@ fn a_static_member_leaves_for_a_while_and_rejoins_with_its_assignment() {
     // a's next incarnation has a new member id and the same instance id.
     let mut a2 = Client::new("a2", &["t"]).with_instance("ia");
     let r = h.heartbeat(&mut a2);
-    assert_eq!(r.error_code, NONE, "{r:?}");
+    assert_eq!(r.error_code, ErrorCode::NONE, "{r:?}");
     assert_eq!(a2.owned, a_owned);
     assert_eq!(r.member_epoch, epoch);
     assert_eq!(h.group.group_epoch(), epoch);
@@ -374,12 +374,12 @@ fn a_static_member_leaves_for_a_while_and_rejoins_with_its_assignment() {
 
     // A static member that leaves for good (-1) frees its instance id and partitions.
     let r = h.send(a2.leave_request(LEAVE_GROUP_MEMBER_EPOCH));
-    assert_eq!(r.error_code, NONE);
+    assert_eq!(r.error_code, ErrorCode::NONE);
     let mut rest = vec![clients[1].clone()];
     h.settle(&mut rest);
     assert_eq!(rest[0].owned.len(), 6);
     let r = h.heartbeat(&mut Client::new("a3", &["t"]).with_instance("ia"));
-    assert_eq!(r.error_code, NONE);
+    assert_eq!(r.error_code, ErrorCode::NONE);
 }
 
 #[test]
@@ -432,7 +432,7 @@ fn epochs_and_identities_are_checked() {
     assert!(previous > 0 && previous < epoch);
     a.epoch = previous;
     let r = h.heartbeat(&mut a);
-    assert_eq!((r.error_code, r.member_epoch), (NONE, epoch));
+    assert_eq!((r.error_code, r.member_epoch), (ErrorCode::NONE, epoch));
     // ...unless it claims partitions it no longer has.
     let mut greedy = a.request();
     greedy.member_epoch = previous;
@@ -445,7 +445,7 @@ fn epochs_and_identities_are_checked() {
     c.epoch = 0;
     c.owned.clear();
     let r = h.heartbeat(c);
-    assert_eq!((r.error_code, r.member_epoch), (NONE, epoch));
+    assert_eq!((r.error_code, r.member_epoch), (ErrorCode::NONE, epoch));
     assert_eq!(c.owned, held);
     assert_eq!(h.group.group_epoch(), epoch);
 }
@@ -550,16 +550,19 @@ fn bad_heartbeats_are_refused() {
     // A version-0 client lets the coordinator choose its member id.
     let mut anonymous = Client::new("", &["t"]);
     let r = h.heartbeat(&mut anonymous);
-    assert_eq!(r.error_code, NONE);
+    assert_eq!(r.error_code, ErrorCode::NONE);
     assert!(!anonymous.member_id.is_empty());
-    assert_eq!(h.heartbeat(&mut Client::new("b", &["t"])).error_code, NONE);
+    assert_eq!(
+        h.heartbeat(&mut Client::new("b", &["t"])).error_code,
+        ErrorCode::NONE
+    );
     let r = h.heartbeat(&mut Client::new("c", &["t"]));
     assert_eq!(r.error_code, GROUP_MAX_SIZE_REACHED);
     assert_eq!(h.group.member_count(), 2);
     // A member already in the group may rejoin when it is full.
     anonymous.epoch = 0;
     anonymous.owned.clear();
-    assert_eq!(h.heartbeat(&mut anonymous).error_code, NONE);
+    assert_eq!(h.heartbeat(&mut anonymous).error_code, ErrorCode::NONE);
 }
 
 #[test]
@@ -567,12 +570,12 @@ fn can_commit_checks_member_and_epoch() {
     let mut h = Harness::new(&[("t", 2)]);
     assert_eq!(
         h.group.can_commit("", -1),
-        NONE,
+        ErrorCode::NONE,
         "an empty group takes admin commits"
     );
     let mut a = Client::new("a", &["t"]);
     h.heartbeat(&mut a);
-    assert_eq!(h.group.can_commit("a", a.epoch), NONE);
+    assert_eq!(h.group.can_commit("a", a.epoch), ErrorCode::NONE);
     assert_eq!(h.group.can_commit("", -1), UNKNOWN_MEMBER_ID);
     assert_eq!(h.group.can_commit("z", a.epoch), UNKNOWN_MEMBER_ID);
     let mut b = Client::new("b", &["t"]);
@@ -581,7 +584,7 @@ fn can_commit_checks_member_and_epoch() {
     h.heartbeat(&mut a);
     assert_eq!(a.epoch, 2);
     assert_eq!(h.group.can_commit("a", 1), STALE_MEMBER_EPOCH);
-    assert_eq!(h.group.can_commit("a", 2), NONE);
+    assert_eq!(h.group.can_commit("a", 2), ErrorCode::NONE);
 }
 
 #[test]
@@ -798,7 +801,11 @@ fn a_stable_group_survives_a_coordinator_restart() {
     // The members carry on at their epochs: nothing moves, the epoch stays.
     for c in &mut clients {
         let r = h.heartbeat(c);
-        assert_eq!((r.error_code, r.member_epoch), (NONE, epoch), "{r:?}");
+        assert_eq!(
+            (r.error_code, r.member_epoch),
+            (ErrorCode::NONE, epoch),
+            "{r:?}"
+        );
         assert_eq!(r.assignment, None);
     }
     // A client that lost its coordinator sends everything again and hears the same.
@@ -806,7 +813,7 @@ fn a_stable_group_survives_a_coordinator_restart() {
         let before = c.owned.clone();
         c.send_full = true;
         let r = h.heartbeat(c);
-        assert_eq!((r.error_code, r.member_epoch), (NONE, epoch));
+        assert_eq!((r.error_code, r.member_epoch), (ErrorCode::NONE, epoch));
         assert_eq!(r.assignment.map(|a| partition_set(&a)), Some(before));
     }
     assert_eq!(h.group.group_epoch(), epoch, "no spurious rebalance");
@@ -815,7 +822,7 @@ fn a_stable_group_survives_a_coordinator_restart() {
     late.epoch = h.group.members["a"].previous_member_epoch;
     assert!(late.epoch > 0 && late.epoch < epoch);
     let r = h.send(late.request());
-    assert_eq!((r.error_code, r.member_epoch), (NONE, epoch));
+    assert_eq!((r.error_code, r.member_epoch), (ErrorCode::NONE, epoch));
 
     // The group goes on from there: a fourth member joins at the next epoch.
     clients.push(Client::new("d", &["t"]));
@@ -902,7 +909,7 @@ fn a_static_member_keeps_its_identity_across_a_restart() {
     // It leaves for a while, the coordinator moves again, and it comes back as a new
     // process (a new member id) to the same partitions, without a rebalance.
     let r = h.send(clients[0].leave_request(LEAVE_GROUP_STATIC_MEMBER_EPOCH));
-    assert_eq!(r.error_code, NONE);
+    assert_eq!(r.error_code, ErrorCode::NONE);
     h.now_ms += 1_000;
     h.group = restored(&h.group, h.now_ms);
     assert_eq!(
@@ -911,7 +918,7 @@ fn a_static_member_keeps_its_identity_across_a_restart() {
     );
     let mut again = Client::new("a2", &["t"]).with_instance("ia");
     let r = h.heartbeat(&mut again);
-    assert_eq!((r.error_code, r.member_epoch), (NONE, epoch));
+    assert_eq!((r.error_code, r.member_epoch), (ErrorCode::NONE, epoch));
     assert_eq!(again.owned, a_owned);
     assert_eq!(h.group.group_epoch(), epoch);
     assert_eq!(h.group.static_members["ia"], "a2");
@@ -919,7 +926,7 @@ fn a_static_member_keeps_its_identity_across_a_restart() {
     clients[0] = again;
     for c in &mut clients {
         let r = h.heartbeat(c);
-        assert_eq!((r.error_code, r.member_epoch), (NONE, epoch));
+        assert_eq!((r.error_code, r.member_epoch), (ErrorCode::NONE, epoch));
     }
 }
 
@@ -945,7 +952,7 @@ fn a_regex_subscription_is_restored_and_follows_new_topics() {
     for c in &mut clients {
         c.send_full = true;
         let r = h.heartbeat(c);
-        assert_eq!((r.error_code, r.member_epoch), (NONE, epoch));
+        assert_eq!((r.error_code, r.member_epoch), (ErrorCode::NONE, epoch));
     }
     assert_eq!(h.group.group_epoch(), epoch);
 
@@ -1055,7 +1062,7 @@ fn malformed_or_inconsistent_records_are_skipped_or_refused() {
     let mut group = load(without_metadata).expect("loads");
     let epoch = group.group_epoch();
     let r = group.heartbeat(clients[0].request(), &h.topics, 1);
-    assert_eq!((r.error_code, r.member_epoch), (NONE, epoch + 1));
+    assert_eq!((r.error_code, r.member_epoch), (ErrorCode::NONE, epoch + 1));
 
     // Values that decode but that no group can hold.
     type Edit = Box<dyn FnOnce(&mut ConsumerGroupValue)>;
@@ -1312,7 +1319,7 @@ fn sim_heartbeat(
         return;
     }
     match r.error_code {
-        NONE => {
+        ErrorCode::NONE => {
             sim.client.learn(&r);
             if let Some(assignment) = &r.assignment {
                 sim.latest = partition_set(assignment);
@@ -1420,7 +1427,7 @@ fn random_walk(seed: u64, steps: usize, seen: &mut BTreeSet<String>) {
                 };
                 let r = group.heartbeat(sims[s].client.leave_request(epoch), &topics, now_ms);
                 assert!(
-                    matches!(r.error_code, NONE | UNKNOWN_MEMBER_ID),
+                    matches!(r.error_code, ErrorCode::NONE | UNKNOWN_MEMBER_ID),
                     "{context}: {r:?}"
                 );
                 sims[s].active = false;
@@ -1457,7 +1464,7 @@ fn random_walk(seed: u64, steps: usize, seen: &mut BTreeSet<String>) {
                 group.tick(now_ms);
                 let before = group.describe();
                 let r = group.heartbeat(request, &topics, now_ms);
-                assert_ne!(r.error_code, NONE, "{context}");
+                assert_ne!(r.error_code, ErrorCode::NONE, "{context}");
                 assert_eq!(before, group.describe(), "{context}");
             }
             _ => {
@@ -1465,7 +1472,7 @@ fn random_walk(seed: u64, steps: usize, seen: &mut BTreeSet<String>) {
                 let expected = match group.members.get(&client.member_id) {
                     None => UNKNOWN_MEMBER_ID,
                     Some(m) if m.member_epoch != client.epoch => STALE_MEMBER_EPOCH,
-                    Some(_) => NONE,
+                    Some(_) => ErrorCode::NONE,
                 };
                 if client.epoch >= 0 && !group.is_empty() {
                     assert_eq!(
@@ -1507,7 +1514,7 @@ fn wind_down(
             sim.client.owned = sim.latest.clone();
             let r = group.heartbeat(sim.client.request(), topics, now_ms);
             match r.error_code {
-                NONE => {
+                ErrorCode::NONE => {
                     sim.client.learn(&r);
                     if let Some(assignment) = &r.assignment {
                         sim.latest = partition_set(assignment);

@@ -5,8 +5,6 @@ use super::*;
 use keel_vocab::error::ResponseError;
 use keel_vocab::ErrorCode;
 
-const NONE: ErrorCode = ErrorCode::NONE;
-
 fn code(e: ResponseError) -> ErrorCode {
     ErrorCode::of(e)
 }
@@ -58,7 +56,7 @@ fn replay_latest_wins_and_tombstones_delete() {
 #[test]
 fn simple_commits_pass_member_commits_do_not() {
     let mut g = GroupEntry::new(0);
-    assert_eq!(check_member(&mut g, "", -1, None, 0), NONE);
+    assert_eq!(check_member(&mut g, "", -1, None, 0), ErrorCode::NONE);
     assert_eq!(
         check_member(&mut g, "member-1", 3, None, 0),
         code(ResponseError::UnknownMemberId)
@@ -93,7 +91,7 @@ fn joined(g: &mut GroupEntry) -> String {
         .insert(ClassicGroup::new("g", classic::GroupConfig::default()));
     match c.join(join(""), 0) {
         classic::Reply::Now(r) => {
-            assert_eq!((r.error, r.generation_id), (NONE, 1));
+            assert_eq!((r.error, r.generation_id), (ErrorCode::NONE, 1));
             r.member_id
         }
         classic::Reply::Later(_) => panic!("a sole member's join completes at once"),
@@ -120,8 +118,8 @@ fn a_classic_group_fences_commits_and_is_active_while_it_has_members() {
         protocol_name: None,
         assignments: vec![(member.clone(), bytes::Bytes::new())],
     };
-    assert!(matches!(c.sync(sync, 1), classic::Reply::Now(r) if r.error == NONE));
-    assert_eq!(check_member(&mut g, &member, 1, None, 2), NONE);
+    assert!(matches!(c.sync(sync, 1), classic::Reply::Now(r) if r.error == ErrorCode::NONE));
+    assert_eq!(check_member(&mut g, &member, 1, None, 2), ErrorCode::NONE);
     assert_eq!(
         check_member(&mut g, &member, 0, None, 2),
         code(ResponseError::IllegalGeneration)
@@ -145,10 +143,10 @@ fn a_classic_group_fences_commits_and_is_active_while_it_has_members() {
         group_instance_id: None,
     };
     let c = g.classic.as_mut().unwrap();
-    assert_eq!(c.leave(&[leaving], 3), Ok(vec![NONE]));
+    assert_eq!(c.leave(&[leaving], 3), Ok(vec![ErrorCode::NONE]));
     assert!(!g.has_active_members());
     assert_eq!(g.subscribed_topics(), Some(HashSet::new()));
-    assert_eq!(check_member(&mut g, "", -1, None, 3), NONE);
+    assert_eq!(check_member(&mut g, "", -1, None, 3), ErrorCode::NONE);
     assert!(!g.is_forgettable());
     assert!(g.is_idle(), "no offsets, no members, no timers");
     g.offsets.insert(

@@ -55,7 +55,7 @@
 //!   INVALID_TXN_STATE for a partition not in the transaction.
 //! - EndTxn: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS (a write in
 //!   flight; the same decision again in `Prepare*`), INVALID_TXN_STATE (`Empty`; the other
-//!   decision in `Prepare*` or `Complete*`), NONE for a retry in `Complete*` with the same
+//!   decision in `Prepare*` or `Complete*`), ErrorCode::NONE for a retry in `Complete*` with the same
 //!   decision.
 //! - Anything before the load finished: COORDINATOR_LOAD_IN_PROGRESS.
 //!
@@ -92,6 +92,7 @@
 //!   as a tombstone;
 //! - timeouts and expiry run at their exact deadlines, not on Kafka's cleanup intervals.
 
+use kafka_protocol::messages::ApiKey;
 use keel_vocab::error::ResponseError;
 use keel_vocab::ErrorCode;
 use std::collections::{BTreeMap, BTreeSet};
@@ -112,7 +113,6 @@ pub use super::transaction_state::TxnState;
 
 /// Kafka error codes this module answers with (see `kafka_protocol::ResponseError`; a test
 /// checks the numbers).
-pub(crate) const NONE: ErrorCode = ErrorCode::NONE;
 const COORDINATOR_LOAD_IN_PROGRESS: ErrorCode =
     ErrorCode::of(ResponseError::CoordinatorLoadInProgress);
 const INVALID_REQUEST: ErrorCode = ErrorCode::of(ResponseError::InvalidRequest);
@@ -133,10 +133,10 @@ pub const PRODUCER_EPOCH_EXHAUSTED: i16 = i16::MAX - 1;
 pub const WRITE_RETRY_BACKOFF_MS: i64 = 1_000;
 
 /// The API keys whose old versions answer INVALID_PRODUCER_EPOCH for PRODUCER_FENCED.
-const INIT_PRODUCER_ID_KEY: i16 = 22;
-const ADD_PARTITIONS_TO_TXN_KEY: i16 = 24;
-const ADD_OFFSETS_TO_TXN_KEY: i16 = 25;
-const END_TXN_KEY: i16 = 26;
+const INIT_PRODUCER_ID_KEY: i16 = ApiKey::InitProducerId as i16;
+const ADD_PARTITIONS_TO_TXN_KEY: i16 = ApiKey::AddPartitionsToTxn as i16;
+const ADD_OFFSETS_TO_TXN_KEY: i16 = ApiKey::AddOffsetsToTxn as i16;
+const END_TXN_KEY: i16 = ApiKey::EndTxn as i16;
 
 /// Whether `epoch` is exhausted: InitProducerId moves the id to a new producer id.
 pub fn is_epoch_exhausted(epoch: i16) -> bool {
@@ -556,7 +556,7 @@ impl TransactionCoordinator {
                 return Err(CONCURRENT_TRANSACTIONS)
             }
             TxnState::Ongoing if partitions.iter().all(|p| v.partitions.contains(p)) => {
-                return Ok(Reply::Now(NONE));
+                return Ok(Reply::Now(ErrorCode::NONE));
             }
             TxnState::Ongoing => v.start_timestamp_ms,
             TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => now_ms,
@@ -601,7 +601,7 @@ impl TransactionCoordinator {
     }
 
     /// AddPartitionsToTxn v4 with `verify_only` (a partition leader checking a transactional
-    /// produce, KIP-890): NONE for each partition in the transaction, INVALID_TXN_STATE for the
+    /// produce, KIP-890): ErrorCode::NONE for each partition in the transaction, INVALID_TXN_STATE for the
     /// rest; nothing changes.
     pub fn verify_partitions(
         &self,
@@ -618,7 +618,7 @@ impl TransactionCoordinator {
             .iter()
             .map(|p| {
                 let error = if meta.partitions().contains(p) {
-                    NONE
+                    ErrorCode::NONE
                 } else {
                     INVALID_TXN_STATE
                 };
@@ -628,7 +628,7 @@ impl TransactionCoordinator {
     }
 
     /// EndTxn: commits or aborts the producer's transaction. Once the decision is written the
-    /// answer is NONE and the markers go out; the transaction completes when they are written.
+    /// answer is ErrorCode::NONE and the markers go out; the transaction completes when they are written.
     pub fn end_txn(
         &mut self,
         transactional_id: &str,
@@ -671,8 +671,8 @@ impl TransactionCoordinator {
         };
         match v.state {
             TxnState::Ongoing => {}
-            TxnState::CompleteCommit => return same(true, NONE),
-            TxnState::CompleteAbort => return same(false, NONE),
+            TxnState::CompleteCommit => return same(true, ErrorCode::NONE),
+            TxnState::CompleteAbort => return same(false, ErrorCode::NONE),
             TxnState::PrepareCommit => return same(true, CONCURRENT_TRANSACTIONS),
             TxnState::PrepareAbort => return same(false, CONCURRENT_TRANSACTIONS),
             TxnState::Empty | TxnState::Dead | TxnState::PrepareEpochFence => {
@@ -748,14 +748,14 @@ impl TransactionCoordinator {
                 let v = &meta.committed;
                 completion.answer = match origin {
                     Origin::InitProducerId => Some(Answer::InitProducerId(InitProducerIdResult {
-                        error: NONE,
+                        error: ErrorCode::NONE,
                         producer_id: v.producer_id,
                         producer_epoch: v.producer_epoch,
                     })),
                     Origin::InitFence => Some(Answer::InitProducerId(InitProducerIdResult::error(
                         CONCURRENT_TRANSACTIONS,
                     ))),
-                    Origin::AddPartitions | Origin::EndTxn => Some(Answer::Error(NONE)),
+                    Origin::AddPartitions | Origin::EndTxn => Some(Answer::Error(ErrorCode::NONE)),
                     Origin::Timeout | Origin::Complete | Origin::Expire => None,
                 };
                 if matches!(origin, Origin::InitFence | Origin::EndTxn | Origin::Timeout) {

@@ -226,22 +226,25 @@ fn state_ids_and_names_are_kafkas() {
 fn commit_cycle() {
     let mut h = Harness::new();
     let r = h.init("tx", None);
-    assert_eq!((r.error, r.producer_id, r.producer_epoch), (NONE, 1000, 0));
+    assert_eq!(
+        (r.error, r.producer_id, r.producer_epoch),
+        (ErrorCode::NONE, 1000, 0)
+    );
     assert_eq!(h.state("tx"), Some(TxnState::Empty));
 
     h.now_ms = 100;
-    assert_eq!(h.add("tx", r, &[("a", 0), ("a", 1)]), NONE);
+    assert_eq!(h.add("tx", r, &[("a", 0), ("a", 1)]), ErrorCode::NONE);
     let meta = h.c.get("tx").unwrap();
     assert_eq!(meta.state(), TxnState::Ongoing);
     assert_eq!(meta.start_timestamp_ms(), 100);
     // Partitions already in: answered at once, nothing written.
     let logged = h.log.len();
     h.now_ms = 200;
-    assert_eq!(h.add("tx", r, &[("a", 1)]), NONE);
+    assert_eq!(h.add("tx", r, &[("a", 1)]), ErrorCode::NONE);
     assert_eq!(h.log.len(), logged);
     let offsets =
         h.c.add_offsets("tx", r.producer_id, r.producer_epoch, 7, h.now_ms);
-    assert_eq!(h.answer(offsets), NONE);
+    assert_eq!(h.answer(offsets), ErrorCode::NONE);
     assert_eq!(h.c.get("tx").unwrap().start_timestamp_ms(), 100, "kept");
 
     let Reply::AfterWrite(w) = h.c.end_txn("tx", 1000, 0, true, h.now_ms) else {
@@ -251,7 +254,7 @@ fn commit_cycle() {
     assert_eq!(h.state("tx"), Some(TxnState::Ongoing));
     assert_eq!(h.end("tx", r, true), CONCURRENT_TRANSACTIONS);
     let completion = h.commit(w);
-    assert_eq!(completion.answer, Some(Answer::Error(NONE)));
+    assert_eq!(completion.answer, Some(Answer::Error(ErrorCode::NONE)));
     assert_eq!(
         completion.actions,
         vec![TxnAction::WriteMarkers(Markers {
@@ -277,8 +280,8 @@ fn commit_cycle() {
     assert_eq!(meta.state(), TxnState::CompleteCommit);
     assert!(meta.partitions().is_empty());
     assert_eq!(meta.producer_epoch(), 0);
-    // A retried EndTxn: the same decision is NONE, the other INVALID_TXN_STATE.
-    assert_eq!(h.end("tx", r, true), NONE);
+    // A retried EndTxn: the same decision is ErrorCode::NONE, the other INVALID_TXN_STATE.
+    assert_eq!(h.end("tx", r, true), ErrorCode::NONE);
     assert_eq!(h.end("tx", r, false), INVALID_TXN_STATE);
     use TxnState::*;
     assert_eq!(
@@ -288,7 +291,7 @@ fn commit_cycle() {
 
     // The next transaction starts afresh.
     h.now_ms = 500;
-    assert_eq!(h.add("tx", r, &[("b", 0)]), NONE);
+    assert_eq!(h.add("tx", r, &[("b", 0)]), ErrorCode::NONE);
     let meta = h.c.get("tx").unwrap();
     assert_eq!(meta.start_timestamp_ms(), 500);
     assert_eq!(meta.partitions().iter().collect::<Vec<_>>(), [&tp("b", 0)]);
@@ -298,8 +301,8 @@ fn commit_cycle() {
 fn abort_cycle() {
     let mut h = Harness::new();
     let r = h.init("tx", None);
-    assert_eq!(h.add("tx", r, &[("a", 0)]), NONE);
-    assert_eq!(h.end("tx", r, false), NONE);
+    assert_eq!(h.add("tx", r, &[("a", 0)]), ErrorCode::NONE);
+    assert_eq!(h.end("tx", r, false), ErrorCode::NONE);
     assert_eq!(h.state("tx"), Some(TxnState::PrepareAbort));
     assert_eq!(h.markers.len(), 1);
     assert!(!h.markers[0].commit);
@@ -307,18 +310,18 @@ fn abort_cycle() {
     assert_eq!(h.end("tx", r, true), INVALID_TXN_STATE);
     h.write_markers();
     assert_eq!(h.state("tx"), Some(TxnState::CompleteAbort));
-    assert_eq!(h.end("tx", r, false), NONE);
+    assert_eq!(h.end("tx", r, false), ErrorCode::NONE);
     assert_eq!(h.end("tx", r, true), INVALID_TXN_STATE);
     // InitProducerId after a completed transaction bumps the epoch.
     let again = h.init("tx", Some((r.producer_id, r.producer_epoch)));
-    assert_eq!((again.error, again.producer_epoch), (NONE, 1));
+    assert_eq!((again.error, again.producer_epoch), (ErrorCode::NONE, 1));
 }
 
 #[test]
 fn requests_outside_a_transaction() {
     let mut h = Harness::new();
     let unknown = InitProducerIdResult {
-        error: NONE,
+        error: ErrorCode::NONE,
         producer_id: 1,
         producer_epoch: 0,
     };
@@ -410,10 +413,13 @@ fn init_with_the_producers_own_id_and_epoch() {
     let mut h = Harness::new();
     // A producer recovering with an id the coordinator never saw gets a new one.
     let r = h.init("tx", Some((5, 3)));
-    assert_eq!((r.error, r.producer_id, r.producer_epoch), (NONE, 1000, 0));
+    assert_eq!(
+        (r.error, r.producer_id, r.producer_epoch),
+        (ErrorCode::NONE, 1000, 0)
+    );
     // The current epoch: bumped, and remembered as the last one.
     let r1 = h.init("tx", Some((1000, 0)));
-    assert_eq!((r1.error, r1.producer_epoch), (NONE, 1));
+    assert_eq!((r1.error, r1.producer_epoch), (ErrorCode::NONE, 1));
     assert_eq!(h.c.get("tx").unwrap().last_producer_epoch(), 0);
     // A retry of that call (its answer was lost): the same answer, no bump.
     let retry = h.init("tx", Some((1000, 0)));
@@ -432,7 +438,7 @@ fn init_with_the_producers_own_id_and_epoch() {
 fn a_second_producer_fences_the_first() {
     let mut h = Harness::new();
     let zombie = h.init("tx", None);
-    assert_eq!(h.add("tx", zombie, &[("a", 0), ("b", 3)]), NONE);
+    assert_eq!(h.add("tx", zombie, &[("a", 0), ("b", 3)]), ErrorCode::NONE);
 
     // The new producer's InitProducerId aborts the open transaction with epoch + 1 and is
     // told to retry.
@@ -461,7 +467,7 @@ fn a_second_producer_fences_the_first() {
     h.write_markers();
     assert_eq!(h.state("tx"), Some(TxnState::CompleteAbort));
     let fresh = h.init("tx", None);
-    assert_eq!((fresh.error, fresh.producer_epoch), (NONE, 2));
+    assert_eq!((fresh.error, fresh.producer_epoch), (ErrorCode::NONE, 2));
     assert_eq!(h.add("tx", zombie, &[("c", 0)]), PRODUCER_FENCED);
     assert_eq!(h.end("tx", zombie, false), PRODUCER_FENCED);
     assert_eq!(
@@ -469,8 +475,8 @@ fn a_second_producer_fences_the_first() {
             .error,
         PRODUCER_FENCED
     );
-    assert_eq!(h.add("tx", fresh, &[("c", 0)]), NONE);
-    assert_eq!(h.end("tx", fresh, true), NONE);
+    assert_eq!(h.add("tx", fresh, &[("c", 0)]), ErrorCode::NONE);
+    assert_eq!(h.end("tx", fresh, true), ErrorCode::NONE);
     h.write_markers();
     assert_eq!(h.state("tx"), Some(TxnState::CompleteCommit));
 }
@@ -479,7 +485,7 @@ fn a_second_producer_fences_the_first() {
 fn requests_wait_while_a_write_is_in_flight() {
     let mut h = Harness::new();
     let r = h.init("tx", None);
-    assert_eq!(h.add("tx", r, &[("a", 0)]), NONE);
+    assert_eq!(h.add("tx", r, &[("a", 0)]), ErrorCode::NONE);
     let Reply::AfterWrite(w) = h.c.end_txn("tx", 1000, 0, false, 0) else {
         panic!("EndTxn writes");
     };
@@ -534,7 +540,7 @@ fn a_failed_write_changes_nothing() {
     };
     h.fail(w, NOT_COORDINATOR);
     assert_eq!(h.c.get("tx").unwrap().producer_epoch(), 0);
-    assert_eq!(h.add("tx", r, &[("a", 0)]), NONE);
+    assert_eq!(h.add("tx", r, &[("a", 0)]), ErrorCode::NONE);
 
     // A failed EndTxn leaves the transaction open; a failed fencing abort leaves the old
     // producer's epoch, and its retry fences with the same epoch.
@@ -561,7 +567,7 @@ fn an_expired_transaction_is_aborted_and_its_producer_fenced() {
     let mut h = Harness::new();
     let r = h.init("tx", None);
     h.now_ms = 1_000;
-    assert_eq!(h.add("tx", r, &[("a", 0)]), NONE);
+    assert_eq!(h.add("tx", r, &[("a", 0)]), ErrorCode::NONE);
     // Kafka aborts once start + timeout < now.
     let due_ms = 1_000 + i64::from(TIMEOUT_MS) + 1;
     assert_eq!(h.c.next_deadline_ms(), Some(due_ms));
@@ -612,11 +618,14 @@ fn a_coordinator_loaded_mid_transaction_completes_it() {
     let aborter = h.init("a", None);
     let open = h.init("o", None);
     h.now_ms = 10;
-    assert_eq!(h.add("c", committer, &[("x", 0), ("y", 1)]), NONE);
-    assert_eq!(h.add("a", aborter, &[("x", 1)]), NONE);
-    assert_eq!(h.add("o", open, &[("z", 0)]), NONE);
-    assert_eq!(h.end("c", committer, true), NONE);
-    assert_eq!(h.end("a", aborter, false), NONE);
+    assert_eq!(
+        h.add("c", committer, &[("x", 0), ("y", 1)]),
+        ErrorCode::NONE
+    );
+    assert_eq!(h.add("a", aborter, &[("x", 1)]), ErrorCode::NONE);
+    assert_eq!(h.add("o", open, &[("z", 0)]), ErrorCode::NONE);
+    assert_eq!(h.end("c", committer, true), ErrorCode::NONE);
+    assert_eq!(h.end("a", aborter, false), ErrorCode::NONE);
     // The coordinator dies before any marker is written.
     let mut actions = h.reload();
     assert_eq!(h.c.coordinator_epoch(), EPOCH + 1);
@@ -660,8 +669,8 @@ fn a_coordinator_loaded_mid_transaction_completes_it() {
     assert_eq!(h.state("o"), Some(TxnState::CompleteAbort));
     // A coordinator that dies after the markers and before the completion writes them
     // again: markers are idempotent for partition leaders.
-    assert_eq!(h.add("c", committer, &[("x", 0)]), NONE);
-    assert_eq!(h.end("c", committer, true), NONE);
+    assert_eq!(h.add("c", committer, &[("x", 0)]), ErrorCode::NONE);
+    assert_eq!(h.end("c", committer, true), ErrorCode::NONE);
     let m = h.markers.pop().unwrap();
     let _lost = h.c.markers_written(&m.transactional_id, h.now_ms).unwrap();
     let actions = h.reload();
@@ -694,7 +703,7 @@ fn idle_ids_expire() {
     let r = h.init("idle", None);
     h.now_ms = 50;
     let open = h.init("open", None);
-    assert_eq!(h.add("open", open, &[("a", 0)]), NONE);
+    assert_eq!(h.add("open", open, &[("a", 0)]), ErrorCode::NONE);
     assert_eq!(h.c.next_deadline_ms(), Some(50_000));
     assert!(h.tick(49_999).is_empty());
     let writes = h.tick(50_000);
@@ -785,7 +794,7 @@ fn an_exhausted_epoch_moves_to_a_new_producer_id() {
     let rotated = h.init("tx", Some((500, PRODUCER_EPOCH_EXHAUSTED)));
     assert_eq!(
         (rotated.error, rotated.producer_id, rotated.producer_epoch),
-        (NONE, 1000, 0)
+        (ErrorCode::NONE, 1000, 0)
     );
     let meta = h.c.get("tx").unwrap();
     assert_eq!(meta.previous_producer_id(), 500);
@@ -832,13 +841,19 @@ fn verify_describe_and_list() {
     let a = h.init("a", None);
     let b = h.init("b", None);
     h.now_ms = 42;
-    assert_eq!(h.add("a", a, &[("t", 1), ("t", 0), ("u", 5)]), NONE);
+    assert_eq!(
+        h.add("a", a, &[("t", 1), ("t", 0), ("u", 5)]),
+        ErrorCode::NONE
+    );
     let verified =
         h.c.verify_partitions("a", a.producer_id, 0, &[tp("t", 0), tp("v", 0)])
             .unwrap();
     assert_eq!(
         verified,
-        [(tp("t", 0), NONE), (tp("v", 0), INVALID_TXN_STATE)]
+        [
+            (tp("t", 0), ErrorCode::NONE),
+            (tp("v", 0), INVALID_TXN_STATE)
+        ]
     );
     assert_eq!(
         h.c.verify_partitions("a", a.producer_id, 1, &[tp("t", 0)]),
@@ -859,7 +874,7 @@ fn verify_describe_and_list() {
             topics: vec![("t".into(), vec![0, 1]), ("u".into(), vec![5])],
         })
     );
-    assert_eq!(h.end("a", a, true), NONE);
+    assert_eq!(h.end("a", a, true), ErrorCode::NONE);
     assert_eq!(
         h.c.verify_partitions("a", a.producer_id, 0, &[tp("t", 0)]),
         Err(CONCURRENT_TRANSACTIONS)
@@ -916,7 +931,7 @@ fn time_does_not_go_back() {
     h.now_ms = 10_000;
     let r = h.init("tx", None);
     h.now_ms = 5_000;
-    assert_eq!(h.add("tx", r, &[("a", 0)]), NONE);
+    assert_eq!(h.add("tx", r, &[("a", 0)]), ErrorCode::NONE);
     assert_eq!(h.c.get("tx").unwrap().start_timestamp_ms(), 10_000);
     assert!(h.tick(0).is_empty());
 }
@@ -1026,14 +1041,14 @@ impl Walk {
         }
         match (parked, &completion.answer) {
             (Parked::Init(p), Some(Answer::InitProducerId(r))) => {
-                if r.error == NONE {
+                if r.error == ErrorCode::NONE {
                     assert!(ok, "{at}");
                     self.producers[p].producer_id = r.producer_id;
                     self.producers[p].producer_epoch = r.producer_epoch;
                 }
             }
             (Parked::Request, Some(Answer::Error(e))) => {
-                assert_eq!(*e == NONE, ok, "{at}");
+                assert_eq!(*e == ErrorCode::NONE, ok, "{at}");
             }
             (Parked::Own, None) => {}
             (_, answer) => panic!("{at}: {answer:?}"),
@@ -1147,7 +1162,7 @@ fn random_run(seed: u64, steps: usize, seen: &mut BTreeMap<&'static str, usize>)
                             w.next_producer_id += 1;
                         }
                         Reply::Now(r) => {
-                            assert_ne!(r.error, NONE, "{at}: answered without a write");
+                            assert_ne!(r.error, ErrorCode::NONE, "{at}: answered without a write");
                             break;
                         }
                         Reply::AfterWrite(write) => {
@@ -1162,12 +1177,12 @@ fn random_run(seed: u64, steps: usize, seen: &mut BTreeMap<&'static str, usize>)
                     .map(|_| tp(TOPICS[rng.below(2)], rng.below(3) as i32))
                     .collect();
                 let reply = w.c.add_partitions(id, pid, pe, &partitions, w.now_ms);
-                if matches!(reply, Reply::AfterWrite(_) | Reply::Now(NONE)) {
+                if matches!(reply, Reply::AfterWrite(_) | Reply::Now(ErrorCode::NONE)) {
                     w.check_current(id, pid, pe, &at);
                 }
                 match reply {
                     Reply::AfterWrite(write) => w.park(write, Parked::Request),
-                    Reply::Now(NONE) => {
+                    Reply::Now(ErrorCode::NONE) => {
                         let meta = w.c.get(id).unwrap();
                         assert_eq!(meta.state(), TxnState::Ongoing, "{at}");
                         assert!(partitions.iter().all(|p| meta.partitions().contains(p)));
@@ -1185,12 +1200,12 @@ fn random_run(seed: u64, steps: usize, seen: &mut BTreeMap<&'static str, usize>)
             11..=14 => {
                 let commit = rng.chance(70);
                 let reply = w.c.end_txn(id, pid, pe, commit, w.now_ms);
-                if matches!(reply, Reply::AfterWrite(_) | Reply::Now(NONE)) {
+                if matches!(reply, Reply::AfterWrite(_) | Reply::Now(ErrorCode::NONE)) {
                     w.check_current(id, pid, pe, &at);
                 }
                 match reply {
                     Reply::AfterWrite(write) => w.park(write, Parked::Request),
-                    Reply::Now(NONE) => {
+                    Reply::Now(ErrorCode::NONE) => {
                         let done = if commit {
                             TxnState::CompleteCommit
                         } else {
@@ -1287,7 +1302,12 @@ fn random_run(seed: u64, steps: usize, seen: &mut BTreeMap<&'static str, usize>)
     for round in 0.. {
         assert!(round < 200, "seed {seed}: never settles");
         while !w.in_flight.is_empty() {
-            w.complete(0, true, NONE, &format!("seed {seed} winding down"));
+            w.complete(
+                0,
+                true,
+                ErrorCode::NONE,
+                &format!("seed {seed} winding down"),
+            );
         }
         for m in std::mem::take(&mut w.markers) {
             let write = w.c.markers_written(&m.transactional_id, w.now_ms).unwrap();
