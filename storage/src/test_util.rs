@@ -30,9 +30,11 @@ pub fn run<T, F: Future<Output = T>>(f: impl FnOnce() -> F) -> T {
         })
 }
 
-/// One uncompressed records section of `records` (timestamp delta, key, value), offset
-/// deltas 0, 1, ... in order.
-fn records_section(records: &[(i64, Option<&[u8]>, Option<&[u8]>)]) -> Vec<u8> {
+/// A record to write: timestamp delta, key, value.
+type TestRecord<'a> = (i64, Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// One uncompressed records section of `records`, offset deltas 0, 1, ... in order.
+fn records_section(records: &[TestRecord<'_>]) -> Vec<u8> {
     let mut out = BytesMut::new();
     for (i, (ts_delta, key, value)) in records.iter().enumerate() {
         put_record(&mut out, *ts_delta, i as i64, *key, *value, &[]);
@@ -67,7 +69,7 @@ pub const SNAPPY_XERIAL: u8 = 0x12;
 
 /// Encodes records `(timestamp_ms, value)` as Kafka's record format (key null, no headers).
 pub fn encode_records(base_ts: i64, records: &[(i64, Vec<u8>)]) -> Vec<u8> {
-    let records: Vec<(i64, Option<&[u8]>, Option<&[u8]>)> = records
+    let records: Vec<TestRecord<'_>> = records
         .iter()
         .map(|(ts, value)| (ts - base_ts, None, Some(value.as_slice())))
         .collect();
@@ -141,7 +143,7 @@ pub fn batches_in(bytes: &[u8]) -> Vec<(i64, i64, usize)> {
 /// timestamp `ts`, compressed with `codec`.
 pub fn keyed_batch(records: &[(Option<&str>, Option<&str>)], ts: i64, codec: u8) -> BytesMut {
     assert!(!records.is_empty());
-    let records: Vec<(i64, Option<&[u8]>, Option<&[u8]>)> = records
+    let records: Vec<TestRecord<'_>> = records
         .iter()
         .map(|(k, v)| (0, k.map(str::as_bytes), v.map(str::as_bytes)))
         .collect();
