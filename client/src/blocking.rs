@@ -151,19 +151,9 @@ mod tests {
 
     /// A peer that reads one request and answers `reply(correlation_id)`.
     fn peer(reply: impl FnOnce(i32) -> Vec<u8> + Send + 'static) -> String {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            let mut size = [0u8; 4];
-            s.read_exact(&mut size).unwrap();
-            let mut req = vec![0u8; i32::from_be_bytes(size) as usize];
-            s.read_exact(&mut req).unwrap();
-            let correlation_id = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
-            let _ = s.write_all(&reply(correlation_id));
-            std::thread::sleep(Duration::from_millis(800));
-        });
-        addr
+        crate::testing::one_shot_peer(reply, Duration::from_millis(800))
+            .0
+            .to_string()
     }
 
     fn api_versions_answer(correlation_id: i32) -> Vec<u8> {

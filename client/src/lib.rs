@@ -10,6 +10,7 @@
 //!   connection (keel-bench) and a pool of request/response connections per target broker
 //!   with connect and request timeouts (the broker's WriteTxnMarkers calls, replica fetchers).
 //! - [`error`]: [`ClientError`], why a request got no answer.
+//! - [`testing`]: a one-shot TCP peer for tests of code that talks to a broker.
 //!
 //! Record batches are bytes here; their codec is `keel_vocab::records`.
 
@@ -18,6 +19,7 @@ pub mod aio;
 pub mod blocking;
 pub mod core;
 pub mod error;
+pub mod testing;
 
 pub use crate::core::{ClientVersions, Versions};
 pub use error::ClientError;

@@ -38,14 +38,7 @@ pub fn find_record(
     if header.size > batch.len() {
         return Err(corrupt("batch truncated"));
     }
-    let section = &batch[HEADER_BYTES..header.size];
-    let owned;
-    let records: &[u8] = if header.compression() == 0 {
-        section
-    } else {
-        owned = decompress(header.compression(), section)?;
-        &owned
-    };
+    let records: &[u8] = &records_section(batch, &header)?;
     let mut pos = 0usize;
     for _ in 0..header.records_count.max(0) {
         let len = read_varlong(records, &mut pos)?;
@@ -106,14 +99,7 @@ pub fn end_txn_marker(batch: &[u8]) -> Result<EndTxnMarker, StorageError> {
             header.records_count
         )));
     }
-    let section = &batch[HEADER_BYTES..header.size];
-    let owned;
-    let records: &[u8] = if header.compression() == 0 {
-        section
-    } else {
-        owned = decompress(header.compression(), section)?;
-        &owned
-    };
+    let records: &[u8] = &records_section(batch, &header)?;
     let mut pos = 0usize;
     let len = read_varlong(records, &mut pos)?;
     if len < 0 || len as u64 > (records.len() - pos) as u64 {

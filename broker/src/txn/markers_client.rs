@@ -229,7 +229,6 @@ mod tests {
     use kafka_protocol::messages::write_txn_markers_response::{
         WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
     };
-    use std::io::{Read, Write};
     use std::time::Duration;
 
     const MARKER: Marker = Marker {
@@ -364,19 +363,9 @@ mod tests {
     fn fake_broker(
         reply: impl FnOnce(i32) -> Vec<u8> + Send + 'static,
     ) -> (BrokerMeta, std::thread::JoinHandle<()>) {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let server = std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            let mut size = [0u8; 4];
-            s.read_exact(&mut size).unwrap();
-            let mut req = vec![0u8; i32::from_be_bytes(size) as usize];
-            s.read_exact(&mut req).unwrap();
-            let correlation_id = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
-            let _ = s.write_all(&reply(correlation_id));
-            // Hold the connection open a moment so the client reads what it was sent.
-            std::thread::sleep(Duration::from_millis(200));
-        });
+        // Held open a moment so the client reads what it was sent.
+        let (addr, server) = keel_client::testing::one_shot_peer(reply, Duration::from_millis(200));
+        let port = addr.port();
         let broker = BrokerMeta {
             id: 2,
             host: "127.0.0.1".to_string(),

@@ -178,3 +178,91 @@ impl Call<'_> {
         Ok((conn, response))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::one_shot_peer;
+    use bytes::BytesMut;
+    use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, ResponseHeader};
+
+    const CONFIG: PoolConfig = PoolConfig {
+        connect_timeout_ms: 1_000,
+        request_timeout_ms: 500,
+        response_bytes_max: 1 << 16,
+        idle_per_target_max: 1,
+    };
+
+    fn answer(correlation_id: i32) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        ResponseHeader::default()
+            .with_correlation_id(correlation_id)
+            .encode(&mut b, 0)
+            .unwrap();
+        ApiVersionsResponse::default()
+            .with_error_code(35)
+            .encode(&mut b, 0)
+            .unwrap();
+        let mut f = (b.len() as i32).to_be_bytes().to_vec();
+        f.extend_from_slice(&b);
+        f
+    }
+
+    fn ask(reply: impl FnOnce(i32) -> Vec<u8> + Send + 'static) -> Result<i16, ClientError> {
+        let (addr, peer) = one_shot_peer(reply, Duration::from_millis(800));
+        let r = glommio::LocalExecutorBuilder::default()
+            .io_memory(1 << 20)
+            .make()
+            .expect("glommio executor")
+            .run(async move {
+                let pool = Pool::new(CONFIG);
+                let r: Result<ApiVersionsResponse, ClientError> = pool
+                    .request(
+                        1,
+                        addr,
+                        "keel-test",
+                        ApiKey::ApiVersions,
+                        0,
+                        &ApiVersionsRequest::default(),
+                    )
+                    .await;
+                assert_eq!(
+                    pool.idle.borrow().get(&1).map_or(0, Vec::len),
+                    usize::from(r.is_ok())
+                );
+                r.map(|r| r.error_code)
+            });
+        peer.join().unwrap();
+        r
+    }
+
+    #[test]
+    fn answers_pool_the_connection_and_hostile_ones_drop_it() {
+        assert_eq!(ask(answer).unwrap(), 35);
+        let r = ask(|c| answer(c + 1));
+        assert!(matches!(r, Err(ClientError::CorrelationId { .. })), "{r:?}");
+        let r = ask(|_| i32::MAX.to_be_bytes().to_vec());
+        assert!(matches!(r, Err(ClientError::FrameSize { .. })), "{r:?}");
+        let r = ask(|_| {
+            let mut f = 40i32.to_be_bytes().to_vec();
+            f.extend_from_slice(&[0xff; 40]);
+            f
+        });
+        assert!(
+            matches!(r, Err(ClientError::CorrelationId { got: -1, .. })),
+            "{r:?}"
+        );
+        // The peer stops mid-frame and stays silent past the request timeout.
+        let r = ask(|_| 100i32.to_be_bytes().to_vec());
+        assert!(
+            matches!(
+                r,
+                Err(ClientError::Timeout {
+                    timeout_ms: 500,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+    }
+}

@@ -35,6 +35,17 @@ pub enum Codec {
     Zstd = 4,
 }
 
+impl Codec {
+    /// Every codec, in attribute order.
+    pub const ALL: [Codec; 5] = [
+        Codec::None,
+        Codec::Gzip,
+        Codec::Snappy,
+        Codec::Lz4,
+        Codec::Zstd,
+    ];
+}
+
 impl std::str::FromStr for Codec {
     type Err = String;
     fn from_str(s: &str) -> Result<Codec, String> {
@@ -171,13 +182,7 @@ mod tests {
         let raw: Vec<u8> = (0..100_000u32)
             .flat_map(|i| (i % 251).to_be_bytes())
             .collect();
-        for codec in [
-            Codec::None,
-            Codec::Gzip,
-            Codec::Snappy,
-            Codec::Lz4,
-            Codec::Zstd,
-        ] {
+        for codec in Codec::ALL {
             let packed = compress(codec, &raw).unwrap();
             assert_eq!(decompress(codec as u8, &packed).unwrap(), raw, "{codec:?}");
         }

@@ -4,13 +4,7 @@ use super::*;
 
 #[test]
 fn every_codec_round_trips() {
-    for codec in [
-        Codec::None,
-        Codec::Gzip,
-        Codec::Snappy,
-        Codec::Lz4,
-        Codec::Zstd,
-    ] {
+    for codec in Codec::ALL {
         let mut b = BatchBuilder::new();
         for i in 0..100 {
             let key = format!("k{i}");
