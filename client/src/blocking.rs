@@ -136,8 +136,7 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::BytesMut;
-    use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, ResponseHeader};
+    use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
     use std::net::TcpListener;
 
     fn options() -> ConnectOptions {
@@ -157,18 +156,8 @@ mod tests {
     }
 
     fn api_versions_answer(correlation_id: i32) -> Vec<u8> {
-        let mut b = BytesMut::new();
-        ResponseHeader::default()
-            .with_correlation_id(correlation_id)
-            .encode(&mut b, 0)
-            .unwrap();
-        ApiVersionsResponse::default()
-            .with_error_code(35)
-            .encode(&mut b, 0)
-            .unwrap();
-        let mut f = (b.len() as i32).to_be_bytes().to_vec();
-        f.extend_from_slice(&b);
-        f
+        let r = ApiVersionsResponse::default().with_error_code(35);
+        crate::testing::response_frame(ApiKey::ApiVersions, 0, correlation_id, &r)
     }
 
     fn ask(addr: &str) -> Result<ApiVersionsResponse, ClientError> {

@@ -7,6 +7,10 @@ use std::net::{SocketAddr, TcpListener};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use bytes::{BufMut, BytesMut};
+use kafka_protocol::messages::{ApiKey, ResponseHeader};
+use kafka_protocol::protocol::Encodable;
+
 /// Accepts one connection, reads one request frame, writes `reply(correlation_id)` and holds
 /// the connection open for `hold` (so the client reads what it was sent, or times out on
 /// what it was not). Join the handle to see the peer's own failures.
@@ -27,4 +31,24 @@ pub fn one_shot_peer(
         std::thread::sleep(hold);
     });
     (addr, peer)
+}
+
+/// A whole response frame (size, header, body) as a broker writes it: `resp` answering request
+/// `correlation_id` of `api` at `version`.
+pub fn response_frame<R: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    resp: &R,
+) -> Vec<u8> {
+    let mut b = BytesMut::new();
+    b.put_i32(0);
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut b, api.response_header_version(version))
+        .expect("response header encodes");
+    resp.encode(&mut b, version).expect("response encodes");
+    let size = (b.len() - 4) as i32;
+    b[0..4].copy_from_slice(&size.to_be_bytes());
+    b.to_vec()
 }

@@ -182,9 +182,8 @@ impl Call<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::one_shot_peer;
-    use bytes::BytesMut;
-    use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, ResponseHeader};
+    use crate::testing::{one_shot_peer, response_frame};
+    use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 
     const CONFIG: PoolConfig = PoolConfig {
         connect_timeout_ms: 1_000,
@@ -194,18 +193,8 @@ mod tests {
     };
 
     fn answer(correlation_id: i32) -> Vec<u8> {
-        let mut b = BytesMut::new();
-        ResponseHeader::default()
-            .with_correlation_id(correlation_id)
-            .encode(&mut b, 0)
-            .unwrap();
-        ApiVersionsResponse::default()
-            .with_error_code(35)
-            .encode(&mut b, 0)
-            .unwrap();
-        let mut f = (b.len() as i32).to_be_bytes().to_vec();
-        f.extend_from_slice(&b);
-        f
+        let r = ApiVersionsResponse::default().with_error_code(35);
+        response_frame(ApiKey::ApiVersions, 0, correlation_id, &r)
     }
 
     fn ask(reply: impl FnOnce(i32) -> Vec<u8> + Send + 'static) -> Result<i16, ClientError> {

@@ -101,20 +101,20 @@ pub fn decode_response<Resp: Decodable>(
 mod tests {
     use super::*;
     use kafka_protocol::messages::{
-        ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ResponseHeader,
+        ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
     };
 
     const MAX: usize = 1 << 20;
 
     /// A response frame as a broker writes it (after the size).
     fn answer<R: Encodable>(api: ApiKey, version: i16, correlation_id: i32, r: &R) -> Bytes {
-        let mut b = BytesMut::new();
-        ResponseHeader::default()
-            .with_correlation_id(correlation_id)
-            .encode(&mut b, api.response_header_version(version))
-            .unwrap();
-        r.encode(&mut b, version).unwrap();
-        b.freeze()
+        Bytes::from(crate::testing::response_frame(
+            api,
+            version,
+            correlation_id,
+            r,
+        ))
+        .slice(4..)
     }
 
     #[test]
