@@ -198,7 +198,7 @@ mod tests {
     }
 
     fn ask(reply: impl FnOnce(i32) -> Vec<u8> + Send + 'static) -> Result<i16, ClientError> {
-        let (addr, peer) = one_shot_peer(reply, Duration::from_millis(800));
+        let (addr, peer) = one_shot_peer(reply, Duration::from_millis(1_500));
         let r = glommio::LocalExecutorBuilder::default()
             .io_memory(1 << 20)
             .make()
