@@ -183,31 +183,20 @@ fn headers_and_null_values_read_back_as_kafka_protocol_reads_them() {
     assert_eq!(set.records[1].timestamp, 7);
 
     let mut seen = Vec::new();
-    for_each_record(&batch, |r| {
-        let headers: Vec<(Vec<u8>, Option<Vec<u8>>)> = r
-            .headers()
-            .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
-            .collect();
-        seen.push((
-            r.offset,
-            r.timestamp_ms,
-            r.key.map(<[u8]>::to_vec),
-            r.value.is_some(),
-            headers,
-        ));
-    })
-    .unwrap();
+    for_each_record(&batch, |r| seen.push(owned(&r))).unwrap();
     assert_eq!(
         seen,
         vec![
             (
                 0,
-                5,
-                Some(b"k0".to_vec()),
-                true,
-                vec![(b"h".to_vec(), Some(b"0".to_vec())), (b"n".to_vec(), None)]
+                (
+                    5,
+                    Some(b"k0".to_vec()),
+                    Some(b"v0".to_vec()),
+                    vec![(b"h".to_vec(), Some(b"0".to_vec())), (b"n".to_vec(), None)]
+                )
             ),
-            (1, 7, None, false, vec![]),
+            (1, (7, None, None, vec![])),
         ]
     );
 }
@@ -279,12 +268,30 @@ fn the_header_reads_what_the_builder_wrote() {
     assert_eq!(BatchHeader::parse(&batch[..HEADER_BYTES - 1]), None);
 }
 
+/// A record as built: timestamp, key, value, headers.
 type Rec = (
     i64,
     Option<Vec<u8>>,
     Option<Vec<u8>>,
     Vec<(Vec<u8>, Option<Vec<u8>>)>,
 );
+
+/// A fetched record's offset, and the record as it was built.
+fn owned(r: &FetchedRecord<'_>) -> (i64, Rec) {
+    let headers = r
+        .headers()
+        .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+        .collect();
+    (
+        r.offset,
+        (
+            r.timestamp_ms,
+            r.key.map(<[u8]>::to_vec),
+            r.value.map(<[u8]>::to_vec),
+            headers,
+        ),
+    )
+}
 
 fn arb_bytes() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
     proptest::collection::vec(proptest::num::u8::ANY, 0..40)
@@ -315,21 +322,7 @@ proptest::proptest! {
         let mut batch = b.finish(codec).unwrap().to_vec();
         batch[0..8].copy_from_slice(&base_offset.to_be_bytes());
         let mut seen: Vec<(i64, Rec)> = Vec::new();
-        let next = for_each_record(&batch, |r| {
-            let headers = r
-                .headers()
-                .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
-                .collect();
-            seen.push((
-                r.offset,
-                (
-                    r.timestamp_ms,
-                    r.key.map(<[u8]>::to_vec),
-                    r.value.map(<[u8]>::to_vec),
-                    headers,
-                ),
-            ));
-        })
+        let next = for_each_record(&batch, |r| seen.push(owned(&r)))
         .unwrap();
         proptest::prop_assert_eq!(next, Some(base_offset + records.len() as i64));
         let want: Vec<(i64, Rec)> = records
