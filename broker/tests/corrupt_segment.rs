@@ -38,16 +38,7 @@ fn fetch_from(
 }
 
 fn list_offsets_code(c: &mut Client, name: &str, partition: i32) -> i16 {
-    let req = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
-            .with_name(topic(name))
-            .with_partitions(vec![
-                list_offsets_request::ListOffsetsPartition::default()
-                    .with_partition_index(partition)
-                    .with_current_leader_epoch(-1)
-                    .with_timestamp(-1),
-            ])]);
+    let req = list_offsets_request(name, partition, -1);
     let resp: ListOffsetsResponse = c.send(ApiKey::ListOffsets, 7, &req);
     resp.topics[0].partitions[0].error_code
 }

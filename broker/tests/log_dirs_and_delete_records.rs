@@ -171,16 +171,7 @@ fn delete_records(
 
 /// ListOffsets earliest (-2): (error, offset).
 fn earliest(c: &mut Client, name: &str, partition: i32) -> (i16, i64) {
-    let req = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
-            .with_name(topic(name))
-            .with_partitions(vec![
-                list_offsets_request::ListOffsetsPartition::default()
-                    .with_partition_index(partition)
-                    .with_current_leader_epoch(-1)
-                    .with_timestamp(-2),
-            ])]);
+    let req = list_offsets_request(name, partition, -2);
     let resp: ListOffsetsResponse = c.send(ApiKey::ListOffsets, 7, &req);
     let p = &resp.topics[0].partitions[0];
     (p.error_code, p.offset)

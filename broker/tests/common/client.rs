@@ -167,6 +167,21 @@ pub fn create_topic(c: &mut Client, name: &str, partitions: i32) {
     assert_eq!(resp.topics[0].error_code, 0, "{resp:?}");
 }
 
+/// ListOffsets for one partition at `timestamp` (-1 latest, -2 earliest, else milliseconds),
+/// as a consumer asks it (replica -1, no leader epoch, read_uncommitted unless set after).
+pub fn list_offsets_request(name: &str, partition: i32, timestamp: i64) -> ListOffsetsRequest {
+    ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
+            .with_name(topic(name))
+            .with_partitions(vec![
+                list_offsets_request::ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(timestamp),
+            ])])
+}
+
 pub fn fetch_request(
     name: &str,
     parts: &[(i32, i64, i32)],
