@@ -20,12 +20,11 @@ use anyhow::{anyhow, Context, Result};
 use glommio::sync::Semaphore;
 use glommio::{LocalExecutorBuilder, Placement};
 use kafka_protocol::messages::*;
+use keel_vocab::records::{for_each_committed_record, BatchBuilder, Codec, ProducerStamp};
 
 use crate::client::admin::{self, ClusterMap, Connections};
-use crate::client::batch::{
-    for_each_committed_record, BatchBuilder, Codec, ProducerStamp, Sequences,
-};
-use crate::client::conn::Conn;
+use crate::client::batch::Sequences;
+use crate::client::conn::{self, Conn};
 use crate::client::txn::{self, ProducerIdentity};
 use crate::hist::LatencyHist;
 use crate::keys::{KeyDistribution, KeyGen};
@@ -456,16 +455,9 @@ impl ProducerCtx {
             }
             return Ok(());
         }
-        let rx = conn.send(ApiKey::Produce, version, &req, true).await;
+        let sent = conn.send(ApiKey::Produce, version, &req, true).await;
         glommio::spawn_local(async move {
-            let outcome: Result<ProduceResponse> = async {
-                let rx = rx?.ok_or_else(|| anyhow!("no response waiter"))?;
-                let mut body = rx.await.map_err(|_| anyhow!("connection closed"))??;
-                use kafka_protocol::protocol::{Decodable, HeaderVersion};
-                ResponseHeader::decode(&mut body, ProduceResponse::header_version(version))?;
-                ProduceResponse::decode(&mut body, version)
-            }
-            .await;
+            let outcome: Result<ProduceResponse> = async { Ok(sent?.response().await?) }.await;
             drop(permit);
             this.outstanding.set(this.outstanding.get() - 1);
             for (p, meta) in metas {
@@ -1006,7 +998,7 @@ fn setup(bootstrap: &str, w: &Workload) -> Result<ClusterMap> {
     }
     on_executor(move || {
         Box::pin(async move {
-            let conn = crate::client::conn::Conn::connect(&bootstrap).await?;
+            let conn = conn::connect(&bootstrap).await?;
             for api in apis {
                 conn.version(api)?;
             }
@@ -1024,7 +1016,7 @@ fn teardown(bootstrap: &str, w: &Workload) -> Result<()> {
     let names = w.topic_names();
     on_executor(move || {
         Box::pin(async move {
-            let conn = crate::client::conn::Conn::connect(&bootstrap).await?;
+            let conn = conn::connect(&bootstrap).await?;
             admin::delete_topics(&conn, &names).await
         })
     })?

@@ -16,18 +16,7 @@ const KAFKA_STORAGE_ERROR: i16 = 56;
 const BATCH_HEADER_BYTES: usize = 61;
 
 fn produce_code(c: &mut Client, name: &str, partition: i32, records: bytes::Bytes) -> i16 {
-    let req = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![produce_request::TopicProduceData::default()
-            .with_name(topic(name))
-            .with_partition_data(vec![
-                produce_request::PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(records)),
-            ])]);
-    let resp: ProduceResponse = c.send(ApiKey::Produce, 9, &req);
-    resp.responses[0].partition_responses[0].error_code
+    try_produce(c, name, partition, records).error_code
 }
 
 /// (error code, (offset, value) of each record) of a fetch of `partition` from `offset`.
@@ -49,16 +38,7 @@ fn fetch_from(
 }
 
 fn list_offsets_code(c: &mut Client, name: &str, partition: i32) -> i16 {
-    let req = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
-            .with_name(topic(name))
-            .with_partitions(vec![
-                list_offsets_request::ListOffsetsPartition::default()
-                    .with_partition_index(partition)
-                    .with_current_leader_epoch(-1)
-                    .with_timestamp(-1),
-            ])]);
+    let req = list_offsets_request(name, partition, -1);
     let resp: ListOffsetsResponse = c.send(ApiKey::ListOffsets, 7, &req);
     resp.topics[0].partitions[0].error_code
 }

@@ -38,16 +38,7 @@ fn list_offset(c: &mut Client, name: &str, timestamp: i64) -> (i16, i64, i64) {
 }
 
 fn list_offset_at(c: &mut Client, name: &str, timestamp: i64, version: i16) -> (i16, i64, i64) {
-    let req = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
-            .with_name(topic(name))
-            .with_partitions(vec![
-                list_offsets_request::ListOffsetsPartition::default()
-                    .with_partition_index(0)
-                    .with_current_leader_epoch(-1)
-                    .with_timestamp(timestamp),
-            ])]);
+    let req = list_offsets_request(name, 0, timestamp);
     let resp: ListOffsetsResponse = c.send(ApiKey::ListOffsets, version, &req);
     let p = &resp.topics[0].partitions[0];
     (p.error_code, p.offset, p.timestamp)

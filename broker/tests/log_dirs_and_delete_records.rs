@@ -6,14 +6,12 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use common::client::*;
 use common::Broker;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use keel_vocab::records::{BatchBuilder, Codec};
 
 /// O_DIRECT block: the open active segment's file is padded up to a multiple of it.
 const BLOCK_BYTES: u64 = 4096;
@@ -44,38 +42,13 @@ fn create_topic_with(c: &mut Client, name: &str, partitions: i32, configs: &[(&s
 }
 
 /// One uncompressed batch of two 150-byte records. (`common::client::batch` gives each
-/// record its own batch: kafka-protocol's encoder starts a new batch whenever offset minus
-/// sequence changes, so here the sequences follow the offsets; Keel does not look at the
-/// sequences of batches without a producer id.)
+/// record its own batch.)
 fn two_record_batch() -> Bytes {
-    let records: Vec<Record> = (0..2)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i,
-            sequence: i as i32,
-            timestamp: 1_700_000_000_000 + i,
-            key: None,
-            value: Some(Bytes::from(vec![b'v'; 150])),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.freeze()
+    let mut b = BatchBuilder::new().with_leader_epoch(0);
+    for i in 0..2 {
+        b.push_record(1_700_000_000_000 + i, None, Some(&[b'v'; 150]), &[]);
+    }
+    b.finish(Codec::None).unwrap()
 }
 
 /// Produces `count` two-record batches to one partition; the bytes produced.
@@ -198,16 +171,7 @@ fn delete_records(
 
 /// ListOffsets earliest (-2): (error, offset).
 fn earliest(c: &mut Client, name: &str, partition: i32) -> (i16, i64) {
-    let req = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
-            .with_name(topic(name))
-            .with_partitions(vec![
-                list_offsets_request::ListOffsetsPartition::default()
-                    .with_partition_index(partition)
-                    .with_current_leader_epoch(-1)
-                    .with_timestamp(-2),
-            ])]);
+    let req = list_offsets_request(name, partition, -2);
     let resp: ListOffsetsResponse = c.send(ApiKey::ListOffsets, 7, &req);
     let p = &resp.topics[0].partitions[0];
     (p.error_code, p.offset)

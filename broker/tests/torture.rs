@@ -33,7 +33,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
-use common::client::{fetch_request, topic, Client};
+use common::client::{fetch_request, list_offsets_request, topic, Client};
 use common::Broker;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -370,16 +370,7 @@ fn read_partition(c: &mut Client, partition: i32) -> Result<Vec<Stored>, String>
 
 /// ListOffsets by timestamp: (error code, offset, timestamp).
 fn offset_for_timestamp(c: &mut Client, partition: i32, timestamp_ms: i64) -> (i16, i64, i64) {
-    let req = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
-            .with_name(topic(TOPIC))
-            .with_partitions(vec![
-                list_offsets_request::ListOffsetsPartition::default()
-                    .with_partition_index(partition)
-                    .with_current_leader_epoch(-1)
-                    .with_timestamp(timestamp_ms),
-            ])]);
+    let req = list_offsets_request(TOPIC, partition, timestamp_ms);
     let resp: ListOffsetsResponse = c.send(ApiKey::ListOffsets, 7, &req);
     let p = &resp.topics[0].partitions[0];
     (p.error_code, p.offset, p.timestamp)

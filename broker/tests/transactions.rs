@@ -206,17 +206,7 @@ fn txn_id(id: &str) -> TransactionalId {
 /// ListOffsets (v7) latest of one partition at an isolation level: the high watermark, or the
 /// last stable offset.
 fn list_latest(c: &mut Client, name: &str, partition: i32, isolation_level: i8) -> i64 {
-    let req = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_isolation_level(isolation_level)
-        .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
-            .with_name(topic(name))
-            .with_partitions(vec![
-                list_offsets_request::ListOffsetsPartition::default()
-                    .with_partition_index(partition)
-                    .with_current_leader_epoch(-1)
-                    .with_timestamp(-1),
-            ])]);
+    let req = list_offsets_request(name, partition, -1).with_isolation_level(isolation_level);
     let resp: ListOffsetsResponse = c.send(ApiKey::ListOffsets, 7, &req);
     let p = &resp.topics[0].partitions[0];
     assert_eq!(p.error_code, NONE, "ListOffsets {name}-{partition}: {p:?}");

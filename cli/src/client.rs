@@ -1,19 +1,19 @@
-//! A small blocking Kafka client over `std::net`, for admin commands against any
-//! Kafka-compatible broker. Each connection starts with ApiVersions (v0, which every broker
-//! answers) and from then on picks, per API, the highest version both sides speak: the
-//! broker's advertised range intersected with the range this client knows how to fill in.
-//! Requests go one at a time (no pipelining); every read has a timeout, so a silent broker
-//! becomes an error, never a hang. Partition requests are routed to the partition leader from
-//! Metadata, group requests to the group's coordinator from FindCoordinator.
+//! The CLI's Kafka client, over keel-client's blocking transport (framing, hostile-answer
+//! checks and version negotiation are keel-client's). Each connection starts with ApiVersions
+//! (v0, which every broker answers) and from then on picks, per API, the highest version both
+//! sides speak: the broker's advertised range intersected with the range this client knows
+//! how to fill in. Requests go one at a time (no pipelining); every read has a timeout, so a
+//! silent broker becomes an error, never a hang. Partition requests are routed to the
+//! partition leader from Metadata, group requests to the group's coordinator from
+//! FindCoordinator.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, StrBytes};
+use keel_client::blocking::{self, ConnectOptions};
+use keel_client::{ClientError, Versions};
 
 use crate::error::{check, CliError, Result};
 
@@ -24,56 +24,36 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One broker connection with the API versions it advertised.
 pub struct Conn {
-    addr: String,
-    stream: TcpStream,
-    correlation_id: i32,
-    /// api key -> (min, max) as the broker advertised.
-    versions: HashMap<i16, (i16, i16)>,
+    conn: blocking::Conn,
+    versions: Versions,
 }
 
 impl Conn {
     pub fn connect(addr: &str, request_timeout: Duration) -> Result<Conn> {
-        let connect_err = |source| CliError::Connect {
-            addr: addr.to_string(),
-            source,
+        let options = ConnectOptions {
+            client_id: CLIENT_ID.to_string(),
+            connect_timeout: CONNECT_TIMEOUT,
+            request_timeout,
+            response_bytes_max: RESPONSE_BYTES_MAX,
         };
-        let addrs: Vec<_> = addr.to_socket_addrs().map_err(connect_err)?.collect();
-        let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address resolved");
-        let mut stream = None;
-        for a in addrs {
-            match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
-                }
-                Err(e) => last = e,
-            }
-        }
-        let stream = stream.ok_or_else(|| connect_err(last))?;
-        let io = |source| CliError::Io {
-            addr: addr.to_string(),
-            source,
-        };
-        stream.set_read_timeout(Some(request_timeout)).map_err(io)?;
-        stream
-            .set_write_timeout(Some(request_timeout))
-            .map_err(io)?;
-        stream.set_nodelay(true).map_err(io)?;
+        let conn = blocking::Conn::connect(addr, options).map_err(|e| match e {
+            ClientError::Connect { addr, source } => CliError::Connect { addr, source },
+            ClientError::Io { addr, source } => CliError::Io { addr, source },
+            other => CliError::Protocol(other.to_string()),
+        })?;
         let mut conn = Conn {
-            addr: addr.to_string(),
-            stream,
-            correlation_id: 0,
-            versions: HashMap::new(),
+            conn,
+            versions: Versions::default(),
         };
         let resp: ApiVersionsResponse =
             conn.send(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())?;
         check(resp.error_code, || format!("ApiVersions from {addr}"), None)?;
-        conn.versions = resp
-            .api_keys
-            .iter()
-            .map(|k| (k.api_key, (k.min_version, k.max_version)))
-            .collect();
+        conn.versions = Versions::from_response(&resp).unwrap_or_default();
         Ok(conn)
+    }
+
+    fn addr(&self) -> &str {
+        self.conn.addr()
     }
 
     /// Whether the broker serves some version of `api` in `client_min..=client_max`.
@@ -83,22 +63,18 @@ impl Conn {
 
     /// The highest version of `api` both sides speak, within `client_min..=client_max`.
     pub fn version(&self, api: ApiKey, client_min: i16, client_max: i16) -> Result<i16> {
-        let unsupported = |broker: String| CliError::Unsupported {
-            addr: self.addr.clone(),
-            api: format!("{api:?}"),
-            broker,
-            client_min,
-            client_max,
-        };
-        let (min, max) = *self
-            .versions
-            .get(&(api as i16))
-            .ok_or_else(|| unsupported("not advertised".into()))?;
-        let version = max.min(client_max);
-        if version < min.max(client_min) {
-            return Err(unsupported(format!("v{min}-v{max}")));
-        }
-        Ok(version)
+        self.versions
+            .choose(self.addr(), api, client_min, client_max)
+            .map_err(|_| CliError::Unsupported {
+                addr: self.addr().to_string(),
+                api: format!("{api:?}"),
+                broker: match self.versions.advertised(api) {
+                    Some((min, max)) => format!("v{min}-v{max}"),
+                    None => "not advertised".into(),
+                },
+                client_min,
+                client_max,
+            })
     }
 
     /// Sends a request built for the negotiated version and waits for its response.
@@ -147,33 +123,33 @@ impl Conn {
         version: i16,
         req: &Req,
     ) -> Result<()> {
-        let frame = self.frame(api, version, req)?;
-        self.stream.write_all(&frame).map_err(|e| self.io(e))
+        self.conn
+            .send_oneway(api, version, req)
+            .map_err(|e| self.error(e, api, version))
     }
 
-    fn frame<Req: Encodable + HeaderVersion>(
-        &mut self,
-        api: ApiKey,
-        version: i16,
-        req: &Req,
-    ) -> Result<BytesMut> {
-        self.correlation_id = self.correlation_id.wrapping_add(1);
-        let header = RequestHeader::default()
-            .with_request_api_key(api as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
-        let mut buf = BytesMut::new();
-        buf.put_i32(0);
-        let encode_err =
-            |e: anyhow::Error| CliError::Protocol(format!("encoding {api:?} v{version}: {e}"));
-        header
-            .encode(&mut buf, Req::header_version(version))
-            .map_err(encode_err)?;
-        req.encode(&mut buf, version).map_err(encode_err)?;
-        let size = (buf.len() - 4) as i32;
-        buf[0..4].copy_from_slice(&size.to_be_bytes());
-        Ok(buf)
+    /// A transport failure, named in words a user can act on.
+    fn error(&self, e: ClientError, api: ApiKey, version: i16) -> CliError {
+        let addr = self.addr();
+        match e {
+            ClientError::Io { source, .. } => self.io(source),
+            ClientError::FrameSize { size, .. } => CliError::Protocol(format!(
+                "{addr}: bad response frame size {size} to {api:?} v{version}"
+            )),
+            ClientError::Header { reason, .. } => CliError::Protocol(format!(
+                "{addr}: cannot decode response header of {api:?} v{version}: {reason}"
+            )),
+            ClientError::CorrelationId { expected, got } => CliError::Protocol(format!(
+                "{addr}: response correlation id {got} for request {expected}"
+            )),
+            ClientError::Decode { reason, .. } => CliError::Decode(format!(
+                "{addr}: cannot decode response of {api:?} v{version}: {reason}"
+            )),
+            ClientError::Encode { reason, .. } => {
+                CliError::Protocol(format!("encoding {api:?} v{version}: {reason}"))
+            }
+            other => CliError::Protocol(other.to_string()),
+        }
     }
 
     /// An I/O failure midway, named in words a user can act on.
@@ -190,7 +166,7 @@ impl Conn {
             _ => source,
         };
         CliError::Io {
-            addr: self.addr.clone(),
+            addr: self.addr().to_string(),
             source,
         }
     }
@@ -201,38 +177,9 @@ impl Conn {
         version: i16,
         req: &Req,
     ) -> Result<Resp> {
-        let frame = self.frame(api, version, req)?;
-        self.stream.write_all(&frame).map_err(|e| self.io(e))?;
-        let mut size = [0u8; 4];
-        self.stream.read_exact(&mut size).map_err(|e| self.io(e))?;
-        let size = i32::from_be_bytes(size);
-        if size < 4 || size as usize > RESPONSE_BYTES_MAX {
-            return Err(CliError::Protocol(format!(
-                "{}: bad response frame size {size} to {api:?} v{version}",
-                self.addr
-            )));
-        }
-        let mut body = vec![0u8; size as usize];
-        self.stream.read_exact(&mut body).map_err(|e| self.io(e))?;
-        let mut body = Bytes::from(body);
-        let decode_err = |what: &str, e: String| {
-            CliError::Protocol(format!(
-                "{}: cannot decode {what} of {api:?} v{version}: {e}",
-                self.addr
-            ))
-        };
-        let header = ResponseHeader::decode(&mut body, api.response_header_version(version))
-            .map_err(|e| decode_err("response header", e.to_string()))?;
-        if header.correlation_id != self.correlation_id {
-            return Err(CliError::Protocol(format!(
-                "{}: response correlation id {} for request {}",
-                self.addr, header.correlation_id, self.correlation_id
-            )));
-        }
-        Resp::decode(&mut body, version).map_err(|e| match decode_err("response", e.to_string()) {
-            CliError::Protocol(m) => CliError::Decode(m),
-            other => other,
-        })
+        self.conn
+            .request(api, version, req)
+            .map_err(|e| self.error(e, api, version))
     }
 }
 

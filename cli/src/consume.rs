@@ -18,6 +18,7 @@ use crate::error::{check, CliError, Result};
 use crate::ops::{self, leader_of};
 use crate::records::{decode_fetched, ConsumedRecord};
 use crate::{connect, emit, COMMON_OPTIONS};
+use keel_vocab::TopicPartition;
 
 const USAGE: &str = "\
 usage: keel consume TOPIC [--partition P]... [--from-beginning | --offset N|earliest|latest |
@@ -184,7 +185,10 @@ fn start_positions(
     partitions: &[i32],
     start: Start,
 ) -> Result<BTreeMap<i32, i64>> {
-    let tps: Vec<(String, i32)> = partitions.iter().map(|p| (topic.to_string(), *p)).collect();
+    let tps: Vec<TopicPartition> = partitions
+        .iter()
+        .map(|p| TopicPartition::new(topic, *p))
+        .collect();
     let resolved = match start {
         Start::Offset(n) => return Ok(partitions.iter().map(|p| (*p, n)).collect()),
         Start::Earliest => ops::list_offsets(client, meta, &tps, ops::EARLIEST)?,
@@ -206,7 +210,10 @@ fn start_positions(
                 .collect()
         }
     };
-    Ok(resolved.into_iter().map(|((_, p), o)| (p, o)).collect())
+    Ok(resolved
+        .into_iter()
+        .map(|(tp, o)| (tp.partition, o))
+        .collect())
 }
 
 /// One Fetch to each leader; advances `positions` past what was read.

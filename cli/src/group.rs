@@ -133,8 +133,11 @@ fn load(client: &mut Client, group: &str) -> Result<(GroupInfo, BTreeMap<TopicPa
 
 fn assignment_text(tps: &[TopicPartition]) -> String {
     let mut by_topic: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for (t, p) in tps {
-        by_topic.entry(t).or_default().push(p.to_string());
+    for tp in tps {
+        by_topic
+            .entry(&tp.topic)
+            .or_default()
+            .push(tp.partition.to_string());
     }
     by_topic
         .into_iter()
@@ -154,7 +157,7 @@ fn describe(client: &mut Client, p: &Parsed, out: &mut dyn Write) -> Result<i32>
                 let assignment: Vec<Value> = m
                     .assignment
                     .iter()
-                    .map(|(t, p)| json!({ "topic": t, "partition": p }))
+                    .map(|tp| json!({ "topic": tp.topic, "partition": tp.partition }))
                     .collect();
                 json!({
                     "member_id": m.member_id,
@@ -233,12 +236,12 @@ fn lag(client: &mut Client, p: &Parsed, out: &mut dyn Write) -> Result<i32> {
     let partitions: BTreeSet<TopicPartition> = committed
         .keys()
         .chain(owners.keys())
-        .filter(|(t, _)| only.is_empty() || only.contains(t.as_str()))
+        .filter(|tp| only.is_empty() || only.contains(tp.topic.as_str()))
         .cloned()
         .collect();
     let topics: Vec<String> = partitions
         .iter()
-        .map(|(t, _)| t.clone())
+        .map(|tp| tp.topic.clone())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
@@ -248,7 +251,7 @@ fn lag(client: &mut Client, p: &Parsed, out: &mut dyn Write) -> Result<i32> {
         let meta = client.metadata(Some(&topics))?;
         let served: Vec<TopicPartition> = partitions
             .iter()
-            .filter(|(t, p)| ops::leader_of(&meta, t, *p).is_ok())
+            .filter(|tp| ops::leader_of(&meta, &tp.topic, tp.partition).is_ok())
             .cloned()
             .collect();
         ops::list_offsets(client, &meta, &served, ops::LATEST)?
@@ -274,8 +277,8 @@ fn lag(client: &mut Client, p: &Parsed, out: &mut dyn Write) -> Result<i32> {
             .iter()
             .map(|l| {
                 json!({
-                    "topic": l.tp.0,
-                    "partition": l.tp.1,
+                    "topic": l.tp.topic,
+                    "partition": l.tp.partition,
                     "committed_offset": l.committed,
                     "log_end_offset": l.log_end,
                     "lag": l.lag(),
@@ -313,8 +316,8 @@ fn lag(client: &mut Client, p: &Parsed, out: &mut dyn Write) -> Result<i32> {
             .clone()
             .unwrap_or_else(|| ("-".into(), "-".into(), "-".into()));
         t.row(vec![
-            l.tp.0.clone(),
-            l.tp.1.to_string(),
+            l.tp.topic.clone(),
+            l.tp.partition.to_string(),
             show(l.committed),
             show(l.log_end),
             show(l.lag()),
@@ -442,9 +445,9 @@ fn reset_scope(p: &Parsed, committed: &BTreeMap<TopicPartition, i64>) -> Result<
         }
     }
     if p.has("--all-topics") {
-        for (t, partition) in committed.keys() {
-            if let Some(parts) = scope.entry(t.clone()).or_insert(Some(Vec::new())) {
-                parts.push(*partition);
+        for tp in committed.keys() {
+            if let Some(parts) = scope.entry(tp.topic.clone()).or_insert(Some(Vec::new())) {
+                parts.push(tp.partition);
             }
         }
     } else if scope.is_empty() {
@@ -467,14 +470,14 @@ fn scope_partitions(meta: &ClusterInfo, scope: &Scope) -> Result<Vec<TopicPartit
             None => tps.extend(
                 info.partitions
                     .iter()
-                    .map(|pi| (topic.clone(), pi.partition)),
+                    .map(|pi| TopicPartition::new(topic.clone(), pi.partition)),
             ),
             Some(ps) => {
                 for p in ps {
                     if !info.partitions.iter().any(|pi| pi.partition == *p) {
                         return Err(CliError::kafka(format!("partition {topic}-{p}"), 3, None));
                     }
-                    tps.push((topic.clone(), *p));
+                    tps.push(TopicPartition::new(topic.clone(), *p));
                 }
             }
         }
@@ -506,7 +509,7 @@ fn plan_offsets(
                 current.ok_or_else(|| {
                     CliError::Failed(format!(
                         "cannot shift {}-{}: the group has no committed offset there",
-                        tp.0, tp.1
+                        tp.topic, tp.partition
                     ))
                 })? + n
             }
@@ -530,8 +533,8 @@ fn print_plan(
     if json {
         let parts: Vec<Value> = plan
             .iter()
-            .map(|((t, p), current, new)| {
-                json!({ "topic": t, "partition": p, "current_offset": current, "new_offset": new })
+            .map(|(tp, current, new)| {
+                json!({ "topic": tp.topic, "partition": tp.partition, "current_offset": current, "new_offset": new })
             })
             .collect();
         return emit_json(
@@ -546,11 +549,11 @@ fn print_plan(
         "CURRENT-OFFSET",
         "NEW-OFFSET",
     ]);
-    for ((topic, partition), current, new) in plan {
+    for (tp, current, new) in plan {
         t.row(vec![
             group.to_string(),
-            topic.clone(),
-            partition.to_string(),
+            tp.topic.clone(),
+            tp.partition.to_string(),
             current.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
             new.to_string(),
         ]);
@@ -562,8 +565,11 @@ fn print_plan(
 /// coordinators accept only while the group has no members.
 fn commit(client: &mut Client, group: &str, coordinator: i32, plan: &[PlanRow]) -> Result<()> {
     let mut by_topic: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
-    for ((t, p), _, new) in plan {
-        by_topic.entry(t).or_default().push((*p, *new));
+    for (tp, _, new) in plan {
+        by_topic
+            .entry(&tp.topic)
+            .or_default()
+            .push((tp.partition, *new));
     }
     let conn = client.node(coordinator)?;
     let (_, resp): (i16, OffsetCommitResponse) = conn.call(ApiKey::OffsetCommit, (2, 8), |_| {
@@ -724,9 +730,9 @@ mod tests {
     #[test]
     fn assignments_print_by_topic() {
         let tps = vec![
-            ("a".to_string(), 0),
-            ("a".to_string(), 2),
-            ("b".to_string(), 1),
+            TopicPartition::new("a", 0),
+            TopicPartition::new("a", 2),
+            TopicPartition::new("b", 1),
         ];
         assert_eq!(assignment_text(&tps), "a:0,2;b:1");
         assert_eq!(assignment_text(&[]), "");
@@ -763,7 +769,7 @@ mod tests {
 
     #[test]
     fn plans_clamp_into_the_log_and_shift_from_the_commit() {
-        let tp = |p: i32| ("t".to_string(), p);
+        let tp = |p: i32| TopicPartition::new("t", p);
         let tps = vec![tp(0), tp(1)];
         // Partition 0: log 10..50, committed 20. Partition 1: log 0..5, nothing committed.
         let committed = [(tp(0), 20)].into();

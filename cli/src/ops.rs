@@ -16,7 +16,7 @@ use crate::error::{check, CliError, Result};
 pub const LATEST: i64 = -1;
 pub const EARLIEST: i64 = -2;
 
-pub type TopicPartition = (String, i32);
+pub use keel_vocab::TopicPartition;
 
 /// Offsets by timestamp (`LATEST`, `EARLIEST` or milliseconds) for each partition, asked of
 /// its leader. A timestamp past every record answers -1, as Kafka does.
@@ -27,14 +27,14 @@ pub fn list_offsets(
     timestamp: i64,
 ) -> Result<BTreeMap<TopicPartition, i64>> {
     let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
-    for (topic, partition) in partitions {
-        let leader = leader_of(meta, topic, *partition)?;
+    for tp in partitions {
+        let leader = leader_of(meta, &tp.topic, tp.partition)?;
         by_leader
             .entry(leader)
             .or_default()
-            .entry(topic.clone())
+            .entry(tp.topic.clone())
             .or_default()
-            .push(*partition);
+            .push(tp.partition);
     }
     let mut out = BTreeMap::new();
     for (leader, topics) in by_leader {
@@ -72,7 +72,10 @@ pub fn list_offsets(
                     || format!("list offsets of {topic}-{}", p.partition_index),
                     None,
                 )?;
-                out.insert((topic.clone(), p.partition_index), p.offset);
+                out.insert(
+                    TopicPartition::new(topic.clone(), p.partition_index),
+                    p.offset,
+                );
             }
         }
     }
@@ -272,7 +275,9 @@ pub fn decode_assignment(mut bytes: Bytes) -> Option<Vec<TopicPartition>> {
         .into_iter()
         .flat_map(|t| {
             let topic = t.topic.0.to_string();
-            t.partitions.into_iter().map(move |p| (topic.clone(), p))
+            t.partitions
+                .into_iter()
+                .map(move |p| TopicPartition::new(topic.clone(), p))
         })
         .collect();
     out.sort();
@@ -313,7 +318,10 @@ pub fn committed_offsets(
                 None,
             )?;
             if p.committed_offset >= 0 {
-                out.insert((topic.clone(), p.partition_index), p.committed_offset);
+                out.insert(
+                    TopicPartition::new(topic.clone(), p.partition_index),
+                    p.committed_offset,
+                );
             }
         }
     }
@@ -365,7 +373,10 @@ mod tests {
             a.encode(&mut buf, version).unwrap();
             assert_eq!(
                 decode_assignment(buf.freeze()),
-                Some(vec![("orders".to_string(), 0), ("orders".to_string(), 2)])
+                Some(vec![
+                    TopicPartition::new("orders", 0),
+                    TopicPartition::new("orders", 2)
+                ])
             );
         }
         assert_eq!(decode_assignment(Bytes::from_static(b"\x00")), None);

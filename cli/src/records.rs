@@ -1,31 +1,13 @@
-//! Record batches for the CLI: building an uncompressed magic-2 batch for Produce, and reading
-//! the batches of a Fetch answer (any codec). Fetch answers may end in a partial batch (the
-//! broker cuts at the byte limit); that tail is skipped, and the next fetch starts after the
-//! last whole batch. The bytes come from the network: every length is checked and
-//! decompressed output is capped.
+//! Record batches for the CLI, on keel-vocab's one batch codec: building an uncompressed
+//! magic-2 batch for Produce, and reading the batches of a Fetch answer (any codec). Fetch
+//! answers may end in a partial batch (the broker cuts at the byte limit); that tail is
+//! skipped, and the next fetch starts after the last whole batch. The bytes come from the
+//! network: the codec checks every length and the CRC, and caps decompressed output.
 
-use std::io::Read;
-
-use bytes::{Buf, Bytes, BytesMut};
-use indexmap::IndexMap;
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use keel_vocab::records::{for_each_record, BatchBuilder, Codec};
 
 use crate::error::{CliError, Result};
-
-/// Upper bound on one batch's decompressed records.
-const DECOMPRESSED_BYTES_MAX: u64 = 256 * 1024 * 1024;
-/// baseOffset (8) + batchLength (4).
-const LOG_OVERHEAD: usize = 12;
-/// Offsets inside a batch of fields this file reads itself.
-const MAGIC_AT: usize = 16;
-const ATTRIBUTES_AT: usize = 21;
-const LAST_OFFSET_DELTA_AT: usize = 23;
-const BATCH_HEADER_BYTES: usize = 61;
-const CONTROL_FLAG: i16 = 1 << 5;
-const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\0";
 
 /// A record to produce.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -49,45 +31,18 @@ pub struct ConsumedRecord {
 /// One uncompressed magic-2 batch (no producer id, create-time timestamps). Brokers take
 /// exactly one batch per partition in a Produce request (v3+).
 pub fn encode_batch(records: &[NewRecord], timestamp_ms: i64) -> Result<Bytes> {
-    let records: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // kafka-protocol's encoder starts a new batch wherever `offset - sequence`
-            // changes, and writes the first record's sequence as the batch's base sequence:
-            // so -1 (no producer id) there, and the same step as the offsets after it.
-            sequence: i as i32 - 1,
-            timestamp: timestamp_ms,
-            key: r.key.clone().map(Bytes::from),
-            value: r.value.clone().map(Bytes::from),
-            headers: r
-                .headers
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        StrBytes::from_string(k.clone()),
-                        Some(Bytes::from(v.clone())),
-                    )
-                })
-                .collect::<IndexMap<_, _>>(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, &records, &options)
-        .map_err(|e| CliError::Protocol(format!("encoding a record batch: {e}")))?;
-    Ok(buf.freeze())
+    let mut batch = BatchBuilder::new();
+    for r in records {
+        let headers: Vec<(&[u8], Option<&[u8]>)> = r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_bytes(), Some(v.as_slice())))
+            .collect();
+        batch.push_record(timestamp_ms, r.key.as_deref(), r.value.as_deref(), &headers);
+    }
+    batch
+        .finish(Codec::None)
+        .map_err(|e| CliError::Protocol(format!("encoding a record batch: {e}")))
 }
 
 /// What one partition's fetched bytes held.
@@ -102,68 +57,32 @@ pub struct FetchedRecords {
 /// Reads every whole batch in `bytes`, keeping data records with offset >= `fetch_offset`.
 pub fn decode_fetched(partition: i32, fetch_offset: i64, bytes: &Bytes) -> Result<FetchedRecords> {
     let mut out = FetchedRecords::default();
-    let mut pos = 0usize;
-    while bytes.len() - pos >= LOG_OVERHEAD {
-        let at = |i: usize| pos + i;
-        let batch_length = i32::from_be_bytes(bytes[at(8)..at(12)].try_into().expect("4 bytes"));
-        if batch_length < 0 {
-            return Err(corrupt(format!("negative batch length {batch_length}")));
+    let mut bad_header = None;
+    out.next_offset = for_each_record(bytes, |r| {
+        if r.offset < fetch_offset {
+            return;
         }
-        let total = LOG_OVERHEAD + batch_length as usize;
-        if bytes.len() - pos < total {
-            break; // a partial batch at the end of the answer
-        }
-        if total < BATCH_HEADER_BYTES {
-            return Err(corrupt(format!(
-                "batch of {total} bytes is shorter than its header"
-            )));
-        }
-        let batch = bytes.slice(pos..pos + total);
-        pos += total;
-        let base_offset = i64::from_be_bytes(batch[0..8].try_into().expect("8 bytes"));
-        let magic = batch[MAGIC_AT] as i8;
-        if magic != 2 {
-            return Err(corrupt(format!(
-                "record batch magic {magic} at offset {base_offset} (only magic 2 is read)"
-            )));
-        }
-        let attributes = i16::from_be_bytes(
-            batch[ATTRIBUTES_AT..ATTRIBUTES_AT + 2]
-                .try_into()
-                .expect("2 bytes"),
-        );
-        let last_offset_delta = i32::from_be_bytes(
-            batch[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4]
-                .try_into()
-                .expect("4 bytes"),
-        );
-        out.next_offset = Some(base_offset + last_offset_delta as i64 + 1);
-        if attributes & CONTROL_FLAG != 0 {
-            continue; // transaction markers are not data
-        }
-        let mut buf = batch;
-        let set = RecordBatchDecoder::decode_with_custom_compression(
-            &mut buf,
-            Some(|data: &mut Bytes, compression| decompress(compression, data)),
-        )
-        .map_err(|e| corrupt(format!("batch at offset {base_offset}: {e}")))?;
-        for r in set.records {
-            if r.offset < fetch_offset {
-                continue;
+        let mut headers = Vec::new();
+        for (k, v) in r.headers() {
+            match String::from_utf8(k.to_vec()) {
+                Ok(k) => headers.push((k, v.map(Bytes::copy_from_slice))),
+                Err(_) => bad_header = Some(r.offset),
             }
-            out.records.push(ConsumedRecord {
-                partition,
-                offset: r.offset,
-                timestamp: r.timestamp,
-                key: r.key,
-                value: r.value,
-                headers: r
-                    .headers
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect(),
-            });
         }
+        out.records.push(ConsumedRecord {
+            partition,
+            offset: r.offset,
+            timestamp: r.timestamp_ms,
+            key: r.key.map(Bytes::copy_from_slice),
+            value: r.value.map(Bytes::copy_from_slice),
+            headers,
+        });
+    })
+    .map_err(|e| corrupt(e.to_string()))?;
+    if let Some(offset) = bad_header {
+        return Err(corrupt(format!(
+            "record at offset {offset}: a header key is not UTF-8"
+        )));
     }
     Ok(out)
 }
@@ -172,62 +91,13 @@ fn corrupt(msg: String) -> CliError {
     CliError::Protocol(format!("corrupt fetch answer: {msg}"))
 }
 
-/// The records section of a compressed batch, decompressed (kafka-protocol's codecs are not
-/// built into this workspace; the same codecs as `keel-storage`'s reader). `anyhow` only
-/// because kafka-protocol's decompressor hook is typed with it.
-fn decompress(compression: Compression, data: &mut Bytes) -> anyhow::Result<Bytes> {
-    let data = data.chunk();
-    let mut out = Vec::new();
-    let capped = |r: &mut dyn Read, out: &mut Vec<u8>| {
-        r.take(DECOMPRESSED_BYTES_MAX).read_to_end(out).map(|_| ())
-    };
-    match compression {
-        Compression::None => out.extend_from_slice(data),
-        Compression::Gzip => capped(&mut flate2::read::MultiGzDecoder::new(data), &mut out)?,
-        Compression::Lz4 => capped(&mut lz4_flex::frame::FrameDecoder::new(data), &mut out)?,
-        Compression::Zstd => capped(&mut zstd::stream::read::Decoder::new(data)?, &mut out)?,
-        Compression::Snappy => out = decompress_snappy(data)?,
-    }
-    Ok(Bytes::from(out))
-}
-
-fn snappy_raw(data: &[u8], out: &mut Vec<u8>) -> anyhow::Result<()> {
-    let len = snap::raw::decompress_len(data)?;
-    if (out.len() + len) as u64 > DECOMPRESSED_BYTES_MAX {
-        return Err(anyhow::anyhow!("snappy: decompressed size too large"));
-    }
-    let start = out.len();
-    out.resize(start + len, 0);
-    snap::raw::Decoder::new().decompress(data, &mut out[start..])?;
-    Ok(())
-}
-
-/// Raw snappy, or the xerial framing the Java client writes.
-fn decompress_snappy(data: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    if !data.starts_with(XERIAL_MAGIC) {
-        snappy_raw(data, &mut out)?;
-        return Ok(out);
-    }
-    let mut pos = 16.min(data.len());
-    while pos < data.len() {
-        if data.len() - pos < 4 {
-            return Err(anyhow::anyhow!("snappy: truncated xerial block length"));
-        }
-        let len = (&data[pos..pos + 4]).get_u32() as usize;
-        pos += 4;
-        if len > data.len() - pos {
-            return Err(anyhow::anyhow!("snappy: truncated xerial block"));
-        }
-        snappy_raw(&data[pos..pos + len], &mut out)?;
-        pos += len;
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+    };
 
     fn three() -> Vec<NewRecord> {
         (0..3)
@@ -291,7 +161,6 @@ mod tests {
 
     #[test]
     fn compressed_batches_decode() {
-        use kafka_protocol::records::RecordBatchEncoder;
         let records: Vec<Record> = {
             let set = RecordBatchDecoder::decode(&mut encode_batch(&three(), 5).unwrap()).unwrap();
             set.records

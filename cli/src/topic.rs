@@ -3,6 +3,7 @@
 //! IncrementalAlterConfigs (AlterConfigs where a broker lacks it). Flags follow
 //! kafka-topics.sh and kafka-configs.sh.
 
+use keel_vocab::TopicPartition;
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -234,11 +235,11 @@ fn describe(client: &mut Client, p: &Parsed, out: &mut dyn Write) -> Result<i32>
             .into_iter()
             .filter(|c| p.has("--all-configs") || c.is_topic_override())
             .collect();
-        let served: Vec<(String, i32)> = topic
+        let served: Vec<TopicPartition> = topic
             .partitions
             .iter()
             .filter(|pi| pi.leader >= 0)
-            .map(|pi| (topic.name.clone(), pi.partition))
+            .map(|pi| TopicPartition::new(topic.name.clone(), pi.partition))
             .collect();
         let offsets = LogOffsets {
             starts: ops::list_offsets(client, &meta, &served, ops::EARLIEST)?,
@@ -263,13 +264,13 @@ fn describe(client: &mut Client, p: &Parsed, out: &mut dyn Write) -> Result<i32>
 
 /// Log start and end offsets of a topic's partitions that have a leader.
 struct LogOffsets {
-    starts: BTreeMap<(String, i32), i64>,
-    ends: BTreeMap<(String, i32), i64>,
+    starts: BTreeMap<TopicPartition, i64>,
+    ends: BTreeMap<TopicPartition, i64>,
 }
 
 impl LogOffsets {
     fn get(&self, topic: &str, partition: i32) -> (Option<i64>, Option<i64>) {
-        let tp = (topic.to_string(), partition);
+        let tp = TopicPartition::new(topic, partition);
         (self.starts.get(&tp).copied(), self.ends.get(&tp).copied())
     }
 }

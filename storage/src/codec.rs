@@ -26,11 +26,7 @@ use crate::error::StorageError;
 use crate::records::decompress;
 
 /// Kafka's codec numbers (the low three bits of a batch's `attributes`).
-pub const CODEC_NONE: u8 = 0;
-pub const CODEC_GZIP: u8 = 1;
-pub const CODEC_SNAPPY: u8 = 2;
-pub const CODEC_LZ4: u8 = 3;
-pub const CODEC_ZSTD: u8 = 4;
+pub use keel_vocab::records::{CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD};
 
 /// Kafka's `compression.type`: the codec a topic stores its batches in.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -273,7 +273,8 @@ mod tests {
 
     use super::*;
     use crate::batch::{validate_batches, ATTRIBUTES_AT};
-    use crate::test_util::{batch_with, put_varlong, GZIP, LZ4, SNAPPY, SNAPPY_XERIAL, ZSTD};
+    use crate::test_util::{batch_with, GZIP, LZ4, SNAPPY, SNAPPY_XERIAL, ZSTD};
+    use keel_vocab::records::{frame_batch, put_record, BatchFields};
 
     const CODECS: [u8; 5] = [0, GZIP, SNAPPY, LZ4, ZSTD];
     const KEEP_TOMBSTONES: CleanParams<'static> = CleanParams {
@@ -300,31 +301,22 @@ mod tests {
         }
     }
 
-    fn put_nullable(out: &mut Vec<u8>, b: Option<&[u8]>) {
-        match b {
-            None => put_varlong(out, -1),
-            Some(b) => {
-                put_varlong(out, b.len() as i64);
-                out.extend_from_slice(b);
-            }
-        }
-    }
-
     fn encode_record(r: &Rec) -> Vec<u8> {
-        let mut body = vec![0u8]; // attributes
-        put_varlong(&mut body, r.timestamp_delta);
-        put_varlong(&mut body, r.offset_delta);
-        put_nullable(&mut body, r.key.as_deref());
-        put_nullable(&mut body, r.value.as_deref());
-        put_varlong(&mut body, r.headers.len() as i64);
-        for (k, v) in &r.headers {
-            put_nullable(&mut body, Some(k));
-            put_nullable(&mut body, v.as_deref());
-        }
-        let mut out = Vec::new();
-        put_varlong(&mut out, body.len() as i64);
-        out.extend_from_slice(&body);
-        out
+        let headers: Vec<(&[u8], Option<&[u8]>)> = r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_deref()))
+            .collect();
+        let mut out = bytes::BytesMut::new();
+        put_record(
+            &mut out,
+            r.timestamp_delta,
+            r.offset_delta,
+            r.key.as_deref(),
+            r.value.as_deref(),
+            &headers,
+        );
+        out.to_vec()
     }
 
     /// Test-side compression: the module's own codecs, plus xerial-framed snappy.
@@ -377,24 +369,19 @@ mod tests {
             if self.control {
                 attributes |= CONTROL_BIT | 0x10;
             }
-            let mut b = Vec::new();
-            b.extend_from_slice(&self.base_offset.to_be_bytes());
-            b.extend_from_slice(&((49 + payload.len()) as i32).to_be_bytes());
-            b.extend_from_slice(&5i32.to_be_bytes()); // partitionLeaderEpoch
-            b.push(2);
-            b.extend_from_slice(&0u32.to_be_bytes());
-            b.extend_from_slice(&attributes.to_be_bytes());
-            b.extend_from_slice(&self.last_offset_delta.to_be_bytes());
-            b.extend_from_slice(&self.base_timestamp.to_be_bytes());
-            b.extend_from_slice(&self.max_timestamp.to_be_bytes());
-            b.extend_from_slice(&4711i64.to_be_bytes()); // producerId
-            b.extend_from_slice(&3i16.to_be_bytes()); // producerEpoch
-            b.extend_from_slice(&17i32.to_be_bytes()); // baseSequence
-            b.extend_from_slice(&(self.records.len() as i32).to_be_bytes());
-            b.extend_from_slice(&payload);
-            let crc = compute_crc(&b);
-            b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
-            b
+            let fields = BatchFields {
+                base_offset: self.base_offset,
+                leader_epoch: 5,
+                attributes,
+                last_offset_delta: self.last_offset_delta,
+                base_timestamp: self.base_timestamp,
+                max_timestamp: self.max_timestamp,
+                producer_id: 4711,
+                producer_epoch: 3,
+                base_sequence: 17,
+                records_count: self.records.len() as i32,
+            };
+            frame_batch(&fields, &payload).to_vec()
         }
     }
 

@@ -96,3 +96,11 @@ impl From<glommio::GlommioError<()>> for StorageError {
         StorageError::Io(e.into())
     }
 }
+
+impl From<keel_vocab::RecordsError> for StorageError {
+    fn from(e: keel_vocab::RecordsError) -> StorageError {
+        match e {
+            keel_vocab::RecordsError::Corrupt(msg) => StorageError::CorruptMessage(msg),
+        }
+    }
+}

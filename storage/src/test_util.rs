@@ -2,9 +2,9 @@
 //! of valid magic-2 record batches, uncompressed or compressed with any Kafka codec.
 
 use std::future::Future;
-use std::io::Write;
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
+use keel_vocab::records::{end_txn_marker_batch, frame_batch, put_record, BatchFields, Codec};
 
 use crate::batch::{compute_crc, CRC_AT};
 
@@ -30,13 +30,34 @@ pub fn run<T, F: Future<Output = T>>(f: impl FnOnce() -> F) -> T {
         })
 }
 
-pub fn put_varlong(out: &mut Vec<u8>, v: i64) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        out.push((z as u8 & 0x7f) | 0x80);
-        z >>= 7;
+/// A record to write: timestamp delta, key, value.
+type TestRecord<'a> = (i64, Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// One uncompressed records section of `records`, offset deltas 0, 1, ... in order.
+fn records_section(records: &[TestRecord<'_>]) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    for (i, (ts_delta, key, value)) in records.iter().enumerate() {
+        put_record(&mut out, *ts_delta, i as i64, *key, *value, &[]);
     }
-    out.push(z as u8);
+    out.to_vec()
+}
+
+/// A plain producer's batch (base offset 0, leader epoch -1, no producer id) around
+/// `section`, compressed as `codec` says.
+fn plain_batch(section: &[u8], codec: u8, count: usize, base_ts: i64, max_ts: i64) -> BytesMut {
+    let fields = BatchFields {
+        base_offset: 0,
+        leader_epoch: -1,
+        attributes: (codec & 0x07) as i16,
+        last_offset_delta: count as i32 - 1,
+        base_timestamp: base_ts,
+        max_timestamp: max_ts,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        records_count: count as i32,
+    };
+    frame_batch(&fields, &compress(codec, section))
 }
 
 pub const GZIP: u8 = 1;
@@ -48,31 +69,21 @@ pub const SNAPPY_XERIAL: u8 = 0x12;
 
 /// Encodes records `(timestamp_ms, value)` as Kafka's record format (key null, no headers).
 pub fn encode_records(base_ts: i64, records: &[(i64, Vec<u8>)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut body = Vec::new();
-    for (i, (ts, value)) in records.iter().enumerate() {
-        body.clear();
-        body.push(0); // attributes
-        put_varlong(&mut body, ts - base_ts);
-        put_varlong(&mut body, i as i64);
-        put_varlong(&mut body, -1); // null key
-        put_varlong(&mut body, value.len() as i64);
-        body.extend_from_slice(value);
-        put_varlong(&mut body, 0); // headers
-        put_varlong(&mut out, body.len() as i64);
-        out.extend_from_slice(&body);
-    }
-    out
+    let records: Vec<TestRecord<'_>> = records
+        .iter()
+        .map(|(ts, value)| (ts - base_ts, None, Some(value.as_slice())))
+        .collect();
+    records_section(&records)
 }
 
+/// `raw` compressed as a producer writes it (keel-vocab's codec), or for [`SNAPPY`] raw (as
+/// the broker's recompression writes it) and for [`SNAPPY_XERIAL`] in xerial blocks of 100
+/// bytes (many blocks from a small batch).
 fn compress(codec: u8, raw: &[u8]) -> Vec<u8> {
+    let producer = |codec| keel_vocab::records::compress(codec, raw).unwrap();
     match codec {
         0 => raw.to_vec(),
-        GZIP => {
-            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-            e.write_all(raw).unwrap();
-            e.finish().unwrap()
-        }
+        GZIP => producer(Codec::Gzip),
         SNAPPY => snap::raw::Encoder::new().compress_vec(raw).unwrap(),
         SNAPPY_XERIAL => {
             let mut out = b"\x82SNAPPY\0".to_vec();
@@ -85,12 +96,8 @@ fn compress(codec: u8, raw: &[u8]) -> Vec<u8> {
             }
             out
         }
-        LZ4 => {
-            let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
-            e.write_all(raw).unwrap();
-            e.finish().unwrap()
-        }
-        ZSTD => zstd::encode_all(raw, 1).unwrap(),
+        LZ4 => producer(Codec::Lz4),
+        ZSTD => producer(Codec::Zstd),
         other => panic!("unknown codec {other}"),
     }
 }
@@ -101,26 +108,13 @@ pub fn batch_with(records: &[(i64, Vec<u8>)], codec: u8) -> BytesMut {
     assert!(!records.is_empty());
     let base_ts = records[0].0;
     let max_ts = records.iter().map(|r| r.0).max().unwrap();
-    let payload = compress(codec, &encode_records(base_ts, records));
-    let attributes: i16 = (codec & 0x07) as i16;
-    let mut b = BytesMut::new();
-    b.put_i64(0);
-    b.put_i32((49 + payload.len()) as i32);
-    b.put_i32(-1);
-    b.put_i8(2);
-    b.put_u32(0);
-    b.put_i16(attributes);
-    b.put_i32(records.len() as i32 - 1);
-    b.put_i64(base_ts);
-    b.put_i64(max_ts);
-    b.put_i64(-1);
-    b.put_i16(-1);
-    b.put_i32(-1);
-    b.put_i32(records.len() as i32);
-    b.put_slice(&payload);
-    let crc = compute_crc(&b);
-    b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
-    b
+    plain_batch(
+        &encode_records(base_ts, records),
+        codec,
+        records.len(),
+        base_ts,
+        max_ts,
+    )
 }
 
 /// An uncompressed batch of `count` records with timestamps `ts, ts+1, ...` and values of
@@ -149,45 +143,11 @@ pub fn batches_in(bytes: &[u8]) -> Vec<(i64, i64, usize)> {
 /// timestamp `ts`, compressed with `codec`.
 pub fn keyed_batch(records: &[(Option<&str>, Option<&str>)], ts: i64, codec: u8) -> BytesMut {
     assert!(!records.is_empty());
-    let mut raw = Vec::new();
-    let mut body = Vec::new();
-    for (i, (key, value)) in records.iter().enumerate() {
-        body.clear();
-        body.push(0);
-        put_varlong(&mut body, 0);
-        put_varlong(&mut body, i as i64);
-        for field in [key, value] {
-            match field {
-                Some(f) => {
-                    put_varlong(&mut body, f.len() as i64);
-                    body.extend_from_slice(f.as_bytes());
-                }
-                None => put_varlong(&mut body, -1),
-            }
-        }
-        put_varlong(&mut body, 0);
-        put_varlong(&mut raw, body.len() as i64);
-        raw.extend_from_slice(&body);
-    }
-    let payload = compress(codec, &raw);
-    let mut b = BytesMut::new();
-    b.put_i64(0);
-    b.put_i32((49 + payload.len()) as i32);
-    b.put_i32(-1);
-    b.put_i8(2);
-    b.put_u32(0);
-    b.put_i16((codec & 0x07) as i16);
-    b.put_i32(records.len() as i32 - 1);
-    b.put_i64(ts);
-    b.put_i64(ts);
-    b.put_i64(-1);
-    b.put_i16(-1);
-    b.put_i32(-1);
-    b.put_i32(records.len() as i32);
-    b.put_slice(&payload);
-    let crc = compute_crc(&b);
-    b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
-    b
+    let records: Vec<TestRecord<'_>> = records
+        .iter()
+        .map(|(k, v)| (0, k.map(str::as_bytes), v.map(str::as_bytes)))
+        .collect();
+    plain_batch(&records_section(&records), codec, records.len(), ts, ts)
 }
 
 /// `b` (a batch from [`batch`] or [`batch_with`]) as an idempotent producer's: producer id,
@@ -240,39 +200,16 @@ pub fn marker_batch(
     coordinator_epoch: i32,
     ts: i64,
 ) -> BytesMut {
-    use crate::batch::{CONTROL_BIT, TRANSACTIONAL_BIT};
-    let key = [0u8, 0, 0, u8::from(commit)];
-    let mut value = vec![0u8, 0];
-    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
-    let mut body = vec![0u8]; // attributes
-    put_varlong(&mut body, 0); // timestampDelta
-    put_varlong(&mut body, 0); // offsetDelta
-    put_varlong(&mut body, key.len() as i64);
-    body.extend_from_slice(&key);
-    put_varlong(&mut body, value.len() as i64);
-    body.extend_from_slice(&value);
-    put_varlong(&mut body, 0); // headers
-    let mut payload = Vec::new();
-    put_varlong(&mut payload, body.len() as i64);
-    payload.extend_from_slice(&body);
-    let mut b = BytesMut::new();
-    b.put_i64(0);
-    b.put_i32((49 + payload.len()) as i32);
-    b.put_i32(-1);
-    b.put_i8(2);
-    b.put_u32(0);
-    b.put_i16(CONTROL_BIT | TRANSACTIONAL_BIT);
-    b.put_i32(0);
-    b.put_i64(ts);
-    b.put_i64(ts);
-    b.put_i64(producer_id);
-    b.put_i16(producer_epoch);
-    b.put_i32(-1);
-    b.put_i32(1);
-    b.put_slice(&payload);
-    let crc = compute_crc(&b);
-    b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
-    b
+    BytesMut::from(
+        &end_txn_marker_batch(
+            producer_id,
+            producer_epoch,
+            commit,
+            coordinator_epoch,
+            ts,
+            -1,
+        )[..],
+    )
 }
 
 /// An uncompressed transactional batch of `count` records (timestamp `ts`) from producer

@@ -122,3 +122,10 @@ mod tests {
         assert_eq!(i16::from(ErrorCode::of(ResponseError::UnknownMemberId)), 25);
     }
 }
+
+/// Why bytes are not a readable record batch (from the network or the disk).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordsError {
+    #[error("{0}")]
+    Corrupt(String),
+}

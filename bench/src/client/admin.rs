@@ -239,7 +239,7 @@ impl Connections {
         if let Some(c) = self.conns.borrow().get(addr).filter(|c| !c.is_broken()) {
             return Ok(c.clone());
         }
-        let c = Conn::connect(addr).await?;
+        let c = super::conn::connect(addr).await?;
         self.conns.borrow_mut().insert(addr.to_string(), c.clone());
         Ok(c)
     }

@@ -7,35 +7,24 @@
 //! the answer is one error code per partition, in the caller's order. A partition the answer
 //! leaves out gets UNKNOWN_SERVER_ERROR, so the caller retries it.
 //!
-//! Runs on the shard of the coordinator that asks, which owns its [`MarkerClients`]: a few idle
-//! connections per target broker, reused for the next request. A connection is in use by one
-//! request at a time (taken out of the pool, given back after a whole answer); concurrent
-//! requests to one broker open more. Any error drops the connection: a cached one that breaks
-//! (I/O error) is replaced once by a fresh one at once, anything else is the caller's to retry.
-//!
-//! Every byte of the answer is hostile: the frame size is bounded by [`RESPONSE_BYTES_MAX`],
-//! the correlation id must match, decoding runs inside `catch_unwind`. Connecting is bounded
-//! by [`CONNECT_TIMEOUT_MS`], the whole exchange by [`REQUEST_TIMEOUT_MS`]. If the future is
-//! dropped midway the connection it holds is closed (never pooled half-read).
+//! Runs on the shard of the coordinator that asks, which owns its [`MarkerClients`]. This file
+//! builds the request and maps the answer; connections, framing, the checks on hostile answers
+//! and the timeouts are keel-client's [`Pool`] (a few idle connections per target broker,
+//! answers bounded by [`RESPONSE_BYTES_MAX`], connecting by [`CONNECT_TIMEOUT_MS`], the whole
+//! exchange by [`REQUEST_TIMEOUT_MS`]; a future dropped midway closes its connection).
 
-use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use glommio::net::TcpStream;
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, ProducerId, RequestHeader, ResponseHeader, WriteTxnMarkersRequest,
-    WriteTxnMarkersResponse,
+    ApiKey, ProducerId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::ResponseError;
-use tracing::debug;
+use keel_client::aio::{Pool, PoolConfig};
+use keel_client::ClientError;
 
 use crate::errors::code;
 use crate::metadata::BrokerMeta;
@@ -51,6 +40,13 @@ pub const REQUEST_TIMEOUT_MS: u64 = 15_000;
 pub const RESPONSE_BYTES_MAX: usize = 1 << 20;
 /// Idle connections kept per target broker.
 const IDLE_CONNECTIONS_PER_BROKER_MAX: usize = 2;
+
+const POOL: PoolConfig = PoolConfig {
+    connect_timeout_ms: CONNECT_TIMEOUT_MS,
+    request_timeout_ms: REQUEST_TIMEOUT_MS,
+    response_bytes_max: RESPONSE_BYTES_MAX,
+    idle_per_target_max: IDLE_CONNECTIONS_PER_BROKER_MAX,
+};
 
 /// One transaction's marker, as WriteTxnMarkers carries it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,18 +84,41 @@ impl MarkerClientError {
             }
         })
     }
-}
 
-struct Conn {
-    stream: TcpStream,
-    addr: SocketAddr,
+    fn from_client(addr: SocketAddr, e: ClientError) -> MarkerClientError {
+        let addr = addr.to_string();
+        match e {
+            ClientError::Connect { source, .. } => MarkerClientError::Connect {
+                addr,
+                reason: source.to_string(),
+            },
+            ClientError::Io { source, .. } => MarkerClientError::Io {
+                addr,
+                reason: source.to_string(),
+            },
+            ClientError::Timeout { timeout_ms, .. } => {
+                MarkerClientError::Timeout { addr, timeout_ms }
+            }
+            ClientError::Encode { reason, .. } => MarkerClientError::Encode(reason),
+            other => MarkerClientError::BadResponse {
+                addr,
+                reason: other.to_string(),
+            },
+        }
+    }
 }
 
 /// One shard's connections to other brokers, for markers.
-#[derive(Default)]
 pub struct MarkerClients {
-    idle: RefCell<HashMap<i32, Vec<Conn>>>,
-    next_correlation_id: Cell<i32>,
+    pool: Pool,
+}
+
+impl Default for MarkerClients {
+    fn default() -> Self {
+        MarkerClients {
+            pool: Pool::new(POOL),
+        }
+    }
 }
 
 impl MarkerClients {
@@ -113,42 +132,24 @@ impl MarkerClients {
         partitions: &[(String, i32)],
     ) -> Result<Vec<i16>, MarkerClientError> {
         let addr = resolve(broker)?;
-        let correlation_id = self.next_correlation_id.get();
-        self.next_correlation_id
-            .set(correlation_id.wrapping_add(1) & i32::MAX);
-        let frame = encode_request(node_id, correlation_id, marker, partitions)?;
-        let response = match self.take_idle(broker.id, addr) {
-            Some(conn) => match timed(addr, exchange(conn, &frame, correlation_id)).await {
-                Ok(r) => Ok(r),
-                // A stale connection (the peer closed it while idle): once more, fresh.
-                Err(e @ MarkerClientError::Io { .. }) => {
-                    debug!(broker = broker.id, error = %e, "cached marker connection failed; reconnecting");
-                    timed(addr, exchange(connect(addr).await?, &frame, correlation_id)).await
-                }
-                Err(e) => Err(e),
-            },
-            None => timed(addr, exchange(connect(addr).await?, &frame, correlation_id)).await,
-        };
-        let (conn, response) = response?;
-        self.give_back(broker.id, conn);
+        let response: WriteTxnMarkersResponse = self
+            .pool
+            .request(
+                broker.id,
+                addr,
+                &client_id(node_id),
+                ApiKey::WriteTxnMarkers,
+                API_VERSION,
+                &request(marker, partitions),
+            )
+            .await
+            .map_err(|e| MarkerClientError::from_client(addr, e))?;
         Ok(error_codes(&response, marker.producer_id, partitions))
     }
+}
 
-    fn take_idle(&self, broker_id: i32, addr: SocketAddr) -> Option<Conn> {
-        let mut idle = self.idle.borrow_mut();
-        let conns = idle.get_mut(&broker_id)?;
-        // A broker that moved: its old connections go.
-        conns.retain(|c| c.addr == addr);
-        conns.pop()
-    }
-
-    fn give_back(&self, broker_id: i32, conn: Conn) {
-        let mut idle = self.idle.borrow_mut();
-        let conns = idle.entry(broker_id).or_default();
-        if conns.len() < IDLE_CONNECTIONS_PER_BROKER_MAX {
-            conns.push(conn);
-        }
-    }
+fn client_id(node_id: i32) -> String {
+    format!("keel-broker-{node_id}")
 }
 
 /// The broker's address. A host that is not an IP address is resolved with the system
@@ -170,83 +171,9 @@ fn resolve(broker: &BrokerMeta) -> Result<SocketAddr, MarkerClientError> {
         .ok_or_else(|| err("the host has no address".to_string()))
 }
 
-async fn connect(addr: SocketAddr) -> Result<Conn, MarkerClientError> {
-    let stream = TcpStream::connect_timeout(addr, Duration::from_millis(CONNECT_TIMEOUT_MS))
-        .await
-        .map_err(|e| MarkerClientError::Connect {
-            addr: addr.to_string(),
-            reason: e.to_string(),
-        })?;
-    let _ = stream.set_nodelay(true);
-    Ok(Conn { stream, addr })
-}
-
-/// `work`, or a timeout error after [`REQUEST_TIMEOUT_MS`] (dropping `work` and its connection).
-async fn timed<T>(
-    addr: SocketAddr,
-    work: impl std::future::Future<Output = Result<T, MarkerClientError>>,
-) -> Result<T, MarkerClientError> {
-    futures_lite::future::or(work, async {
-        glommio::timer::sleep(Duration::from_millis(REQUEST_TIMEOUT_MS)).await;
-        Err(MarkerClientError::Timeout {
-            addr: addr.to_string(),
-            timeout_ms: REQUEST_TIMEOUT_MS,
-        })
-    })
-    .await
-}
-
-/// Sends one request frame and reads its answer; the connection comes back only after a
-/// whole, well-formed answer.
-async fn exchange(
-    mut conn: Conn,
-    frame: &[u8],
-    correlation_id: i32,
-) -> Result<(Conn, WriteTxnMarkersResponse), MarkerClientError> {
-    let addr = conn.addr.to_string();
-    let io = |e: std::io::Error| MarkerClientError::Io {
-        addr: addr.clone(),
-        reason: e.to_string(),
-    };
-    conn.stream.write_all(frame).await.map_err(io)?;
-    conn.stream.flush().await.map_err(io)?;
-    let mut size_buf = [0u8; 4];
-    conn.stream.read_exact(&mut size_buf).await.map_err(io)?;
-    let size = check_response_size(i32::from_be_bytes(size_buf)).map_err(|reason| {
-        MarkerClientError::BadResponse {
-            addr: addr.clone(),
-            reason,
-        }
-    })?;
-    let mut body = BytesMut::zeroed(size);
-    conn.stream.read_exact(&mut body).await.map_err(io)?;
-    let response = decode_response(body.freeze(), correlation_id).map_err(|reason| {
-        MarkerClientError::BadResponse {
-            addr: addr.clone(),
-            reason,
-        }
-    })?;
-    Ok((conn, response))
-}
-
-/// An answer frame's size: at least a correlation id, at most [`RESPONSE_BYTES_MAX`].
-fn check_response_size(size: i32) -> Result<usize, String> {
-    match usize::try_from(size) {
-        Ok(s) if (4..=RESPONSE_BYTES_MAX).contains(&s) => Ok(s),
-        _ => Err(format!(
-            "frame of {size} bytes is outside 4..={RESPONSE_BYTES_MAX}"
-        )),
-    }
-}
-
-/// The whole request frame: size, header (v2, client id `keel-broker-<node_id>`), body.
-fn encode_request(
-    node_id: i32,
-    correlation_id: i32,
-    marker: Marker,
-    partitions: &[(String, i32)],
-) -> Result<Bytes, MarkerClientError> {
-    // By topic, in first-seen order; the answer is matched by name and index, not position.
+/// The request: one marker, its partitions by topic in first-seen order (the answer is
+/// matched by name and index, not position).
+fn request(marker: Marker, partitions: &[(String, i32)]) -> WriteTxnMarkersRequest {
     let mut topics: Vec<WritableTxnMarkerTopic> = Vec::new();
     for (topic, partition) in partitions {
         match topics.iter_mut().find(|t| t.name.0.as_str() == topic) {
@@ -258,58 +185,12 @@ fn encode_request(
             ),
         }
     }
-    let request =
-        WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
-            .with_producer_id(ProducerId(marker.producer_id))
-            .with_producer_epoch(marker.producer_epoch)
-            .with_transaction_result(marker.commit)
-            .with_topics(topics)
-            .with_coordinator_epoch(marker.coordinator_epoch)]);
-    let header = RequestHeader::default()
-        .with_request_api_key(ApiKey::WriteTxnMarkers as i16)
-        .with_request_api_version(API_VERSION)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_string(format!(
-            "keel-broker-{node_id}"
-        ))));
-    let mut buf = BytesMut::with_capacity(64 + 16 * partitions.len());
-    buf.put_i32(0);
-    let encode_err = |e: anyhow::Error| MarkerClientError::Encode(e.to_string());
-    header
-        .encode(
-            &mut buf,
-            ApiKey::WriteTxnMarkers.request_header_version(API_VERSION),
-        )
-        .map_err(encode_err)?;
-    request.encode(&mut buf, API_VERSION).map_err(encode_err)?;
-    let size = i32::try_from(buf.len() - 4)
-        .map_err(|_| MarkerClientError::Encode("request too large".to_string()))?;
-    buf[0..4].copy_from_slice(&size.to_be_bytes());
-    Ok(buf.freeze())
-}
-
-fn guarded<T>(f: impl FnOnce() -> anyhow::Result<T>) -> Result<T, String> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(format!("{e:#}")),
-        Err(_) => Err("decoder panicked".to_string()),
-    }
-}
-
-/// Decodes an answer frame (after its size): header, then a WriteTxnMarkers v1 body.
-fn decode_response(
-    mut body: Bytes,
-    correlation_id: i32,
-) -> Result<WriteTxnMarkersResponse, String> {
-    let header_version = ApiKey::WriteTxnMarkers.response_header_version(API_VERSION);
-    let header = guarded(|| ResponseHeader::decode(&mut body, header_version))?;
-    if header.correlation_id != correlation_id {
-        return Err(format!(
-            "correlation id {} for request {correlation_id}",
-            header.correlation_id
-        ));
-    }
-    guarded(|| WriteTxnMarkersResponse::decode(&mut body, API_VERSION))
+    WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+        .with_producer_id(ProducerId(marker.producer_id))
+        .with_producer_epoch(marker.producer_epoch)
+        .with_transaction_result(marker.commit)
+        .with_topics(topics)
+        .with_coordinator_epoch(marker.coordinator_epoch)])
 }
 
 /// One error code per requested partition, in order, from the answer's entries for
@@ -348,7 +229,7 @@ mod tests {
     use kafka_protocol::messages::write_txn_markers_response::{
         WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
     };
-    use std::io::{Read, Write};
+    use std::time::Duration;
 
     const MARKER: Marker = Marker {
         producer_id: 7,
@@ -387,7 +268,15 @@ mod tests {
 
     #[test]
     fn request_round_trips_through_the_server_decoder() {
-        let frame = encode_request(4, 9, MARKER, &parts()).unwrap();
+        let frame = keel_client::core::encode_request(
+            ApiKey::WriteTxnMarkers,
+            API_VERSION,
+            9,
+            &client_id(4),
+            &request(MARKER, &parts()),
+        )
+        .unwrap()
+        .freeze();
         let size = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
         assert_eq!(size, frame.len() - 4);
         let mut body = frame.slice(4..);
@@ -430,6 +319,18 @@ mod tests {
 
     #[test]
     fn hostile_answers_are_errors_not_panics() {
+        use bytes::Bytes;
+        use keel_client::core::frame_size;
+        let check_response_size =
+            |size: i32| frame_size(size.to_be_bytes(), RESPONSE_BYTES_MAX).map_err(|_| ());
+        let decode_response = |body: Bytes, correlation_id: i32| {
+            keel_client::core::decode_response::<WriteTxnMarkersResponse>(
+                ApiKey::WriteTxnMarkers,
+                API_VERSION,
+                correlation_id,
+                body,
+            )
+        };
         for size in [i32::MIN, -1, 0, 3, RESPONSE_BYTES_MAX as i32 + 1, i32::MAX] {
             assert!(check_response_size(size).is_err(), "{size}");
         }
@@ -462,19 +363,9 @@ mod tests {
     fn fake_broker(
         reply: impl FnOnce(i32) -> Vec<u8> + Send + 'static,
     ) -> (BrokerMeta, std::thread::JoinHandle<()>) {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let server = std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            let mut size = [0u8; 4];
-            s.read_exact(&mut size).unwrap();
-            let mut req = vec![0u8; i32::from_be_bytes(size) as usize];
-            s.read_exact(&mut req).unwrap();
-            let correlation_id = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
-            let _ = s.write_all(&reply(correlation_id));
-            // Hold the connection open a moment so the client reads what it was sent.
-            std::thread::sleep(Duration::from_millis(200));
-        });
+        // Held open a moment so the client reads what it was sent.
+        let (addr, server) = keel_client::testing::one_shot_peer(reply, Duration::from_millis(200));
+        let port = addr.port();
         let broker = BrokerMeta {
             id: 2,
             host: "127.0.0.1".to_string(),

@@ -1,31 +1,32 @@
-//! A minimal blocking Kafka client over `kafka-protocol`, for tests that need exact control
-//! of request fields (fetch long-poll, byte limits, sessions).
+//! A minimal blocking Kafka client for tests that need exact control of request fields
+//! (fetch long-poll, byte limits, sessions): keel-client's blocking transport, with the
+//! record batches of keel-vocab's codec.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+use keel_client::blocking::{Conn, ConnectOptions};
+use keel_vocab::records::{
+    end_txn_marker_batch, for_each_record_of, frame_batch, next_fetched_batch, put_record,
+    BatchBuilder, BatchFields, Codec, ProducerStamp,
 };
 
 pub struct Client {
-    stream: TcpStream,
-    correlation_id: i32,
+    conn: Conn,
 }
 
 impl Client {
     pub fn connect(addr: &str) -> Client {
-        let stream = TcpStream::connect(addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
+        let options = ConnectOptions {
+            client_id: "keel-test".to_string(),
+            connect_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(30),
+            response_bytes_max: 256 * 1024 * 1024,
+        };
         Client {
-            stream,
-            correlation_id: 0,
+            conn: Conn::connect(addr, options).unwrap(),
         }
     }
 
@@ -35,30 +36,7 @@ impl Client {
         version: i16,
         req: &Req,
     ) -> Resp {
-        self.correlation_id += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(api as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("keel-test")));
-        let mut buf = BytesMut::new();
-        buf.put_i32(0);
-        header
-            .encode(&mut buf, Req::header_version(version))
-            .unwrap();
-        req.encode(&mut buf, version).unwrap();
-        let size = (buf.len() - 4) as i32;
-        buf[0..4].copy_from_slice(&size.to_be_bytes());
-        self.stream.write_all(&buf).unwrap();
-        let mut size = [0u8; 4];
-        self.stream.read_exact(&mut size).unwrap();
-        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
-        self.stream.read_exact(&mut body).unwrap();
-        let mut body = Bytes::from(body);
-        let resp_header_version = api.response_header_version(version);
-        let rh = ResponseHeader::decode(&mut body, resp_header_version).unwrap();
-        assert_eq!(rh.correlation_id, self.correlation_id);
-        Resp::decode(&mut body, version).unwrap()
+        self.conn.request(api, version, req).unwrap()
     }
 }
 
@@ -66,38 +44,30 @@ pub fn topic(name: &str) -> TopicName {
     TopicName(StrBytes::from_string(name.to_string()))
 }
 
-/// One uncompressed batch of records with these values (keys k0, k1, ...).
+/// Records with these values (keys k0, k1, ...), uncompressed, one batch per record at base
+/// offsets 0, 1, ... (as the tests have always sent them).
 pub fn batch(values: &[&[u8]]) -> Bytes {
-    let records: Vec<Record> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
+    let mut out = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        let timestamp = 1_700_000_000_000 + i as i64;
+        let mut section = bytes::BytesMut::new();
+        let key = format!("k{i}");
+        put_record(&mut section, 0, 0, Some(key.as_bytes()), Some(v), &[]);
+        let fields = BatchFields {
+            base_offset: i as i64,
+            leader_epoch: 0,
+            attributes: 0,
+            last_offset_delta: 0,
+            base_timestamp: timestamp,
+            max_timestamp: timestamp,
             producer_id: -1,
             producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: -1,
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::copy_from_slice(v)),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.freeze()
+            base_sequence: -1,
+            records_count: 1,
+        };
+        out.extend_from_slice(&frame_batch(&fields, &section));
+    }
+    Bytes::from(out)
 }
 
 /// One uncompressed batch from producer `producer_id` at `producer_epoch` (transactional or
@@ -110,36 +80,18 @@ pub fn producer_batch(
     transactional: bool,
     values: &[&[u8]],
 ) -> Bytes {
-    let records: Vec<Record> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| Record {
-            transactional,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id,
-            producer_epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: base_sequence.wrapping_add(i as i32),
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::copy_from_slice(v)),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.freeze()
+    let mut b = BatchBuilder::new().with_leader_epoch(0);
+    for (i, v) in values.iter().enumerate() {
+        let key = format!("k{i}");
+        b.push(1_700_000_000_000 + i as i64, Some(key.as_bytes()), v);
+    }
+    let stamp = ProducerStamp {
+        producer_id,
+        epoch: producer_epoch,
+        base_sequence,
+        transactional,
+    };
+    b.finish_stamped(Codec::None, Some(stamp)).unwrap()
 }
 
 /// Kafka's `EndTransactionMarker` as the coordinator writes it: a transactional control batch
@@ -151,51 +103,28 @@ pub fn marker_batch(
     commit: bool,
     coordinator_epoch: i32,
 ) -> Bytes {
-    let mut value = vec![0u8, 0];
-    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
-    let record = Record {
-        transactional: true,
-        control: true,
-        delete_horizon: false,
-        partition_leader_epoch: 0,
+    end_txn_marker_batch(
         producer_id,
         producer_epoch,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: -1,
-        timestamp: 1_700_000_000_000,
-        key: Some(Bytes::from(vec![0, 0, 0, u8::from(commit)])),
-        value: Some(Bytes::from(value)),
-        headers: Default::default(),
-    };
-    encode(&[record])
-}
-
-fn encode(records: &[Record]) -> Bytes {
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
+        commit,
+        coordinator_epoch,
+        1_700_000_000_000,
+        0,
     )
-    .unwrap();
-    buf.freeze()
 }
 
-/// (offset, value) of every record in a fetch response's records.
+/// (offset, value) of every record in a fetch response's records, control records included.
 pub fn values(records: &Option<Bytes>) -> Vec<(i64, Vec<u8>)> {
     let mut out = Vec::new();
     let Some(b) = records else { return out };
-    let mut b = b.clone();
-    while b.has_remaining() {
-        let set = RecordBatchDecoder::decode(&mut b).unwrap();
-        for r in set.records {
-            out.push((r.offset, r.value.map(|v| v.to_vec()).unwrap_or_default()));
-        }
+    let mut pos = 0;
+    while let Some((header, batch)) = next_fetched_batch(b, &mut pos).unwrap() {
+        for_each_record_of(&header, batch, |r| {
+            out.push((r.offset, r.value.map(<[u8]>::to_vec).unwrap_or_default()))
+        })
+        .unwrap();
     }
+    assert_eq!(pos, b.len(), "a partial batch at the end of the records");
     out
 }
 
@@ -236,6 +165,21 @@ pub fn create_topic(c: &mut Client, name: &str, partitions: i32) {
             .with_replication_factor(1)]);
     let resp: CreateTopicsResponse = c.send(ApiKey::CreateTopics, 7, &req);
     assert_eq!(resp.topics[0].error_code, 0, "{resp:?}");
+}
+
+/// ListOffsets for one partition at `timestamp` (-1 latest, -2 earliest, else milliseconds),
+/// as a consumer asks it (replica -1, no leader epoch, read_uncommitted unless set after).
+pub fn list_offsets_request(name: &str, partition: i32, timestamp: i64) -> ListOffsetsRequest {
+    ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
+            .with_name(topic(name))
+            .with_partitions(vec![
+                list_offsets_request::ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(timestamp),
+            ])])
 }
 
 pub fn fetch_request(
