@@ -3,8 +3,8 @@
 //!
 //! The first byte selects the reader; the rest is split at the second byte (a key length) into
 //! a key and a value where the reader takes both:
-//! - 0: `group::records::walk_batches_with` over record batches (the loader's walk, with
-//!   kafka-protocol's `RecordBatchDecoder`), each record into `group::records::decode_record`.
+//! - 0: `group::records::walk_batches_with` over record batches (the loader's walk, on
+//!   keel-vocab's batch codec), each record into `group::records::decode_record`.
 //! - 1: `group::records::decode_record` (offset commits and classic group metadata).
 //! - 2: `group::consumer_group_records::decode_record` and `record_group` (KIP-848 groups).
 //! - 3: `txn::transaction_log::decode_record` (transaction log keys and values).

@@ -2,8 +2,8 @@
 //! header and CRC validation (`validate_batches`, `validate_one`), the record walks
 //! (`find_record`, `end_txn_marker`, the compaction parser behind `unkeyed_records`,
 //! `build_offset_map` and `clean_segment`), the header-only scans, decompression and
-//! recompression; and `kafka-protocol`'s `RecordBatchDecoder`, which the group and
-//! transaction coordinators use to read their own logs back.
+//! recompression; and keel-coordinator's `walk_batches_with`, with which the group and
+//! transaction coordinators read their own logs back.
 //!
 //! Input: one control byte, then the batches. Control bit 0 rewrites every batch's CRC and bit 1
 //! stretches the first batch's `batchLength` over the whole input, so the fuzzer reaches the
@@ -14,7 +14,7 @@
 #![no_main]
 
 use bytes::Bytes;
-use kafka_protocol::records::RecordBatchDecoder;
+use keel_coordinator::group::records::walk_batches_with;
 use keel_storage::compact::{build_offset_map, clean_segment, AbortedTxns, CleanParams, OffsetMap};
 use keel_storage::fuzzing::{
     compute_crc, decompress, find_record, unkeyed_records, validate_one, BatchHeader,
@@ -46,10 +46,11 @@ fuzz_target!(|data: &[u8]| {
     walk_validated(&batches);
     compact(&batches);
     recompress(&batches, codec_to);
-    // The coordinators' reader of their own logs (group/records.rs `walk_batches_with`).
+    // The coordinators' reader of their own logs (keel-coordinator's `walk_batches_with`, on
+    // keel-vocab's codec).
     let batches = Bytes::from(batches);
-    let _ = RecordBatchDecoder::decode(&mut batches.clone());
-    let _ = RecordBatchDecoder::decode_all(&mut batches.clone());
+    let mut unreadable = 0u64;
+    let _ = walk_batches_with(&batches, &mut unreadable, |_, _, _| {});
 });
 
 /// Sets the first batch's `batchLength` so that it ends where the input ends.

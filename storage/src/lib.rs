@@ -15,6 +15,7 @@
 mod batch;
 pub mod codec;
 pub mod compact;
+pub mod compression_type;
 mod epoch;
 mod error;
 pub mod file_cache;

@@ -68,7 +68,7 @@ pub struct LogConfig {
     pub message_timestamp_type: TimestampType,
     /// `compression.type`: `producer` stores batches as sent; any other codec rewrites batches
     /// that differ (see `codec.rs`).
-    pub compression_type: crate::codec::CompressionType,
+    pub compression_type: crate::compression_type::CompressionType,
     /// `compression.gzip.level`, `compression.lz4.level`, `compression.zstd.level` (KIP-390).
     pub compression_gzip_level: i32,
     pub compression_lz4_level: i32,
@@ -113,10 +113,10 @@ impl Default for LogConfig {
             index_interval_bytes: 4096,
             flush_policy: FlushPolicy::Group,
             message_timestamp_type: TimestampType::CreateTime,
-            compression_type: crate::codec::CompressionType::Producer,
-            compression_gzip_level: crate::codec::GZIP_LEVEL_DEFAULT,
-            compression_lz4_level: crate::codec::LZ4_LEVEL_DEFAULT,
-            compression_zstd_level: crate::codec::ZSTD_LEVEL_DEFAULT,
+            compression_type: crate::compression_type::CompressionType::Producer,
+            compression_gzip_level: crate::compression_type::GZIP_LEVEL_DEFAULT,
+            compression_lz4_level: crate::compression_type::LZ4_LEVEL_DEFAULT,
+            compression_zstd_level: crate::compression_type::ZSTD_LEVEL_DEFAULT,
             tail_cache_bytes: 4 * 1024 * 1024,
             retention_ms: 604_800_000,
             retention_bytes: -1,

@@ -181,13 +181,7 @@ fn append_records(
             bytes += k.len() + v.as_ref().map_or(0, Bytes::len) + 32;
             end += 1;
         }
-        match records::encode_records_batch(&records[start..end], now) {
-            Ok(b) => buf.extend_from_slice(&b),
-            Err(e) => {
-                error!(partition = p, error = %e, "encoding coordinator records failed");
-                return Err(ErrorCode::of(ResponseError::UnknownServerError));
-            }
-        }
+        buf.extend_from_slice(&records::encode_records_batch(&records[start..end], now));
         start = end;
     }
     let info = part
@@ -370,8 +364,7 @@ pub async fn txn_commit_offsets(
     };
     let encoded: Vec<(Bytes, Option<Bytes>)> = changes.iter().map(OffsetChange::encode).collect();
     let batch =
-        records::encode_transactional_batch(&encoded, req.producer_id, req.producer_epoch, now)
-            .map_err(|_| ErrorCode::of(ResponseError::UnknownServerError))?;
+        records::encode_transactional_batch(&encoded, req.producer_id, req.producer_epoch, now);
     let info = part
         .log
         .append_from_coordinator(batch, LeaderEpoch(part.leader_epoch.get()), now)

@@ -33,9 +33,6 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use kafka_protocol::messages::ApiKey;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use kafka_protocol::ResponseError;
 use keel_shard::Event;
 use keel_storage::{LeaderEpoch, Offset, StorageError};
@@ -54,6 +51,7 @@ use keel_coordinator::txn::transaction_coordinator::{
     TxnAction, TxnConfig, Write,
 };
 use keel_coordinator::TRANSACTION_STATE_TOPIC;
+use keel_vocab::records::end_txn_marker_batch;
 use keel_vocab::ErrorCode;
 use keel_vocab::TopicPartition;
 
@@ -251,11 +249,7 @@ async fn append(shard: &Rc<BrokerShard>, p: i32, write: &Write) -> Result<(), Er
     let batch = keel_coordinator::group::records::encode_records_batch(
         &[(write.key.clone(), write.value.clone())],
         now,
-    )
-    .map_err(|e| {
-        error!(partition = p, error = %e, "encoding a transaction record failed");
-        ErrorCode::of(ResponseError::UnknownServerError)
-    })?;
+    );
     let info = part
         .log
         .append(batch, LeaderEpoch(part.leader_epoch.get()), now)
@@ -484,48 +478,6 @@ async fn write_marker(
         .unwrap_or(Err(ErrorCode::of(ResponseError::CoordinatorNotAvailable)))
 }
 
-/// Kafka's `EndTransactionMarker` as a control batch (one record: key = version 0 and the
-/// type, 0 abort / 1 commit; value = version 0 and the coordinator epoch).
-pub fn marker_batch(
-    producer_id: i64,
-    producer_epoch: i16,
-    commit: bool,
-    coordinator_epoch: i32,
-    now_ms: i64,
-) -> anyhow::Result<bytes::BytesMut> {
-    let mut key = bytes::BytesMut::with_capacity(4);
-    key.extend_from_slice(&0i16.to_be_bytes());
-    key.extend_from_slice(&i16::from(commit).to_be_bytes());
-    let mut value = bytes::BytesMut::with_capacity(6);
-    value.extend_from_slice(&0i16.to_be_bytes());
-    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
-    let record = Record {
-        transactional: true,
-        control: true,
-        partition_leader_epoch: 0,
-        producer_id,
-        producer_epoch,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: -1,
-        timestamp: now_ms,
-        key: Some(key.freeze()),
-        value: Some(value.freeze()),
-        headers: Default::default(),
-        delete_horizon: false,
-    };
-    let mut buf = bytes::BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        [&record],
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )?;
-    Ok(buf)
-}
-
 /// Appends a marker on this shard (the partition's owner) and waits for its commit; in a
 /// `__consumer_offsets` partition the producer's transactional offsets then take effect
 /// (COMMIT) or go (ABORT).
@@ -542,8 +494,18 @@ pub async fn append_marker(
         return Err(ErrorCode::of(ResponseError::NotLeaderOrFollower));
     };
     let now = shard.clock.now_ms();
-    let batch = marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now)
-        .map_err(|_| ErrorCode::of(ResponseError::UnknownServerError))?;
+    // Kafka's `EndTransactionMarker` (keel-vocab's codec); the append stamps the leader epoch.
+    let marker = end_txn_marker_batch(
+        producer_id,
+        producer_epoch,
+        commit,
+        coordinator_epoch,
+        now,
+        0,
+    );
+    let batch = marker
+        .try_into_mut()
+        .unwrap_or_else(|shared| bytes::BytesMut::from(&shared[..]));
     let info = part
         .log
         .append(batch, LeaderEpoch(part.leader_epoch.get()), now)

@@ -23,8 +23,8 @@
 //! malformed and never panics, and allocates no more than the bytes it was given justify.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+use keel_vocab::records::{
+    compute_crc, for_each_record_of, BatchBuilder, BatchHeader, Codec, ProducerStamp, MAGIC_V2,
 };
 use keel_vocab::wire::{put_bytes, put_nullable_string, put_string, Reader};
 
@@ -50,13 +50,6 @@ pub const GROUP_METADATA_VALUE_VERSION: i16 = 3;
 /// The fewest bytes one member of a `GroupMetadataValue` takes (version 0: three empty
 /// strings, the session timeout and two empty byte arrays); bounds what a count preallocates.
 const MEMBER_METADATA_BYTES_MIN: usize = 3 * 2 + 4 + 2 * 4;
-
-/// Offsets of the fields of a record batch header (magic 2) this module reads.
-const BATCH_LENGTH_AT: usize = 8;
-const LAST_OFFSET_DELTA_AT: usize = 23;
-const BATCH_HEADER_BYTES: usize = 61;
-/// Bytes before the batch length field counts from: base offset and the length itself.
-const BATCH_LOG_OVERHEAD: usize = 12;
 
 /// The key of a committed offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -383,7 +376,7 @@ pub fn decode_record(key: Option<Bytes>, value: Option<Bytes>) -> CoordinatorRec
 
 /// One uncompressed record batch (magic 2) holding `changes` in order, stamped `now_ms`.
 #[cfg(test)]
-pub fn encode_batch(changes: &[OffsetChange], now_ms: i64) -> anyhow::Result<BytesMut> {
+pub fn encode_batch(changes: &[OffsetChange], now_ms: i64) -> BytesMut {
     let records: Vec<_> = changes.iter().map(OffsetChange::encode).collect();
     encode_records_batch(&records, now_ms)
 }
@@ -391,57 +384,34 @@ pub fn encode_batch(changes: &[OffsetChange], now_ms: i64) -> anyhow::Result<Byt
 /// One uncompressed record batch (magic 2) holding the (key, value) records in order (from
 /// [`OffsetChange::encode`] and [`GroupMetadataChange::encode`], mixed as a write needs:
 /// deleting a group writes its offsets' tombstones and its own together), stamped `now_ms`.
-pub fn encode_records_batch(
-    records: &[(Bytes, Option<Bytes>)],
-    now_ms: i64,
-) -> anyhow::Result<BytesMut> {
+pub fn encode_records_batch(records: &[(Bytes, Option<Bytes>)], now_ms: i64) -> BytesMut {
     encode_batch_of(records, None, now_ms)
 }
 
-/// One batch of `records`; with `producer` (id, epoch) a transactional one of that producer.
+/// One batch of `records` with keel-vocab's codec, uncompressed; with `producer` (id, epoch) a
+/// transactional one of that producer, base sequence 0 (as Kafka's coordinator writes it).
+/// Without one, no producer id and base sequence -1 (not idempotent).
 fn encode_batch_of(
     records: &[(Bytes, Option<Bytes>)],
     producer: Option<(i64, i16)>,
     now_ms: i64,
-) -> anyhow::Result<BytesMut> {
-    let (producer_id, producer_epoch) = producer.unwrap_or((-1, -1));
-    let records: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, (key, value))| Record {
-            transactional: producer.is_some(),
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id,
-            producer_epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // The encoder starts a new batch wherever `offset - sequence` changes; keeping it
-            // constant keeps every record in one batch. Without a producer its base sequence
-            // stays -1 (not idempotent); a transactional batch starts at 0, as Kafka's
-            // coordinator writes it.
-            sequence: if producer.is_some() {
-                i as i32
-            } else {
-                (i as i32).wrapping_sub(1)
-            },
-            timestamp: now_ms,
-            key: Some(key.clone()),
-            value: value.clone(),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )?;
-    Ok(buf)
+) -> BytesMut {
+    let mut batch = BatchBuilder::new();
+    for (key, value) in records {
+        batch.push_record(now_ms, Some(key), value.as_deref(), &[]);
+    }
+    let stamp = producer.map(|(producer_id, epoch)| ProducerStamp {
+        producer_id,
+        epoch,
+        base_sequence: 0,
+        transactional: true,
+    });
+    let framed = batch
+        .finish_stamped(Codec::None, stamp)
+        .expect("an uncompressed batch always frames");
+    framed
+        .try_into_mut()
+        .unwrap_or_else(|shared| BytesMut::from(&shared[..]))
 }
 
 /// A transactional offset commit (TxnOffsetCommit): the records in one batch carrying the
@@ -453,7 +423,7 @@ pub fn encode_transactional_batch(
     producer_id: i64,
     producer_epoch: i16,
     now_ms: i64,
-) -> anyhow::Result<BytesMut> {
+) -> BytesMut {
     encode_batch_of(records, Some((producer_id, producer_epoch)), now_ms)
 }
 
@@ -504,34 +474,41 @@ pub fn walk_batches_with(
 ) -> Option<i64> {
     let mut pos = 0usize;
     let mut next = None;
-    while bytes.len() - pos >= BATCH_HEADER_BYTES {
-        let at = |o: usize, n: usize| &bytes[pos + o..pos + o + n];
-        let base_offset = i64::from_be_bytes(at(0, 8).try_into().ok()?);
-        let length = i32::from_be_bytes(at(BATCH_LENGTH_AT, 4).try_into().ok()?);
-        let last_offset_delta = i32::from_be_bytes(at(LAST_OFFSET_DELTA_AT, 4).try_into().ok()?);
-        let size = usize::try_from(length).ok()? + BATCH_LOG_OVERHEAD;
-        if size < BATCH_HEADER_BYTES || bytes.len() - pos < size {
+    while let Some(header) = bytes.get(pos..).and_then(BatchHeader::parse) {
+        if bytes.len() - pos < header.size {
             break;
         }
-        let mut batch = bytes.slice(pos..pos + size);
-        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            RecordBatchDecoder::decode(&mut batch)
-        }));
-        match decoded {
-            Ok(Ok(set)) => {
-                for r in set.records {
-                    let kind = BatchKind {
-                        producer_id: r.producer_id,
-                        transactional: r.transactional,
-                        control: r.control,
-                    };
-                    each(kind, r.key, r.value);
+        let batch = &bytes[pos..pos + header.size];
+        // A batch is read whole or not at all: its records are collected first.
+        let mut records = Vec::new();
+        let read = if header.magic != MAGIC_V2 || compute_crc(batch) != header.crc {
+            Err(())
+        } else {
+            for_each_record_of(&header, batch, |r| {
+                let copy = |b: Option<&[u8]>| b.map(Bytes::copy_from_slice);
+                records.push((copy(r.key), copy(r.value)));
+            })
+            .map_err(|_| ())
+        };
+        match read {
+            Ok(()) => {
+                let kind = BatchKind {
+                    producer_id: header.producer_id,
+                    transactional: header.is_transactional(),
+                    control: header.is_control(),
+                };
+                for (k, v) in records {
+                    each(kind, k, v);
                 }
             }
-            _ => *unreadable += 1,
+            Err(()) => *unreadable += 1,
         }
-        next = Some(base_offset.saturating_add(i64::from(last_offset_delta.max(0)) + 1));
-        pos += size;
+        next = Some(
+            header
+                .base_offset
+                .saturating_add(i64::from(header.last_offset_delta.max(0)) + 1),
+        );
+        pos += header.size;
     }
     next
 }

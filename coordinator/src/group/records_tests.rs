@@ -57,7 +57,7 @@ fn batch_round_trip_with_tombstone() {
         ),
         OffsetChange::Delete(key("g1", "a", 1)),
     ];
-    let mut batch = encode_batch(&changes, 5).unwrap();
+    let mut batch = encode_batch(&changes, 5);
     // Pretend the log stamped base offset 100.
     batch[0..8].copy_from_slice(&100i64.to_be_bytes());
     let bytes = batch.freeze();
@@ -169,7 +169,7 @@ fn group_records_and_tombstones_decode_beside_offsets() {
     let offset = OffsetChange::Delete(key("g2", "a", 0));
     let mut records: Vec<_> = changes.iter().map(GroupMetadataChange::encode).collect();
     records.insert(1, offset.encode());
-    let bytes = encode_records_batch(&records, 5).unwrap().freeze();
+    let bytes = encode_records_batch(&records, 5).freeze();
     let mut seen = Vec::new();
     let mut bad = 0;
     let next = walk_batches(&bytes, &mut bad, |k, v| seen.push(decode_record(k, v)));
