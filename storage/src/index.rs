@@ -5,6 +5,8 @@
 //! base offset of the batch starting at that position. Decoding assumes hostile bytes. Runs on
 //! the shard owning the partition.
 
+use keel_vocab::BytePosition;
+
 pub const OFFSET_ENTRY_BYTES: usize = 8;
 pub const TIME_ENTRY_BYTES: usize = 12;
 
@@ -16,7 +18,11 @@ pub struct OffsetIndex {
 
 impl OffsetIndex {
     /// Appends an entry if it keeps the index strictly increasing.
-    pub fn push(&mut self, relative_offset: u32, position: u32) {
+    /// Kafka's `.index` holds positions as u32: a segment is at most `i32::MAX` bytes.
+    pub fn push(&mut self, relative_offset: u32, position: BytePosition) {
+        let Ok(position) = u32::try_from(position.0) else {
+            return;
+        };
         if let Some(&(o, p)) = self.entries.last() {
             if relative_offset <= o || position <= p {
                 return;
@@ -27,12 +33,12 @@ impl OffsetIndex {
 
     /// Position of the last indexed batch whose base offset is <= `relative_offset`
     /// (0 when none is): scanning forward from there reaches the batch holding it.
-    pub fn lookup(&self, relative_offset: u32) -> u32 {
+    pub fn lookup(&self, relative_offset: u32) -> BytePosition {
         let i = self.entries.partition_point(|&(o, _)| o <= relative_offset);
         if i == 0 {
-            0
+            BytePosition(0)
         } else {
-            self.entries[i - 1].1
+            BytePosition(u64::from(self.entries[i - 1].1))
         }
     }
 
@@ -138,16 +144,18 @@ mod tests {
     #[test]
     fn offset_index_round_trip_and_lookup() {
         let mut i = OffsetIndex::default();
-        i.push(0, 0);
-        i.push(10, 4096);
-        i.push(10, 5000); // not increasing: ignored
-        i.push(20, 8200);
+        let at = BytePosition;
+        i.push(0, at(0));
+        i.push(10, at(4096));
+        i.push(10, at(5000)); // not increasing: ignored
+        i.push(20, at(8200));
+        i.push(30, at(u64::from(u32::MAX) + 1)); // past what `.index` holds: ignored
         let d = OffsetIndex::decode(&i.encode(), 9000).unwrap();
         assert_eq!(d, i);
-        assert_eq!(d.lookup(5), 0);
-        assert_eq!(d.lookup(10), 4096);
-        assert_eq!(d.lookup(19), 4096);
-        assert_eq!(d.lookup(100), 8200);
+        assert_eq!(d.lookup(5), at(0));
+        assert_eq!(d.lookup(10), at(4096));
+        assert_eq!(d.lookup(19), at(4096));
+        assert_eq!(d.lookup(100), at(8200));
         assert!(
             OffsetIndex::decode(&i.encode(), 8200).is_none(),
             "entry past end of log"

@@ -45,6 +45,7 @@ use crate::types::{
     AppendInfo, LeaderEpoch, LogConfig, LogOffsets, Offset, ReadResult, RetentionOutcome,
     TimestampType,
 };
+use keel_vocab::BytePosition;
 
 /// The log start offset moved by DeleteRecords (Kafka keeps it in
 /// `log-start-offset-checkpoint`; Keel keeps one file per partition).
@@ -752,7 +753,7 @@ impl Log {
                 active.created_ms = Some(now_ms);
             }
             let position = active.size;
-            active.note_batch(position, &header, index_interval_bytes);
+            active.note_batch(BytePosition(position), &header, index_interval_bytes);
             active.stage(batch.clone());
             s.cache_push(&header, batch);
             // After the roll above: a snapshot it took is the state before this batch.
@@ -1321,7 +1322,7 @@ impl Log {
                 return Ok(result(records, offsets));
             }
             let g = &s.segments[s.segment_for(fetch_offset)];
-            let start_pos = g.index.lookup(g.relative(fetch_offset)) as u64;
+            let start_pos = g.index.lookup(g.relative(fetch_offset)).0;
             (g.base_offset, start_pos, g.size)
         };
         let found = self
@@ -1376,8 +1377,8 @@ impl Log {
                     let pos = g
                         .time_index
                         .lookup_before(ts_ms)
-                        .map_or(0, |rel| g.index.lookup(rel));
-                    (g.base_offset, pos as u64, g.size)
+                        .map_or(BytePosition(0), |rel| g.index.lookup(rel));
+                    (g.base_offset, pos.0, g.size)
                 })
                 .collect()
         };
@@ -1411,7 +1412,7 @@ impl Log {
                     let rel = g.relative(g.offset_of_max_timestamp);
                     Some((
                         g.base_offset,
-                        g.index.lookup(rel) as u64,
+                        g.index.lookup(rel).0,
                         g.size,
                         g.offset_of_max_timestamp,
                         g.max_timestamp_ms,
@@ -1628,7 +1629,7 @@ async fn recover_segment(
                 base.0,
                 gaps_allowed,
                 |pos, h| {
-                    seg.note_batch(pos, h, interval);
+                    seg.note_batch(BytePosition(pos), h, interval);
                     if h.leader_epoch >= 0 {
                         epochs.assign(LeaderEpoch(h.leader_epoch), Offset(h.base_offset));
                     }

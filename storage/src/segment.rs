@@ -22,6 +22,7 @@ use crate::batch::BatchHeader;
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::txn_index::TxnIndex;
 use crate::types::Offset;
+use keel_vocab::BytePosition;
 
 /// O_DIRECT alignment of positions and lengths for `.log` writes.
 pub const BLOCK_BYTES: u64 = 4096;
@@ -112,7 +113,12 @@ impl Segment {
 
     /// Updates indexes and summaries for a batch starting at `position` (both on append and
     /// when rebuilding by scanning, so the two produce identical indexes).
-    pub fn note_batch(&mut self, position: u64, header: &BatchHeader, index_interval_bytes: u32) {
+    pub fn note_batch(
+        &mut self,
+        position: BytePosition,
+        header: &BatchHeader,
+        index_interval_bytes: u32,
+    ) {
         let last = Offset(header.last_offset());
         if header.max_timestamp > self.max_timestamp_ms {
             self.max_timestamp_ms = header.max_timestamp;
@@ -120,7 +126,7 @@ impl Segment {
         }
         if self.bytes_since_index > index_interval_bytes as u64 {
             let rel = self.relative(Offset(header.base_offset));
-            self.index.push(rel, position as u32);
+            self.index.push(rel, position);
             let rel_max = self.relative(self.offset_of_max_timestamp);
             self.time_index.maybe_push(self.max_timestamp_ms, rel_max);
             self.bytes_since_index = 0;

@@ -31,6 +31,10 @@ pub struct TopicIdPartition {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Offset(pub i64);
 
+/// A byte position in a segment file (Kafka's `physicalPosition`), where a batch starts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct BytePosition(pub u64);
+
 /// A leader epoch (Kafka `partitionLeaderEpoch`): the term of the leader that appended a batch.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct LeaderEpoch(pub i32);

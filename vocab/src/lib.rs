@@ -22,5 +22,6 @@ pub mod wire;
 pub use clock::{Clock, SystemClock};
 pub use error::{ErrorCode, RecordsError};
 pub use ids::{
-    LeaderEpoch, Offset, ProducerEpoch, ProducerId, TopicId, TopicIdPartition, TopicPartition,
+    BytePosition, LeaderEpoch, Offset, ProducerEpoch, ProducerId, TopicId, TopicIdPartition,
+    TopicPartition,
 };

@@ -22,6 +22,7 @@
 //! produce and fetch on the shard go on. Reads during a pass see the old segments until the
 //! swap, then the new ones.
 
+use keel_vocab::BytePosition;
 use std::path::Path;
 
 use crate::batch::BatchHeader;
@@ -302,7 +303,7 @@ impl Log {
                 let header = BatchHeader::parse(&out.bytes[pos..]).ok_or_else(|| {
                     StorageError::CorruptMessage("cleaned segment does not parse".into())
                 })?;
-                seg.note_batch(pos as u64, &header, interval);
+                seg.note_batch(BytePosition(pos as u64), &header, interval);
                 pos += header.size;
             }
             seg.next_offset = out.next_offset;

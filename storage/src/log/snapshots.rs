@@ -231,7 +231,7 @@ impl Log {
                 .filter(|g| g.next_offset > from && g.size > 0)
                 .map(|g| {
                     let start = if g.base_offset < from {
-                        u64::from(g.index.lookup(g.relative(from)))
+                        g.index.lookup(g.relative(from)).0
                     } else {
                         0
                     };
