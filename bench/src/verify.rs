@@ -27,7 +27,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use crate::result::VerifySummary;
 
 /// (topic index, partition).
-pub type TopicPartition = (u32, i32);
+pub type PartitionKey = (u32, i32);
 
 /// log2 of the sequences covered by one bitset page.
 const PAGE_BITS_LOG2: u32 = 16;
@@ -173,7 +173,7 @@ impl Verifier {
     /// The broker acknowledged message (`producer_id`, `sequence`) written to `topic_partition`.
     /// Acknowledging the same message twice counts it once.
     #[inline]
-    pub fn ack(&mut self, topic_partition: TopicPartition, producer_id: u32, sequence: u64) {
+    pub fn ack(&mut self, topic_partition: PartitionKey, producer_id: u32, sequence: u64) {
         let _ = topic_partition;
         self.acked.insert(producer_id, sequence);
     }
@@ -184,7 +184,7 @@ impl Verifier {
     pub fn consumed(
         &mut self,
         group: u32,
-        topic_partition: TopicPartition,
+        topic_partition: PartitionKey,
         producer_id: u32,
         sequence: u64,
     ) {
@@ -260,8 +260,8 @@ impl Verifier {
 mod tests {
     use super::*;
 
-    const TP0: TopicPartition = (0, 0);
-    const TP1: TopicPartition = (0, 1);
+    const TP0: PartitionKey = (0, 0);
+    const TP1: PartitionKey = (0, 1);
 
     /// `producers` producers each send `per_producer` messages round-robin over `partitions`
     /// partitions; all are acked and returns them as (partition, producer, sequence).
@@ -270,7 +270,7 @@ mod tests {
         producers: u32,
         per_producer: u64,
         partitions: i32,
-    ) -> Vec<(TopicPartition, u32, u64)> {
+    ) -> Vec<(PartitionKey, u32, u64)> {
         let mut sent = Vec::new();
         for producer in 0..producers {
             for sequence in 0..per_producer {

@@ -147,10 +147,7 @@ fn cells(row: &BTreeMap<String, String>, columns: &[&str]) -> Vec<String> {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+    keel_vocab::Clock::now_ms(&keel_vocab::SystemClock)
 }
 
 /// Retries `f` until it holds (metadata reaches every shard asynchronously).

@@ -14,7 +14,7 @@ use common::Broker;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-const NONE: i16 = 0;
+const NONE: i16 = keel_vocab::ErrorCode::NONE.code();
 const UNKNOWN_MEMBER_ID: i16 = 25;
 const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
 const INVALID_REQUEST: i16 = 42;

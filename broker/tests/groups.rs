@@ -494,7 +494,7 @@ fn each_librdkafka_assignor_forms_the_group() {
 
 // ---- raw protocol ------------------------------------------------------------------------
 
-const NONE: i16 = 0;
+const NONE: i16 = keel_vocab::ErrorCode::NONE.code();
 const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 const NOT_COORDINATOR: i16 = 16;

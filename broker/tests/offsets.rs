@@ -15,7 +15,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
 
-const NONE: i16 = 0;
+const NONE: i16 = keel_vocab::ErrorCode::NONE.code();
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const OFFSET_METADATA_TOO_LARGE: i16 = 12;
 const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;

@@ -41,7 +41,7 @@ const WIRE_READ_UNCOMMITTED: i8 = 0;
 const WIRE_READ_COMMITTED: i8 = 1;
 
 // Kafka error codes.
-const NONE: i16 = 0;
+const NONE: i16 = keel_vocab::ErrorCode::NONE.code();
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;

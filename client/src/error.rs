@@ -56,7 +56,10 @@ pub enum ClientError {
     },
     /// The broker answered ApiVersions with an error.
     #[error("{addr} answered ApiVersions with error {error_code}")]
-    ApiVersions { addr: String, error_code: i16 },
+    ApiVersions {
+        addr: String,
+        error_code: keel_vocab::ErrorCode,
+    },
 }
 
 fn advertised_text(advertised: &Option<(i16, i16)>) -> String {

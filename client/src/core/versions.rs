@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
+use keel_vocab::ErrorCode;
 
 use crate::error::ClientError;
 
@@ -32,10 +33,11 @@ pub struct Versions {
 }
 
 impl Versions {
-    /// The broker's ranges; `Err(error_code)` when it answered ApiVersions with an error.
-    pub fn from_response(resp: &ApiVersionsResponse) -> Result<Versions, i16> {
-        if resp.error_code != 0 {
-            return Err(resp.error_code);
+    /// The broker's ranges; `Err(error)` when it answered ApiVersions with an error.
+    pub fn from_response(resp: &ApiVersionsResponse) -> Result<Versions, ErrorCode> {
+        let error = ErrorCode::from_code(resp.error_code);
+        if !error.is_none() {
+            return Err(error);
         }
         Ok(Versions {
             by_api: resp
@@ -81,6 +83,7 @@ impl Versions {
 mod tests {
     use super::*;
     use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use keel_vocab::error::ResponseError;
 
     fn broker(ranges: &[(ApiKey, i16, i16)]) -> Versions {
         let resp = ApiVersionsResponse::default().with_api_keys(
@@ -142,7 +145,10 @@ mod tests {
     #[test]
     fn an_api_versions_error_and_the_client_table() {
         let resp = ApiVersionsResponse::default().with_error_code(35);
-        assert_eq!(Versions::from_response(&resp), Err(35));
+        assert_eq!(
+            Versions::from_response(&resp),
+            Err(ErrorCode::of(ResponseError::UnsupportedVersion))
+        );
         const TABLE: ClientVersions = ClientVersions(&[(ApiKey::Fetch, 4, 11)]);
         assert_eq!(TABLE.range(ApiKey::Fetch), (4, 11));
         assert_eq!(TABLE.range(ApiKey::Produce), (0, 0));
