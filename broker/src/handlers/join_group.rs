@@ -18,25 +18,10 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, ApiSupport};
 use crate::group::{self, membership};
 use crate::shard::BrokerShard;
-use keel_coordinator::group::classic_group::{
-    Completed, JoinRequest, JoinResponse, UNKNOWN_GENERATION_ID,
-};
+use keel_coordinator::group::classic_group::{Completed, JoinRequest, JoinResponse};
 use keel_vocab::ErrorCode;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::JoinGroup, 0, 9);
-
-fn error(error: ErrorCode, member_id: String) -> JoinResponse {
-    JoinResponse {
-        error,
-        generation_id: UNKNOWN_GENERATION_ID,
-        protocol_type: None,
-        protocol_name: None,
-        leader: String::new(),
-        member_id,
-        members: Vec::new(),
-        skip_assignment: false,
-    }
-}
 
 /// `client_host` is the client's address as Kafka shows it ("/127.0.0.1").
 pub async fn handle(
@@ -77,7 +62,7 @@ pub async fn handle(
         };
         join(shard, group_id, request).await
     } else {
-        error(ErrorCode::of(ResponseError::InvalidGroupId), member_id)
+        JoinResponse::error(ErrorCode::of(ResponseError::InvalidGroupId), &member_id)
     };
     encode(version, response)
 }
@@ -97,11 +82,11 @@ async fn join(shard: &Rc<BrokerShard>, group_id: String, request: JoinRequest) -
         Ok(None) => match parking.wait().await {
             Ok(Completed::Join(response)) => response,
             Ok(Completed::Sync(_)) => {
-                error(ErrorCode::of(ResponseError::UnknownServerError), member_id)
+                JoinResponse::error(ErrorCode::of(ResponseError::UnknownServerError), &member_id)
             }
-            Err(e) => error(e, member_id),
+            Err(e) => JoinResponse::error(e, &member_id),
         },
-        Err(e) => error(e, member_id),
+        Err(e) => JoinResponse::error(e, &member_id),
     }
 }
 

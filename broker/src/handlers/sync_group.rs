@@ -17,15 +17,6 @@ use keel_vocab::ErrorCode;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::SyncGroup, 0, 5);
 
-fn error(error: ErrorCode) -> SyncResponse {
-    SyncResponse {
-        error,
-        protocol_type: None,
-        protocol_name: None,
-        assignment: bytes::Bytes::new(),
-    }
-}
-
 pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
@@ -48,7 +39,7 @@ pub async fn handle(
         };
         sync(shard, group_id, request).await
     } else {
-        error(ErrorCode::of(ResponseError::InvalidGroupId))
+        SyncResponse::error(ErrorCode::of(ResponseError::InvalidGroupId))
     };
     let v5 = version >= 5;
     SyncGroupResponse::default()
@@ -71,9 +62,11 @@ async fn sync(shard: &Rc<BrokerShard>, group_id: String, request: SyncRequest) -
         Ok(Some(response)) => response,
         Ok(None) => match parking.wait().await {
             Ok(Completed::Sync(response)) => response,
-            Ok(Completed::Join(_)) => error(ErrorCode::of(ResponseError::UnknownServerError)),
-            Err(e) => error(e),
+            Ok(Completed::Join(_)) => {
+                SyncResponse::error(ErrorCode::of(ResponseError::UnknownServerError))
+            }
+            Err(e) => SyncResponse::error(e),
         },
-        Err(e) => error(e),
+        Err(e) => SyncResponse::error(e),
     }
 }

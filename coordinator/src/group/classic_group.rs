@@ -204,7 +204,8 @@ pub struct JoinResponse {
 }
 
 impl JoinResponse {
-    fn error(error: ErrorCode, member_id: &str) -> Self {
+    /// An error answer to `member_id`.
+    pub fn error(error: ErrorCode, member_id: &str) -> Self {
         JoinResponse {
             error,
             generation_id: UNKNOWN_GENERATION_ID,
@@ -243,7 +244,8 @@ pub struct SyncResponse {
 }
 
 impl SyncResponse {
-    fn error(error: ErrorCode) -> Self {
+    /// An error answer.
+    pub fn error(error: ErrorCode) -> Self {
         SyncResponse {
             error,
             protocol_type: None,
