@@ -7,6 +7,8 @@ use crate::types::{LeaderEpoch, Offset};
 
 pub const CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";
 const CHECKPOINT_VERSION: &str = "0";
+/// Kafka's `UNDEFINED_EPOCH`.
+const UNDEFINED_EPOCH: i32 = -1;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EpochCache {
@@ -41,19 +43,32 @@ impl EpochCache {
         before != self.entries.len()
     }
 
-    /// Kafka OffsetForLeaderEpoch: the largest known epoch <= `epoch` and its end offset (the
-    /// next epoch's start offset, or `log_end_offset` for the latest).
+    /// Kafka OffsetForLeaderEpoch, as `LeaderEpochFileCache.endOffsetFor`: `None` stands for
+    /// Kafka's `(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)` = (-1, -1). In Kafka's order:
+    /// - `epoch` is -1 (undefined): `None`;
+    /// - `epoch` is the latest epoch: (it, `log_end_offset`);
+    /// - no known epoch is above `epoch` (it is past the latest, or the cache is empty): `None`;
+    /// - no known epoch is at or below `epoch` (it is older than the first): (`epoch` itself,
+    ///   the first epoch's start offset), so a follower truncates to where the leader's known
+    ///   history begins;
+    /// - otherwise: (the largest known epoch <= `epoch`, the start offset of the next one).
     pub fn end_offset_for(
         &self,
         epoch: LeaderEpoch,
         log_end_offset: Offset,
     ) -> Option<(LeaderEpoch, Offset)> {
-        let i = self.entries.partition_point(|&(e, _)| e <= epoch);
-        if i == 0 {
+        if epoch.0 == UNDEFINED_EPOCH {
             return None;
         }
-        let end = self.entries.get(i).map_or(log_end_offset, |&(_, o)| o);
-        Some((self.entries[i - 1].0, end))
+        if self.latest() == Some(epoch) {
+            return Some((epoch, log_end_offset));
+        }
+        let i = self.entries.partition_point(|&(e, _)| e <= epoch);
+        let &(_, higher_start) = self.entries.get(i)?;
+        match i.checked_sub(1) {
+            None => Some((epoch, higher_start)),
+            Some(floor) => Some((self.entries[floor].0, higher_start)),
+        }
     }
 
     pub fn encode(&self) -> String {
@@ -104,20 +119,40 @@ mod tests {
         assert_eq!(EpochCache::decode(&c.encode()), Some(c.clone()));
         assert_eq!(EpochCache::decode("0\n2\n0 0\n"), None);
         assert_eq!(EpochCache::decode("1\n0\n"), None);
-        assert_eq!(
-            c.end_offset_for(LeaderEpoch(0), Offset(20)),
-            Some((LeaderEpoch(0), Offset(10)))
-        );
-        assert_eq!(
-            c.end_offset_for(LeaderEpoch(2), Offset(20)),
-            Some((LeaderEpoch(0), Offset(10)))
-        );
+    }
+
+    /// One case per branch of Kafka's `LeaderEpochFileCache.endOffsetFor`.
+    #[test]
+    fn end_offset_for_matches_kafka() {
+        let mut c = EpochCache::default();
+        // Empty cache: no higher entry, Kafka answers (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET).
+        assert_eq!(c.end_offset_for(LeaderEpoch(0), Offset(20)), None);
+        c.assign(LeaderEpoch(2), Offset(5));
+        c.assign(LeaderEpoch(4), Offset(10));
+        c.assign(LeaderEpoch(7), Offset(15));
+        // requestedEpoch == UNDEFINED_EPOCH: (-1, -1).
+        assert_eq!(c.end_offset_for(LeaderEpoch(-1), Offset(20)), None);
+        // The latest epoch: (latest, log end offset).
         assert_eq!(
             c.end_offset_for(LeaderEpoch(7), Offset(20)),
-            Some((LeaderEpoch(3), Offset(20)))
+            Some((LeaderEpoch(7), Offset(20)))
         );
-        let mut neg = EpochCache::default();
-        neg.assign(LeaderEpoch(2), Offset(0));
-        assert_eq!(neg.end_offset_for(LeaderEpoch(1), Offset(20)), None);
+        // Above the latest: no higher entry, (-1, -1).
+        assert_eq!(c.end_offset_for(LeaderEpoch(9), Offset(20)), None);
+        // Below the first: (the requested epoch, the first epoch's start offset).
+        assert_eq!(
+            c.end_offset_for(LeaderEpoch(1), Offset(20)),
+            Some((LeaderEpoch(1), Offset(5)))
+        );
+        // A known epoch: (it, the next epoch's start).
+        assert_eq!(
+            c.end_offset_for(LeaderEpoch(2), Offset(20)),
+            Some((LeaderEpoch(2), Offset(10)))
+        );
+        // Between known epochs: (the floor epoch, the next epoch's start).
+        assert_eq!(
+            c.end_offset_for(LeaderEpoch(5), Offset(20)),
+            Some((LeaderEpoch(4), Offset(15)))
+        );
     }
 }

@@ -75,6 +75,12 @@ pub enum StorageError {
     /// producer's last marker (a zombie coordinator). Kafka TRANSACTION_COORDINATOR_FENCED.
     #[error("transaction coordinator fenced: {0}")]
     TransactionCoordinatorFenced(String),
+    /// A follower's append of the leader's batches that does not continue this log (an
+    /// overlap, a gap the log cannot hold, leader epochs going backwards or past the
+    /// leader's), or a write while the log is being truncated: nothing was appended. Never
+    /// sent to a client; the replication layer truncates or refetches.
+    #[error("replica append refused: {0}")]
+    ReplicaAppend(String),
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -39,6 +39,10 @@ mod proptests;
 #[cfg(test)]
 mod recovery_tests;
 #[cfg(test)]
+mod replica_proptests;
+#[cfg(test)]
+mod replica_tests;
+#[cfg(test)]
 mod test_util;
 #[cfg(test)]
 mod tests;
@@ -68,4 +72,5 @@ pub use records::{end_txn_marker, EndTxnMarker, MarkerType};
 pub use types::{
     AppendInfo, BatchesSummary, CompactionOutcome, FlushPolicy, LeaderEpoch, LogConfig, LogOffsets,
     Offset, ReadResult, RecompressStats, RetentionOutcome, TimestampType,
+    TruncateOutcome,
 };

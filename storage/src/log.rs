@@ -16,7 +16,9 @@
 //! lives on exactly one glommio executor (the shard owning the partition) and is not `Send`.
 
 mod cleaner;
+mod replica;
 mod snapshots;
+mod truncate;
 mod txns;
 
 use std::cell::RefCell;
@@ -92,6 +94,16 @@ struct State {
     /// first offset -> marker offset (Kafka `unreplicatedTxns`). They hold the last stable
     /// offset as open ones do; `append` drops those the high watermark has passed.
     unreplicated_txns: BTreeMap<i64, i64>,
+    /// Replicated mode (see `replica`): flushes make data durable but only
+    /// `advance_high_watermark` moves the high watermark. Off (single replica) by default.
+    replicated: bool,
+    /// The high watermark last written to (or read from) `replication-offset-checkpoint`.
+    hw_checkpointed: Option<Offset>,
+    /// Recovery accepts offset gaps in this log (its cleaner checkpoint exists): a follower
+    /// may append a compacted leader's batches with gaps between them.
+    gaps_allowed: bool,
+    /// Set while `truncate_to` or `truncate_fully_and_start_at` runs: appends are refused.
+    truncating: bool,
 }
 
 impl State {
@@ -123,6 +135,39 @@ impl State {
         lso
     }
 
+    /// What this replica may report as fetched: synced under `flush.policy=group`, written
+    /// under `interval`.
+    fn durable_end(&self) -> Offset {
+        match self.config.flush_policy {
+            crate::types::FlushPolicy::Group => self.synced_end,
+            crate::types::FlushPolicy::Interval => self.written_end,
+        }
+    }
+
+    /// Single replica: what is durable is acknowledged, so the high watermark follows it.
+    /// Replicated: nothing (only `advance_high_watermark` moves it).
+    fn follow_durable(&mut self, durable: Offset) {
+        if !self.replicated {
+            let to = durable.min(self.log_end_offset);
+            self.high_watermark = self.high_watermark.max(to);
+        }
+        self.assert_offsets();
+    }
+
+    /// `log_start_offset <= last_stable_offset <= high_watermark <= log_end_offset`.
+    fn assert_offsets(&self) {
+        let lso = self.last_stable_offset();
+        assert!(
+            self.log_start_offset <= lso
+                && lso <= self.high_watermark
+                && self.high_watermark <= self.log_end_offset,
+            "offsets out of order: start {:?} lso {lso:?} hw {:?} end {:?}",
+            self.log_start_offset,
+            self.high_watermark,
+            self.log_end_offset
+        );
+    }
+
     fn segment(&self, base: Offset) -> Option<&Segment> {
         self.segments.iter().find(|s| s.base_offset == base)
     }
@@ -152,6 +197,11 @@ impl State {
 
     fn check_writable(&self) -> Result<(), StorageError> {
         self.check_poisoned()?;
+        if self.truncating {
+            return Err(StorageError::ReplicaAppend(
+                "the log is being truncated".to_string(),
+            ));
+        }
         match &self.disk_full {
             Some(why) => Err(StorageError::DiskFull(why.clone())),
             None => Ok(()),
@@ -208,6 +258,74 @@ impl State {
         while self.pending_snapshots.len() > snapshots::SNAPSHOTS_KEPT {
             self.pending_snapshots.pop_front();
         }
+    }
+
+    /// Stages whole, validated batches that already carry their offsets, epochs and
+    /// timestamps (stamped by a leader's `append`, or a leader's as a follower received them),
+    /// the first at `log_end_offset`: rolls, indexes, tail cache, leader epochs, producer
+    /// state and transactions, then moves `log_end_offset`. `marker` is the leader append's
+    /// already-checked transaction marker; without it a control batch's marker is read here.
+    /// No I/O; fails only on bytes that no longer parse (nothing is staged then).
+    fn stage_batches(
+        &mut self,
+        bytes: &Bytes,
+        marker: Option<&crate::records::EndTxnMarker>,
+        now_ms: i64,
+    ) -> Result<(), StorageError> {
+        let mut headers = Vec::new();
+        let mut pos = 0usize;
+        while pos < bytes.len() {
+            let header = BatchHeader::parse(&bytes[pos..])
+                .filter(|h| pos + h.size <= bytes.len())
+                .ok_or_else(|| StorageError::CorruptMessage("batch vanished".to_string()))?;
+            pos += header.size;
+            headers.push(header);
+        }
+        let index_interval_bytes = self.config.index_interval_bytes;
+        let high_watermark = self.high_watermark.0;
+        self.unreplicated_txns
+            .retain(|_, marker_offset| *marker_offset >= high_watermark);
+        let mut pos = 0usize;
+        for header in headers {
+            let batch = bytes.slice(pos..pos + header.size);
+            if header.leader_epoch >= 0
+                && self.epochs.assign(
+                    LeaderEpoch(header.leader_epoch),
+                    Offset(header.base_offset),
+                )
+            {
+                self.epochs_dirty = true;
+            }
+            self.maybe_roll(&header, now_ms);
+            let active = self.active();
+            if active.created_ms.is_none() {
+                active.created_ms = Some(now_ms);
+            }
+            let position = active.size;
+            active.note_batch(BytePosition(position), &header, index_interval_bytes);
+            active.stage(batch.clone());
+            // After the roll above: a snapshot it took is the state before this batch.
+            if header.is_control() {
+                let read;
+                let marker = match marker {
+                    Some(m) => Some(m),
+                    None => {
+                        read = end_txn_marker(&batch).ok();
+                        read.as_ref()
+                    }
+                };
+                if let Some(txn) = self.producers.record_marker(&header, marker) {
+                    self.complete_txn(txn);
+                }
+            } else {
+                self.producers.record(&header);
+            }
+            self.cache_push(&header, batch);
+            self.log_end_offset = Offset(header.last_offset() + 1);
+            pos += header.size;
+        }
+        assert!(self.high_watermark <= self.log_end_offset);
+        Ok(())
     }
 
     fn cache_push(&mut self, header: &BatchHeader, bytes: Bytes) {
@@ -400,6 +518,12 @@ impl Log {
         let log_start_offset = Offset(checkpointed)
             .max(segments[0].base_offset)
             .min(log_end_offset);
+        let hw_checkpointed = replica::read_hw_checkpoint(dir).await?;
+        let high_watermark = match hw_checkpointed {
+            Some(hw) => hw.min(log_end_offset).max(log_start_offset),
+            // Data dirs of earlier versions: the single replica acknowledged all of it.
+            None => log_end_offset,
+        };
         epochs.truncate_from_end(log_end_offset);
         if epochs != checkpoint_before {
             write_file_atomic(&dir.join(CHECKPOINT_FILE), epochs.encode().into_bytes()).await?;
@@ -409,6 +533,7 @@ impl Log {
             segments = segments.len(),
             log_start_offset = log_start_offset.0,
             log_end_offset = log_end_offset.0,
+            high_watermark = high_watermark.0,
             "log opened"
         );
         let state = State {
@@ -416,7 +541,7 @@ impl Log {
             segments,
             log_start_offset,
             log_end_offset,
-            high_watermark: log_end_offset,
+            high_watermark,
             written_end: log_end_offset,
             synced_end: log_end_offset,
             tail_cache: VecDeque::new(),
@@ -429,6 +554,10 @@ impl Log {
             pending_snapshots: VecDeque::new(),
             snapshots: Vec::new(),
             unreplicated_txns: BTreeMap::new(),
+            replicated: false,
+            hw_checkpointed,
+            gaps_allowed,
+            truncating: false,
         };
         let log = Log {
             inner: Rc::new(Inner {
@@ -507,11 +636,13 @@ impl Log {
             }
             target
         };
-        write_file_atomic(
-            &self.inner.dir.join(LOG_START_FILE),
-            format!("{}\n", target.0).into_bytes(),
-        )
-        .await?;
+        self.move_log_start(target).await
+    }
+
+    /// Moves the log start offset up to `target` (at most the high watermark), persists it,
+    /// and deletes the segments wholly below it. Returns the new log start offset.
+    async fn move_log_start(&self, target: Offset) -> Result<Offset, StorageError> {
+        write_log_start(&self.inner.dir, target).await?;
         {
             let mut s = self.inner.state.borrow_mut();
             s.log_start_offset = s.log_start_offset.max(target);
@@ -734,40 +865,8 @@ impl Log {
             next += header.last_offset_delta as i64 + 1;
             pos += header.size;
         }
-        let bytes = batches.freeze();
-        if leader_epoch.0 >= 0 && s.epochs.assign(leader_epoch, base_offset) {
-            s.epochs_dirty = true;
-        }
-        let index_interval_bytes = s.config.index_interval_bytes;
-        let high_watermark = s.high_watermark.0;
-        s.unreplicated_txns
-            .retain(|_, marker_offset| *marker_offset >= high_watermark);
-        let mut pos = 0usize;
-        while pos < bytes.len() {
-            let header = BatchHeader::parse(&bytes[pos..])
-                .ok_or_else(|| StorageError::CorruptMessage("batch vanished".to_string()))?;
-            let batch = bytes.slice(pos..pos + header.size);
-            s.maybe_roll(&header, now_ms);
-            let active = s.active();
-            if active.created_ms.is_none() {
-                active.created_ms = Some(now_ms);
-            }
-            let position = active.size;
-            active.note_batch(BytePosition(position), &header, index_interval_bytes);
-            active.stage(batch.clone());
-            s.cache_push(&header, batch);
-            // After the roll above: a snapshot it took is the state before this batch.
-            if header.is_control() {
-                if let Some(txn) = s.producers.record_marker(&header, marker.as_ref()) {
-                    s.complete_txn(txn);
-                }
-            } else {
-                s.producers.record(&header);
-            }
-            pos += header.size;
-        }
-        s.log_end_offset = Offset(next);
-        assert!(s.high_watermark <= s.log_end_offset);
+        s.stage_batches(&batches.freeze(), marker.as_ref(), now_ms)?;
+        debug_assert_eq!(s.log_end_offset, Offset(next));
         Ok(AppendInfo {
             base_offset,
             last_offset: Offset(next - 1),
@@ -779,36 +878,49 @@ impl Log {
         })
     }
 
-    /// Marks `[.., upto)` committed under the flush policy and advances the high watermark to
-    /// at least `upto` (clamped to log_end_offset). Concurrent callers share one flush.
+    /// Marks `[.., upto)` committed under the flush policy and, on a single-replica log,
+    /// advances the high watermark to at least `upto` (clamped to log_end_offset); a
+    /// replicated log's high watermark stays (see `replica`). Concurrent callers share one
+    /// flush.
     pub async fn commit(&self, upto: Offset) -> Result<(), StorageError> {
+        self.durable_upto(upto, true).await.map(|_| ())
+    }
+
+    /// Flushes until `durable_end >= min(upto, log_end_offset)`, group-committing as
+    /// `commit` does; with `move_hw`, then does what `try_commit_covered` does. Returns
+    /// `durable_end`.
+    async fn durable_upto(&self, upto: Offset, move_hw: bool) -> Result<Offset, StorageError> {
         loop {
-            if self.try_commit_covered(upto)? {
-                return Ok(());
+            if let Some(durable) = self.try_commit_covered(upto, move_hw)? {
+                return Ok(durable);
             }
             let _permit = self.inner.flush_lock.acquire_permit(1).await?;
-            if self.try_commit_covered(upto)? {
-                return Ok(());
+            if let Some(durable) = self.try_commit_covered(upto, move_hw)? {
+                return Ok(durable);
             }
             let sync = self.config().flush_policy == crate::types::FlushPolicy::Group;
             self.flush_locked(sync).await?;
         }
     }
 
-    /// If `upto` is already committed, advances the high watermark and returns true.
-    fn try_commit_covered(&self, upto: Offset) -> Result<bool, StorageError> {
+    /// If `upto` is already durable, returns `durable_end`, having advanced the high
+    /// watermark to `upto` when `move_hw` and the log is single-replica.
+    fn try_commit_covered(
+        &self,
+        upto: Offset,
+        move_hw: bool,
+    ) -> Result<Option<Offset>, StorageError> {
         let mut s = self.inner.state.borrow_mut();
         s.check_poisoned()?;
         let upto = upto.min(s.log_end_offset);
-        let covered = match s.config.flush_policy {
-            crate::types::FlushPolicy::Group => s.synced_end,
-            crate::types::FlushPolicy::Interval => s.written_end,
-        };
+        let covered = s.durable_end();
         if covered < upto {
-            return Ok(false);
+            return Ok(None);
         }
-        s.high_watermark = s.high_watermark.max(upto);
-        Ok(true)
+        if move_hw {
+            s.follow_durable(upto);
+        }
+        Ok(Some(covered))
     }
 
     /// Whether writes are failing with ENOSPC (appends refused).
@@ -835,7 +947,7 @@ impl Log {
             Ok(()) => {
                 s.disk_full = None;
                 let covered = if sync { s.synced_end } else { s.written_end };
-                s.high_watermark = s.high_watermark.max(covered);
+                s.follow_durable(covered);
                 tracing::info!(dir = %self.inner.dir.display(), "disk space is back: appends accepted again");
                 true
             }
@@ -866,25 +978,29 @@ impl Log {
         self.inner.inject_disk_full.set(on);
     }
 
-    /// Writes everything staged and fdatasyncs; advances the high watermark to what is synced.
+    /// Writes everything staged and fdatasyncs; on a single-replica log, advances the high
+    /// watermark to what is synced.
     pub async fn sync(&self) -> Result<(), StorageError> {
         let _permit = self.inner.flush_lock.acquire_permit(1).await?;
         self.flush_locked(true).await?;
         let mut s = self.inner.state.borrow_mut();
-        s.high_watermark = s.high_watermark.max(s.synced_end);
+        let synced = s.synced_end;
+        s.follow_durable(synced);
         Ok(())
     }
 
     /// Flush + fdatasync, then writes the active segment's indexes (its aborted transaction
     /// index too), truncates its file to its logical size and, when everything appended is
-    /// synced, snapshots the producer state at the log end (so the next open replays nothing).
-    /// The log stays usable afterwards.
+    /// synced, snapshots the producer state at the log end (so the next open replays nothing);
+    /// a replicated log also writes its high watermark checkpoint. The log stays usable
+    /// afterwards.
     pub async fn close(&self) -> Result<(), StorageError> {
         let _permit = self.inner.flush_lock.acquire_permit(1).await?;
         self.flush_locked(true).await?;
         let (file, size, base, index, time_index, snapshot) = {
             let mut s = self.inner.state.borrow_mut();
-            s.high_watermark = s.high_watermark.max(s.synced_end);
+            let synced = s.synced_end;
+            s.follow_durable(synced);
             // Appends that came in during the flush are not synced: no snapshot past them.
             let snapshot = (s.log_end_offset == s.synced_end).then(|| {
                 (
@@ -917,6 +1033,7 @@ impl Log {
             if let Some((offset, bytes)) = snapshot {
                 self.write_snapshot(offset, bytes).await?;
             }
+            self.write_hw_checkpoint_locked().await?;
             Ok(())
         }
         .await;
@@ -1461,6 +1578,11 @@ impl Log {
         let s = self.inner.state.borrow();
         s.epochs.end_offset_for(epoch, s.log_end_offset)
     }
+}
+
+/// Persists the log start offset (`log-start-offset`), replacing the file atomically.
+async fn write_log_start(dir: &Path, offset: Offset) -> Result<(), StorageError> {
+    write_file_atomic(&dir.join(LOG_START_FILE), format!("{}\n", offset.0).into_bytes()).await
 }
 
 /// ENOSPC, as the kernel or glommio (which wraps the OS error with a message) reports it.

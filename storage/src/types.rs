@@ -221,3 +221,18 @@ pub struct CompactionOutcome {
     /// Everything below is clean (the cleaner checkpoint).
     pub cleaned_up_to: Offset,
 }
+
+/// What one `Log::truncate_to` did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TruncateOutcome {
+    /// The log end offset afterwards: the requested offset, or the base offset of the batch
+    /// holding it (truncation keeps whole batches).
+    pub log_end_offset: Offset,
+    /// Whether anything was removed (false when the log ended at or before the offset).
+    pub truncated: bool,
+    /// The truncation removed offsets below the high watermark (Kafka allows it with a
+    /// warning: an unclean leader election or a lost acknowledged write).
+    pub below_high_watermark: bool,
+    /// Whole segments deleted.
+    pub segments_deleted: usize,
+}

@@ -181,6 +181,7 @@ impl Log {
             )
             .await?;
         }
+        self.inner.state.borrow_mut().gaps_allowed = true;
         for out in &outputs {
             self.write_cleaned(out).await?;
         }
