@@ -71,6 +71,5 @@ pub use producer_state::ProducerInfo;
 pub use records::{end_txn_marker, EndTxnMarker, MarkerType};
 pub use types::{
     AppendInfo, BatchesSummary, CompactionOutcome, FlushPolicy, LeaderEpoch, LogConfig, LogOffsets,
-    Offset, ReadResult, RecompressStats, RetentionOutcome, TimestampType,
-    TruncateOutcome,
+    Offset, ReadResult, RecompressStats, RetentionOutcome, TimestampType, TruncateOutcome,
 };

@@ -289,10 +289,9 @@ impl State {
         for header in headers {
             let batch = bytes.slice(pos..pos + header.size);
             if header.leader_epoch >= 0
-                && self.epochs.assign(
-                    LeaderEpoch(header.leader_epoch),
-                    Offset(header.base_offset),
-                )
+                && self
+                    .epochs
+                    .assign(LeaderEpoch(header.leader_epoch), Offset(header.base_offset))
             {
                 self.epochs_dirty = true;
             }
@@ -1582,7 +1581,11 @@ impl Log {
 
 /// Persists the log start offset (`log-start-offset`), replacing the file atomically.
 async fn write_log_start(dir: &Path, offset: Offset) -> Result<(), StorageError> {
-    write_file_atomic(&dir.join(LOG_START_FILE), format!("{}\n", offset.0).into_bytes()).await
+    write_file_atomic(
+        &dir.join(LOG_START_FILE),
+        format!("{}\n", offset.0).into_bytes(),
+    )
+    .await
 }
 
 /// ENOSPC, as the kernel or glommio (which wraps the OS error with a message) reports it.

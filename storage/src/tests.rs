@@ -408,7 +408,12 @@ fn leader_epoch_checkpoint_round_trip() {
         assert_eq!(text, "0\n3\n1 0\n4 6\n6 8\n");
         let check = |log: &Log| {
             assert_eq!(log.latest_epoch(), Some(LeaderEpoch(6)));
-            assert_eq!(log.end_offset_for_epoch(LeaderEpoch(0)), None);
+            // Kafka's endOffsetFor: below the first epoch, the requested epoch and the first
+            // epoch's start; above the latest, (-1, -1).
+            assert_eq!(
+                log.end_offset_for_epoch(LeaderEpoch(0)),
+                Some((LeaderEpoch(0), Offset(0)))
+            );
             assert_eq!(
                 log.end_offset_for_epoch(LeaderEpoch(1)),
                 Some((LeaderEpoch(1), Offset(6)))
@@ -421,8 +426,9 @@ fn leader_epoch_checkpoint_round_trip() {
                 log.end_offset_for_epoch(LeaderEpoch(4)),
                 Some((LeaderEpoch(4), Offset(8)))
             );
+            assert_eq!(log.end_offset_for_epoch(LeaderEpoch(9)), None);
             assert_eq!(
-                log.end_offset_for_epoch(LeaderEpoch(9)),
+                log.end_offset_for_epoch(LeaderEpoch(6)),
                 Some((LeaderEpoch(6), Offset(10)))
             );
         };

@@ -312,7 +312,10 @@ async fn read_snapshot(
 }
 
 /// Deletes one snapshot file; one already gone is fine.
-pub(super) async fn remove_snapshot(dir: &std::path::Path, offset: Offset) -> Result<(), StorageError> {
+pub(super) async fn remove_snapshot(
+    dir: &std::path::Path,
+    offset: Offset,
+) -> Result<(), StorageError> {
     let path = segment_path(dir, offset, SNAPSHOT_EXT);
     match glommio::io::remove(&path).await {
         Ok(()) => Ok(()),

@@ -85,7 +85,11 @@ struct SegmentCut {
 impl State {
     /// Drops cached batches at or past `point`.
     fn cache_truncate(&mut self, point: Offset) {
-        while self.tail_cache.back().is_some_and(|b| b.last_offset >= point) {
+        while self
+            .tail_cache
+            .back()
+            .is_some_and(|b| b.last_offset >= point)
+        {
             if let Some(b) = self.tail_cache.pop_back() {
                 self.tail_cache_bytes -= b.bytes.len();
                 crate::tail_budget::release(b.bytes.len());
@@ -150,14 +154,22 @@ impl Log {
     }
 
     /// Steps 3 to 7 of the module docs.
-    async fn truncate_files(&self, removed: Vec<Segment>, point: Offset) -> Result<(), StorageError> {
+    async fn truncate_files(
+        &self,
+        removed: Vec<Segment>,
+        point: Offset,
+    ) -> Result<(), StorageError> {
         let dir = self.inner.dir.clone();
         for g in removed.into_iter().rev() {
             if let Some(file) = g.file {
                 let _ = file.close_rc().await;
             }
-            remove_segment_files(&dir, g.base_offset, &["index", "timeindex", "txnindex", "log"])
-                .await?;
+            remove_segment_files(
+                &dir,
+                g.base_offset,
+                &["index", "timeindex", "txnindex", "log"],
+            )
+            .await?;
         }
         let (base, file, size) = {
             let mut s = self.inner.state.borrow_mut();
@@ -172,7 +184,8 @@ impl Log {
         crate::io::sync_dir_async(&dir).await?;
         self.persist_epochs().await?;
         self.truncate_cleaner_checkpoint(point).await?;
-        self.load_producer_state(self.inner.cleaned_up_to.get()).await?;
+        self.load_producer_state(self.inner.cleaned_up_to.get())
+            .await?;
         self.write_hw_checkpoint_locked().await?;
         Ok(())
     }
@@ -237,10 +250,17 @@ impl Log {
             let g = s.segment(base).ok_or_else(|| {
                 StorageError::Io(std::io::Error::other("segment vanished during truncation"))
             })?;
-            (s.config.index_interval_bytes, g.index.clone(), g.time_index.clone())
+            (
+                s.config.index_interval_bytes,
+                g.index.clone(),
+                g.time_index.clone(),
+            )
         };
         scratch.index = index;
-        scratch.index.entries.retain(|&(_, pos)| (pos as u64) < position);
+        scratch
+            .index
+            .entries
+            .retain(|&(_, pos)| (pos as u64) < position);
         scratch.time_index = time_index;
         scratch
             .time_index
