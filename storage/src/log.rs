@@ -9,8 +9,10 @@
 //! changes nothing; the last stable offset follows the open transactions and the high
 //! watermark (it is computed, never stored); the flusher
 //! (one at a time, under `flush_lock`) moves `written_end`/`synced_end` and the segments'
-//! `written`/`synced`; `commit`/`sync` move `high_watermark`, never past what the flush policy
-//! has made committed. A failed write or fsync poisons the log. No `RefCell` borrow is held
+//! `written`/`synced`; on a single-replica log `commit`/`sync` move `high_watermark`, never
+//! past what the flush policy has made committed; on a replicated one only
+//! `advance_high_watermark` moves it (see `replica`, which also holds the follower's append;
+//! `truncate` cuts the tail). A failed write or fsync poisons the log. No `RefCell` borrow is held
 //! across an `.await`. If a `commit`/`sync`/`read` future is dropped midway, nothing is lost:
 //! state moves only after an I/O completes, so the next flush rewrites the same range. The log
 //! lives on exactly one glommio executor (the shard owning the partition) and is not `Send`.
