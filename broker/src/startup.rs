@@ -314,7 +314,7 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
         receivers,
     } = boot;
     let (controller, doorbell) = if shard_id == 0 {
-        match crate::controller::start(&config) {
+        match crate::controller::start(&config, shard_count) {
             Ok((c, d)) => (Some(c), Some(d)),
             Err(e) => {
                 error!(error = %format!("{e:#}"), "metadata node failed to start; shutting down");

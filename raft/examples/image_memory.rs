@@ -52,6 +52,11 @@ fn main() {
                 host: format!("broker-{b}.example"),
                 port: 9092,
                 rack: None,
+                shard_count: 4,
+                inter_broker_host: None,
+                inter_broker_port: None,
+                inter_broker_shard_ports: Vec::new(),
+                previous_broker_epoch: -1,
             })
             .collect(),
     );

@@ -69,6 +69,11 @@ fn encode_record<'b>(
             host,
             port,
             rack,
+            shard_count,
+            inter_broker_host,
+            inter_broker_port,
+            inter_broker_shard_ports,
+            previous_broker_epoch,
         } => {
             let args = fb::BrokerRegisteredArgs {
                 broker_id: *broker_id,
@@ -76,6 +81,13 @@ fn encode_record<'b>(
                 host: Some(fbb.create_string(host)),
                 port: *port,
                 rack: rack.as_deref().map(|r| fbb.create_string(r)),
+                shard_count: *shard_count,
+                inter_broker_host: inter_broker_host.as_deref().map(|h| fbb.create_string(h)),
+                inter_broker_port: *inter_broker_port,
+                // Empty is written as absent: it decodes the same, and old records match.
+                inter_broker_shard_ports: (!inter_broker_shard_ports.is_empty())
+                    .then(|| fbb.create_vector(inter_broker_shard_ports)),
+                previous_broker_epoch: *previous_broker_epoch,
             };
             let table = fb::BrokerRegistered::create(fbb, &args);
             (fb::Record::BrokerRegistered, table.as_union_value())
@@ -136,6 +148,10 @@ fn encode_record<'b>(
             leader_epoch,
             isr,
             replicas,
+            expected_leader_epoch,
+            expected_partition_epoch,
+            elr,
+            last_known_elr,
         } => {
             let args = fb::PartitionChangedArgs {
                 topic_id: Some(&fb::Uuid::new(topic_id)),
@@ -144,6 +160,10 @@ fn encode_record<'b>(
                 leader_epoch: *leader_epoch,
                 isr: isr.as_deref().map(|v| fbb.create_vector(v)),
                 replicas: replicas.as_deref().map(|v| fbb.create_vector(v)),
+                expected_leader_epoch: *expected_leader_epoch,
+                expected_partition_epoch: *expected_partition_epoch,
+                elr: elr.as_deref().map(|v| fbb.create_vector(v)),
+                last_known_elr: last_known_elr.as_deref().map(|v| fbb.create_vector(v)),
             };
             let table = fb::PartitionChanged::create(fbb, &args);
             (fb::Record::PartitionChanged, table.as_union_value())
@@ -231,6 +251,14 @@ fn decode_entry(index: usize, entry: fb::Entry<'_>) -> Result<Record, RecordErro
                 host: f.string("host", r.host())?,
                 port: r.port(),
                 rack: r.rack().map(str::to_owned),
+                shard_count: r.shard_count(),
+                inter_broker_host: r.inter_broker_host().map(str::to_owned),
+                inter_broker_port: r.inter_broker_port(),
+                inter_broker_shard_ports: r
+                    .inter_broker_shard_ports()
+                    .map(|v| v.iter().collect())
+                    .unwrap_or_default(),
+                previous_broker_epoch: r.previous_broker_epoch(),
             }
         }
         fb::Record::BrokerFenced => {
@@ -279,6 +307,10 @@ fn decode_entry(index: usize, entry: fb::Entry<'_>) -> Result<Record, RecordErro
                 leader_epoch: r.leader_epoch(),
                 isr: r.isr().map(|v| v.iter().collect()),
                 replicas: r.replicas().map(|v| v.iter().collect()),
+                expected_leader_epoch: r.expected_leader_epoch(),
+                expected_partition_epoch: r.expected_partition_epoch(),
+                elr: r.elr().map(|v| v.iter().collect()),
+                last_known_elr: r.last_known_elr().map(|v| v.iter().collect()),
             }
         }
         fb::Record::ConfigChanged => {
@@ -325,6 +357,11 @@ mod tests {
                 host: "broker-1.example".to_string(),
                 port: 9092,
                 rack: None,
+                shard_count: 0,
+                inter_broker_host: None,
+                inter_broker_port: None,
+                inter_broker_shard_ports: vec![],
+                previous_broker_epoch: -1,
             },
             Record::BrokerRegistered {
                 broker_id: 2,
@@ -332,6 +369,11 @@ mod tests {
                 host: String::new(),
                 port: -1,
                 rack: Some("rack-a".to_string()),
+                shard_count: 8,
+                inter_broker_host: Some("10.0.0.2".to_string()),
+                inter_broker_port: Some(9093),
+                inter_broker_shard_ports: vec![19093, 19094],
+                previous_broker_epoch: 42,
             },
             Record::BrokerRegistered {
                 broker_id: 3,
@@ -339,6 +381,11 @@ mod tests {
                 host: "h".to_string(),
                 port: 0,
                 rack: Some(String::new()),
+                shard_count: -1,
+                inter_broker_host: Some(String::new()),
+                inter_broker_port: Some(0),
+                inter_broker_shard_ports: vec![],
+                previous_broker_epoch: 0,
             },
             Record::BrokerFenced { broker_id: 1 },
             Record::BrokerUnfenced {
@@ -375,6 +422,10 @@ mod tests {
                 leader_epoch: None,
                 isr: None,
                 replicas: None,
+                expected_leader_epoch: None,
+                expected_partition_epoch: None,
+                elr: None,
+                last_known_elr: None,
             },
             Record::PartitionChanged {
                 topic_id: TOPIC,
@@ -383,6 +434,10 @@ mod tests {
                 leader_epoch: Some(0),
                 isr: Some(vec![]),
                 replicas: Some(vec![2, 3]),
+                expected_leader_epoch: Some(0),
+                expected_partition_epoch: Some(-1),
+                elr: Some(vec![]),
+                last_known_elr: Some(vec![3]),
             },
             Record::ConfigChanged {
                 resource_type: RESOURCE_TOPIC,
@@ -517,7 +572,7 @@ mod tests {
                 incarnation_id: Some(&fb::Uuid::new(&TOPIC)),
                 host: None,
                 port: 9092,
-                rack: None,
+                ..Default::default()
             };
             let t = fb::BrokerRegistered::create(fbb, &args);
             (fb::Record::BrokerRegistered, Some(t.as_union_value()))
@@ -548,6 +603,80 @@ mod tests {
         assert_field_error(&no_config_name, "name");
     }
 
+    /// Bytes written before `BrokerRegistered` and `PartitionChanged` gained fields (log
+    /// entries and snapshots outlive the binary): built with only the old fields, as the old
+    /// schema's builder wrote them, they decode with every new field at its "absent" value;
+    /// and a record with those values encodes to the very same bytes.
+    #[test]
+    fn records_written_by_the_old_schema_decode() {
+        let old_registered = batch_of(|fbb| {
+            let host = fbb.create_string("h1");
+            let rack = fbb.create_string("r1");
+            let t = fb::BrokerRegistered::create(
+                fbb,
+                &fb::BrokerRegisteredArgs {
+                    broker_id: 1,
+                    incarnation_id: Some(&fb::Uuid::new(&[9; 16])),
+                    host: Some(host),
+                    port: 9092,
+                    rack: Some(rack),
+                    ..Default::default()
+                },
+            );
+            (fb::Record::BrokerRegistered, Some(t.as_union_value()))
+        });
+        let registered = Record::BrokerRegistered {
+            broker_id: 1,
+            incarnation_id: [9; 16],
+            host: "h1".to_string(),
+            port: 9092,
+            rack: Some("r1".to_string()),
+            shard_count: 0,
+            inter_broker_host: None,
+            inter_broker_port: None,
+            inter_broker_shard_ports: vec![],
+            previous_broker_epoch: -1,
+        };
+        assert_eq!(
+            decode_batch(&old_registered).unwrap(),
+            vec![registered.clone()]
+        );
+
+        let old_changed = batch_of(|fbb| {
+            let isr = fbb.create_vector(&[1, 2]);
+            let t = fb::PartitionChanged::create(
+                fbb,
+                &fb::PartitionChangedArgs {
+                    topic_id: Some(&fb::Uuid::new(&TOPIC)),
+                    partition: 3,
+                    leader: Some(1),
+                    leader_epoch: Some(4),
+                    isr: Some(isr),
+                    replicas: None,
+                    ..Default::default()
+                },
+            );
+            (fb::Record::PartitionChanged, Some(t.as_union_value()))
+        });
+        let changed = Record::PartitionChanged {
+            topic_id: TOPIC,
+            partition: 3,
+            leader: Some(1),
+            leader_epoch: Some(4),
+            isr: Some(vec![1, 2]),
+            replicas: None,
+            expected_leader_epoch: None,
+            expected_partition_epoch: None,
+            elr: None,
+            last_known_elr: None,
+        };
+        assert_eq!(decode_batch(&old_changed).unwrap(), vec![changed.clone()]);
+
+        // New fields at their absent values add nothing to the buffer: the same bytes.
+        assert_eq!(encode_batch(&[registered]), old_registered);
+        assert_eq!(encode_batch(&[changed]), old_changed);
+    }
+
     #[test]
     fn entry_without_record_or_with_unknown_type_is_a_field_error() {
         assert_field_error(&batch_of(|_| (fb::Record::NONE, None)), "no record");
@@ -573,21 +702,46 @@ mod tests {
         let ids = || vec(any::<i32>(), 0..6);
         prop_oneof![
             (
-                any::<i32>(),
-                any::<[u8; 16]>(),
-                ".{0,20}",
-                any::<i32>(),
-                option::of(".{0,8}")
+                (
+                    any::<i32>(),
+                    any::<[u8; 16]>(),
+                    ".{0,20}",
+                    any::<i32>(),
+                    option::of(".{0,8}")
+                ),
+                (
+                    any::<i32>(),
+                    option::of(".{0,8}"),
+                    any::<Option<i32>>(),
+                    ids(),
+                    any::<i64>()
+                ),
             )
-                .prop_map(|(broker_id, incarnation_id, host, port, rack)| {
-                    Record::BrokerRegistered {
-                        broker_id,
-                        incarnation_id,
-                        host,
-                        port,
-                        rack,
+                .prop_map(
+                    |(
+                        (broker_id, incarnation_id, host, port, rack),
+                        (
+                            shard_count,
+                            inter_broker_host,
+                            inter_broker_port,
+                            inter_broker_shard_ports,
+                            previous_broker_epoch,
+                        ),
+                    )| {
+                        Record::BrokerRegistered {
+                            broker_id,
+                            incarnation_id,
+                            host,
+                            port,
+                            rack,
+                            shard_count,
+                            inter_broker_host,
+                            inter_broker_port,
+                            inter_broker_shard_ports,
+                            previous_broker_epoch,
+                        }
                     }
-                }),
+                ),
             any::<i32>().prop_map(|broker_id| Record::BrokerFenced { broker_id }),
             any::<i32>().prop_map(|broker_id| Record::BrokerUnfenced { broker_id }),
             (".{0,20}", any::<TopicId>())
@@ -615,15 +769,26 @@ mod tests {
                     }
                 ),
             (
-                any::<TopicId>(),
-                any::<i32>(),
-                any::<Option<i32>>(),
-                any::<Option<i32>>(),
-                option::of(ids()),
-                option::of(ids()),
+                (
+                    any::<TopicId>(),
+                    any::<i32>(),
+                    any::<Option<i32>>(),
+                    any::<Option<i32>>(),
+                    option::of(ids()),
+                    option::of(ids()),
+                ),
+                (
+                    any::<Option<i32>>(),
+                    any::<Option<i32>>(),
+                    option::of(ids()),
+                    option::of(ids()),
+                ),
             )
                 .prop_map(
-                    |(topic_id, partition, leader, leader_epoch, isr, replicas)| {
+                    |(
+                        (topic_id, partition, leader, leader_epoch, isr, replicas),
+                        (expected_leader_epoch, expected_partition_epoch, elr, last_known_elr),
+                    )| {
                         Record::PartitionChanged {
                             topic_id,
                             partition,
@@ -631,6 +796,10 @@ mod tests {
                             leader_epoch,
                             isr,
                             replicas,
+                            expected_leader_epoch,
+                            expected_partition_epoch,
+                            elr,
+                            last_known_elr,
                         }
                     }
                 ),

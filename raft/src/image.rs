@@ -31,6 +31,18 @@ pub mod codes {
         ErrorCode::of(ResponseError::BrokerIdNotRegistered).code();
     pub const UNKNOWN_TOPIC_ID: i16 = ErrorCode::of(ResponseError::UnknownTopicId).code();
     pub const INVALID_CONFIG: i16 = ErrorCode::of(ResponseError::InvalidConfig).code();
+    pub const FENCED_LEADER_EPOCH: i16 = ErrorCode::of(ResponseError::FencedLeaderEpoch).code();
+    pub const INVALID_UPDATE_VERSION: i16 =
+        ErrorCode::of(ResponseError::InvalidUpdateVersion).code();
+    pub const NOT_LEADER_OR_FOLLOWER: i16 =
+        ErrorCode::of(ResponseError::NotLeaderOrFollower).code();
+    pub const INELIGIBLE_REPLICA: i16 = ErrorCode::of(ResponseError::IneligibleReplica).code();
+    pub const STALE_BROKER_EPOCH: i16 = ErrorCode::of(ResponseError::StaleBrokerEpoch).code();
+}
+
+/// `BrokerInfo::previous_broker_epoch` of a snapshot written before the field existed.
+fn no_broker_epoch() -> i64 {
+    -1
 }
 
 /// A registered broker.
@@ -44,6 +56,22 @@ pub struct BrokerInfo {
     pub fenced: bool,
     /// The log index of its latest registration (Kafka's broker epoch).
     pub broker_epoch: i64,
+    /// Shard (core) count; 0 = unknown.
+    #[serde(default)]
+    pub shard_count: i32,
+    /// The inter-broker listener; `None` = `host`.
+    #[serde(default)]
+    pub inter_broker_host: Option<String>,
+    /// `None` = `port`.
+    #[serde(default)]
+    pub inter_broker_port: Option<i32>,
+    /// One inter-broker port per shard; empty = none.
+    #[serde(default)]
+    pub inter_broker_shard_ports: Vec<i32>,
+    /// The epoch its previous incarnation shut down cleanly with, as it registered; -1 = not
+    /// clean (or not said).
+    #[serde(default = "no_broker_epoch")]
+    pub previous_broker_epoch: i64,
 }
 
 /// One partition's assignment and leadership.
@@ -57,6 +85,16 @@ pub struct PartitionInfo {
     pub leader_epoch: i32,
     /// Bumped on every change of this partition.
     pub partition_epoch: i32,
+    /// KIP-966 eligible leader replicas: replicas out of the ISR that still hold every
+    /// committed record, because they left while the ISR was below `min.insync.replicas` (when
+    /// the high watermark cannot advance). Disjoint from `isr`; empty while the ISR is at or
+    /// above the minimum.
+    #[serde(default)]
+    pub elr: Vec<i32>,
+    /// KIP-966: replicas that were eligible last but lost it by an unclean shutdown; kept for
+    /// an operator's (or a future unclean recovery's) choice, never elected from by Keel.
+    #[serde(default)]
+    pub last_known_elr: Vec<i32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,6 +204,11 @@ impl ClusterImage {
                 host,
                 port,
                 rack,
+                shard_count,
+                inter_broker_host,
+                inter_broker_port,
+                inter_broker_shard_ports,
+                previous_broker_epoch,
             } => {
                 self.brokers.insert(
                     *broker_id,
@@ -177,6 +220,11 @@ impl ClusterImage {
                         rack: rack.clone(),
                         fenced: true,
                         broker_epoch: index as i64,
+                        shard_count: *shard_count,
+                        inter_broker_host: inter_broker_host.clone(),
+                        inter_broker_port: *inter_broker_port,
+                        inter_broker_shard_ports: inter_broker_shard_ports.clone(),
+                        previous_broker_epoch: *previous_broker_epoch,
                     },
                 );
             }
@@ -253,6 +301,8 @@ impl ClusterImage {
                     leader: *leader,
                     leader_epoch: *leader_epoch,
                     partition_epoch: 0,
+                    elr: Vec::new(),
+                    last_known_elr: Vec::new(),
                 });
             }
             Record::PartitionChanged {
@@ -262,6 +312,10 @@ impl ClusterImage {
                 leader_epoch,
                 isr,
                 replicas,
+                expected_leader_epoch,
+                expected_partition_epoch,
+                elr,
+                last_known_elr,
             } => {
                 let t = self.topic_mut_by_id(topic_id)?;
                 let name = t.name.clone();
@@ -274,6 +328,24 @@ impl ClusterImage {
                             format!("{name}-{partition} does not exist"),
                         )
                     })?;
+                if let Some(e) = expected_leader_epoch.filter(|e| *e != p.leader_epoch) {
+                    return Err((
+                        codes::FENCED_LEADER_EPOCH,
+                        format!(
+                            "{name}-{partition}: expected leader epoch {e}, is {}",
+                            p.leader_epoch
+                        ),
+                    ));
+                }
+                if let Some(e) = expected_partition_epoch.filter(|e| *e != p.partition_epoch) {
+                    return Err((
+                        codes::INVALID_UPDATE_VERSION,
+                        format!(
+                            "{name}-{partition}: expected partition epoch {e}, is {}",
+                            p.partition_epoch
+                        ),
+                    ));
+                }
                 // Checked before anything changes: the record is applied whole or not at all.
                 // Only an image from a hostile snapshot holds an epoch this high.
                 let partition_epoch = p.partition_epoch.checked_add(1).ok_or_else(|| {
@@ -282,19 +354,30 @@ impl ClusterImage {
                         format!("{name}-{partition}: partition epoch exhausted"),
                     )
                 })?;
+                let mut next = p.clone();
                 if let Some(l) = leader {
-                    p.leader = *l;
+                    next.leader = *l;
                 }
                 if let Some(e) = leader_epoch {
-                    p.leader_epoch = *e;
+                    next.leader_epoch = *e;
                 }
                 if let Some(i) = isr {
-                    p.isr = i.clone();
+                    next.isr = i.clone();
                 }
                 if let Some(r) = replicas {
-                    p.replicas = r.clone();
+                    next.replicas = r.clone();
                 }
-                p.partition_epoch = partition_epoch;
+                if let Some(e) = elr {
+                    next.elr = e.clone();
+                }
+                if let Some(e) = last_known_elr {
+                    next.last_known_elr = e.clone();
+                }
+                next.partition_epoch = partition_epoch;
+                check_partition_change(p, &next).map_err(|why| {
+                    (codes::INVALID_REQUEST, format!("{name}-{partition}: {why}"))
+                })?;
+                *p = next;
             }
             Record::ConfigChanged {
                 resource_type,
@@ -363,6 +446,45 @@ impl ClusterImage {
     }
 }
 
+/// What every partition change must keep, checked on the state it would leave: the leader
+/// (when there is one) is in the ISR, so the ISR is not empty while a leader exists; ISR and
+/// ELR members are replicas, listed once, and no replica is in both; the leader epoch never
+/// goes down.
+fn check_partition_change(old: &PartitionInfo, new: &PartitionInfo) -> Result<(), String> {
+    if new.leader_epoch < old.leader_epoch {
+        return Err(format!(
+            "leader epoch would go down from {} to {}",
+            old.leader_epoch, new.leader_epoch
+        ));
+    }
+    if new.leader != -1 && new.isr.is_empty() {
+        return Err(format!("leader {} with an empty ISR", new.leader));
+    }
+    if new.leader != -1 && !new.isr.contains(&new.leader) {
+        return Err(format!(
+            "leader {} is not in the ISR {:?}",
+            new.leader, new.isr
+        ));
+    }
+    for (what, list) in [("ISR", &new.isr), ("ELR", &new.elr)] {
+        for (i, id) in list.iter().enumerate() {
+            if !new.replicas.contains(id) {
+                return Err(format!(
+                    "{what} member {id} is not a replica ({:?})",
+                    new.replicas
+                ));
+            }
+            if list[..i].contains(id) {
+                return Err(format!("{what} lists {id} twice"));
+            }
+        }
+    }
+    if let Some(id) = new.elr.iter().find(|id| new.isr.contains(id)) {
+        return Err(format!("{id} is in both the ISR and the ELR"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,6 +549,11 @@ mod tests {
                 host: "h".into(),
                 port: 9092,
                 rack: None,
+                shard_count: 4,
+                inter_broker_host: None,
+                inter_broker_port: None,
+                inter_broker_shard_ports: Vec::new(),
+                previous_broker_epoch: -1,
             },
             Record::BrokerUnfenced { broker_id: 1 },
         ];
@@ -446,6 +573,10 @@ mod tests {
                     leader_epoch: Some(1),
                     isr: None,
                     replicas: None,
+                    expected_leader_epoch: None,
+                    expected_partition_epoch: None,
+                    elr: None,
+                    last_known_elr: None,
                 },
             ],
         );
@@ -499,6 +630,10 @@ mod tests {
             leader_epoch: Some(1),
             isr: None,
             replicas: None,
+            expected_leader_epoch: None,
+            expected_partition_epoch: None,
+            elr: None,
+            last_known_elr: None,
         };
         let (img, out) = Arc::new(image).apply(2, &[change]);
         assert!(
@@ -506,5 +641,173 @@ mod tests {
         );
         let p = &img.topic("e").unwrap().partitions[0];
         assert_eq!((p.leader, p.partition_epoch), (1, i32::MAX));
+    }
+
+    /// An RF=3 partition: replicas and ISR [1, 2, 3], leader 1 at leader epoch 5, partition
+    /// epoch 1 (after one change), ELR empty.
+    fn rf3() -> Arc<ClusterImage> {
+        let mut records = vec![Record::TopicCreated {
+            name: "r".into(),
+            topic_id: [8; 16],
+        }];
+        records.push(Record::PartitionCreated {
+            topic_id: [8; 16],
+            partition: 0,
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+            leader: 1,
+            leader_epoch: 4,
+        });
+        let (img, out) = Arc::new(ClusterImage::default()).apply(1, &records);
+        assert_eq!(out, ApplyOutcome::Applied);
+        let (img, out) = img.apply(2, &[change(|_| {})]);
+        assert_eq!(
+            out,
+            ApplyOutcome::Applied,
+            "a leader change on the RF=3 partition"
+        );
+        img
+    }
+
+    /// A PartitionChanged of partition r-0 to leader 1 at epoch 5 with the right
+    /// preconditions, edited by `edit`.
+    fn change(edit: impl FnOnce(&mut Record)) -> Record {
+        let mut r = Record::PartitionChanged {
+            topic_id: [8; 16],
+            partition: 0,
+            leader: Some(1),
+            leader_epoch: Some(5),
+            isr: None,
+            replicas: None,
+            expected_leader_epoch: None,
+            expected_partition_epoch: None,
+            elr: None,
+            last_known_elr: None,
+        };
+        edit(&mut r);
+        r
+    }
+
+    #[test]
+    fn partition_changes_that_break_a_rule_reject_the_whole_batch() {
+        let img = rf3();
+        let p = &img.topic("r").unwrap().partitions[0];
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (1, 5, 1));
+        let isr = |v: &[i32]| Some(v.to_vec());
+        type Edit = fn(&mut Record);
+        let cases: Vec<(&str, i16, Edit)> = vec![
+            ("stale leader epoch", codes::FENCED_LEADER_EPOCH, |r| {
+                if let Record::PartitionChanged {
+                    expected_leader_epoch,
+                    ..
+                } = r
+                {
+                    *expected_leader_epoch = Some(4);
+                }
+            }),
+            (
+                "stale partition epoch",
+                codes::INVALID_UPDATE_VERSION,
+                |r| {
+                    if let Record::PartitionChanged {
+                        expected_partition_epoch,
+                        ..
+                    } = r
+                    {
+                        *expected_partition_epoch = Some(0);
+                    }
+                },
+            ),
+            ("leader not in the ISR", codes::INVALID_REQUEST, |r| {
+                if let Record::PartitionChanged { isr, .. } = r {
+                    *isr = Some(vec![2, 3]);
+                }
+            }),
+            ("ISR member not a replica", codes::INVALID_REQUEST, |r| {
+                if let Record::PartitionChanged { isr, .. } = r {
+                    *isr = Some(vec![1, 4]);
+                }
+            }),
+            ("empty ISR with a leader", codes::INVALID_REQUEST, |r| {
+                if let Record::PartitionChanged { isr, .. } = r {
+                    *isr = Some(vec![]);
+                }
+            }),
+            ("leader epoch going down", codes::INVALID_REQUEST, |r| {
+                if let Record::PartitionChanged { leader_epoch, .. } = r {
+                    *leader_epoch = Some(4);
+                }
+            }),
+            ("ELR member not a replica", codes::INVALID_REQUEST, |r| {
+                if let Record::PartitionChanged { elr, .. } = r {
+                    *elr = Some(vec![7]);
+                }
+            }),
+            ("ELR member in the ISR", codes::INVALID_REQUEST, |r| {
+                if let Record::PartitionChanged { elr, .. } = r {
+                    *elr = Some(vec![2]);
+                }
+            }),
+            ("ISR member twice", codes::INVALID_REQUEST, |r| {
+                if let Record::PartitionChanged { isr, .. } = r {
+                    *isr = Some(vec![1, 2, 1]);
+                }
+            }),
+        ];
+        for (what, want, edit) in cases {
+            // A valid record first: the batch goes whole or not at all.
+            let batch = [
+                Record::TopicCreated {
+                    name: "other".into(),
+                    topic_id: [9; 16],
+                },
+                change(edit),
+            ];
+            let (after, out) = img.apply(3, &batch);
+            match out {
+                ApplyOutcome::Rejected { code, .. } => assert_eq!(code, want, "{what}"),
+                other => panic!("{what}: {other:?}"),
+            }
+            let mut unchanged = (*after).clone();
+            unchanged.applied_index = img.applied_index;
+            assert_eq!(&unchanged, &*img, "{what}");
+        }
+        // With matching preconditions and a valid state, the change applies.
+        let ok = change(|r| {
+            if let Record::PartitionChanged {
+                expected_leader_epoch,
+                expected_partition_epoch,
+                isr: i,
+                elr,
+                ..
+            } = r
+            {
+                *expected_leader_epoch = Some(5);
+                *expected_partition_epoch = Some(1);
+                *i = isr(&[1]);
+                *elr = Some(vec![2, 3]);
+            }
+        });
+        let (after, out) = img.apply(3, &[ok]);
+        assert_eq!(out, ApplyOutcome::Applied);
+        let p = &after.topic("r").unwrap().partitions[0];
+        assert_eq!(
+            (p.isr.clone(), p.elr.clone(), p.partition_epoch),
+            (vec![1], vec![2, 3], 2)
+        );
+    }
+
+    /// A snapshot written before the ELR and listener fields existed still loads.
+    #[test]
+    fn old_snapshot_json_without_the_new_fields_loads() {
+        let broker = r#"{"broker_id":1,"incarnation_id":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],
+            "host":"h","port":9092,"rack":null,"fenced":false,"broker_epoch":3}"#;
+        let b: BrokerInfo = serde_json::from_str(broker).unwrap();
+        assert_eq!((b.shard_count, b.previous_broker_epoch), (0, -1));
+        assert_eq!((b.inter_broker_host, b.inter_broker_port), (None, None));
+        let partition = r#"{"partition":0,"replicas":[1],"isr":[1],"leader":1,
+            "leader_epoch":2,"partition_epoch":3}"#;
+        let p: PartitionInfo = serde_json::from_str(partition).unwrap();
+        assert!(p.elr.is_empty() && p.last_known_elr.is_empty());
     }
 }

@@ -23,6 +23,7 @@ pub mod image;
 pub mod log_store;
 pub mod network;
 pub mod node;
+pub mod partition_change;
 pub mod records;
 pub mod state_machine;
 

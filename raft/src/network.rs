@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::partition_change::{AlterPartitionRequest, AlterPartitionResult};
 use crate::{Applied, NodeId, Proposal, TypeConfig};
 
 /// Largest frame read from a peer.
@@ -35,6 +36,25 @@ pub struct BrokerRegistration {
     pub rack: Option<String>,
     /// This node's controller listener, so the leader can add it as a learner.
     pub controller_addr: Option<String>,
+    /// Shard (core) count; 0 = unknown. Defaults keep frames of older nodes readable.
+    #[serde(default)]
+    pub shard_count: i32,
+    /// The inter-broker listener; `None` = the client listener.
+    #[serde(default)]
+    pub inter_broker_host: Option<String>,
+    #[serde(default)]
+    pub inter_broker_port: Option<i32>,
+    /// One inter-broker port per shard when the broker steers by port; empty = none.
+    #[serde(default)]
+    pub inter_broker_shard_ports: Vec<i32>,
+    /// The broker epoch the previous incarnation shut down cleanly with (KIP-841/903), -1 if it
+    /// did not or is unknown: then it leaves every ISR it was in (KIP-966).
+    #[serde(default = "no_broker_epoch")]
+    pub previous_broker_epoch: i64,
+}
+
+fn no_broker_epoch() -> i64 {
+    -1
 }
 
 /// Requests to the controller leader.
@@ -44,6 +64,13 @@ pub enum ControllerRequest {
     Propose(Proposal),
     Register(BrokerRegistration),
     Heartbeat {
+        broker_id: i32,
+        broker_epoch: i64,
+    },
+    /// ISR changes from partition leaders (Kafka's AlterPartition), answered per partition.
+    AlterPartition(Vec<AlterPartitionRequest>),
+    /// The broker is stopping: move its leadership away, take it out of the ISRs, fence it.
+    ControlledShutdown {
         broker_id: i32,
         broker_epoch: i64,
     },
@@ -59,6 +86,10 @@ pub enum ControllerResponse {
     HeartbeatOk {
         fenced: bool,
     },
+    /// One result per AlterPartition request, in order.
+    AlterPartition(Vec<AlterPartitionResult>),
+    /// The broker is fenced and leads nothing it could hand over.
+    ShutdownComplete,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, thiserror::Error)]

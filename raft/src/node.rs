@@ -11,21 +11,30 @@
 //!
 //! Fencing: the leader remembers when each broker last heartbeated (in memory; a new leader
 //! starts every broker's clock afresh) and fences a broker silent for longer than
-//! `session_timeout`: its partitions lose their leader (epoch + 1). A heartbeat from a fenced
-//! broker of the same epoch unfences it and gives its partitions back (epoch + 1). A broker
-//! that registers again (a restart) gets a new broker epoch and its partitions a new leader
-//! epoch.
+//! `session_timeout`: it leaves the ISRs and its partitions elect a new leader from the rest
+//! of the ISR (or the ELR), else go offline (leader -1), each change with a new leader epoch.
+//! A heartbeat from a fenced broker of the same epoch unfences it; it leads again only the
+//! offline partitions whose ISR (or ELR) holds it. A broker that registers again (a restart)
+//! gets a new broker epoch; without a clean shutdown before it leaves the ISRs (KIP-841/966).
+//! The decisions are pure functions in [`crate::partition_change`]; each partition change
+//! carries the epochs it was computed from, so one computed from a stale image is rejected
+//! when applied and retried (next heartbeat, next fencing round, next registration attempt).
+//!
+//! AlterPartition ([`MetadataHandle::alter_partition`]) and controlled shutdown are handled
+//! here too: the broker's shard 0 sends the ISR changes of its partitions in one batch and
+//! gets a result per partition; on `shutdown` this node asks the controller to move its
+//! leadership away and fence it before Raft stops (bounded wait, best effort).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use openraft::error::{ClientWriteError, RaftError as OpenRaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError as OpenRaftError};
 use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
 use serde::Serialize;
 use tokio::net::TcpListener;
@@ -38,6 +47,11 @@ use crate::log_store::LogStore;
 use crate::network::{
     read_frame, write_frame, BrokerRegistration, ControllerError, ControllerRequest,
     ControllerResponse, Network, PeerClient, RpcRequest, RpcResponse,
+};
+use crate::partition_change::{
+    alter_partitions, controlled_shutdown_records, fence_records, registration_records,
+    unfence_records, AlterPartitionRequest, AlterPartitionResult, Unclean,
+    ALTER_PARTITION_BATCH_MAX,
 };
 use crate::records::Record;
 use crate::state_machine::StateMachine;
@@ -75,6 +89,12 @@ pub enum Event {
     Done {
         ticket: u64,
         result: Result<Applied, String>,
+    },
+    /// The answer to an `alter_partition` ticket: a result per request, in order, or why the
+    /// controller gave none.
+    AlterPartitionDone {
+        ticket: u64,
+        result: Result<Vec<AlterPartitionResult>, String>,
     },
 }
 
@@ -121,7 +141,14 @@ impl Bell {
 }
 
 enum Command {
-    Propose { ticket: u64, batch: Vec<u8> },
+    Propose {
+        ticket: u64,
+        batch: Vec<u8>,
+    },
+    AlterPartition {
+        ticket: u64,
+        requests: Vec<AlterPartitionRequest>,
+    },
     Shutdown(std::sync::mpsc::Sender<()>),
 }
 
@@ -205,6 +232,26 @@ impl MetadataHandle {
         ticket
     }
 
+    /// Queues ISR changes of partitions this broker leads (Kafka's AlterPartition, KIP-903
+    /// broker epochs per member) for the controller; the answer comes as
+    /// `Event::AlterPartitionDone` with the returned ticket, one result per request. A
+    /// precondition the controller finds stale is that partition's error code; the others
+    /// still commit.
+    pub fn alter_partition(&self, requests: Vec<AlterPartitionRequest>) -> u64 {
+        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        if self
+            .commands
+            .send(Command::AlterPartition { ticket, requests })
+            .is_err()
+        {
+            self.bell.push(Event::AlterPartitionDone {
+                ticket,
+                result: Err("metadata node stopped".into()),
+            });
+        }
+        ticket
+    }
+
     /// Takes every queued event.
     pub fn drain_events(&self) -> Vec<Event> {
         self.bell
@@ -222,7 +269,9 @@ impl MetadataHandle {
             .clone()
     }
 
-    /// Stops Raft and joins the thread (bounded wait).
+    /// Asks the controller for a controlled shutdown of this broker (leadership moved away,
+    /// fenced; at most `CONTROLLED_SHUTDOWN_WAIT`), then stops Raft and joins the thread
+    /// (bounded wait).
     pub fn shutdown(&self) {
         let (tx, rx) = std::sync::mpsc::channel();
         if self.commands.send(Command::Shutdown(tx)).is_ok() {
@@ -241,6 +290,18 @@ struct Ctx {
     sm: StateMachine,
     /// Leader side: when each broker last heartbeated.
     last_seen: Mutex<HashMap<i32, Instant>>,
+    /// Leader side: brokers that shut down under control, by the broker epoch they stopped
+    /// at; a late heartbeat of that epoch does not unfence them.
+    shut_down: Mutex<HashMap<i32, i64>>,
+    /// This broker's current broker epoch (-1 until registered).
+    broker_epoch: AtomicI64,
+    /// Set on shutdown: this broker's lifecycle stops registering and heartbeating.
+    stopping: AtomicBool,
+    /// Held from reading the image to committing the records decided on it (registration,
+    /// unfencing, fencing, AlterPartition, controlled shutdown), so the controller's decisions
+    /// are made one at a time on the latest image, as Kafka's single controller thread does;
+    /// the records' epoch preconditions remain the guard against an image that lags.
+    decide: tokio::sync::Mutex<()>,
     /// Clients to other nodes' controller listeners, by address.
     peers: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<PeerClient>>>>,
 }
@@ -299,7 +360,27 @@ async fn run(
                     bell.push(Event::Done { ticket, result });
                 });
             }
+            Command::AlterPartition { ticket, requests } => {
+                let ctx = ctx.clone();
+                let bell = bell.clone();
+                tokio::spawn(async move {
+                    let deadline = Instant::now() + ctx.cfg.propose_timeout;
+                    let result = controller_call(
+                        &ctx,
+                        ControllerRequest::AlterPartition(requests),
+                        deadline,
+                    )
+                    .await;
+                    let result = match result {
+                        Ok(ControllerResponse::AlterPartition(r)) => Ok(r),
+                        Ok(other) => Err(format!("unexpected controller answer {other:?}")),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    bell.push(Event::AlterPartitionDone { ticket, result });
+                });
+            }
             Command::Shutdown(done) => {
+                controlled_shutdown(&ctx).await;
                 let _ = ctx.raft.shutdown().await;
                 let _ = done.send(());
                 break;
@@ -355,6 +436,10 @@ async fn setup(cfg: &NodeConfig, bell: Arc<Bell>) -> Result<Ctx, RaftError> {
         raft,
         sm,
         last_seen: Mutex::new(HashMap::new()),
+        shut_down: Mutex::new(HashMap::new()),
+        broker_epoch: AtomicI64::new(-1),
+        stopping: AtomicBool::new(false),
+        decide: tokio::sync::Mutex::new(()),
         peers: tokio::sync::Mutex::new(HashMap::new()),
     })
 }
@@ -460,9 +545,11 @@ async fn handle_controller(
                         .map_err(|e| ControllerError::Failed(format!("adding learner: {e}")))?;
                 }
             }
-            let image = ctx.sm.image();
-            let records = registration_records(&image, &reg);
+            let decide = ctx.decide.lock().await;
+            let image = current_image(ctx).await?;
+            let records = registration_records(&image, &reg, Unclean::TopicConfig);
             let applied = write_records(ctx, &records).await?;
+            drop(decide);
             if let ApplyOutcome::Rejected { message, .. } = applied.outcome {
                 return Err(ControllerError::Failed(message));
             }
@@ -492,8 +579,19 @@ async fn handle_controller(
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(broker_id, Instant::now());
+            let retired = ctx
+                .shut_down
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&broker_id)
+                == Some(&broker_epoch);
+            if retired {
+                return Ok(ControllerResponse::HeartbeatOk { fenced });
+            }
             if fenced {
-                let records = unfence_records(&image, broker_id);
+                let _decide = ctx.decide.lock().await;
+                let image = current_image(ctx).await?;
+                let records = unfence_records(&image, broker_id, Unclean::TopicConfig);
                 let applied = write_records(ctx, &records).await?;
                 if applied.outcome == ApplyOutcome::Applied {
                     info!(broker_id, "broker unfenced");
@@ -501,76 +599,115 @@ async fn handle_controller(
             }
             Ok(ControllerResponse::HeartbeatOk { fenced: false })
         }
-    }
-}
-
-/// Records for a (re)registration: the broker, unfenced, leading again every partition it is
-/// a replica of that has no other leader, each with a new leader epoch.
-pub fn registration_records(image: &ClusterImage, reg: &BrokerRegistration) -> Vec<Record> {
-    let mut records = vec![
-        Record::BrokerRegistered {
-            broker_id: reg.broker_id,
-            incarnation_id: reg.incarnation_id,
-            host: reg.host.clone(),
-            port: reg.port,
-            rack: reg.rack.clone(),
-        },
-        Record::BrokerUnfenced {
-            broker_id: reg.broker_id,
-        },
-    ];
-    records.extend(take_leadership(image, reg.broker_id, true));
-    records
-}
-
-fn unfence_records(image: &ClusterImage, broker_id: i32) -> Vec<Record> {
-    let mut records = vec![Record::BrokerUnfenced { broker_id }];
-    records.extend(take_leadership(image, broker_id, false));
-    records
-}
-
-/// Partition changes that make `broker_id` leader where it is a replica and there is no
-/// leader (or, on a new incarnation, where it led before).
-fn take_leadership(image: &ClusterImage, broker_id: i32, new_incarnation: bool) -> Vec<Record> {
-    let mut out = Vec::new();
-    for t in image.topics.values() {
-        for p in &t.partitions {
-            let takes = p.replicas.contains(&broker_id)
-                && (p.leader == -1 || (new_incarnation && p.leader == broker_id));
-            if takes {
-                out.push(Record::PartitionChanged {
-                    topic_id: t.topic_id,
-                    partition: p.partition,
-                    leader: Some(broker_id),
-                    leader_epoch: Some(p.leader_epoch + 1),
-                    isr: p.isr.is_empty().then(|| vec![broker_id]),
-                    replicas: None,
-                });
+        ControllerRequest::AlterPartition(requests) => {
+            if requests.len() > ALTER_PARTITION_BATCH_MAX {
+                return Err(ControllerError::Failed(format!(
+                    "AlterPartition of {} partitions exceeds {ALTER_PARTITION_BATCH_MAX}",
+                    requests.len()
+                )));
             }
+            handle_alter_partition(ctx, &requests)
+                .await
+                .map(ControllerResponse::AlterPartition)
+        }
+        ControllerRequest::ControlledShutdown {
+            broker_id,
+            broker_epoch,
+        } => {
+            let _decide = ctx.decide.lock().await;
+            for _ in 0..WRITE_ATTEMPTS {
+                let image = current_image(ctx).await?;
+                let records = controlled_shutdown_records(
+                    &image,
+                    broker_id,
+                    broker_epoch,
+                    Unclean::TopicConfig,
+                )
+                .map_err(|_| ControllerError::StaleBrokerEpoch)?;
+                if write_records(ctx, &records).await?.outcome == ApplyOutcome::Applied {
+                    ctx.shut_down
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(broker_id, broker_epoch);
+                    info!(broker_id, broker_epoch, "broker shut down under control");
+                    return Ok(ControllerResponse::ShutdownComplete);
+                }
+            }
+            Err(ControllerError::Failed(
+                "controlled shutdown raced other partition changes; try again".into(),
+            ))
         }
     }
-    out
 }
 
-/// Records that fence `broker_id`: its partitions lose their leader.
-pub fn fence_records(image: &ClusterImage, broker_id: i32) -> Vec<Record> {
-    let mut records = vec![Record::BrokerFenced { broker_id }];
-    for t in image.topics.values() {
-        for p in &t.partitions {
-            if p.leader == broker_id {
-                records.push(Record::PartitionChanged {
-                    topic_id: t.topic_id,
-                    partition: p.partition,
-                    leader: Some(-1),
-                    leader_epoch: Some(p.leader_epoch + 1),
-                    isr: None,
-                    replicas: None,
-                });
-            }
+/// The image for a controller decision: this node is confirmed leader and has applied every
+/// committed entry (a new leader may not have yet), so the decision sees the latest state.
+async fn current_image(ctx: &Ctx) -> Result<Arc<ClusterImage>, ControllerError> {
+    match ctx.raft.ensure_linearizable().await {
+        Ok(_) => Ok(ctx.sm.image()),
+        Err(OpenRaftError::APIError(CheckIsLeaderError::ForwardToLeader(_))) => {
+            Err(leader_hint(ctx))
+        }
+        Err(e) => Err(ControllerError::Failed(e.to_string())),
+    }
+}
+
+/// How often the leader recomputes and rewrites a batch whose preconditions a concurrent
+/// change made stale, before giving up.
+const WRITE_ATTEMPTS: usize = 3;
+
+/// Commits the valid ISR changes of `requests` in one batch. A batch rejected at apply (a
+/// concurrent change made a precondition stale) is recomputed on the newer image, where the
+/// stale request gets its own error code, and written again.
+async fn handle_alter_partition(
+    ctx: &Ctx,
+    requests: &[AlterPartitionRequest],
+) -> Result<Vec<AlterPartitionResult>, ControllerError> {
+    let _decide = ctx.decide.lock().await;
+    let mut last_rejection = None;
+    for _ in 0..WRITE_ATTEMPTS {
+        let image = current_image(ctx).await?;
+        let (results, records) = alter_partitions(&image, requests);
+        if records.is_empty() {
+            return Ok(results);
+        }
+        match write_records(ctx, &records).await?.outcome {
+            ApplyOutcome::Applied => return Ok(results),
+            ApplyOutcome::Rejected { code, message } => last_rejection = Some((code, message)),
         }
     }
-    records
+    let (code, message) = last_rejection.unwrap_or_default();
+    warn!(code, %message, "AlterPartition batch kept being rejected");
+    let image = ctx.sm.image();
+    let (mut results, _) = alter_partitions(&image, requests);
+    for r in results.iter_mut().filter(|r| r.error_code == 0) {
+        r.error_code = code;
+    }
+    Ok(results)
 }
+
+/// On shutdown: stops this broker's lifecycle and asks the controller to move leadership
+/// away and fence this broker, waiting at most `CONTROLLED_SHUTDOWN_WAIT` (the session
+/// timeout fences it anyway when this does not get through).
+async fn controlled_shutdown(ctx: &Ctx) {
+    ctx.stopping.store(true, Ordering::Relaxed);
+    let broker_epoch = ctx.broker_epoch.load(Ordering::Relaxed);
+    if broker_epoch < 0 {
+        return;
+    }
+    let req = ControllerRequest::ControlledShutdown {
+        broker_id: ctx.cfg.broker.broker_id,
+        broker_epoch,
+    };
+    let deadline = Instant::now() + CONTROLLED_SHUTDOWN_WAIT.min(ctx.cfg.session_timeout);
+    match controller_call(ctx, req, deadline).await {
+        Ok(_) => info!(broker_epoch, "controlled shutdown done"),
+        Err(e) => warn!(error = %e, "controlled shutdown failed; the session timeout fences"),
+    }
+}
+
+/// The longest `shutdown` waits for the controlled shutdown.
+const CONTROLLED_SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 
 /// On the leader: fences brokers whose heartbeats stopped.
 async fn fence_silent_brokers(ctx: Arc<Ctx>) {
@@ -604,8 +741,21 @@ async fn fence_silent_brokers(ctx: Arc<Ctx>) {
         };
         was_leader = true;
         for broker_id in silent {
-            let records = fence_records(&image, broker_id);
-            match write_records(&ctx, &records).await {
+            // Each on the image the previous fencing left: its preconditions must be current.
+            let decide = ctx.decide.lock().await;
+            let written = match current_image(&ctx).await {
+                Ok(image) => {
+                    let records = fence_records(&image, broker_id, Unclean::TopicConfig);
+                    write_records(&ctx, &records).await
+                }
+                Err(e) => Err(e),
+            };
+            drop(decide);
+            match written {
+                Ok(Applied {
+                    outcome: ApplyOutcome::Rejected { message, .. },
+                    ..
+                }) => warn!(broker_id, %message, "fencing rejected; retrying next round"),
                 Ok(_) => warn!(
                     broker_id,
                     session_timeout_ms = ctx.cfg.session_timeout.as_millis() as u64,
@@ -713,7 +863,7 @@ async fn broker_lifecycle(ctx: Arc<Ctx>) {
         reg.controller_addr = None;
     }
     let mut warned = Instant::now() - Duration::from_secs(60);
-    loop {
+    while !ctx.stopping.load(Ordering::Relaxed) {
         let deadline = Instant::now() + Duration::from_secs(5);
         let epoch =
             match controller_call(&ctx, ControllerRequest::Register(reg.clone()), deadline).await {
@@ -727,8 +877,12 @@ async fn broker_lifecycle(ctx: Arc<Ctx>) {
                     continue;
                 }
             };
+        ctx.broker_epoch.store(epoch, Ordering::Relaxed);
         loop {
             tokio::time::sleep(ctx.cfg.heartbeat_interval).await;
+            if ctx.stopping.load(Ordering::Relaxed) {
+                return;
+            }
             let deadline = Instant::now() + ctx.cfg.heartbeat_interval.max(Duration::from_secs(1));
             let hb = ControllerRequest::Heartbeat {
                 broker_id: reg.broker_id,

@@ -14,7 +14,7 @@ pub const RESOURCE_BROKER: i8 = 4;
 /// One metadata change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
-    /// A broker (re)registered: a new incarnation, its listener and rack. A registered broker
+    /// A broker (re)registered: a new incarnation, its listeners and rack. A registered broker
     /// starts fenced; `BrokerUnfenced` follows when the controller lets it lead.
     BrokerRegistered {
         broker_id: i32,
@@ -22,6 +22,17 @@ pub enum Record {
         host: String,
         port: i32,
         rack: Option<String>,
+        /// Shard (core) count; 0 = unknown (written by an older broker).
+        shard_count: i32,
+        /// The inter-broker listener; `None` = the client listener (`host`).
+        inter_broker_host: Option<String>,
+        /// `None` = the client listener's `port`.
+        inter_broker_port: Option<i32>,
+        /// One inter-broker port per shard when the broker steers by port; empty = none.
+        inter_broker_shard_ports: Vec<i32>,
+        /// KIP-841/903: the broker epoch of the previous incarnation if it shut down cleanly,
+        /// -1 if it did not (or the broker does not say).
+        previous_broker_epoch: i64,
     },
     /// The broker's session expired (or it shut down): it leads nothing.
     BrokerFenced {
@@ -49,7 +60,10 @@ pub enum Record {
         leader: i32,
         leader_epoch: i32,
     },
-    /// Leader, ISR or replicas changed; `None` = unchanged.
+    /// Leader, ISR, ELR or replicas changed; `None` = unchanged. When applied, the
+    /// `expected_*` preconditions (if set) must equal the image's values and the result must
+    /// be a valid partition state (leader in the ISR, ISR and ELR within the replicas, leader
+    /// epoch not going down), else the whole batch is rejected.
     PartitionChanged {
         topic_id: TopicId,
         partition: i32,
@@ -57,6 +71,14 @@ pub enum Record {
         leader_epoch: Option<i32>,
         isr: Option<Vec<i32>>,
         replicas: Option<Vec<i32>>,
+        /// Mismatch rejects with FENCED_LEADER_EPOCH.
+        expected_leader_epoch: Option<i32>,
+        /// Mismatch rejects with INVALID_UPDATE_VERSION.
+        expected_partition_epoch: Option<i32>,
+        /// KIP-966 eligible leader replicas.
+        elr: Option<Vec<i32>>,
+        /// KIP-966 last known ELR.
+        last_known_elr: Option<Vec<i32>>,
     },
     /// A config override set (`value` Some) or removed (`value` None).
     ConfigChanged {

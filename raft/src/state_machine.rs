@@ -307,6 +307,11 @@ mod tests {
                     host: format!("h{b}"),
                     port: 9092 + b,
                     rack,
+                    shard_count: 1,
+                    inter_broker_host: None,
+                    inter_broker_port: None,
+                    inter_broker_shard_ports: Vec::new(),
+                    previous_broker_epoch: -1,
                 }
             }),
             (1i32..4).prop_map(|b| Record::BrokerFenced { broker_id: b }),
@@ -337,8 +342,13 @@ mod tests {
                         partition,
                         leader,
                         leader_epoch,
-                        isr: leader.map(|l| vec![l]),
-                        replicas: None,
+                        // A leader moves with its replica set, so the change can apply.
+                        isr: leader.filter(|l| *l >= 0).map(|l| vec![l]),
+                        replicas: leader.filter(|l| *l >= 0).map(|l| vec![l]),
+                        expected_leader_epoch: None,
+                        expected_partition_epoch: None,
+                        elr: None,
+                        last_known_elr: None,
                     }
                 }),
             (name, prop::option::of("[0-9]{1,3}")).prop_map(|(resource_name, value)| {

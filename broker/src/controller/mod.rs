@@ -82,8 +82,8 @@ pub enum ConfigChange {
     Incremental(Vec<(String, i8, Option<String>)>),
 }
 
-/// The metadata node's settings from the broker's.
-fn node_config(config: &BrokerConfig) -> NodeConfig {
+/// The metadata node's settings from the broker's; `shard_count` is the running shard count.
+fn node_config(config: &BrokerConfig, shard_count: usize) -> NodeConfig {
     let node_id = config.node_id as u64;
     let mut voters = config.controller_quorum.clone();
     if voters.is_empty() {
@@ -107,6 +107,12 @@ fn node_config(config: &BrokerConfig) -> NodeConfig {
             port: i32::from(config.advertise_port),
             rack: config.rack.clone(),
             controller_addr: config.controller_listen.map(|a| a.to_string()),
+            shard_count: i32::try_from(shard_count).unwrap_or(i32::MAX),
+            // No inter-broker listener of its own yet, and no record of a clean shutdown.
+            inter_broker_host: None,
+            inter_broker_port: None,
+            inter_broker_shard_ports: Vec::new(),
+            previous_broker_epoch: -1,
         },
         heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
         session_timeout: Duration::from_millis(config.broker_session_timeout_ms),
@@ -143,10 +149,13 @@ fn controller(shard: &BrokerShard) -> &Controller {
 }
 
 /// Starts the metadata node and returns the controller for shard 0.
-pub fn start(config: &BrokerConfig) -> Result<(Controller, std::os::unix::net::UnixStream)> {
+pub fn start(
+    config: &BrokerConfig,
+    shard_count: usize,
+) -> Result<(Controller, std::os::unix::net::UnixStream)> {
     std::fs::create_dir_all(&config.data_dir)?;
     let (reader, writer) = std::os::unix::net::UnixStream::pair().context("doorbell socket")?;
-    let cfg = node_config(config);
+    let cfg = node_config(config, shard_count);
     let incarnation_id = cfg.broker.incarnation_id;
     info!(
         node_id = cfg.node_id,
@@ -236,6 +245,10 @@ async fn follow_events(shard: Rc<BrokerShard>, mut doorbell: glommio::net::UnixS
                     if let Some(tx) = ctl.tickets.borrow_mut().remove(&ticket) {
                         let _ = tx.send(result);
                     }
+                }
+                // The broker sends no AlterPartition yet (partition data is not replicated).
+                Event::AlterPartitionDone { ticket, .. } => {
+                    warn!(ticket, "AlterPartition answer nobody asked for");
                 }
             }
         }

@@ -244,6 +244,11 @@ impl<'a> BrokerRegistered<'a> {
   pub const VT_HOST: flatbuffers::VOffsetT = 8;
   pub const VT_PORT: flatbuffers::VOffsetT = 10;
   pub const VT_RACK: flatbuffers::VOffsetT = 12;
+  pub const VT_SHARD_COUNT: flatbuffers::VOffsetT = 14;
+  pub const VT_INTER_BROKER_HOST: flatbuffers::VOffsetT = 16;
+  pub const VT_INTER_BROKER_PORT: flatbuffers::VOffsetT = 18;
+  pub const VT_INTER_BROKER_SHARD_PORTS: flatbuffers::VOffsetT = 20;
+  pub const VT_PREVIOUS_BROKER_EPOCH: flatbuffers::VOffsetT = 22;
 
   #[inline]
   pub unsafe fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
@@ -255,6 +260,11 @@ impl<'a> BrokerRegistered<'a> {
     args: &'args BrokerRegisteredArgs<'args>
   ) -> flatbuffers::WIPOffset<BrokerRegistered<'bldr>> {
     let mut builder = BrokerRegisteredBuilder::new(_fbb);
+    builder.add_previous_broker_epoch(args.previous_broker_epoch);
+    if let Some(x) = args.inter_broker_shard_ports { builder.add_inter_broker_shard_ports(x); }
+    if let Some(x) = args.inter_broker_port { builder.add_inter_broker_port(x); }
+    if let Some(x) = args.inter_broker_host { builder.add_inter_broker_host(x); }
+    builder.add_shard_count(args.shard_count);
     if let Some(x) = args.rack { builder.add_rack(x); }
     builder.add_port(args.port);
     if let Some(x) = args.host { builder.add_host(x); }
@@ -300,6 +310,47 @@ impl<'a> BrokerRegistered<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<&str>>(BrokerRegistered::VT_RACK, None)}
   }
+  /// The broker's shard (core) count; 0 = unknown (a broker older than the field).
+  #[inline]
+  pub fn shard_count(&self) -> i32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i32>(BrokerRegistered::VT_SHARD_COUNT, Some(0)).unwrap()}
+  }
+  /// The inter-broker listener (replica fetches); absent = the client listener above.
+  #[inline]
+  pub fn inter_broker_host(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<&str>>(BrokerRegistered::VT_INTER_BROKER_HOST, None)}
+  }
+  #[inline]
+  pub fn inter_broker_port(&self) -> Option<i32> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i32>(BrokerRegistered::VT_INTER_BROKER_PORT, None)}
+  }
+  /// One inter-broker port per shard, when the broker steers inter-broker connections to a
+  /// shard by port; absent or empty = none (every shard behind `inter_broker_port`).
+  #[inline]
+  pub fn inter_broker_shard_ports(&self) -> Option<flatbuffers::Vector<'a, i32>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, i32>>>(BrokerRegistered::VT_INTER_BROKER_SHARD_PORTS, None)}
+  }
+  /// KIP-841/903: the broker epoch of the incarnation that shut down cleanly before this one,
+  /// -1 when it did not (or an old broker); decides whether it stays eligible (KIP-966 ELR).
+  #[inline]
+  pub fn previous_broker_epoch(&self) -> i64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i64>(BrokerRegistered::VT_PREVIOUS_BROKER_EPOCH, Some(-1)).unwrap()}
+  }
 }
 
 impl flatbuffers::Verifiable for BrokerRegistered<'_> {
@@ -314,6 +365,11 @@ impl flatbuffers::Verifiable for BrokerRegistered<'_> {
      .visit_field::<flatbuffers::ForwardsUOffset<&str>>("host", Self::VT_HOST, false)?
      .visit_field::<i32>("port", Self::VT_PORT, false)?
      .visit_field::<flatbuffers::ForwardsUOffset<&str>>("rack", Self::VT_RACK, false)?
+     .visit_field::<i32>("shard_count", Self::VT_SHARD_COUNT, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<&str>>("inter_broker_host", Self::VT_INTER_BROKER_HOST, false)?
+     .visit_field::<i32>("inter_broker_port", Self::VT_INTER_BROKER_PORT, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, i32>>>("inter_broker_shard_ports", Self::VT_INTER_BROKER_SHARD_PORTS, false)?
+     .visit_field::<i64>("previous_broker_epoch", Self::VT_PREVIOUS_BROKER_EPOCH, false)?
      .finish();
     Ok(())
   }
@@ -324,6 +380,11 @@ pub struct BrokerRegisteredArgs<'a> {
     pub host: Option<flatbuffers::WIPOffset<&'a str>>,
     pub port: i32,
     pub rack: Option<flatbuffers::WIPOffset<&'a str>>,
+    pub shard_count: i32,
+    pub inter_broker_host: Option<flatbuffers::WIPOffset<&'a str>>,
+    pub inter_broker_port: Option<i32>,
+    pub inter_broker_shard_ports: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, i32>>>,
+    pub previous_broker_epoch: i64,
 }
 impl<'a> Default for BrokerRegisteredArgs<'a> {
   #[inline]
@@ -334,6 +395,11 @@ impl<'a> Default for BrokerRegisteredArgs<'a> {
       host: None,
       port: 0,
       rack: None,
+      shard_count: 0,
+      inter_broker_host: None,
+      inter_broker_port: None,
+      inter_broker_shard_ports: None,
+      previous_broker_epoch: -1,
     }
   }
 }
@@ -364,6 +430,26 @@ impl<'a: 'b, 'b> BrokerRegisteredBuilder<'a, 'b> {
     self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(BrokerRegistered::VT_RACK, rack);
   }
   #[inline]
+  pub fn add_shard_count(&mut self, shard_count: i32) {
+    self.fbb_.push_slot::<i32>(BrokerRegistered::VT_SHARD_COUNT, shard_count, 0);
+  }
+  #[inline]
+  pub fn add_inter_broker_host(&mut self, inter_broker_host: flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(BrokerRegistered::VT_INTER_BROKER_HOST, inter_broker_host);
+  }
+  #[inline]
+  pub fn add_inter_broker_port(&mut self, inter_broker_port: i32) {
+    self.fbb_.push_slot_always::<i32>(BrokerRegistered::VT_INTER_BROKER_PORT, inter_broker_port);
+  }
+  #[inline]
+  pub fn add_inter_broker_shard_ports(&mut self, inter_broker_shard_ports: flatbuffers::WIPOffset<flatbuffers::Vector<'b , i32>>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(BrokerRegistered::VT_INTER_BROKER_SHARD_PORTS, inter_broker_shard_ports);
+  }
+  #[inline]
+  pub fn add_previous_broker_epoch(&mut self, previous_broker_epoch: i64) {
+    self.fbb_.push_slot::<i64>(BrokerRegistered::VT_PREVIOUS_BROKER_EPOCH, previous_broker_epoch, -1);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> BrokerRegisteredBuilder<'a, 'b> {
     let start = _fbb.start_table();
     BrokerRegisteredBuilder {
@@ -386,6 +472,11 @@ impl core::fmt::Debug for BrokerRegistered<'_> {
       ds.field("host", &self.host());
       ds.field("port", &self.port());
       ds.field("rack", &self.rack());
+      ds.field("shard_count", &self.shard_count());
+      ds.field("inter_broker_host", &self.inter_broker_host());
+      ds.field("inter_broker_port", &self.inter_broker_port());
+      ds.field("inter_broker_shard_ports", &self.inter_broker_shard_ports());
+      ds.field("previous_broker_epoch", &self.previous_broker_epoch());
       ds.finish()
   }
 }
@@ -1017,6 +1108,10 @@ impl<'a> PartitionChanged<'a> {
   pub const VT_LEADER_EPOCH: flatbuffers::VOffsetT = 10;
   pub const VT_ISR: flatbuffers::VOffsetT = 12;
   pub const VT_REPLICAS: flatbuffers::VOffsetT = 14;
+  pub const VT_EXPECTED_LEADER_EPOCH: flatbuffers::VOffsetT = 16;
+  pub const VT_EXPECTED_PARTITION_EPOCH: flatbuffers::VOffsetT = 18;
+  pub const VT_ELR: flatbuffers::VOffsetT = 20;
+  pub const VT_LAST_KNOWN_ELR: flatbuffers::VOffsetT = 22;
 
   #[inline]
   pub unsafe fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
@@ -1028,6 +1123,10 @@ impl<'a> PartitionChanged<'a> {
     args: &'args PartitionChangedArgs<'args>
   ) -> flatbuffers::WIPOffset<PartitionChanged<'bldr>> {
     let mut builder = PartitionChangedBuilder::new(_fbb);
+    if let Some(x) = args.last_known_elr { builder.add_last_known_elr(x); }
+    if let Some(x) = args.elr { builder.add_elr(x); }
+    if let Some(x) = args.expected_partition_epoch { builder.add_expected_partition_epoch(x); }
+    if let Some(x) = args.expected_leader_epoch { builder.add_expected_leader_epoch(x); }
     if let Some(x) = args.replicas { builder.add_replicas(x); }
     if let Some(x) = args.isr { builder.add_isr(x); }
     if let Some(x) = args.leader_epoch { builder.add_leader_epoch(x); }
@@ -1080,6 +1179,37 @@ impl<'a> PartitionChanged<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, i32>>>(PartitionChanged::VT_REPLICAS, None)}
   }
+  /// Preconditions checked when applied: when present and not the image's value, the whole
+  /// batch is rejected (FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION). Absent = not checked.
+  #[inline]
+  pub fn expected_leader_epoch(&self) -> Option<i32> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i32>(PartitionChanged::VT_EXPECTED_LEADER_EPOCH, None)}
+  }
+  #[inline]
+  pub fn expected_partition_epoch(&self) -> Option<i32> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i32>(PartitionChanged::VT_EXPECTED_PARTITION_EPOCH, None)}
+  }
+  /// KIP-966 eligible leader replicas and last known ELR; absent = unchanged.
+  #[inline]
+  pub fn elr(&self) -> Option<flatbuffers::Vector<'a, i32>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, i32>>>(PartitionChanged::VT_ELR, None)}
+  }
+  #[inline]
+  pub fn last_known_elr(&self) -> Option<flatbuffers::Vector<'a, i32>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, i32>>>(PartitionChanged::VT_LAST_KNOWN_ELR, None)}
+  }
 }
 
 impl flatbuffers::Verifiable for PartitionChanged<'_> {
@@ -1095,6 +1225,10 @@ impl flatbuffers::Verifiable for PartitionChanged<'_> {
      .visit_field::<i32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
      .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, i32>>>("isr", Self::VT_ISR, false)?
      .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, i32>>>("replicas", Self::VT_REPLICAS, false)?
+     .visit_field::<i32>("expected_leader_epoch", Self::VT_EXPECTED_LEADER_EPOCH, false)?
+     .visit_field::<i32>("expected_partition_epoch", Self::VT_EXPECTED_PARTITION_EPOCH, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, i32>>>("elr", Self::VT_ELR, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, i32>>>("last_known_elr", Self::VT_LAST_KNOWN_ELR, false)?
      .finish();
     Ok(())
   }
@@ -1106,6 +1240,10 @@ pub struct PartitionChangedArgs<'a> {
     pub leader_epoch: Option<i32>,
     pub isr: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, i32>>>,
     pub replicas: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, i32>>>,
+    pub expected_leader_epoch: Option<i32>,
+    pub expected_partition_epoch: Option<i32>,
+    pub elr: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, i32>>>,
+    pub last_known_elr: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, i32>>>,
 }
 impl<'a> Default for PartitionChangedArgs<'a> {
   #[inline]
@@ -1117,6 +1255,10 @@ impl<'a> Default for PartitionChangedArgs<'a> {
       leader_epoch: None,
       isr: None,
       replicas: None,
+      expected_leader_epoch: None,
+      expected_partition_epoch: None,
+      elr: None,
+      last_known_elr: None,
     }
   }
 }
@@ -1151,6 +1293,22 @@ impl<'a: 'b, 'b> PartitionChangedBuilder<'a, 'b> {
     self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(PartitionChanged::VT_REPLICAS, replicas);
   }
   #[inline]
+  pub fn add_expected_leader_epoch(&mut self, expected_leader_epoch: i32) {
+    self.fbb_.push_slot_always::<i32>(PartitionChanged::VT_EXPECTED_LEADER_EPOCH, expected_leader_epoch);
+  }
+  #[inline]
+  pub fn add_expected_partition_epoch(&mut self, expected_partition_epoch: i32) {
+    self.fbb_.push_slot_always::<i32>(PartitionChanged::VT_EXPECTED_PARTITION_EPOCH, expected_partition_epoch);
+  }
+  #[inline]
+  pub fn add_elr(&mut self, elr: flatbuffers::WIPOffset<flatbuffers::Vector<'b , i32>>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(PartitionChanged::VT_ELR, elr);
+  }
+  #[inline]
+  pub fn add_last_known_elr(&mut self, last_known_elr: flatbuffers::WIPOffset<flatbuffers::Vector<'b , i32>>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(PartitionChanged::VT_LAST_KNOWN_ELR, last_known_elr);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> PartitionChangedBuilder<'a, 'b> {
     let start = _fbb.start_table();
     PartitionChangedBuilder {
@@ -1174,6 +1332,10 @@ impl core::fmt::Debug for PartitionChanged<'_> {
       ds.field("leader_epoch", &self.leader_epoch());
       ds.field("isr", &self.isr());
       ds.field("replicas", &self.replicas());
+      ds.field("expected_leader_epoch", &self.expected_leader_epoch());
+      ds.field("expected_partition_epoch", &self.expected_partition_epoch());
+      ds.field("elr", &self.elr());
+      ds.field("last_known_elr", &self.last_known_elr());
       ds.finish()
   }
 }
