@@ -1024,8 +1024,8 @@ mod model {
             self.prev = before.clone();
             self.image = next;
             let old = &before.topic("t").expect("topic").partitions;
-            for p in 0..PARTITIONS {
-                let (o, n) = (&old[p], self.part(p).clone());
+            for (p, o) in old.iter().enumerate() {
+                let n = self.part(p).clone();
                 assert!(
                     n.leader_epoch >= o.leader_epoch,
                     "leader epoch went down: {o:?} -> {n:?}"
