@@ -25,6 +25,10 @@ pub struct BrokerKey {
 pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "listen", default: "127.0.0.1:9092", doc: "Kafka listener address, HOST:PORT; every shard listens on it (SO_REUSEPORT)" },
     BrokerKey { name: "advertise", default: "", doc: "address clients are told to connect to in Metadata, HOST:PORT; empty = the listen address" },
+    BrokerKey { name: "listeners", default: "", doc: "Kafka's listeners, `NAME://HOST:PORT,...` (PLAINTEXT only until the security work); every shard serves each; empty = `PLAINTEXT://` and the `listen` address" },
+    BrokerKey { name: "advertised.listeners", default: "", doc: "what clients and other brokers are told to connect to, `NAME://HOST:PORT,...` per listener; empty = `advertise`, else each listener's own address" },
+    BrokerKey { name: "inter.broker.listener.name", default: "PLAINTEXT", doc: "the listener followers fetch from; each shard also listens on its host at a port of its own, registered with the controller, so a follower's connection lands on the shard that owns its partitions" },
+    BrokerKey { name: "listener.security.protocol.map", default: "PLAINTEXT:PLAINTEXT", doc: "listener name to security protocol, `NAME:PROTOCOL,...`; only PLAINTEXT is served yet" },
     BrokerKey { name: "data.dir", default: "./keel-data", doc: "directory holding the partition logs and the metadata quorum's log" },
     BrokerKey { name: "smp", default: "0", doc: "shards, one per core; 0 = every core the process may use" },
     BrokerKey { name: "admin", default: "127.0.0.1:9644", doc: "admin HTTP address, HOST:PORT (`/metrics`, `/quorum`, `/debug/stalls`); `off` = none" },
@@ -43,6 +47,18 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.write.buffer.bytes", default: "1048576", doc: "most bytes in one DMA write of a segment, 4096 to 64 MiB; derived from `io.properties.file` unless set" },
     BrokerKey { name: "log.write.inflight.shard.max", default: "0", doc: "segment writes a shard keeps in flight at once; 0 = no bound; derived from `io.properties.file` unless set" },
     BrokerKey { name: "reactor.stall.threshold.ms", default: "10", doc: "a task holding a shard's reactor this long past its task queue's budget is logged (task queue, backtrace) and counted in `keel_reactor_stalls_total{shard}`; 0 = detector off" },
+    BrokerKey { name: "replica.lag.time.max.ms", default: "30000", doc: "a follower that has not caught up with the leader's log end for this long leaves the ISR" },
+    BrokerKey { name: "replica.fetch.wait.max.ms", default: "500", doc: "longest a follower's fetch waits at the leader for new data" },
+    BrokerKey { name: "replica.fetch.min.bytes", default: "1", doc: "bytes a follower's fetch waits for at the leader" },
+    BrokerKey { name: "replica.fetch.max.bytes", default: "1048576", doc: "bytes a follower fetches per partition per fetch (at least one batch)" },
+    BrokerKey { name: "replica.fetch.response.max.bytes", default: "10485760", doc: "bytes of one follower fetch's answer, all partitions together (at least one batch)" },
+    BrokerKey { name: "replica.fetch.backoff.ms", default: "1000", doc: "how long a follower waits after a failed fetch, or a partition after an error" },
+    BrokerKey { name: "replica.socket.timeout.ms", default: "30000", doc: "a follower's fetch unanswered for this long is abandoned and its connection reopened" },
+    BrokerKey { name: "replica.high.watermark.checkpoint.interval.ms", default: "5000", doc: "how often each partition's high watermark is written to its `replication-offset-checkpoint`" },
+    BrokerKey { name: "unclean.leader.election.enable", default: "false", doc: "elect a replica outside the ISR (and ELR) when none inside is alive: available, but acknowledged records may be lost" },
+    BrokerKey { name: "offsets.topic.replication.factor", default: "3", doc: "replication factor of `__consumer_offsets`; with fewer live brokers it is created with as many replicas as brokers, and a warning repeats" },
+    BrokerKey { name: "transaction.state.log.replication.factor", default: "3", doc: "replication factor of `__transaction_state`; with fewer live brokers it is created with as many replicas as brokers, and a warning repeats" },
+    BrokerKey { name: "transaction.state.log.min.isr", default: "2", doc: "`min.insync.replicas` of `__transaction_state` (capped at its replication factor)" },
     BrokerKey { name: "num.partitions", default: "1", doc: "partitions of an auto-created topic" },
     BrokerKey { name: "default.replication.factor", default: "1", doc: "replication factor of an auto-created topic" },
     BrokerKey { name: "auto.create.topics.enable", default: "true", doc: "create unknown topics on Metadata and Produce" },
@@ -174,6 +190,13 @@ pub struct TopicKey {
     pub name: &'static str,
     pub broker_key: &'static str,
     pub check: fn(&str) -> Result<()>,
+}
+
+fn check_bool(v: &str) -> Result<()> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" | "false" => Ok(()),
+        _ => bail!("expected true or false"),
+    }
 }
 
 fn check_long(v: &str) -> Result<()> {
@@ -377,6 +400,11 @@ pub const TOPIC_CONFIGS: &[TopicKey] = &[
         broker_key: "log.roll.ms",
         check: check_positive_long,
     },
+    TopicKey {
+        name: "unclean.leader.election.enable",
+        broker_key: "unclean.leader.election.enable",
+        check: check_bool,
+    },
 ];
 
 pub fn topic_key(name: &str) -> Option<&'static TopicKey> {
@@ -410,10 +438,144 @@ pub fn parse_quorum(v: &str) -> Result<BTreeMap<u64, String>> {
     Ok(out)
 }
 
+/// One Kafka listener: its name (`PLAINTEXT`, or one mapped to PLAINTEXT) and address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    pub name: String,
+    pub addr: SocketAddr,
+    /// What clients are told: `advertised.listeners`, else `advertise`, else `addr`.
+    pub advertised_host: String,
+    pub advertised_port: u16,
+}
+
+/// Parses Kafka's `NAME://HOST:PORT,...` list.
+fn parse_listener_list(key: &str, v: &str) -> Result<Vec<(String, String, u16)>> {
+    let mut out = Vec::new();
+    for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (name, rest) = item
+            .split_once("://")
+            .ok_or_else(|| anyhow!("{key}: {item:?} is not NAME://HOST:PORT"))?;
+        let (host, port) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| anyhow!("{key}: {item:?} has no port"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| anyhow!("{key}: invalid port in {item:?}"))?;
+        let name = name.trim().to_ascii_uppercase();
+        if out.iter().any(|(n, _, _)| *n == name) {
+            bail!("{key}: listener {name} is named twice");
+        }
+        out.push((name, host.trim_matches(['[', ']']).to_string(), port));
+    }
+    Ok(out)
+}
+
+/// Resolves `listeners`, `advertised.listeners`, `listener.security.protocol.map` and
+/// `inter.broker.listener.name` against `listen` and `advertise`.
+fn resolve_listeners(
+    get: &dyn Fn(&str) -> String,
+    explicit: &BTreeMap<String, String>,
+    listen: SocketAddr,
+    advertise: Option<(String, u16)>,
+) -> Result<(Vec<Listener>, usize)> {
+    let mut protocols: BTreeMap<String, String> = BTreeMap::new();
+    for pair in get("listener.security.protocol.map")
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        let (name, protocol) = pair.split_once(':').ok_or_else(|| {
+            anyhow!("listener.security.protocol.map: {pair:?} is not NAME:PROTOCOL")
+        })?;
+        protocols.insert(
+            name.trim().to_ascii_uppercase(),
+            protocol.trim().to_ascii_uppercase(),
+        );
+    }
+    let declared = parse_listener_list("listeners", &get("listeners"))?;
+    if !declared.is_empty() && explicit.contains_key("listen") {
+        bail!("set either listen (--listen) or listeners, not both");
+    }
+    let declared: Vec<(String, SocketAddr)> = if declared.is_empty() {
+        vec![("PLAINTEXT".to_string(), listen)]
+    } else {
+        declared
+            .into_iter()
+            .map(|(name, host, port)| {
+                let host = if host.is_empty() {
+                    "0.0.0.0".to_string()
+                } else {
+                    host
+                };
+                let addr = format!("{host}:{port}")
+                    .parse::<SocketAddr>()
+                    .map_err(|_| {
+                        anyhow!("listeners: {name}://{host}:{port} needs an IP address")
+                    })?;
+                Ok((name, addr))
+            })
+            .collect::<Result<_>>()?
+    };
+    for (name, _) in &declared {
+        match protocols.get(name).map(String::as_str) {
+            Some("PLAINTEXT") => {}
+            None if name == "PLAINTEXT" => {}
+            Some(p) => bail!(
+                "listener {name}: security protocol {p} is not supported yet (PLAINTEXT only)"
+            ),
+            None => {
+                bail!("listener {name} has no security protocol in listener.security.protocol.map")
+            }
+        }
+    }
+    let advertised = parse_listener_list("advertised.listeners", &get("advertised.listeners"))?;
+    for (name, _, _) in &advertised {
+        if !declared.iter().any(|(n, _)| n == name) {
+            bail!("advertised.listeners names {name}, which is not in listeners");
+        }
+    }
+    let listeners: Vec<Listener> = declared
+        .iter()
+        .enumerate()
+        .map(|(i, (name, addr))| {
+            let (advertised_host, advertised_port) =
+                match advertised.iter().find(|(n, _, _)| n == name) {
+                    Some((_, h, p)) => (h.clone(), *p),
+                    None => match (&advertise, i) {
+                        (Some((h, p)), 0) => (h.clone(), *p),
+                        _ => (addr.ip().to_string(), addr.port()),
+                    },
+                };
+            Listener {
+                name: name.clone(),
+                addr: *addr,
+                advertised_host,
+                advertised_port,
+            }
+        })
+        .collect();
+    let inter = get("inter.broker.listener.name").to_ascii_uppercase();
+    let inter_index = listeners
+        .iter()
+        .position(|l| l.name == inter)
+        .ok_or_else(|| anyhow!("inter.broker.listener.name {inter} is not in listeners"))?;
+    Ok((listeners, inter_index))
+}
+
 /// The resolved broker configuration. Built once at start, shared read-only by all shards.
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
+    /// The first listener's address (the client listener of `listen` / `listeners`).
     pub listen: SocketAddr,
+    /// Every listener: its name and address; the first is `listen`.
+    pub listeners: Vec<Listener>,
+    /// The inter-broker listener: its advertised host and port.
+    pub inter_broker_host: String,
+    pub inter_broker_port: u16,
+    /// The address the inter-broker listener binds (its host gets each shard's own port).
+    pub inter_broker_bind: SocketAddr,
+    /// Each shard's own inter-broker port, by shard (bound at start; empty until then).
+    pub inter_broker_shard_ports: Vec<u16>,
     pub advertise_host: String,
     pub advertise_port: u16,
     pub data_dir: PathBuf,
@@ -477,6 +639,20 @@ pub struct BrokerConfig {
     pub transaction_state_log_segment_bytes: i64,
     pub transaction_max_timeout_ms: i32,
     pub transactional_id_expiration_ms: i64,
+    /// Replication (Kafka's `replica.*` settings).
+    pub replica_lag_time_max_ms: u64,
+    pub replica_fetch_wait_max_ms: i32,
+    pub replica_fetch_min_bytes: i32,
+    pub replica_fetch_max_bytes: i32,
+    pub replica_fetch_response_max_bytes: i32,
+    pub replica_fetch_backoff_ms: u64,
+    pub replica_socket_timeout_ms: u64,
+    pub replica_high_watermark_checkpoint_interval_ms: u64,
+    /// Replication factors of the internal topics, and `min.insync.replicas` of
+    /// `__transaction_state`.
+    pub offsets_topic_replication_factor: i16,
+    pub transaction_state_log_replication_factor: i16,
+    pub transaction_state_log_min_isr: i32,
     /// Every key with its effective value (defaults filled in).
     pub values: BTreeMap<String, String>,
     /// Keys set explicitly by env, file or flag (DescribeConfigs reports them as static).
@@ -510,14 +686,21 @@ impl BrokerConfig {
         }
         let listen: SocketAddr = parse("listen", &get("listen"))?;
         let advertise = get("advertise");
-        let (advertise_host, advertise_port) = if advertise.is_empty() {
-            (listen.ip().to_string(), listen.port())
+        let advertise = if advertise.is_empty() {
+            None
         } else {
             let (h, p) = advertise
                 .rsplit_once(':')
                 .ok_or_else(|| anyhow!("advertise must be HOST:PORT, got {advertise:?}"))?;
-            (h.to_string(), parse("advertise port", p)?)
+            Some((h.to_string(), parse("advertise port", p)?))
         };
+        let (listeners, inter_index) = resolve_listeners(&get, &explicit, listen, advertise)?;
+        let listen = listeners[0].addr;
+        let (advertise_host, advertise_port) = (
+            listeners[0].advertised_host.clone(),
+            listeners[0].advertised_port,
+        );
+        let inter = listeners[inter_index].clone();
         let admin = get("admin");
         let admin = if admin.is_empty() || admin == "off" {
             None
@@ -526,6 +709,11 @@ impl BrokerConfig {
         };
         let cfg = BrokerConfig {
             listen,
+            inter_broker_host: inter.advertised_host.clone(),
+            inter_broker_port: inter.advertised_port,
+            inter_broker_bind: inter.addr,
+            inter_broker_shard_ports: Vec::new(),
+            listeners,
             advertise_host,
             advertise_port,
             data_dir: PathBuf::from(get("data.dir")),
@@ -656,9 +844,69 @@ impl BrokerConfig {
                 "transactional.id.expiration.ms",
                 &get("transactional.id.expiration.ms"),
             )?,
+            replica_lag_time_max_ms: parse(
+                "replica.lag.time.max.ms",
+                &get("replica.lag.time.max.ms"),
+            )?,
+            replica_fetch_wait_max_ms: parse(
+                "replica.fetch.wait.max.ms",
+                &get("replica.fetch.wait.max.ms"),
+            )?,
+            replica_fetch_min_bytes: parse(
+                "replica.fetch.min.bytes",
+                &get("replica.fetch.min.bytes"),
+            )?,
+            replica_fetch_max_bytes: parse(
+                "replica.fetch.max.bytes",
+                &get("replica.fetch.max.bytes"),
+            )?,
+            replica_fetch_response_max_bytes: parse(
+                "replica.fetch.response.max.bytes",
+                &get("replica.fetch.response.max.bytes"),
+            )?,
+            replica_fetch_backoff_ms: parse(
+                "replica.fetch.backoff.ms",
+                &get("replica.fetch.backoff.ms"),
+            )?,
+            replica_socket_timeout_ms: parse(
+                "replica.socket.timeout.ms",
+                &get("replica.socket.timeout.ms"),
+            )?,
+            replica_high_watermark_checkpoint_interval_ms: parse(
+                "replica.high.watermark.checkpoint.interval.ms",
+                &get("replica.high.watermark.checkpoint.interval.ms"),
+            )?,
+            offsets_topic_replication_factor: parse(
+                "offsets.topic.replication.factor",
+                &get("offsets.topic.replication.factor"),
+            )?,
+            transaction_state_log_replication_factor: parse(
+                "transaction.state.log.replication.factor",
+                &get("transaction.state.log.replication.factor"),
+            )?,
+            transaction_state_log_min_isr: parse(
+                "transaction.state.log.min.isr",
+                &get("transaction.state.log.min.isr"),
+            )?,
             values: values.clone(),
             explicit,
         };
+        if cfg.offsets_topic_replication_factor < 1
+            || cfg.transaction_state_log_replication_factor < 1
+            || cfg.transaction_state_log_min_isr < 1
+        {
+            bail!("offsets.topic.replication.factor, transaction.state.log.replication.factor and transaction.state.log.min.isr must be >= 1");
+        }
+        if cfg.replica_fetch_wait_max_ms < 0
+            || cfg.replica_fetch_min_bytes < 0
+            || cfg.replica_fetch_max_bytes < 1
+            || cfg.replica_fetch_response_max_bytes < 1
+        {
+            bail!("replica.fetch.wait.max.ms and replica.fetch.min.bytes must be >= 0, replica.fetch.max.bytes and replica.fetch.response.max.bytes >= 1");
+        }
+        if cfg.replica_fetch_wait_max_ms as u64 >= cfg.replica_socket_timeout_ms {
+            bail!("replica.fetch.wait.max.ms must be below replica.socket.timeout.ms");
+        }
         if cfg.num_partitions < 1 {
             bail!("num.partitions must be >= 1");
         }

@@ -9,6 +9,8 @@
 //!   the shard's timers.
 //! - [`controller`] and [`metadata`]: the metadata quorum's glue and the installed image.
 //! - [`group`] and [`txn`]: the group and transaction coordinators.
+//! - [`replication`]: partition replication (the leader's follower state and high
+//!   watermark, the followers' fetchers).
 //! - [`ops`]: admin HTTP, metrics, profiles, stall reports, I/O sizing, host checks.
 //! - [`config`]: every setting, its Kafka name, default and documentation.
 
@@ -22,6 +24,7 @@ pub mod group;
 pub mod handlers;
 pub mod metadata;
 pub mod ops;
+pub mod replication;
 pub mod shard;
 pub mod startup;
 pub mod txn;

@@ -33,6 +33,10 @@ pub struct PartitionMeta {
     pub leader: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
+    /// Eligible leader replicas (KIP-966).
+    pub elr: Vec<i32>,
+    /// Bumped on every change of the partition (leader, ISR, ELR, replicas).
+    pub partition_epoch: i32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +69,8 @@ impl TopicMeta {
                     leader: p.leader,
                     replicas: p.replicas.clone(),
                     isr: p.isr.clone(),
+                    elr: p.elr.clone(),
+                    partition_epoch: p.partition_epoch,
                 })
                 .collect(),
             replication_factor: t.replication_factor(),

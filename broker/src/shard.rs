@@ -21,8 +21,9 @@ use tracing::{error, info, warn};
 use crate::config::BrokerConfig;
 use crate::controller::state::Controller;
 use crate::coordination::parking::DataWaiters;
-use crate::metadata::{partition_dir, MetadataImage, TopicMeta};
+use crate::metadata::{partition_dir, MetadataImage, PartitionMeta, TopicMeta};
 use crate::ops::metrics::ShardCounters;
+use crate::replication::state::{PartitionReplication, ReplicaFetchers};
 
 /// A partition whose log this shard owns.
 pub struct Partition {
@@ -31,6 +32,10 @@ pub struct Partition {
     pub topic_id: [u8; 16],
     pub log: Log,
     pub leader_epoch: Cell<i32>,
+    /// This broker's id (what `is_leader` compares the image's leader with).
+    pub node_id: i32,
+    /// Leader, replicas, ISR and the followers' progress (see `replication`).
+    pub replication: PartitionReplication,
     /// Fetches waiting for the high watermark to move.
     pub waiters: DataWaiters,
     /// min.insync.replicas of the topic: acks=all needs that many in-sync replicas.
@@ -39,6 +44,20 @@ pub struct Partition {
     pub(crate) flush_ms: Cell<u64>,
     pub(crate) last_sync: Cell<Instant>,
     pub(crate) syncing: Cell<bool>,
+}
+
+impl Partition {
+    /// Whether this broker leads the partition per the installed image: the owner checks it
+    /// at every append and read, whatever the routing shard saw.
+    pub fn is_leader(&self) -> bool {
+        self.replication.leader.get() == self.node_id
+    }
+
+    fn take_assignment(&self, p: &PartitionMeta) {
+        self.leader_epoch.set(p.leader_epoch);
+        self.replication
+            .set_from_image(p.leader, &p.replicas, &p.isr, &p.elr, p.partition_epoch);
+    }
 }
 
 /// A partition this shard owns whose log could not be opened.
@@ -79,6 +98,8 @@ pub struct BrokerShard {
     pub txns: crate::txn::shard_state::TxnShard,
     /// The wall clock everything on this shard stamps and expires by.
     pub clock: Rc<dyn Clock>,
+    /// The fetchers of the partitions this shard follows (see `replication::fetcher`).
+    pub replica_fetchers: ReplicaFetchers,
     /// What starts when this shard opens a partition of an internal topic: the coordinators
     /// load their state from it (set by [`crate::startup`], so that this module does not depend
     /// on the coordinators that depend on it).
@@ -117,6 +138,7 @@ impl BrokerShard {
             groups: crate::group::shard_state::GroupCoordinator::default(),
             txns: crate::txn::shard_state::TxnShard::default(),
             clock,
+            replica_fetchers: ReplicaFetchers::default(),
             loaders,
         })
     }
@@ -227,6 +249,14 @@ impl BrokerShard {
         }
     }
 
+    /// Starts loading the coordinator of `part` (an internal topic's partition this broker
+    /// just began to lead); other topics have none.
+    pub fn run_loader(self: &Rc<Self>, part: &Rc<Partition>) {
+        if let Some((_, load)) = self.loaders.iter().find(|(t, _)| *t == part.topic) {
+            load(self, part.clone());
+        }
+    }
+
     pub fn partitions_owned(&self) -> usize {
         self.partitions.borrow().values().map(HashMap::len).sum()
     }
@@ -244,7 +274,7 @@ impl BrokerShard {
     /// controller that awaited every shard knows the topic is usable everywhere.
     pub async fn install_image(self: &Rc<Self>, image: Arc<MetadataImage>) {
         let node = self.config.node_id;
-        let mut to_open: Vec<(Arc<TopicMeta>, i32, i32)> = Vec::new();
+        let mut to_open: Vec<(Arc<TopicMeta>, PartitionMeta)> = Vec::new();
         let mut to_close: Vec<Rc<Partition>> = Vec::new();
         {
             let mut owned = self.partitions.borrow_mut();
@@ -268,9 +298,9 @@ impl BrokerShard {
                             existing
                                 .min_insync_replicas
                                 .set(self.config.min_insync_replicas(&topic.configs));
-                            existing.leader_epoch.set(p.leader_epoch);
+                            existing.take_assignment(p);
                         }
-                        _ => to_open.push((topic.clone(), p.index, p.leader_epoch)),
+                        _ => to_open.push((topic.clone(), p.clone())),
                     }
                 }
             }
@@ -320,8 +350,8 @@ impl BrokerShard {
                 }
             }
         }
-        for (topic, index, epoch) in to_open {
-            self.open_partition(&topic, index, epoch).await;
+        for (topic, meta) in to_open {
+            self.open_partition(&topic, &meta).await;
             // Opening a log does blocking directory work between its I/O; thousands opened in
             // one image (a topic of 10,000 partitions) held the reactor for 400 ms. Give the
             // other tasks their turn whenever the task queue's budget is spent.
@@ -329,7 +359,8 @@ impl BrokerShard {
         }
     }
 
-    async fn open_partition(self: &Rc<Self>, topic: &TopicMeta, index: i32, leader_epoch: i32) {
+    async fn open_partition(self: &Rc<Self>, topic: &TopicMeta, meta: &PartitionMeta) {
+        let (index, leader_epoch) = (meta.index, meta.leader_epoch);
         let key = (topic.name.clone(), index);
         if self
             .offline
@@ -362,21 +393,23 @@ impl BrokerShard {
                     topic_id: topic.id,
                     log,
                     leader_epoch: Cell::new(leader_epoch),
+                    node_id: self.config.node_id,
+                    replication: PartitionReplication::default(),
                     waiters: DataWaiters::default(),
                     flush_ms: Cell::new(self.config.flush_ms(&topic.configs)),
                     min_insync_replicas: Cell::new(self.config.min_insync_replicas(&topic.configs)),
                     last_sync: Cell::new(Instant::now()),
                     syncing: Cell::new(false),
                 });
+                part.take_assignment(meta);
                 self.offline.borrow_mut().remove(&key);
                 self.partitions
                     .borrow_mut()
                     .entry(topic.name.clone())
                     .or_default()
-                    .insert(index, part.clone());
-                if let Some((_, load)) = self.loaders.iter().find(|(t, _)| *t == topic.name) {
-                    load(self, part);
-                }
+                    .insert(index, part);
+                // Its coordinator loads when this broker takes up leadership (see
+                // `replication::apply_image`).
             }
             Err(e) => {
                 let reason = e.to_string();

@@ -7,6 +7,7 @@
 //! overriding the one before.
 
 use std::cell::Cell;
+use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -291,22 +292,83 @@ fn run() -> Result<()> {
         "RLIMIT_NOFILE (each partition keeps its active segment open; closed segments go through a per-shard cache of log.closed.segment.files.shard.max)"
     );
     crate::ops::host_checks::log_findings(&config.data_dir, shards, runtime.io_memory_bytes);
-    wait_for_port(config.listen, "listen")?;
+    for l in &config.listeners {
+        wait_for_port(l.addr, "listeners")?;
+    }
+    // Each shard's own inter-broker port: a follower connects to the port of the shard that
+    // owns its partitions here, so its fetches take no mesh hop.
+    let steering = bind_shard_ports(config.inter_broker_bind.ip(), shards)?;
+    config.inter_broker_shard_ports = steering.iter().map(|(_, port)| *port).collect();
+    let steering = Arc::new(steering);
     if let Some(admin) = config.admin {
         wait_for_port(admin, "admin")?;
     }
     install_signal_handlers().context("installing signal handlers")?;
     let config = Arc::new(config);
-    launch(&runtime, move |boot| run_shard(boot, config.clone()))?;
+    launch(&runtime, move |boot| {
+        let fd = steering.get(boot.shard_id).map(|(fd, _)| *fd);
+        run_shard(boot, config.clone(), fd)
+    })?;
     info!("keel stopped");
     Ok(())
 }
 
 /// Shards that have drained their connections during shutdown.
 static DRAINED: AtomicUsize = AtomicUsize::new(0);
+/// Shards that have closed (synced) every log during shutdown.
+static CLOSED: AtomicUsize = AtomicUsize::new(0);
 
 /// The body of one shard's executor.
-pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) {
+/// Binds one listening socket per shard on `ip`, each at a port the kernel picks; returns
+/// their fds (handed to the shards) and ports (registered with the controller).
+fn bind_shard_ports(ip: std::net::IpAddr, shards: usize) -> Result<Vec<(RawFd, u16)>> {
+    (0..shards)
+        .map(|shard| {
+            let l = std::net::TcpListener::bind((ip, 0))
+                .with_context(|| format!("binding shard {shard}'s inter-broker port on {ip}"))?;
+            let port = l.local_addr()?.port();
+            Ok((l.into_raw_fd(), port))
+        })
+        .collect()
+}
+
+/// Accepts connections on `listener` until shutdown; each is served on this shard.
+async fn accept_loop(
+    shard: Rc<BrokerShard>,
+    listener: glommio::net::TcpListener,
+    active: Rc<Cell<usize>>,
+) {
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            shard.shutdown.wait().await;
+            None
+        })
+        .await;
+        match accepted {
+            None => break,
+            Some(Ok(stream)) => {
+                let shard = shard.clone();
+                let active = active.clone();
+                active.set(active.get() + 1);
+                glommio::spawn_local(async move {
+                    crate::frontend::conn::serve(shard, stream).await;
+                    active.set(active.get() - 1);
+                })
+                .detach();
+            }
+            Some(Err(e)) => {
+                warn!(shard = shard.id, error = %e, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+pub async fn run_shard(
+    boot: ShardBoot<BrokerShard>,
+    config: Arc<BrokerConfig>,
+    steering_fd: Option<RawFd>,
+) {
     let ShardBoot {
         shard_id,
         shard_count,
@@ -345,6 +407,7 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
     keel_storage::write_slots::set_max(config.write_inflight_shard_max);
     mesh.serve(receivers, shard.clone(), 4096);
     glommio::spawn_local(timers::ticker(shard.clone())).detach();
+    glommio::spawn_local(crate::replication::run_periodic(shard.clone())).detach();
     // Retention deletes files in the background: a task queue with a tenth of the default
     // shares, so produce and fetch on this shard go first.
     let background = glommio::executor().create_task_queue(
@@ -374,43 +437,38 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
         if let Some(addr) = config.admin {
             crate::ops::admin::start(shard.clone(), addr);
         }
+        glommio::spawn_local(crate::controller::warn_short_internal_topics(
+            shard.clone(),
+            Duration::from_secs(300),
+        ))
+        .detach();
     }
     futures_lite::future::or(shard.ready.wait(), shard.shutdown.wait()).await;
 
-    let listener = match keel_shard::listen_reuseport(config.listen, 1024) {
-        Ok(l) => l,
-        Err(e) => {
-            error!(shard = shard_id, listen = %config.listen, error = %e, "cannot listen");
-            std::process::exit(1);
-        }
-    };
-    info!(shard = shard_id, listen = %config.listen, partitions = shard.partitions_owned(), "shard serving");
-    let active = Rc::new(Cell::new(0usize));
-    loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            shard.shutdown.wait().await;
-            None
-        })
-        .await;
-        match accepted {
-            None => break,
-            Some(Ok(stream)) => {
-                let shard = shard.clone();
-                let active = active.clone();
-                active.set(active.get() + 1);
-                glommio::spawn_local(async move {
-                    crate::frontend::conn::serve(shard, stream).await;
-                    active.set(active.get() - 1);
-                })
-                .detach();
-            }
-            Some(Err(e)) => {
-                warn!(shard = shard_id, error = %e, "accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
+    let mut listeners = Vec::new();
+    for l in &config.listeners {
+        match keel_shard::listen_reuseport(l.addr, 1024) {
+            Ok(socket) => listeners.push(socket),
+            Err(e) => {
+                error!(shard = shard_id, listener = %l.name, addr = %l.addr, error = %e, "cannot listen");
+                std::process::exit(1);
             }
         }
     }
-    drop(listener);
+    if let Some(fd) = steering_fd {
+        // SAFETY: `fd` is a bound, listening TCP socket that `bind_shard_ports` made for this
+        // shard alone; ownership moves to glommio here, once.
+        listeners.push(unsafe { glommio::net::TcpListener::from_raw_fd(fd) });
+    }
+    info!(shard = shard_id, listen = %config.listen, inter_broker_port = ?config.inter_broker_shard_ports.get(shard_id), partitions = shard.partitions_owned(), "shard serving");
+    let active = Rc::new(Cell::new(0usize));
+    let loops: Vec<_> = listeners
+        .into_iter()
+        .map(|l| glommio::spawn_local(accept_loop(shard.clone(), l, active.clone())))
+        .collect();
+    for l in loops {
+        l.await;
+    }
     info!(
         shard = shard_id,
         connections = active.get(),
@@ -424,15 +482,28 @@ pub async fn run_shard(boot: ShardBoot<BrokerShard>, config: Arc<BrokerConfig>) 
     while DRAINED.load(Ordering::Acquire) < shard_count && Instant::now() < deadline {
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
+    let mut all_closed = true;
     for part in shard.all_partitions() {
         match part.log.close().await {
             Ok(()) => {}
             Err(e) => {
+                all_closed = false;
                 error!(shard = shard_id, topic = %part.topic, partition = part.index, error = %e, "closing log failed")
             }
         }
     }
+    if all_closed {
+        CLOSED.fetch_add(1, Ordering::AcqRel);
+    }
     if let Some(c) = &shard.controller {
+        // Every shard's logs are closed (synced) before the stop counts as clean.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while CLOSED.load(Ordering::Acquire) < shard_count && Instant::now() < deadline {
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+        if CLOSED.load(Ordering::Acquire) >= shard_count {
+            crate::controller::record_clean_shutdown(&shard);
+        }
         c.handle.shutdown();
     }
     info!(shard = shard_id, "shard stopped; logs synced");

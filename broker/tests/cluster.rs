@@ -183,16 +183,25 @@ fn three_nodes_share_metadata_and_clients_use_the_right_leaders() {
         }
         assert_eq!(led, BTreeMap::from([(1, 2), (2, 2), (3, 2)]), "{parts:?}");
     }
-    // Replication factor 3 is refused until data replication lands.
+    // Replication factor 3: three replicas, all in the ISR once the followers fetch; 4 is
+    // more than there are brokers.
     let r = create(&nodes[0], "replicated", 1, 3);
-    assert_eq!(r.error_code, 38, "{r:?}");
-    assert!(
-        r.error_message
-            .as_ref()
-            .unwrap()
-            .contains("not supported yet"),
-        "{r:?}"
+    assert_eq!(r.error_code, 0, "{r:?}");
+    wait_until(
+        "the ISR holds all three replicas",
+        Duration::from_secs(20),
+        || {
+            let m = metadata(&nodes[2]);
+            m.topics
+                .iter()
+                .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == "replicated"))
+                .is_some_and(|t| {
+                    t.partitions[0].replica_nodes.len() == 3 && t.partitions[0].isr_nodes.len() == 3
+                })
+        },
     );
+    let r = create(&nodes[0], "too-replicated", 1, 4);
+    assert_eq!(r.error_code, 38, "{r:?}");
     // A librdkafka producer (bootstrapped on node 1) and consumer (on node 3).
     let reports = Reports::default();
     let producer: BaseProducer<Reports> = ClientConfig::new()

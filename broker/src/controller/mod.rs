@@ -26,6 +26,7 @@ use futures_lite::AsyncReadExt;
 use kafka_protocol::ResponseError;
 use keel_raft::network::BrokerRegistration;
 use keel_raft::node::{Event, MetadataHandle, NodeConfig};
+use keel_raft::partition_change::{AlterPartitionRequest, IsrMember};
 use keel_raft::records::RESOURCE_TOPIC;
 use keel_raft::{ApplyOutcome, ClusterImage, Record};
 use tracing::{info, warn};
@@ -108,11 +109,14 @@ fn node_config(config: &BrokerConfig, shard_count: usize) -> NodeConfig {
             rack: config.rack.clone(),
             controller_addr: config.controller_listen.map(|a| a.to_string()),
             shard_count: i32::try_from(shard_count).unwrap_or(i32::MAX),
-            // No inter-broker listener of its own yet, and no record of a clean shutdown.
-            inter_broker_host: None,
-            inter_broker_port: None,
-            inter_broker_shard_ports: Vec::new(),
-            previous_broker_epoch: -1,
+            inter_broker_host: Some(config.inter_broker_host.clone()),
+            inter_broker_port: Some(i32::from(config.inter_broker_port)),
+            inter_broker_shard_ports: config
+                .inter_broker_shard_ports
+                .iter()
+                .map(|p| i32::from(*p))
+                .collect(),
+            previous_broker_epoch: take_clean_shutdown_epoch(&config.data_dir),
         },
         heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
         session_timeout: Duration::from_millis(config.broker_session_timeout_ms),
@@ -121,6 +125,108 @@ fn node_config(config: &BrokerConfig, shard_count: usize) -> NodeConfig {
         snapshot_entries: config.metadata_snapshot_entries,
         snapshot_interval: Duration::from_millis(config.metadata_snapshot_interval_ms),
         propose_timeout: Duration::from_secs(10),
+    }
+}
+
+/// Where a broker that stopped cleanly leaves its broker epoch (KIP-841: the next
+/// registration names it, so the controller knows no acknowledged record was lost here).
+const CLEAN_SHUTDOWN_FILE: &str = ".keel-clean-shutdown";
+
+/// The broker epoch a clean shutdown left, removed as it is read (a crash after this start
+/// must not look clean); -1 when the last stop was not clean.
+fn take_clean_shutdown_epoch(data_dir: &std::path::Path) -> i64 {
+    let path = data_dir.join(CLEAN_SHUTDOWN_FILE);
+    let epoch = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| t.trim().parse::<i64>().ok())
+        .unwrap_or(-1);
+    if let Err(e) = std::fs::remove_file(&path) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            warn!(path = %path.display(), error = %e, "cannot remove the clean-shutdown record");
+        }
+    }
+    epoch
+}
+
+/// After every log is closed at a clean stop: records this incarnation's broker epoch (see
+/// [`CLEAN_SHUTDOWN_FILE`]).
+pub fn record_clean_shutdown(shard: &BrokerShard) {
+    let image = shard.image();
+    let Some(b) = image.cluster.brokers.get(&shard.config.node_id) else {
+        return;
+    };
+    let path = shard.config.data_dir.join(CLEAN_SHUTDOWN_FILE);
+    let tmp = path.with_extension("tmp");
+    let written = std::fs::write(&tmp, format!("{}\n", b.broker_epoch))
+        .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        warn!(path = %path.display(), error = %e, "cannot record the clean shutdown");
+    }
+}
+
+/// One ISR change a leader proposes (Kafka's AlterPartition for one partition).
+pub struct IsrChange {
+    pub topic_id: [u8; 16],
+    pub partition: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    /// The new ISR: each member and the broker epoch it fetched with (-1 for the leader).
+    pub new_isr: Vec<(i32, i64)>,
+}
+
+/// Proposes `change` to the controller (through shard 0's metadata node) and waits for its
+/// answer; `Ok` once committed (the image that carries it is installed or on its way).
+pub async fn alter_partition(shard: &Rc<BrokerShard>, change: IsrChange) -> Result<(), OpError> {
+    let node_id = shard.config.node_id;
+    let epochs = shard.image().cluster.brokers.clone();
+    let request = AlterPartitionRequest {
+        topic_id: change.topic_id,
+        partition: change.partition,
+        leader_id: node_id,
+        leader_epoch: change.leader_epoch,
+        partition_epoch: change.partition_epoch,
+        new_isr: change
+            .new_isr
+            .iter()
+            .map(|(broker_id, epoch)| IsrMember {
+                broker_id: *broker_id,
+                broker_epoch: if *broker_id == node_id {
+                    epochs.get(&node_id).map_or(-1, |b| b.broker_epoch)
+                } else {
+                    *epoch
+                },
+            })
+            .collect(),
+    };
+    let results = call(shard, move |s| async move {
+        let ctl = controller(&s);
+        let (tx, rx) = oneshot::channel();
+        let ticket = ctl.handle.alter_partition(vec![request]);
+        ctl.alter_tickets.borrow_mut().insert(ticket, tx);
+        match rx.await {
+            Ok(Ok(results)) => Ok(results),
+            Ok(Err(why)) => Err(OpError::new(ResponseError::UnknownServerError, why)),
+            Err(_) => Err(OpError::new(
+                ResponseError::UnknownServerError,
+                "the metadata node went away",
+            )),
+        }
+    })
+    .await??;
+    match results.first() {
+        Some(r) if r.error_code == 0 => Ok(()),
+        Some(r) => Err(OpError {
+            code: ErrorCode::from_code(r.error_code),
+            message: format!(
+                "controller refused the ISR change (its view: leader {} epoch {}, partition epoch {}, ISR {:?})",
+                r.leader_id, r.leader_epoch, r.partition_epoch, r.isr
+            ),
+        }),
+        None => Err(OpError::new(
+            ResponseError::UnknownServerError,
+            "the controller gave no answer",
+        )),
     }
 }
 
@@ -169,6 +275,7 @@ pub fn start(
             handle: Arc::new(handle),
             incarnation_id,
             tickets: RefCell::new(HashMap::new()),
+            alter_tickets: RefCell::new(HashMap::new()),
             installed: Cell::new(0),
             install_waiters: RefCell::new(Vec::new()),
             producer_ids: Cell::new((0, 0)),
@@ -246,9 +353,10 @@ async fn follow_events(shard: Rc<BrokerShard>, mut doorbell: glommio::net::UnixS
                         let _ = tx.send(result);
                     }
                 }
-                // The broker sends no AlterPartition yet (partition data is not replicated).
-                Event::AlterPartitionDone { ticket, .. } => {
-                    warn!(ticket, "AlterPartition answer nobody asked for");
+                Event::AlterPartitionDone { ticket, result } => {
+                    if let Some(tx) = ctl.alter_tickets.borrow_mut().remove(&ticket) {
+                        let _ = tx.send(result);
+                    }
                 }
             }
         }
@@ -290,11 +398,15 @@ async fn publish(shard: &Rc<BrokerShard>, image: MetadataImage) -> Result<(), Op
         installs.push(async move {
             if target == shard.id {
                 shard.install_image(image).await;
+                crate::replication::apply_image(&shard).await;
                 Ok(())
             } else {
                 shard
                     .mesh
-                    .call(target, move |s| async move { s.install_image(image).await })
+                    .call(target, move |s| async move {
+                        s.install_image(image).await;
+                        crate::replication::apply_image(&s).await;
+                    })
                     .await
             }
         });
@@ -440,14 +552,6 @@ fn check_replication_factor(image: &MetadataImage, rf: i16) -> Result<(), OpErro
             "Replication factor must be larger than 0.",
         ));
     }
-    if rf > 1 {
-        return Err(OpError::new(
-            ResponseError::InvalidReplicationFactor,
-            format!(
-                "Replication factor {rf} is not supported yet: Keel does not replicate partition data yet, so every partition has exactly one replica (use replication factor 1)."
-            ),
-        ));
-    }
     let live = image.brokers.len();
     if live < rf as usize {
         return Err(OpError::new(
@@ -585,6 +689,8 @@ pub async fn create_topics(
                         leader: r[0],
                         replicas: r.clone(),
                         isr: r.clone(),
+                        elr: Vec::new(),
+                        partition_epoch: 0,
                     })
                     .collect(),
                 replication_factor: rf,
@@ -705,18 +811,32 @@ pub async fn ensure_internal_topic(
     name: &str,
     partitions: i32,
     segment_bytes: i64,
+    replication_factor: i16,
+    min_insync_replicas: Option<i32>,
 ) -> Result<(), OpError> {
     if shard.image().topic(name).is_some() {
         return Ok(());
     }
+    let live = shard.image().brokers.len().clamp(1, i16::MAX as usize) as i16;
+    let rf = replication_factor.min(live);
+    if rf < replication_factor {
+        warn_internal_rf(name, rf, replication_factor);
+    }
+    let mut configs = BTreeMap::from([
+        ("cleanup.policy".to_string(), "compact".to_string()),
+        ("segment.bytes".to_string(), segment_bytes.to_string()),
+    ]);
+    if let Some(min) = min_insync_replicas {
+        configs.insert(
+            "min.insync.replicas".to_string(),
+            min.min(i32::from(rf)).to_string(),
+        );
+    }
     let spec = TopicSpec {
         name: name.to_string(),
         num_partitions: partitions,
-        replication_factor: 1,
-        configs: BTreeMap::from([
-            ("cleanup.policy".to_string(), "compact".to_string()),
-            ("segment.bytes".to_string(), segment_bytes.to_string()),
-        ]),
+        replication_factor: rf,
+        configs,
         assignments: Vec::new(),
     };
     let results = call(shard, move |s| create_topics(s, vec![spec], false)).await?;
@@ -728,6 +848,39 @@ pub async fn ensure_internal_topic(
             ResponseError::UnknownServerError,
             "the controller gave no answer",
         )),
+    }
+}
+
+fn warn_internal_rf(name: &str, rf: i16, wanted: i16) {
+    warn!(
+        topic = name,
+        replication_factor = rf,
+        wanted,
+        "internal topic has fewer replicas than its replication factor setting (fewer brokers were alive when it was created); reassign its partitions to raise it"
+    );
+}
+
+/// On shard 0, every `interval`: repeats the warning for internal topics whose replication
+/// factor is below their setting.
+pub async fn warn_short_internal_topics(shard: Rc<BrokerShard>, interval: Duration) {
+    while shard.sleep_unless_shutdown(interval).await {
+        let image = shard.image();
+        for (name, wanted) in [
+            (
+                keel_coordinator::OFFSETS_TOPIC,
+                shard.config.offsets_topic_replication_factor,
+            ),
+            (
+                keel_coordinator::TRANSACTION_STATE_TOPIC,
+                shard.config.transaction_state_log_replication_factor,
+            ),
+        ] {
+            if let Some(t) = image.topic(name) {
+                if t.replication_factor < wanted {
+                    warn_internal_rf(name, t.replication_factor, wanted);
+                }
+            }
+        }
     }
 }
 

@@ -8,6 +8,12 @@ use std::sync::Arc;
 use futures_channel::oneshot;
 use keel_raft::node::MetadataHandle;
 
+/// Where each AlterPartition's answer goes: a result per request, or why none came.
+pub(super) type AlterTickets = HashMap<
+    u64,
+    oneshot::Sender<Result<Vec<keel_raft::partition_change::AlterPartitionResult>, String>>,
+>;
+
 /// The metadata quorum as shard 0 sees it: the node's handle, the proposals awaiting their
 /// answer, the image installed on every shard, and this broker's block of producer ids.
 pub struct Controller {
@@ -16,6 +22,8 @@ pub struct Controller {
     pub(super) incarnation_id: [u8; 16],
     /// Proposals awaiting their answer, by ticket.
     pub(super) tickets: RefCell<HashMap<u64, oneshot::Sender<Result<keel_raft::Applied, String>>>>,
+    /// AlterPartition requests awaiting their answer, by ticket.
+    pub(super) alter_tickets: RefCell<AlterTickets>,
     /// The Raft index of the image installed on every shard.
     pub(super) installed: Cell<u64>,
     pub(super) install_waiters: RefCell<Vec<(u64, oneshot::Sender<()>)>>,

@@ -49,6 +49,8 @@ fn placement_alternates_racks_and_balances_leaders() {
                     leader: 1,
                     replicas: vec![1],
                     isr: vec![1],
+                    elr: Vec::new(),
+                    partition_epoch: 0,
                 })
                 .collect(),
             replication_factor: 1,

@@ -63,6 +63,7 @@ use tracing::{error, info, warn};
 use crate::controller::{self, OpError};
 use crate::coordination::coordinators;
 use crate::errors::coordinator_write_error;
+use crate::replication;
 use crate::shard::{BrokerShard, Partition};
 use keel_vocab::ErrorCode;
 pub use shard_state::{GroupAnswer, GroupCoordinator};
@@ -88,13 +89,16 @@ pub fn ready(shard: &BrokerShard, p: i32) -> ErrorCode {
 }
 
 /// Creates `__consumer_offsets` if it does not exist: `offsets.topic.num.partitions`
-/// partitions, replication factor 1, compacted, `offsets.topic.segment.bytes` segments.
+/// partitions, `offsets.topic.replication.factor` replicas (as many as there are live brokers
+/// when fewer), compacted, `offsets.topic.segment.bytes` segments.
 pub async fn ensure_offsets_topic(shard: &Rc<BrokerShard>) -> Result<(), OpError> {
     controller::ensure_internal_topic(
         shard,
         OFFSETS_TOPIC,
         shard.config.offsets_topic_num_partitions,
         shard.config.offsets_topic_segment_bytes,
+        shard.config.offsets_topic_replication_factor,
+        None,
     )
     .await
 }
@@ -168,7 +172,10 @@ fn append_records(
     records: &[(Bytes, Option<Bytes>)],
     now: i64,
 ) -> Result<(Rc<Partition>, Offset), ErrorCode> {
-    let Some(part) = shard.partition(OFFSETS_TOPIC, p) else {
+    let Some(part) = shard
+        .partition(OFFSETS_TOPIC, p)
+        .filter(|part| part.is_leader())
+    else {
         return Err(ErrorCode::of(ResponseError::NotCoordinator));
     };
     let mut buf = bytes::BytesMut::new();
@@ -216,7 +223,7 @@ pub(crate) fn persist(
             let group = group.to_string();
             let load_id = shard.groups.load_id(p);
             glommio::spawn_local(async move {
-                if let Err(e) = part.log.commit(end_offset).await {
+                if let Err(e) = replication::commit_coordinator(&owner, &part, end_offset).await {
                     warn!(partition = p, group, error = %e, "membership records not committed");
                     if let Some(generation) = classic_generation {
                         membership::with_group(&owner, p, &group, false, |g, now| {
@@ -258,7 +265,7 @@ async fn write(
     let (part, load_id, end_offset) = append(shard, p, changes, shard.clock.now_ms())?;
     let owner = shard.clone();
     let done = glommio::spawn_local(async move {
-        let committed = part.log.commit(end_offset).await;
+        let committed = replication::commit_coordinator(&owner, &part, end_offset).await;
         owner.notify_data(&part);
         owner
             .groups
@@ -270,7 +277,10 @@ async fn write(
         Some(Ok(())) => Ok(()),
         Some(Err(e)) => {
             error!(partition = p, error = %e, "coordinator log commit failed");
-            Err(coordinator_write_error(&e))
+            Err(replication::coordinator_commit_error(
+                &e,
+                coordinator_write_error,
+            ))
         }
         None => Err(ErrorCode::of(ResponseError::UnknownServerError)),
     }
@@ -359,7 +369,10 @@ pub async fn txn_commit_offsets(
     if changes.is_empty() {
         return Ok(());
     }
-    let Some(part) = shard.partition(OFFSETS_TOPIC, p) else {
+    let Some(part) = shard
+        .partition(OFFSETS_TOPIC, p)
+        .filter(|part| part.is_leader())
+    else {
         return Err(ErrorCode::of(ResponseError::NotCoordinator));
     };
     let encoded: Vec<(Bytes, Option<Bytes>)> = changes.iter().map(OffsetChange::encode).collect();
@@ -381,11 +394,11 @@ pub async fn txn_commit_offsets(
         .entry((p, req.producer_id))
         .or_default()
         .extend(changes);
-    let committed = part.log.commit(end).await;
+    let committed = replication::commit_coordinator(&shard, &part, end).await;
     shard.notify_data(&part);
     committed.map_err(|e| {
         error!(partition = p, error = %e, "transactional offsets not committed");
-        coordinator_write_error(&e)
+        replication::coordinator_commit_error(&e, coordinator_write_error)
     })
 }
 

@@ -1,4 +1,4 @@
-//! Fetch (key 1), v4-12. Reads whole batches from the owner shards up to the high
+//! Fetch (key 1), v4-16. Reads whole batches from the owner shards up to the high
 //! watermark, or with isolation_level=1 (read_committed) up to the last stable offset along
 //! with the aborted transactions of the batches read (Kafka's `collectAbortedTxns`), honouring
 //! max_bytes, per-partition max bytes (always at least one batch for the first partition with
@@ -6,6 +6,12 @@
 //! events, which follow every move of the high watermark and of the last stable offset — both
 //! move only when an append, data or marker, is committed — never a busy poll). Every answer
 //! carries the partition's real last stable offset.
+//!
+//! Topics are named from v4 to v12 and by topic id from v13 (an unknown id gets
+//! UNKNOWN_TOPIC_ID). A fetch with a replica id (`replica_state` from v15) is a follower's:
+//! it is honoured only at v15+, from an assigned replica with its current broker epoch, and
+//! served by [`crate::replication`] (reads up to the log end, `diverging_epoch`, the
+//! follower's progress); a consumer's fetch never changes replication state.
 //!
 //! Fetch sessions (KIP-227): Keel does not cache sessions yet. A request for a new session
 //! gets session id 0, which tells the client "no session: send full fetches" — a valid
@@ -18,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{
-    AbortedTransaction, FetchableTopicResponse, PartitionData,
+    AbortedTransaction, EpochEndOffset, FetchableTopicResponse, PartitionData,
 };
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, ProducerId, RequestHeader};
 use kafka_protocol::ResponseError;
@@ -30,13 +36,20 @@ use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, storage_code, NONE};
 use crate::shard::BrokerShard;
 
-pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Fetch, 4, 12);
+pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Fetch, 4, 16);
 
 /// Longest long-poll Keel honours, whatever max_wait_ms says.
 const MAX_WAIT_MS_CAP: u64 = 60_000;
 
 /// Fetch's isolation_level 1: only records below the last stable offset.
 const READ_COMMITTED: i8 = 1;
+
+/// Who sent a replica fetch: a broker and the broker epoch it fetches with (v15+).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaFetch {
+    pub broker_id: i32,
+    pub broker_epoch: i64,
+}
 
 #[derive(Clone, Copy)]
 pub struct FetchPart {
@@ -45,6 +58,10 @@ pub struct FetchPart {
     pub current_leader_epoch: i32,
     /// isolation_level=1: read up to the last stable offset, with the aborted transactions.
     pub read_committed: bool,
+    /// The epoch of the last batch the follower holds (-1: none or a consumer).
+    pub last_fetched_epoch: i32,
+    /// A follower's fetch: who sent it.
+    pub replica: Option<ReplicaFetch>,
 }
 
 #[derive(Clone, Debug)]
@@ -57,9 +74,11 @@ pub struct PartData {
     /// read_committed: (producer id, first offset) of the aborted transactions meeting the
     /// batches read; `None` for read_uncommitted.
     pub aborted: Option<Vec<(i64, i64)>>,
+    /// A follower whose log diverged: (epoch, end offset) to truncate to (Fetch v12+).
+    pub diverging: Option<(i32, i64)>,
 }
 
-fn failed(error: i16) -> PartData {
+pub fn failed(error: i16) -> PartData {
     PartData {
         error,
         high_watermark: -1,
@@ -67,6 +86,7 @@ fn failed(error: i16) -> PartData {
         log_start_offset: -1,
         records: Bytes::new(),
         aborted: None,
+        diverging: None,
     }
 }
 
@@ -94,11 +114,28 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
             continue;
         };
         let epoch_error = check_epoch(item.payload.current_leader_epoch, part.leader_epoch.get());
-        let offsets = part.log.offsets();
         if epoch_error != NONE {
             out.push(failed(epoch_error));
             continue;
         }
+        if !part.is_leader() {
+            // The routing shard's image said this broker leads; the owner's state is the
+            // truth (a leadership change installed meanwhile).
+            out.push(failed(code(ResponseError::NotLeaderOrFollower)));
+            continue;
+        }
+        if let Some(replica) = item.payload.replica {
+            let data =
+                crate::replication::leader::serve_fetch(&shard, &part, replica, &item.payload)
+                    .await;
+            shard
+                .counters
+                .fetch_bytes
+                .set(shard.counters.fetch_bytes.get() + data.records.len() as u64);
+            out.push(data);
+            continue;
+        }
+        let offsets = part.log.offsets();
         let max = usize::try_from(item.payload.partition_max_bytes.max(0)).unwrap_or(0);
         let read_committed = item.payload.read_committed;
         let upto = if read_committed {
@@ -123,6 +160,7 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
                     })
                 }),
                 records: r.records,
+                diverging: None,
             },
             Err(e) => {
                 if !matches!(e, StorageError::OffsetOutOfRange { .. }) {
@@ -135,6 +173,7 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
                     log_start_offset: offsets.log_start_offset.0,
                     records: Bytes::new(),
                     aborted: None,
+                    diverging: None,
                 }
             }
         };
@@ -147,27 +186,37 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
     out
 }
 
+/// How far a waiting fetch may read: what it waits to move past its offset.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Visible {
+    HighWatermark,
+    /// read_committed.
+    LastStable,
+    /// A follower reads everything appended.
+    LogEnd,
+}
+
 /// On the owner: registers `waiter` with each partition; true when a partition already has
-/// data past its fetch offset (below the high watermark, or the last stable offset for a
-/// read_committed fetch) or moved away, so the caller should re-read now. Returns at once: a
-/// waiting fetch holds no mesh slot on the owner.
+/// data past its fetch offset (below the high watermark, the last stable offset for a
+/// read_committed fetch, the log end for a follower) or moved away, so the caller should
+/// re-read now. Returns at once: a waiting fetch holds no mesh slot on the owner.
 fn wait_on_owner(
     shard: &BrokerShard,
     parts: &[(String, i32, i64)],
     waiter: DataWaiter,
-    read_committed: bool,
+    visible: Visible,
 ) -> bool {
     for (topic, index, offset) in parts {
         let Some(p) = shard.partition(topic, *index) else {
             return true;
         };
         let offsets = p.log.offsets();
-        let visible_end = if read_committed {
-            offsets.last_stable_offset
-        } else {
-            offsets.high_watermark
+        let visible_end = match visible {
+            Visible::HighWatermark => offsets.high_watermark,
+            Visible::LastStable => offsets.last_stable_offset,
+            Visible::LogEnd => offsets.log_end_offset,
         };
-        if visible_end.0 > *offset {
+        if visible_end.0 > *offset || !p.is_leader() {
             return true;
         }
         p.waiters.register(waiter);
@@ -180,7 +229,7 @@ async fn wait_any(
     shard: &Rc<BrokerShard>,
     parts: Vec<(String, i32, i64)>,
     deadline: Instant,
-    read_committed: bool,
+    visible: Visible,
 ) {
     let image = shard.image();
     let mut by_shard: BTreeMap<usize, Vec<(String, i32, i64)>> = BTreeMap::new();
@@ -194,13 +243,13 @@ async fn wait_any(
     let mut data_now = false;
     for (target, parts) in by_shard {
         let ready = if target == shard.id {
-            wait_on_owner(shard, &parts, waiter, read_committed)
+            wait_on_owner(shard, &parts, waiter, visible)
         } else {
             // Unreachable owner (shutting down): re-read now.
             shard
                 .mesh
                 .call(target, move |s| async move {
-                    wait_on_owner(&s, &parts, waiter, read_committed)
+                    wait_on_owner(&s, &parts, waiter, visible)
                 })
                 .await
                 .unwrap_or(true)
@@ -225,11 +274,49 @@ async fn wait_any(
     shard.remove_fetch_wait(token);
 }
 
+/// The replica a fetch comes from, if any: `Err` with the error every partition gets when it
+/// claims to be a replica but cannot be honoured (before v15 a follower sends no broker
+/// epoch; an unknown or fenced broker, or a stale epoch, is no follower of this broker's).
+fn replica_of(
+    shard: &BrokerShard,
+    version: i16,
+    req: &FetchRequest,
+) -> Result<Option<ReplicaFetch>, i16> {
+    let (broker_id, broker_epoch) = if version >= 15 {
+        (
+            req.replica_state.replica_id.0,
+            req.replica_state.replica_epoch,
+        )
+    } else {
+        (req.replica_id.0, -1)
+    };
+    if broker_id < 0 {
+        return Ok(None);
+    }
+    if version < 15 {
+        return Err(code(ResponseError::StaleBrokerEpoch));
+    }
+    let image = shard.image();
+    match image.cluster.brokers.get(&broker_id) {
+        Some(b)
+            if !b.fenced && b.broker_epoch == broker_epoch && broker_id != shard.config.node_id =>
+        {
+            Ok(Some(ReplicaFetch {
+                broker_id,
+                broker_epoch,
+            }))
+        }
+        Some(_) => Err(code(ResponseError::StaleBrokerEpoch)),
+        None => Err(code(ResponseError::NotLeaderOrFollower)),
+    }
+}
+
 pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: FetchRequest,
 ) -> FetchResponse {
+    let version = hdr.request_api_version;
     let mut resp = FetchResponse::default().with_session_id(0);
     if req.session_id != 0 {
         return resp.with_error_code(code(ResponseError::FetchSessionIdNotFound));
@@ -237,14 +324,32 @@ pub async fn handle(
     if req.session_epoch > 0 {
         return resp.with_error_code(code(ResponseError::InvalidFetchSessionEpoch));
     }
-    let read_committed = req.isolation_level == READ_COMMITTED;
-    let mut shape: Vec<(String, Vec<i32>)> = Vec::new();
+    let replica = replica_of(shard, version, &req);
+    let read_committed = req.isolation_level == READ_COMMITTED && !matches!(replica, Ok(Some(_)));
+    let image = shard.image();
+    // Per topic: its name (empty for an unknown topic id), its id, its partitions, and the
+    // error all of them get without being read.
+    let mut shape: Vec<(String, uuid::Uuid, Vec<i32>, i16)> = Vec::new();
     let mut items = Vec::new();
     for t in &req.topics {
-        let name = t.topic.0.to_string();
+        let (name, topic_error) = if version >= 13 {
+            match image.topic_by_id(t.topic_id.as_bytes()) {
+                Some(meta) => (meta.name.clone(), NONE),
+                None => (String::new(), code(ResponseError::UnknownTopicId)),
+            }
+        } else {
+            (t.topic.0.to_string(), NONE)
+        };
+        let topic_error = match (&replica, topic_error) {
+            (Err(e), NONE) => *e,
+            (_, e) => e,
+        };
         let mut parts = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
             parts.push(p.partition);
+            if topic_error != NONE {
+                continue;
+            }
             items.push(Item {
                 topic: name.clone(),
                 partition: p.partition,
@@ -258,11 +363,22 @@ pub async fn handle(
                     },
                     current_leader_epoch: p.current_leader_epoch,
                     read_committed,
+                    last_fetched_epoch: if version >= 12 {
+                        p.last_fetched_epoch
+                    } else {
+                        -1
+                    },
+                    replica: replica.ok().flatten(),
                 },
             });
         }
-        shape.push((name, parts));
+        shape.push((name, t.topic_id, parts, topic_error));
     }
+    let visible = match replica {
+        Ok(Some(_)) => Visible::LogEnd,
+        _ if read_committed => Visible::LastStable,
+        _ => Visible::HighWatermark,
+    };
     let wait = Duration::from_millis((req.max_wait_ms.max(0) as u64).min(MAX_WAIT_MS_CAP));
     let deadline = Instant::now() + wait;
     let min_bytes = req.min_bytes.max(0) as usize;
@@ -286,7 +402,9 @@ pub async fn handle(
     let results = loop {
         let results = read_all().await;
         let total: usize = results.iter().map(|r| r.records.len()).sum();
-        let any_error = results.iter().any(|r| r.error != NONE);
+        let any_error = results
+            .iter()
+            .any(|r| r.error != NONE || r.diverging.is_some());
         if total >= min_bytes
             || any_error
             || Instant::now() >= deadline
@@ -298,7 +416,7 @@ pub async fn handle(
             .iter()
             .map(|i| (i.topic.clone(), i.partition, i.payload.fetch_offset))
             .collect();
-        wait_any(shard, waits, deadline, read_committed).await;
+        wait_any(shard, waits, deadline, visible).await;
         if Instant::now() >= deadline {
             // One last read so data that arrived with the deadline is not missed.
             break read_all().await;
@@ -309,13 +427,22 @@ pub async fn handle(
     let mut remaining = max_bytes;
     let mut first_data = true;
     let mut results = results.into_iter();
-    for (name, parts) in shape {
-        let mut t = FetchableTopicResponse::default().with_topic(super::topic_name(&name));
+    for (name, topic_id, parts, topic_error) in shape {
+        let mut t = FetchableTopicResponse::default();
+        if version >= 13 {
+            t.topic_id = topic_id;
+        } else {
+            t.topic = super::topic_name(&name);
+        }
         for index in parts {
-            let mut r = results
-                .next()
-                .unwrap_or_else(|| failed(code(ResponseError::UnknownServerError)));
-            if hdr.request_api_version < 10
+            let mut r = if topic_error != NONE {
+                failed(topic_error)
+            } else {
+                results
+                    .next()
+                    .unwrap_or_else(|| failed(code(ResponseError::UnknownServerError)))
+            };
+            if version < 10
                 && keel_storage::codec::any_batch_with_codec(
                     &r.records,
                     keel_storage::codec::CODEC_ZSTD,
@@ -334,29 +461,29 @@ pub async fn handle(
                     r.records = Bytes::new();
                 }
             }
-            t.partitions.push(
-                PartitionData::default()
-                    .with_partition_index(index)
-                    .with_error_code(r.error)
-                    .with_high_watermark(r.high_watermark)
-                    .with_last_stable_offset(r.last_stable_offset)
-                    .with_aborted_transactions(r.aborted.map(|list| {
-                        list.into_iter()
-                            .map(|(pid, first)| {
-                                AbortedTransaction::default()
-                                    .with_producer_id(ProducerId(pid))
-                                    .with_first_offset(first)
-                            })
-                            .collect()
-                    }))
-                    // log_start_offset exists from v5.
-                    .with_log_start_offset(if hdr.request_api_version >= 5 {
-                        r.log_start_offset
-                    } else {
-                        -1
-                    })
-                    .with_records(Some(r.records)),
-            );
+            let mut data = PartitionData::default()
+                .with_partition_index(index)
+                .with_error_code(r.error)
+                .with_high_watermark(r.high_watermark)
+                .with_last_stable_offset(r.last_stable_offset)
+                .with_aborted_transactions(r.aborted.map(|list| {
+                    list.into_iter()
+                        .map(|(pid, first)| {
+                            AbortedTransaction::default()
+                                .with_producer_id(ProducerId(pid))
+                                .with_first_offset(first)
+                        })
+                        .collect()
+                }))
+                // log_start_offset exists from v5.
+                .with_log_start_offset(if version >= 5 { r.log_start_offset } else { -1 })
+                .with_records(Some(r.records));
+            if let (Some((epoch, end_offset)), true) = (r.diverging, version >= 12) {
+                data.diverging_epoch = EpochEndOffset::default()
+                    .with_epoch(epoch)
+                    .with_end_offset(end_offset);
+            }
+            t.partitions.push(data);
         }
         resp.responses.push(t);
     }

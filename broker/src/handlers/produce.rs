@@ -8,8 +8,15 @@
 //! offsets, as Kafka does; sequence and epoch errors come from the log's producer state. A
 //! control batch (a transaction marker) is INVALID_RECORD: only transaction coordinators
 //! write markers, straight to the log or through WriteTxnMarkers, never through Produce.
+//!
+//! On a replicated partition acks=1 answers once the leader's log has the batch under the
+//! flush policy; acks=all needs an ISR of at least `min.insync.replicas`
+//! (NOT_ENOUGH_REPLICAS) and answers when the high watermark passes the batch, with
+//! REQUEST_TIMED_OUT at the request's `timeout_ms` and NOT_ENOUGH_REPLICAS_AFTER_APPEND when
+//! the ISR shrank below the minimum meanwhile (see `replication`).
 
 use std::rc::Rc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::produce_response::{
@@ -26,15 +33,13 @@ use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, storage_code, NONE};
 use crate::frontend::framing::{decode_body, FrameError};
 use crate::ops::metrics::Stage;
+use crate::replication::{self, CommitError, Wait};
 use crate::shard::BrokerShard;
 
 /// Listed from v0 though v0-v2 (the pre-0.11 message formats) are refused, as Kafka 4.0 does
 /// (KAFKA-18659): librdkafka up to 2.x enables gzip, snappy and lz4 only when the broker lists
 /// Produce v0, and otherwise sends every batch uncompressed without a word.
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Produce, 3, 11).listed_from(0);
-
-/// In-sync replicas of every partition on this single-node broker.
-const ISR_SIZE: i32 = 1;
 
 /// The answer for one partition.
 #[derive(Debug, Clone)]
@@ -83,8 +88,9 @@ pub async fn handle_body(
         // is appended, and the connection stays usable.
         return Ok((req.acks != 0).then(|| refuse_old_version(req, version)));
     }
+    let timeout_ms = req.timeout_ms;
     let (acks, topics) = take_records(req, body);
-    Ok(handle(shard, version, acks, topics).await)
+    Ok(handle(shard, version, acks, timeout_ms, topics).await)
 }
 
 /// Takes the records out of a decoded request: the topics by name, each partition's index and
@@ -155,6 +161,7 @@ async fn handle(
     shard: &Rc<BrokerShard>,
     version: i16,
     acks: i16,
+    timeout_ms: i32,
     topics: Vec<TopicRecords>,
 ) -> Option<ProduceResponse> {
     if shard.config.auto_create_topics_enable {
@@ -186,7 +193,7 @@ async fn handle(
             shard,
             items,
             failed,
-            move |s, items| append_on_owner(s, items, acks, version),
+            move |s, items| append_on_owner(s, items, acks, timeout_ms, version),
         )
         .await
     };
@@ -265,6 +272,7 @@ async fn append_on_owner(
     shard: Rc<BrokerShard>,
     items: Vec<Item<Records>>,
     acks: i16,
+    timeout_ms: i32,
     version: i16,
 ) -> Vec<PartResult> {
     let now = shard.clock.now_ms();
@@ -284,6 +292,10 @@ async fn append_on_owner(
             results.push(r);
             continue;
         };
+        if !part.is_leader() {
+            results.push(failed(code(ResponseError::NotLeaderOrFollower)));
+            continue;
+        }
         if item.topic == keel_coordinator::OFFSETS_TOPIC
             || item.topic == keel_coordinator::TRANSACTION_STATE_TOPIC
         {
@@ -315,11 +327,15 @@ async fn append_on_owner(
             results.push(r);
             continue;
         }
-        // One broker: the ISR is this broker alone.
-        if acks == -1 && part.min_insync_replicas.get() > ISR_SIZE {
+        let isr_size = if part.replication.is_replicated() {
+            part.replication.isr.borrow().len() as i32
+        } else {
+            1
+        };
+        if acks == -1 && part.min_insync_replicas.get() > isr_size {
             let mut r = failed(code(ResponseError::NotEnoughReplicas));
             r.message = Some(format!(
-                "min.insync.replicas is {} but the in-sync replica set has {ISR_SIZE} member",
+                "min.insync.replicas is {} but the in-sync replica set has {isr_size} member(s)",
                 part.min_insync_replicas.get()
             ));
             results.push(r);
@@ -383,10 +399,17 @@ async fn append_on_owner(
         .set(c.produce_append_ns.get() + appending.as_nanos() as u64);
     c.record(ApiKey::Produce as i16, Stage::Append, appending);
     let commit_started = std::time::Instant::now();
+    let wait = if acks == -1 {
+        Wait::Isr {
+            timeout: Duration::from_millis(timeout_ms.max(0) as u64),
+        }
+    } else {
+        Wait::Leader
+    };
     let commit_all = commits.into_iter().map(|(i, part, upto)| {
         let shard = shard.clone();
         async move {
-            let r = part.log.commit(upto).await;
+            let r = replication::commit(&shard, &part, upto, wait).await;
             shard.notify_data(&part);
             (i, r)
         }
@@ -413,8 +436,13 @@ async fn append_on_owner(
     }
     for (i, r) in committed {
         if let Err(e) = r {
-            tracing::error!(error = %e, "commit failed");
-            let mut f = failed(storage_code(&e));
+            match &e {
+                CommitError::Storage(_) => tracing::error!(error = %e, "commit failed"),
+                CommitError::Replication(..) => {
+                    tracing::debug!(error = %e, "produce not committed")
+                }
+            }
+            let mut f = failed(e.code().code());
             f.message = Some(e.to_string());
             results[i] = f;
         }

@@ -14,8 +14,8 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use tracing::{info, warn};
 
-use crate::ops::metrics::{render, CountersSnapshot, PartitionSnapshot};
-use crate::shard::BrokerShard;
+use crate::ops::metrics::{render, CountersSnapshot, LeaderSnapshot, PartitionSnapshot};
+use crate::shard::{BrokerShard, Partition};
 
 const HEAD_MAX: usize = 8192;
 
@@ -65,7 +65,51 @@ pub async fn gather(shard: &Rc<BrokerShard>) -> Vec<CountersSnapshot> {
     out
 }
 
+/// Partitions without a leader in this broker's metadata image (Kafka's
+/// `OfflinePartitionsCount`): every broker reports the cluster-wide count.
+fn render_offline(shard: &BrokerShard) -> String {
+    let image = shard.image();
+    let offline = image
+        .topics
+        .values()
+        .flat_map(|t| t.partitions.iter())
+        .filter(|p| p.leader < 0)
+        .count();
+    format!(
+        "# HELP keel_offline_partitions Partitions without a leader (no live ISR or ELR member to elect).\n# TYPE keel_offline_partitions gauge\nkeel_offline_partitions {offline}\n"
+    )
+}
+
+/// What the leader of `p` knows of its followers.
+fn leader_snapshot(p: &Partition, log_end_offset: i64, now_ms: i64) -> LeaderSnapshot {
+    let r = &p.replication;
+    LeaderSnapshot {
+        replicas: r.replicas.borrow().len() as u32,
+        isr: r.isr.borrow().len() as u32,
+        min_insync_replicas: p.min_insync_replicas.get(),
+        followers: r
+            .followers
+            .borrow()
+            .iter()
+            .map(|(id, f)| {
+                let lag = if f.log_end_offset < 0 {
+                    log_end_offset
+                } else {
+                    (log_end_offset - f.log_end_offset).max(0)
+                };
+                let ms = if f.last_caught_up_ms < 0 {
+                    -1
+                } else {
+                    (now_ms - f.last_caught_up_ms).max(0)
+                };
+                (*id, lag, ms)
+            })
+            .collect(),
+    }
+}
+
 fn snapshot(shard: &BrokerShard) -> CountersSnapshot {
+    let now_ms = shard.clock.now_ms();
     let mut s = shard.counters.snapshot();
     let mesh = shard.mesh.counters();
     s.cross_shard_hops = mesh.hops_out;
@@ -95,6 +139,9 @@ fn snapshot(shard: &BrokerShard) -> CountersSnapshot {
                 last_stable_offset: o.last_stable_offset.0,
                 size_bytes: p.log.size_bytes(),
                 segments: p.log.segment_count() as u64,
+                leader: p
+                    .is_leader()
+                    .then(|| leader_snapshot(p, o.log_end_offset.0, now_ms)),
             }
         })
         .collect();
@@ -128,6 +175,7 @@ async fn serve(shard: Rc<BrokerShard>, mut stream: TcpStream) {
             if let Some(c) = &shard.controller {
                 body.push_str(&render_quorum(&c.handle.quorum()));
             }
+            body.push_str(&render_offline(&shard));
             let _ = respond(&mut stream, "200 OK", &body).await;
         }
         ("GET", "/quorum") => {

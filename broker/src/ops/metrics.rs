@@ -37,6 +37,13 @@ pub struct ShardCounters {
     /// Compaction passes: bytes read (segments cleaned) and time spent.
     pub compacted_bytes: Cell<u64>,
     pub compaction_ns: Cell<u64>,
+    /// Replication: the leader's ISR changes proposed, the followers' fetched bytes and
+    /// truncations (those below the high watermark apart).
+    pub isr_shrinks: Cell<u64>,
+    pub isr_expands: Cell<u64>,
+    pub replica_fetch_bytes: Cell<u64>,
+    pub replica_truncations: Cell<u64>,
+    pub replica_truncations_below_hw: Cell<u64>,
     /// Latency histograms by (API key, stage).
     latency: RefCell<HashMap<(i16, Stage), Histogram>>,
     /// glommio's run times, accumulated (glommio resets them on every read).
@@ -140,6 +147,11 @@ impl Default for ShardCounters {
             recompress_ns: Cell::new(0),
             compacted_bytes: Cell::new(0),
             compaction_ns: Cell::new(0),
+            isr_shrinks: Cell::new(0),
+            isr_expands: Cell::new(0),
+            replica_fetch_bytes: Cell::new(0),
+            replica_truncations: Cell::new(0),
+            replica_truncations_below_hw: Cell::new(0),
             latency: RefCell::new(HashMap::new()),
             started: Instant::now(),
             busy_ns: Cell::new(0),
@@ -273,6 +285,11 @@ impl ShardCounters {
             recompress_s: self.recompress_ns.get() as f64 / 1e9,
             compacted_bytes: self.compacted_bytes.get(),
             compaction_s: self.compaction_ns.get() as f64 / 1e9,
+            isr_shrinks: self.isr_shrinks.get(),
+            isr_expands: self.isr_expands.get(),
+            replica_fetch_bytes: self.replica_fetch_bytes.get(),
+            replica_truncations: self.replica_truncations.get(),
+            replica_truncations_below_hw: self.replica_truncations_below_hw.get(),
             ..Default::default()
         }
     }
@@ -323,6 +340,11 @@ pub struct CountersSnapshot {
     pub tail_cache_evictions: u64,
     /// Closed segment files open in the shard's file cache.
     pub segment_files_open: u64,
+    pub isr_shrinks: u64,
+    pub isr_expands: u64,
+    pub replica_fetch_bytes: u64,
+    pub replica_truncations: u64,
+    pub replica_truncations_below_hw: u64,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -343,6 +365,18 @@ pub struct PartitionSnapshot {
     pub last_stable_offset: i64,
     pub size_bytes: u64,
     pub segments: u64,
+    /// Replication, on the broker that leads the partition (`None` elsewhere): replicas,
+    /// ISR size, min.insync.replicas, and per follower (broker id, lag in records, ms since it
+    /// was last caught up).
+    pub leader: Option<LeaderSnapshot>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct LeaderSnapshot {
+    pub replicas: u32,
+    pub isr: u32,
+    pub min_insync_replicas: i32,
+    pub followers: Vec<(i32, i64, i64)>,
 }
 
 /// A label value, escaped as the text format wants.
@@ -502,6 +536,36 @@ pub fn render(shards: &[CountersSnapshot]) -> String {
         &|s| s.segment_files_open as f64,
     );
     family(
+        "keel_isr_shrinks_total",
+        "counter",
+        "ISR shrinks this shard's leaders proposed (a follower fell behind replica.lag.time.max.ms).",
+        &|s| s.isr_shrinks as f64,
+    );
+    family(
+        "keel_isr_expands_total",
+        "counter",
+        "ISR expansions this shard's leaders proposed (a follower caught up).",
+        &|s| s.isr_expands as f64,
+    );
+    family(
+        "keel_replica_fetch_bytes_total",
+        "counter",
+        "Record bytes this shard's followers fetched from their leaders and appended.",
+        &|s| s.replica_fetch_bytes as f64,
+    );
+    family(
+        "keel_replica_truncations_total",
+        "counter",
+        "Follower logs truncated to where they agree with the leader.",
+        &|s| s.replica_truncations as f64,
+    );
+    family(
+        "keel_replica_truncations_below_high_watermark_total",
+        "counter",
+        "Follower truncations below the follower's high watermark (records it had counted as committed).",
+        &|s| s.replica_truncations_below_hw as f64,
+    );
+    family(
         "keel_compacted_bytes_total",
         "counter",
         "Segment bytes read by compaction passes.",
@@ -534,6 +598,7 @@ pub fn render(shards: &[CountersSnapshot]) -> String {
     }
     render_shard_details(&mut out, shards);
     render_partitions(&mut out, shards);
+    render_replication(&mut out, shards);
     render_latency(&mut out, shards);
     out
 }
@@ -728,6 +793,68 @@ fn render_partitions(out: &mut String, shards: &[CountersSnapshot]) {
                     field(p)
                 );
             }
+        }
+    }
+}
+
+/// Replication state of the partitions this broker leads: under-replicated (ISR smaller than
+/// the replicas), under min ISR, and each follower's lag.
+fn render_replication(out: &mut String, shards: &[CountersSnapshot]) {
+    use std::fmt::Write;
+    let led = || {
+        shards
+            .iter()
+            .flat_map(|s| s.partitions.iter())
+            .filter_map(|p| p.leader.as_ref().map(|l| (p, l)))
+    };
+    let under_replicated = led().filter(|(_, l)| l.isr < l.replicas).count();
+    let under_min_isr = led()
+        .filter(|(_, l)| (l.isr as i32) < l.min_insync_replicas)
+        .count();
+    header(
+        out,
+        "keel_under_replicated_partitions",
+        "gauge",
+        "Partitions this broker leads whose ISR is smaller than their replica set.",
+    );
+    let _ = writeln!(out, "keel_under_replicated_partitions {under_replicated}");
+    header(
+        out,
+        "keel_under_min_isr_partitions",
+        "gauge",
+        "Partitions this broker leads whose ISR is below min.insync.replicas (acks=all refused).",
+    );
+    let _ = writeln!(out, "keel_under_min_isr_partitions {under_min_isr}");
+    header(
+        out,
+        "keel_follower_lag_records",
+        "gauge",
+        "Records a follower is behind this leader's log end, per partition and follower.",
+    );
+    for (p, l) in led() {
+        for (follower, lag, _) in &l.followers {
+            let _ = writeln!(
+                out,
+                "keel_follower_lag_records{{topic=\"{}\",partition=\"{}\",follower=\"{follower}\"}} {lag}",
+                label(&p.topic),
+                p.partition
+            );
+        }
+    }
+    header(
+        out,
+        "keel_follower_lag_ms",
+        "gauge",
+        "Milliseconds since a follower last had every record of this leader, per partition and follower.",
+    );
+    for (p, l) in led() {
+        for (follower, _, ms) in &l.followers {
+            let _ = writeln!(
+                out,
+                "keel_follower_lag_ms{{topic=\"{}\",partition=\"{}\",follower=\"{follower}\"}} {ms}",
+                label(&p.topic),
+                p.partition
+            );
         }
     }
 }

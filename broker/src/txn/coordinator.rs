@@ -70,13 +70,17 @@ pub fn txn_config(shard: &BrokerShard) -> TxnConfig {
     }
 }
 
-/// Creates `__transaction_state` (compacted) if it does not exist yet.
+/// Creates `__transaction_state` (compacted) if it does not exist yet, with
+/// `transaction.state.log.replication.factor` replicas (as many as there are live brokers when
+/// fewer) and `transaction.state.log.min.isr` (capped at that).
 pub async fn ensure_topic(shard: &Rc<BrokerShard>) -> Result<(), OpError> {
     controller::ensure_internal_topic(
         shard,
         TRANSACTION_STATE_TOPIC,
         shard.config.transaction_state_log_num_partitions,
         shard.config.transaction_state_log_segment_bytes,
+        shard.config.transaction_state_log_replication_factor,
+        Some(shard.config.transaction_state_log_min_isr),
     )
     .await
 }
@@ -242,7 +246,10 @@ pub fn op(reply: Reply<ErrorCode>) -> Op<Answer> {
 
 /// Appends one record of the coordinator to partition `p` and waits for its commit.
 async fn append(shard: &Rc<BrokerShard>, p: i32, write: &Write) -> Result<(), ErrorCode> {
-    let Some(part) = shard.partition(TRANSACTION_STATE_TOPIC, p) else {
+    let Some(part) = shard
+        .partition(TRANSACTION_STATE_TOPIC, p)
+        .filter(|part| part.is_leader())
+    else {
         return Err(ErrorCode::of(ResponseError::NotCoordinator));
     };
     let now = shard.clock.now_ms();
@@ -255,11 +262,11 @@ async fn append(shard: &Rc<BrokerShard>, p: i32, write: &Write) -> Result<(), Er
         .append(batch, LeaderEpoch(part.leader_epoch.get()), now)
         .map_err(|e| write_code(&e))?;
     let end = Offset(info.last_offset.0 + 1);
-    let committed = part.log.commit(end).await;
+    let committed = crate::replication::commit_coordinator(shard, &part, end).await;
     shard.notify_data(&part);
     committed.map_err(|e| {
         error!(partition = p, error = %e, "transaction record not committed");
-        write_code(&e)
+        crate::replication::coordinator_commit_error(&e, write_code)
     })
 }
 
@@ -490,7 +497,10 @@ pub async fn append_marker(
     commit: bool,
     coordinator_epoch: i32,
 ) -> Result<(), ErrorCode> {
-    let Some(part) = shard.partition(topic, partition) else {
+    let Some(part) = shard
+        .partition(topic, partition)
+        .filter(|part| part.is_leader())
+    else {
         return Err(ErrorCode::of(ResponseError::NotLeaderOrFollower));
     };
     let now = shard.clock.now_ms();
@@ -511,9 +521,9 @@ pub async fn append_marker(
         .append(batch, LeaderEpoch(part.leader_epoch.get()), now)
         .map_err(|e| crate::errors::storage_error(&e))?;
     let end = Offset(info.last_offset.0 + 1);
-    let committed = part.log.commit(end).await;
+    let committed = crate::replication::commit_coordinator(shard, &part, end).await;
     shard.notify_data(&part);
-    committed.map_err(|e| crate::errors::storage_error(&e))?;
+    committed.map_err(|e| e.code())?;
     if topic == keel_coordinator::OFFSETS_TOPIC {
         group::transactional_offsets_decided(shard, partition, producer_id, commit);
     }

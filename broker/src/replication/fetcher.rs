@@ -1,0 +1,422 @@
+//! The follower's side of replication: one fetcher task per (this shard, leader broker, leader
+//! shard), one connection, one Fetch v15+ for every partition of that pair (Kafka's
+//! `ReplicaFetcherThread`, per shard pair instead of per broker).
+//!
+//! Each round, for each partition: the fetch offset is the local log end, which is durable
+//! under the flush policy before it is sent (under `flush.policy=group` a follower reports
+//! only what it has synced); the last fetched epoch is the local latest epoch. An answer with
+//! `diverging_epoch` truncates the local log to where it agrees with the leader (Kafka's
+//! `getOffsetTruncationState`), records are appended with the leader's offsets and epochs
+//! (`Log::append_as_follower`, which refuses gaps, overlaps, bad CRCs and epochs above the
+//! leader's: logged, nothing appended, the partition backs off), and the high watermark
+//! becomes the leader's, capped at the local log end.
+//!
+//! A fetcher ends when it has no partitions left. It runs on the shard that owns its
+//! partitions; nothing it holds is shared with other shards.
+
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
+use kafka_protocol::ResponseError;
+use keel_client::aio::{Identity, PipelinedConn};
+use keel_client::core::ClientVersions;
+use keel_storage::{LeaderEpoch, Offset};
+use keel_vocab::ErrorCode;
+use tracing::{debug, info, warn};
+
+use super::state::{FetcherKey, FetcherState};
+use crate::metadata::MetadataImage;
+use crate::shard::{BrokerShard, Partition};
+
+const IDENTITY: Identity = Identity {
+    client_id: "keel-replica-fetcher",
+    software_name: "keel",
+    software_version: env!("CARGO_PKG_VERSION"),
+    versions: ClientVersions(&[(ApiKey::Fetch, 15, 16)]),
+};
+
+/// The leader shard and address a follower of `part` fetches from.
+fn target(image: &MetadataImage, part: &Partition, leader: i32) -> Option<(FetcherKey, String)> {
+    let b = image.cluster.brokers.get(&leader)?;
+    let shards = b.shard_count.max(0) as usize;
+    let leader_shard = if shards > 0 {
+        keel_shard::shard_for_partition(part.topic_id, part.index, shards).0
+    } else {
+        0
+    };
+    let host = b
+        .inter_broker_host
+        .clone()
+        .unwrap_or_else(|| b.host.clone());
+    let port = b.inter_broker_port.unwrap_or(b.port);
+    // A port per shard steers the connection to the owning shard; without one the leader's
+    // kernel picks a shard and the request takes one mesh hop there.
+    let port = b
+        .inter_broker_shard_ports
+        .get(leader_shard as usize)
+        .copied()
+        .unwrap_or(port);
+    Some((
+        FetcherKey {
+            leader,
+            leader_shard,
+        },
+        format!("{host}:{port}"),
+    ))
+}
+
+/// Makes `part` (this broker follows it) fetched by the fetcher of its leader's shard.
+pub fn assign(shard: &Rc<BrokerShard>, image: &MetadataImage, part: &Rc<Partition>) {
+    let leader = part.replication.leader.get();
+    let Some((key, addr)) = target(image, part, leader) else {
+        warn!(topic = %part.topic, partition = part.index, leader, "the leader is not a registered broker; not fetching");
+        unassign(shard, part);
+        return;
+    };
+    let id = (part.topic.clone(), part.index);
+    let fetchers = &shard.replica_fetchers;
+    let previous = fetchers.by_partition.borrow().get(&id).copied();
+    if previous.is_some_and(|k| k != key) {
+        unassign(shard, part);
+    }
+    fetchers.by_partition.borrow_mut().insert(id.clone(), key);
+    let existing = fetchers.by_key.borrow().get(&key).cloned();
+    let state = existing.unwrap_or_else(|| {
+        let s = Rc::new(FetcherState::default());
+        fetchers.by_key.borrow_mut().insert(key, s.clone());
+        s
+    });
+    let start = state.partitions.borrow().is_empty() && !state.running.get();
+    *state.addr.borrow_mut() = addr.clone();
+    state.partitions.borrow_mut().insert(id);
+    state.wake();
+    if start {
+        // The task may run at once: it finds its partition already there.
+        state.running.set(true);
+        info!(shard = shard.id, leader = key.leader, leader_shard = key.leader_shard, %addr, "replica fetcher started");
+        glommio::spawn_local(run(shard.clone(), key, state)).detach();
+    }
+}
+
+/// Stops fetching `part` (this broker leads it now, or it has no leader).
+pub fn unassign(shard: &Rc<BrokerShard>, part: &Partition) {
+    let id = (part.topic.clone(), part.index);
+    let fetchers = &shard.replica_fetchers;
+    let Some(key) = fetchers.by_partition.borrow_mut().remove(&id) else {
+        return;
+    };
+    if let Some(s) = fetchers.by_key.borrow().get(&key) {
+        s.partitions.borrow_mut().remove(&id);
+        s.wake();
+    }
+}
+
+/// Per partition, until when it backs off after an error.
+type Backoff = HashMap<(String, i32), Instant>;
+
+async fn run(shard: Rc<BrokerShard>, key: FetcherKey, state: Rc<FetcherState>) {
+    let cfg = shard.config.clone();
+    let backoff = Duration::from_millis(cfg.replica_fetch_backoff_ms);
+    let mut conn: Option<Rc<PipelinedConn>> = None;
+    let mut delayed: Backoff = HashMap::new();
+    loop {
+        if shard.shutdown.is_fired() {
+            break;
+        }
+        let ids: Vec<(String, i32)> = state.partitions.borrow().iter().cloned().collect();
+        if ids.is_empty() {
+            let mut by_key = shard.replica_fetchers.by_key.borrow_mut();
+            if by_key.get(&key).is_some_and(|s| Rc::ptr_eq(s, &state)) {
+                by_key.remove(&key);
+            }
+            state.running.set(false);
+            info!(
+                shard = shard.id,
+                leader = key.leader,
+                leader_shard = key.leader_shard,
+                "replica fetcher stopped: no partitions"
+            );
+            break;
+        }
+        let now = Instant::now();
+        delayed.retain(|_, until| *until > now);
+        let parts: Vec<Rc<Partition>> = ids
+            .iter()
+            .filter(|id| !delayed.contains_key(*id))
+            .filter_map(|(t, i)| shard.partition(t, *i))
+            .filter(|p| p.replication.leader.get() == key.leader && !p.is_leader())
+            .collect();
+        if parts.is_empty() {
+            state.wait(&shard, backoff).await;
+            continue;
+        }
+        let image = shard.image();
+        let my_epoch = match image.cluster.brokers.get(&cfg.node_id) {
+            Some(b) if !b.fenced => b.broker_epoch,
+            _ => {
+                // Not registered (or fenced) yet: a leader would refuse the fetch.
+                state.wait(&shard, backoff).await;
+                continue;
+            }
+        };
+        let c = match conn.as_ref().filter(|c| !c.is_broken()) {
+            Some(c) => c.clone(),
+            None => {
+                let addr = state.addr.borrow().clone();
+                match PipelinedConn::connect(&addr, IDENTITY).await {
+                    Ok(c) => {
+                        conn = Some(c.clone());
+                        c
+                    }
+                    Err(e) => {
+                        debug!(shard = shard.id, leader = key.leader, %addr, error = %e, "replica fetcher cannot connect; backing off");
+                        conn = None;
+                        state.wait(&shard, backoff).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        // Make what is appended durable before reporting it as fetched.
+        for p in &parts {
+            let end = p.log.offsets().log_end_offset;
+            if let Err(e) = p.log.make_durable(end).await {
+                warn!(topic = %p.topic, partition = p.index, error = %e, "follower log cannot be made durable");
+            }
+        }
+        let req = build_request(&cfg, my_epoch, &parts);
+        let timeout = Duration::from_millis(cfg.replica_socket_timeout_ms);
+        let answer = futures_lite::future::or(
+            async {
+                Some(
+                    c.request::<FetchRequest, FetchResponse>(ApiKey::Fetch, &req)
+                        .await,
+                )
+            },
+            async {
+                futures_lite::future::or(glommio::timer::sleep(timeout), shard.shutdown.wait())
+                    .await;
+                None
+            },
+        )
+        .await;
+        let resp = match answer {
+            Some(Ok(r)) => r,
+            Some(Err(e)) => {
+                debug!(shard = shard.id, leader = key.leader, error = %e, "replica fetch failed; reconnecting");
+                conn = None;
+                state.wait(&shard, backoff).await;
+                continue;
+            }
+            None => {
+                debug!(
+                    shard = shard.id,
+                    leader = key.leader,
+                    "replica fetch timed out; reconnecting"
+                );
+                conn = None;
+                continue;
+            }
+        };
+        if resp.error_code != 0 {
+            debug!(
+                shard = shard.id,
+                leader = key.leader,
+                error = resp.error_code,
+                "replica fetch refused"
+            );
+            state.wait(&shard, backoff).await;
+            continue;
+        }
+        for topic in resp.responses {
+            for pd in topic.partitions {
+                let Some(part) = parts.iter().find(|p| {
+                    p.topic_id == *topic.topic_id.as_bytes() && p.index == pd.partition_index
+                }) else {
+                    continue;
+                };
+                if let Err(why) = handle_partition(&shard, part, pd).await {
+                    debug!(topic = %part.topic, partition = part.index, why, "follower partition backs off");
+                    delayed.insert((part.topic.clone(), part.index), Instant::now() + backoff);
+                }
+            }
+        }
+    }
+}
+
+fn build_request(
+    cfg: &crate::config::BrokerConfig,
+    broker_epoch: i64,
+    parts: &[Rc<Partition>],
+) -> FetchRequest {
+    let mut topics: BTreeMap<[u8; 16], Vec<FetchPartition>> = BTreeMap::new();
+    for p in parts {
+        let offsets = p.log.offsets();
+        topics.entry(p.topic_id).or_default().push(
+            FetchPartition::default()
+                .with_partition(p.index)
+                .with_current_leader_epoch(p.leader_epoch.get())
+                .with_fetch_offset(offsets.log_end_offset.0)
+                .with_last_fetched_epoch(p.log.latest_epoch().map_or(-1, |e| e.0))
+                .with_log_start_offset(offsets.log_start_offset.0)
+                .with_partition_max_bytes(cfg.replica_fetch_max_bytes),
+        );
+    }
+    FetchRequest::default()
+        .with_replica_state(
+            ReplicaState::default()
+                .with_replica_id(BrokerId(cfg.node_id))
+                .with_replica_epoch(broker_epoch),
+        )
+        .with_max_wait_ms(cfg.replica_fetch_wait_max_ms)
+        .with_min_bytes(cfg.replica_fetch_min_bytes)
+        .with_max_bytes(cfg.replica_fetch_response_max_bytes)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(id, partitions)| {
+                    FetchTopic::default()
+                        .with_topic_id(uuid::Uuid::from_bytes(id))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        )
+}
+
+/// Applies one partition's answer; `Err` says why the partition backs off.
+async fn handle_partition(
+    shard: &Rc<BrokerShard>,
+    part: &Rc<Partition>,
+    pd: kafka_protocol::messages::fetch_response::PartitionData,
+) -> Result<(), String> {
+    let error = ErrorCode::from_code(pd.error_code);
+    if error == ErrorCode::of(ResponseError::OffsetOutOfRange) {
+        return out_of_range(shard, part, pd.log_start_offset, pd.high_watermark).await;
+    }
+    if !error.is_none() {
+        return Err(format!("leader answered {error:?}"));
+    }
+    if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
+        return truncate_diverged(
+            shard,
+            part,
+            pd.diverging_epoch.epoch,
+            pd.diverging_epoch.end_offset,
+        )
+        .await;
+    }
+    let records = pd.records.unwrap_or_default();
+    if !records.is_empty() {
+        let bytes = records.len();
+        let now_ms = shard.clock.now_ms();
+        let epoch = LeaderEpoch(part.leader_epoch.get());
+        part.log
+            .append_as_follower(records, epoch, now_ms)
+            .map_err(|e| {
+                warn!(topic = %part.topic, partition = part.index, error = %e, "leader's answer refused; nothing appended");
+                format!("append refused: {e}")
+            })?;
+        let c = &shard.counters;
+        c.replica_fetch_bytes
+            .set(c.replica_fetch_bytes.get() + bytes as u64);
+    }
+    let log_end = part.log.offsets().log_end_offset.0;
+    if pd.high_watermark >= 0 {
+        part.log
+            .advance_high_watermark(Offset(pd.high_watermark.min(log_end)));
+    }
+    if pd.log_start_offset > part.log.offsets().log_start_offset.0 {
+        if let Err(e) = part
+            .log
+            .maybe_increment_log_start_offset(Offset(pd.log_start_offset))
+            .await
+        {
+            warn!(topic = %part.topic, partition = part.index, error = %e, "moving the follower's log start failed");
+        }
+    }
+    Ok(())
+}
+
+/// Kafka's `getOffsetTruncationState`: where the local log agrees with the leader, given the
+/// leader's end of the epoch it said the follower diverged in.
+async fn truncate_diverged(
+    shard: &Rc<BrokerShard>,
+    part: &Rc<Partition>,
+    leader_epoch: i32,
+    leader_end: i64,
+) -> Result<(), String> {
+    let offsets = part.log.offsets();
+    let leo = offsets.log_end_offset.0;
+    if leader_end > leo {
+        return Err(format!(
+            "divergence point {leader_end} past the local log end {leo}"
+        ));
+    }
+    let target = if leader_end < 0 {
+        offsets.high_watermark.0.min(leo)
+    } else if leader_epoch < 0 {
+        leader_end.min(leo)
+    } else {
+        match super::leader::end_offset_for_epoch(part, LeaderEpoch(leader_epoch)) {
+            (e, end) if e == leader_epoch => leader_end.min(end).min(leo),
+            (e, end) if e >= 0 => end.min(leo),
+            _ => leader_end.min(leo),
+        }
+    };
+    let outcome = part
+        .log
+        .truncate_to(Offset(target))
+        .await
+        .map_err(|e| format!("truncation failed: {e}"))?;
+    let below_hw = outcome.below_high_watermark;
+    let c = &shard.counters;
+    c.replica_truncations.set(c.replica_truncations.get() + 1);
+    if below_hw {
+        c.replica_truncations_below_hw
+            .set(c.replica_truncations_below_hw.get() + 1);
+    }
+    warn!(topic = %part.topic, partition = part.index, from = leo, to = outcome.log_end_offset.0, leader_epoch, below_high_watermark = below_hw, "follower log diverged from the leader's: truncated");
+    Ok(())
+}
+
+/// The fetch offset is outside the leader's log: below its start (start over there) or past
+/// its end (truncate to the leader's high watermark, which every ISR member holds).
+async fn out_of_range(
+    shard: &Rc<BrokerShard>,
+    part: &Rc<Partition>,
+    leader_log_start: i64,
+    leader_hw: i64,
+) -> Result<(), String> {
+    let leo = part.log.offsets().log_end_offset.0;
+    if leader_log_start > leo {
+        part.log
+            .truncate_fully_and_start_at(Offset(leader_log_start))
+            .await
+            .map_err(|e| format!("restarting the log failed: {e}"))?;
+        info!(topic = %part.topic, partition = part.index, offset = leader_log_start, "follower log behind the leader's log start: started over there");
+        return Ok(());
+    }
+    if leader_hw >= 0 && leader_hw < leo {
+        return truncate_diverged(shard, part, -1, leader_hw).await;
+    }
+    Err(format!("offset {leo} out of range at the leader (start {leader_log_start}, high watermark {leader_hw})"))
+}
+
+impl FetcherState {
+    /// Sleeps up to `timeout`, or until the fetcher's partitions change or shutdown begins.
+    async fn wait(&self, shard: &BrokerShard, timeout: Duration) {
+        let event = self.changed.borrow().clone();
+        futures_lite::future::or(
+            async {
+                event.wait_timeout(timeout).await;
+            },
+            shard.shutdown.wait(),
+        )
+        .await;
+    }
+}

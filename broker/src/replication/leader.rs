@@ -1,0 +1,338 @@
+//! The leader's side of replication, on the shard that owns the partition: followers' fetches
+//! (their progress, divergence, reads up to the log end), the high watermark, the ISR checks
+//! that become AlterPartition requests, and acks=all waits.
+//!
+//! The high watermark is the lowest log end in the maximal ISR (committed ∪ pending), the
+//! leader's durable end included, and moves only while that set has at least
+//! `min.insync.replicas` members (KIP-966). A fetch is honoured only from an assigned replica
+//! with its current broker epoch (checked by the Fetch handler); nothing else moves a
+//! follower's progress, so a stranger cannot keep a dead replica in the ISR.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use keel_storage::{LeaderEpoch, Offset, StorageError};
+use keel_vocab::ErrorCode;
+use tracing::{debug, info, warn};
+
+use super::state::FollowerProgress;
+use super::CommitError;
+use crate::errors::{code, storage_code, NONE};
+use crate::handlers::fetch::{failed, FetchPart, PartData, ReplicaFetch};
+use crate::shard::{BrokerShard, Partition};
+
+/// A new leader gives every follower a full lag window from now (Kafka resets
+/// `lastCaughtUpTimeMs` of the ISR members when leadership changes).
+pub fn reset_followers(part: &Partition, now_ms: i64) {
+    let me = part.node_id;
+    let replicas = part.replication.replicas.borrow().clone();
+    let mut followers = part.replication.followers.borrow_mut();
+    followers.clear();
+    for r in replicas.into_iter().filter(|r| *r != me) {
+        followers.insert(
+            r,
+            FollowerProgress {
+                log_end_offset: -1,
+                last_caught_up_ms: now_ms,
+                last_fetch_ms: -1,
+                last_fetch_leader_log_end: -1,
+                broker_epoch: -1,
+            },
+        );
+    }
+}
+
+/// Serves one follower's fetch of `part` (this broker leads it): checks divergence, records
+/// the follower's progress, moves the high watermark, and reads from the fetch offset up to
+/// the log end.
+pub async fn serve_fetch(
+    shard: &Rc<BrokerShard>,
+    part: &Rc<Partition>,
+    replica: ReplicaFetch,
+    fetch: &FetchPart,
+) -> PartData {
+    if !part
+        .replication
+        .replicas
+        .borrow()
+        .contains(&replica.broker_id)
+    {
+        debug!(topic = %part.topic, partition = part.index, broker = replica.broker_id, "replica fetch from a broker that is not a replica");
+        return failed(code(ResponseError::NotLeaderOrFollower));
+    }
+    let offsets = part.log.offsets();
+    let answer = |error: i16| PartData {
+        error,
+        high_watermark: offsets.high_watermark.0,
+        last_stable_offset: offsets.last_stable_offset.0,
+        log_start_offset: offsets.log_start_offset.0,
+        records: Bytes::new(),
+        aborted: None,
+        diverging: None,
+    };
+    let fetch_offset = fetch.fetch_offset;
+    if fetch.last_fetched_epoch >= 0 {
+        // Kafka's Partition.fetchRecords: the follower's last epoch must end, here, at or
+        // after its fetch offset; otherwise it is told where its log diverged.
+        let requested = LeaderEpoch(fetch.last_fetched_epoch);
+        let end = end_offset_for_epoch(part, requested);
+        if end.0 < requested.0 || end.1 < fetch_offset {
+            let mut d = answer(NONE);
+            d.diverging = Some(end);
+            return d;
+        }
+    }
+    if fetch_offset < offsets.log_start_offset.0 || fetch_offset > offsets.log_end_offset.0 {
+        return answer(code(ResponseError::OffsetOutOfRange));
+    }
+    record_progress(shard, part, replica, fetch_offset, offsets.log_end_offset.0);
+    maybe_advance_high_watermark(shard, part);
+    let max = usize::try_from(fetch.partition_max_bytes.max(0)).unwrap_or(0);
+    let log_end = part.log.offsets().log_end_offset;
+    match part.log.read(Offset(fetch_offset), max, log_end).await {
+        Ok(r) => PartData {
+            error: NONE,
+            high_watermark: r.high_watermark.0,
+            last_stable_offset: r.last_stable_offset.0,
+            log_start_offset: r.log_start_offset.0,
+            records: r.records,
+            aborted: None,
+            diverging: None,
+        },
+        Err(e) => {
+            if !matches!(e, StorageError::OffsetOutOfRange { .. }) {
+                warn!(topic = %part.topic, partition = part.index, error = %e, "replica fetch read failed");
+            }
+            let offsets = part.log.offsets();
+            PartData {
+                error: storage_code(&e),
+                high_watermark: offsets.high_watermark.0,
+                last_stable_offset: offsets.last_stable_offset.0,
+                log_start_offset: offsets.log_start_offset.0,
+                records: Bytes::new(),
+                aborted: None,
+                diverging: None,
+            }
+        }
+    }
+}
+
+/// Kafka's answer for the end of `epoch` on the leader: the latest epoch ends at the log end;
+/// an unknown one is (-1, -1).
+pub fn end_offset_for_epoch(part: &Partition, epoch: LeaderEpoch) -> (i32, i64) {
+    if part.log.latest_epoch() == Some(epoch) || epoch.0 == part.leader_epoch.get() {
+        return (epoch.0, part.log.offsets().log_end_offset.0);
+    }
+    match part.log.end_offset_for_epoch(epoch) {
+        Some((e, end)) => (e.0, end.0),
+        None => (-1, -1),
+    }
+}
+
+/// Records a follower's fetch at `fetch_offset` (its log end) while the leader's log ends at
+/// `leader_log_end`; starts an ISR expansion when it has caught up.
+fn record_progress(
+    shard: &Rc<BrokerShard>,
+    part: &Rc<Partition>,
+    replica: ReplicaFetch,
+    fetch_offset: i64,
+    leader_log_end: i64,
+) {
+    let now_ms = shard.clock.now_ms();
+    let mut followers = part.replication.followers.borrow_mut();
+    let p = followers
+        .entry(replica.broker_id)
+        .or_insert(FollowerProgress {
+            log_end_offset: -1,
+            last_caught_up_ms: -1,
+            last_fetch_ms: -1,
+            last_fetch_leader_log_end: -1,
+            broker_epoch: replica.broker_epoch,
+        });
+    // Kafka's Replica.updateFetchStateOrThrow.
+    if fetch_offset >= leader_log_end {
+        p.last_caught_up_ms = p.last_caught_up_ms.max(now_ms);
+    } else if p.last_fetch_ms >= 0 && fetch_offset >= p.last_fetch_leader_log_end {
+        p.last_caught_up_ms = p.last_caught_up_ms.max(p.last_fetch_ms);
+    }
+    p.log_end_offset = fetch_offset;
+    p.last_fetch_ms = now_ms;
+    p.last_fetch_leader_log_end = leader_log_end;
+    p.broker_epoch = replica.broker_epoch;
+    drop(followers);
+    let in_isr = part.replication.maximal_isr().contains(&replica.broker_id);
+    if !in_isr && part.replication.pending_isr.borrow().is_none() {
+        let hw = part.log.offsets().high_watermark.0;
+        if fetch_offset >= hw && fetch_offset >= part.replication.epoch_start_offset.get() {
+            let mut isr = part.replication.isr.borrow().clone();
+            isr.push(replica.broker_id);
+            propose_isr(shard, part, isr, "expand");
+        }
+    }
+}
+
+/// Moves the high watermark of a replicated partition this broker leads to the lowest log
+/// end in the maximal ISR, if that ISR is large enough; wakes fetches and acks=all waits when
+/// it moved.
+pub fn maybe_advance_high_watermark(shard: &Rc<BrokerShard>, part: &Rc<Partition>) {
+    if !part.replication.is_replicated() || !part.is_leader() {
+        return;
+    }
+    let isr = part.replication.maximal_isr();
+    if (isr.len() as i32) < part.min_insync_replicas.get() {
+        return;
+    }
+    let mut candidate = part.log.durable_end().0;
+    {
+        let followers = part.replication.followers.borrow();
+        for r in isr.iter().filter(|r| **r != part.node_id) {
+            let end = followers.get(r).map_or(-1, |p| p.log_end_offset);
+            candidate = candidate.min(end);
+        }
+    }
+    if candidate < 0 {
+        return;
+    }
+    let before = part.log.offsets().high_watermark;
+    let after = part.log.advance_high_watermark(Offset(candidate));
+    if after > before {
+        part.replication.fire_hw_moved();
+        shard.notify_data(part);
+    }
+}
+
+/// acks=all: waits until the high watermark passes `upto` (then checks the ISR is still at
+/// least `min.insync.replicas`, as Kafka's DelayedProduce does), leadership is lost, or
+/// `timeout` passes.
+pub async fn wait_for_high_watermark(
+    part: &Rc<Partition>,
+    upto: Offset,
+    timeout: Duration,
+) -> Result<(), CommitError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if !part.is_leader() {
+            return Err(super::not_leader(part));
+        }
+        let event = part.replication.hw_event();
+        if part.log.offsets().high_watermark >= upto {
+            let isr = part.replication.isr.borrow().len() as i32;
+            let min = part.min_insync_replicas.get();
+            if isr < min {
+                return Err(CommitError::Replication(
+                    ErrorCode::of(ResponseError::NotEnoughReplicasAfterAppend),
+                    format!("the in-sync replica set shrank to {isr}, below min.insync.replicas {min}, after the write"),
+                ));
+            }
+            return Ok(());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || !event.wait_timeout(left).await {
+            if part.log.offsets().high_watermark >= upto && part.is_leader() {
+                continue;
+            }
+            return Err(CommitError::Replication(
+                ErrorCode::of(ResponseError::RequestTimedOut),
+                format!(
+                    "the in-sync replicas did not reach offset {} within {} ms",
+                    upto.0,
+                    timeout.as_millis()
+                ),
+            ));
+        }
+    }
+}
+
+/// The leader's periodic ISR check (Kafka's `maybeShrinkIsr`): an ISR member that has not
+/// caught up within `replica.lag.time.max.ms` is dropped.
+pub async fn check_isr(shard: &Rc<BrokerShard>) {
+    let now_ms = shard.clock.now_ms();
+    let lag_ms = shard.config.replica_lag_time_max_ms as i64;
+    for part in shard.all_partitions() {
+        if !part.is_leader()
+            || !part.replication.is_replicated()
+            || part.replication.pending_isr.borrow().is_some()
+        {
+            continue;
+        }
+        let isr = part.replication.isr.borrow().clone();
+        let out_of_sync: Vec<i32> = {
+            let followers = part.replication.followers.borrow();
+            isr.iter()
+                .copied()
+                .filter(|r| *r != part.node_id)
+                .filter(|r| {
+                    followers
+                        .get(r)
+                        .is_none_or(|p| now_ms - p.last_caught_up_ms > lag_ms)
+                })
+                .collect()
+        };
+        if out_of_sync.is_empty() {
+            continue;
+        }
+        let new_isr: Vec<i32> = isr
+            .iter()
+            .copied()
+            .filter(|r| !out_of_sync.contains(r))
+            .collect();
+        info!(topic = %part.topic, partition = part.index, ?isr, ?out_of_sync, lag_ms, "shrinking the ISR: followers out of sync");
+        shard
+            .counters
+            .isr_shrinks
+            .set(shard.counters.isr_shrinks.get() + 1);
+        propose_isr(shard, &part, new_isr, "shrink");
+    }
+}
+
+/// Proposes `new_isr` for `part` through the controller (Kafka's AlterPartition), marking it
+/// pending until an image commits it or the controller refuses.
+fn propose_isr(
+    shard: &Rc<BrokerShard>,
+    part: &Rc<Partition>,
+    new_isr: Vec<i32>,
+    why: &'static str,
+) {
+    if why == "expand" {
+        shard
+            .counters
+            .isr_expands
+            .set(shard.counters.isr_expands.get() + 1);
+        info!(topic = %part.topic, partition = part.index, isr = ?new_isr, "expanding the ISR: a follower caught up");
+    }
+    let members: Vec<(i32, i64)> = {
+        let followers = part.replication.followers.borrow();
+        new_isr
+            .iter()
+            .map(|r| {
+                let epoch = if *r == part.node_id {
+                    -1
+                } else {
+                    followers.get(r).map_or(-1, |p| p.broker_epoch)
+                };
+                (*r, epoch)
+            })
+            .collect()
+    };
+    *part.replication.pending_isr.borrow_mut() = Some(new_isr);
+    let change = crate::controller::IsrChange {
+        topic_id: part.topic_id,
+        partition: part.index,
+        leader_epoch: part.leader_epoch.get(),
+        partition_epoch: part.replication.partition_epoch.get(),
+        new_isr: members,
+    };
+    let shard = shard.clone();
+    let part = part.clone();
+    glommio::spawn_local(async move {
+        let result = crate::controller::alter_partition(&shard, change).await;
+        if let Err(e) = result {
+            warn!(topic = %part.topic, partition = part.index, error = %e.message, code = ?e.code, why, "ISR change refused");
+            *part.replication.pending_isr.borrow_mut() = None;
+        }
+        maybe_advance_high_watermark(&shard, &part);
+    })
+    .detach();
+}

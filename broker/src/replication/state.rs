@@ -1,0 +1,186 @@
+//! One partition's replication state on the shard that owns its log (a plain state type:
+//! `shard.rs` holds it in each `Partition`; the code that works on it is in `leader` and
+//! `fetcher`).
+//!
+//! From the installed metadata image: the replicas, the ISR and the partition epoch. The leader
+//! adds what it learns from its followers' fetches (each follower's log end, when it last
+//! caught up, the broker epoch it fetches with) and the ISR change it has asked the controller
+//! for and that is not committed yet. While such a change is pending the leader counts the
+//! union of the old and the new ISR (Kafka's "maximal ISR"): a shrink is not trusted before
+//! it is committed, an expansion is honoured at once.
+//!
+//! Runs on the owner shard only; borrows never live across an `.await`.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use keel_shard::Event;
+
+/// What the leader knows of one follower, from its fetches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FollowerProgress {
+    /// The follower's log end offset: the offset of its latest fetch (under
+    /// `flush.policy=group` a follower fetches only past what it has synced).
+    pub log_end_offset: i64,
+    /// When the follower last had every record the leader had (Kafka's
+    /// `lastCaughtUpTimeMs`), wall-clock ms.
+    pub last_caught_up_ms: i64,
+    /// When it last fetched, and the leader's log end at that moment.
+    pub last_fetch_ms: i64,
+    pub last_fetch_leader_log_end: i64,
+    /// The broker epoch it fetched with (KIP-903: an expansion names it).
+    pub broker_epoch: i64,
+}
+
+/// A partition's replication state (see the module docs).
+pub struct PartitionReplication {
+    /// The leader per the installed image; -1 = none. The owner checks it at every append
+    /// and read.
+    pub leader: Cell<i32>,
+    pub replicas: RefCell<Vec<i32>>,
+    /// The committed ISR.
+    pub isr: RefCell<Vec<i32>>,
+    /// Eligible leader replicas (KIP-966), from the image.
+    pub elr: RefCell<Vec<i32>>,
+    pub partition_epoch: Cell<i32>,
+    /// An ISR this leader has proposed and the controller has not committed yet.
+    pub pending_isr: RefCell<Option<Vec<i32>>>,
+    /// Leader: the log end offset when it became leader at its current epoch; the high
+    /// watermark reaching it is when ListOffsets may answer (KIP-207).
+    pub epoch_start_offset: Cell<i64>,
+    /// Leader: its followers' progress, by broker id.
+    pub followers: RefCell<BTreeMap<i32, FollowerProgress>>,
+    /// The (leader, leader epoch) whose role this broker last took up (see
+    /// `replication::apply_image`); `None` before the first.
+    pub applied_role: Cell<Option<(i32, i32)>>,
+    /// Fired (and replaced) whenever the high watermark moves or leadership changes: acks=all
+    /// produces and the coordinators' writes wait on it.
+    hw_moved: RefCell<Rc<Event>>,
+}
+
+impl Default for PartitionReplication {
+    fn default() -> Self {
+        PartitionReplication {
+            leader: Cell::new(-1),
+            replicas: RefCell::new(Vec::new()),
+            isr: RefCell::new(Vec::new()),
+            elr: RefCell::new(Vec::new()),
+            partition_epoch: Cell::new(-1),
+            pending_isr: RefCell::new(None),
+            epoch_start_offset: Cell::new(0),
+            followers: RefCell::new(BTreeMap::new()),
+            applied_role: Cell::new(None),
+            hw_moved: RefCell::new(Event::new()),
+        }
+    }
+}
+
+impl PartitionReplication {
+    /// More than one replica: the high watermark follows the ISR, not the local disk.
+    pub fn is_replicated(&self) -> bool {
+        self.replicas.borrow().len() > 1
+    }
+
+    /// The committed ISR together with a pending change (Kafka's maximal ISR).
+    pub fn maximal_isr(&self) -> Vec<i32> {
+        let mut isr = self.isr.borrow().clone();
+        if let Some(pending) = &*self.pending_isr.borrow() {
+            for r in pending {
+                if !isr.contains(r) {
+                    isr.push(*r);
+                }
+            }
+        }
+        isr
+    }
+
+    /// Takes the assignment of an installed image. A pending ISR change ends once the image
+    /// carries a newer partition epoch (committed, or overtaken by another change).
+    pub fn set_from_image(
+        &self,
+        leader: i32,
+        replicas: &[i32],
+        isr: &[i32],
+        elr: &[i32],
+        partition_epoch: i32,
+    ) {
+        self.leader.set(leader);
+        *self.replicas.borrow_mut() = replicas.to_vec();
+        *self.isr.borrow_mut() = isr.to_vec();
+        *self.elr.borrow_mut() = elr.to_vec();
+        if partition_epoch != self.partition_epoch.get() {
+            *self.pending_isr.borrow_mut() = None;
+        }
+        self.partition_epoch.set(partition_epoch);
+    }
+
+    /// The event the next high-watermark move fires.
+    pub fn hw_event(&self) -> Rc<Event> {
+        self.hw_moved.borrow().clone()
+    }
+
+    /// Wakes everything waiting for the high watermark (it moved, or leadership changed).
+    pub fn fire_hw_moved(&self) {
+        let old = std::mem::replace(&mut *self.hw_moved.borrow_mut(), Event::new());
+        old.fire();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maximal_isr_is_the_union_of_committed_and_pending() {
+        let r = PartitionReplication::default();
+        *r.isr.borrow_mut() = vec![1, 2];
+        assert_eq!(r.maximal_isr(), vec![1, 2]);
+        *r.pending_isr.borrow_mut() = Some(vec![1, 3]);
+        assert_eq!(r.maximal_isr(), vec![1, 2, 3]);
+        *r.pending_isr.borrow_mut() = Some(vec![1]);
+        assert_eq!(r.maximal_isr(), vec![1, 2]);
+    }
+
+    #[test]
+    fn hw_event_fires_once_and_is_replaced() {
+        let r = PartitionReplication::default();
+        let first = r.hw_event();
+        assert!(!first.is_fired());
+        r.fire_hw_moved();
+        assert!(first.is_fired());
+        assert!(!r.hw_event().is_fired());
+    }
+}
+
+/// A follower's fetcher: the leader broker and the leader's shard it fetches from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FetcherKey {
+    pub leader: i32,
+    pub leader_shard: u32,
+}
+
+/// One fetcher's partitions (by topic and index) and where it connects.
+#[derive(Default)]
+pub struct FetcherState {
+    pub partitions: RefCell<std::collections::BTreeSet<(String, i32)>>,
+    pub addr: RefCell<String>,
+    /// Whether its task runs (it ends when its partitions are gone).
+    pub running: Cell<bool>,
+    /// Fired (and replaced) when its partitions change.
+    pub changed: RefCell<Rc<Event>>,
+}
+
+impl FetcherState {
+    pub fn wake(&self) {
+        let old = std::mem::replace(&mut *self.changed.borrow_mut(), Event::new());
+        old.fire();
+    }
+}
+
+/// A shard's replica fetchers.
+#[derive(Default)]
+pub struct ReplicaFetchers {
+    pub by_key: RefCell<std::collections::HashMap<FetcherKey, Rc<FetcherState>>>,
+    pub by_partition: RefCell<std::collections::HashMap<(String, i32), FetcherKey>>,
+}
