@@ -25,6 +25,7 @@ pub mod network;
 pub mod node;
 pub mod partition_change;
 pub mod records;
+pub mod registration;
 pub mod state_machine;
 
 use std::io::Cursor;

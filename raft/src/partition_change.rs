@@ -38,8 +38,8 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::image::{codes, ClusterImage, PartitionInfo, TopicInfo};
-use crate::network::BrokerRegistration;
 use crate::records::{Record, TopicId};
+use crate::registration::BrokerRegistration;
 
 /// Topic config (with a cluster default under broker config "") read by elections.
 pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";

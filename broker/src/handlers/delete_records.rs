@@ -5,9 +5,11 @@
 //! new log start offset. An offset above the high watermark is OFFSET_OUT_OF_RANGE and moves
 //! nothing; one at or below the current log start offset moves nothing and succeeds.
 //!
-//! `timeout_ms` is honoured loosely: Kafka waits up to it for every replica's log start offset
-//! to move, but here the only replica is the owner's log, so the wait is for local work. The
-//! work runs in its own task: if `timeout_ms` passes first, or the request is dropped (client
+//! On a replicated partition the leader moves its own log start offset, and its followers
+//! move theirs when their next fetch brings the new one; the answer waits, as Kafka's
+//! DelayedDeleteRecords does, until the low watermark (the lowest log start offset over the
+//! leader and its live followers) reaches the requested offset, and carries that low
+//! watermark. The work runs in its own task: if `timeout_ms` passes first, or the request is dropped (client
 //! gone), it still completes, so no move is left half done. A request that timed out is
 //! answered REQUEST_TIMED_OUT for every partition; as in Kafka, its moves may still happen.
 //! `timeout_ms` <= 0 waits for the local work.
@@ -62,7 +64,7 @@ pub async fn handle(
             items.push(Item {
                 topic: name.clone(),
                 partition: p.partition_index,
-                payload: p.offset,
+                payload: (p.offset, req.timeout_ms),
             });
         }
         shape.push((name, parts));
@@ -115,32 +117,49 @@ pub async fn handle(
 }
 
 /// On the owner shard: moves each partition's log start offset, one partition at a time.
-async fn delete_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<i64>>) -> Vec<Moved> {
+async fn delete_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<(i64, i32)>>) -> Vec<Moved> {
     let mut out = Vec::with_capacity(items.len());
     for item in items {
-        let Some(part) = shard.partition(&item.topic, item.partition) else {
+        let Some(part) = shard
+            .partition(&item.topic, item.partition)
+            .filter(|p| p.is_leader())
+        else {
             out.push(failed(code(ResponseError::NotLeaderOrFollower)));
             continue;
         };
+        let (offset, timeout_ms) = item.payload;
         let start_before = part.log.offsets().log_start_offset;
         let size_before_bytes = part.log.size_bytes();
-        match part.log.delete_records(Offset(item.payload)).await {
+        match part.log.delete_records(Offset(offset)).await {
             Ok(start) => {
+                // Followers move theirs from their next fetches; wait for the low watermark
+                // (bounded: the request's timeout, at most a minute).
+                let wait = Duration::from_millis(timeout_ms.clamp(0, 60_000) as u64);
+                let low_watermark = if part.replication.is_replicated() {
+                    crate::replication::leader::wait_for_low_watermark(&shard, &part, start, wait)
+                        .await
+                } else {
+                    start.0
+                };
                 if start != start_before {
                     info!(
                         shard = shard.id,
                         topic = %item.topic,
                         partition = item.partition,
-                        requested = item.payload,
+                        requested = offset,
                         log_start_offset_before = start_before.0,
                         log_start_offset = start.0,
                         freed_bytes = size_before_bytes.saturating_sub(part.log.size_bytes()),
                         "delete records: log start offset moved"
                     );
                 }
-                out.push(Moved {
-                    error: NONE,
-                    low_watermark: start.0,
+                out.push(if low_watermark >= start.0 {
+                    Moved {
+                        error: NONE,
+                        low_watermark,
+                    }
+                } else {
+                    failed(code(ResponseError::RequestTimedOut))
                 });
             }
             Err(e @ StorageError::OffsetOutOfRange { .. }) => {
@@ -148,7 +167,7 @@ async fn delete_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<i64>>) -> Vec<M
                     shard = shard.id,
                     topic = %item.topic,
                     partition = item.partition,
-                    requested = item.payload,
+                    requested = offset,
                     error = %e,
                     "delete records rejected"
                 );
@@ -159,7 +178,7 @@ async fn delete_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<i64>>) -> Vec<M
                     shard = shard.id,
                     topic = %item.topic,
                     partition = item.partition,
-                    requested = item.payload,
+                    requested = offset,
                     error = %e,
                     "delete records failed"
                 );

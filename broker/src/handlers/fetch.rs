@@ -34,6 +34,7 @@ use super::ApiSupport;
 use crate::coordination::parking::DataWaiter;
 use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, storage_code, NONE};
+pub use crate::replication::read::{failed, FetchPart, PartData, ReplicaFetch};
 use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Fetch, 4, 16);
@@ -43,52 +44,6 @@ const MAX_WAIT_MS_CAP: u64 = 60_000;
 
 /// Fetch's isolation_level 1: only records below the last stable offset.
 const READ_COMMITTED: i8 = 1;
-
-/// Who sent a replica fetch: a broker and the broker epoch it fetches with (v15+).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReplicaFetch {
-    pub broker_id: i32,
-    pub broker_epoch: i64,
-}
-
-#[derive(Clone, Copy)]
-pub struct FetchPart {
-    pub fetch_offset: i64,
-    pub partition_max_bytes: i32,
-    pub current_leader_epoch: i32,
-    /// isolation_level=1: read up to the last stable offset, with the aborted transactions.
-    pub read_committed: bool,
-    /// The epoch of the last batch the follower holds (-1: none or a consumer).
-    pub last_fetched_epoch: i32,
-    /// A follower's fetch: who sent it.
-    pub replica: Option<ReplicaFetch>,
-}
-
-#[derive(Clone, Debug)]
-pub struct PartData {
-    pub error: i16,
-    pub high_watermark: i64,
-    pub last_stable_offset: i64,
-    pub log_start_offset: i64,
-    pub records: Bytes,
-    /// read_committed: (producer id, first offset) of the aborted transactions meeting the
-    /// batches read; `None` for read_uncommitted.
-    pub aborted: Option<Vec<(i64, i64)>>,
-    /// A follower whose log diverged: (epoch, end offset) to truncate to (Fetch v12+).
-    pub diverging: Option<(i32, i64)>,
-}
-
-pub fn failed(error: i16) -> PartData {
-    PartData {
-        error,
-        high_watermark: -1,
-        last_stable_offset: -1,
-        log_start_offset: -1,
-        records: Bytes::new(),
-        aborted: None,
-        diverging: None,
-    }
-}
 
 /// Kafka's leader-epoch fencing: an older epoch is fenced, a newer one is unknown here.
 pub fn check_epoch(requested: i32, current: i32) -> i16 {
@@ -368,6 +323,7 @@ pub async fn handle(
                     } else {
                         -1
                     },
+                    log_start_offset: if version >= 5 { p.log_start_offset } else { -1 },
                     replica: replica.ok().flatten(),
                 },
             });

@@ -76,7 +76,19 @@ async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<Ask>>) -> Vec<F
             out.push(failed(epoch_error));
             continue;
         }
+        if !part.is_leader() {
+            out.push(failed(code(ResponseError::NotLeaderOrFollower)));
+            continue;
+        }
         let offsets = part.log.offsets();
+        // KIP-207: a new leader whose high watermark has not reached the start of its epoch
+        // does not know the latest committed offset yet.
+        let lagging = part.replication.epoch_start_offset.get() > offsets.high_watermark.0;
+        let not_available = || failed(code(ResponseError::OffsetNotAvailable));
+        if lagging && timestamp == LATEST {
+            out.push(not_available());
+            continue;
+        }
         let found = match timestamp {
             LATEST if read_committed => Ok(Some((offsets.last_stable_offset.0, -1))),
             LATEST => Ok(Some((offsets.high_watermark.0, -1))),
@@ -99,12 +111,22 @@ async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<Ask>>) -> Vec<F
         };
         // Kafka: a read_committed lookup by time finds nothing at or past the LSO.
         let by_time = timestamp >= 0 || timestamp == MAX_TIMESTAMP;
-        let found = if read_committed && by_time {
-            let lso = offsets.last_stable_offset.0;
-            found.map(|o| o.filter(|&(offset, _)| offset < lso))
+        // Kafka: a lookup by time finds nothing at or past the last fetchable offset (the LSO
+        // for read_committed, else the high watermark); a lagging new leader says so instead.
+        let found = if by_time {
+            let fetchable = if read_committed {
+                offsets.last_stable_offset.0
+            } else {
+                offsets.high_watermark.0
+            };
+            found.map(|o| o.filter(|&(offset, _)| offset < fetchable))
         } else {
             found
         };
+        if lagging && by_time && matches!(found, Ok(None)) {
+            out.push(not_available());
+            continue;
+        }
         out.push(match found {
             Ok(Some((offset, ts))) => Found {
                 error: NONE,

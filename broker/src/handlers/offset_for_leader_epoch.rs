@@ -1,6 +1,9 @@
-//! OffsetForLeaderEpoch (key 23), v0-4 (v0-1 carry no current leader epoch, so nothing is fenced): the end offset of a leader epoch, answered from the
-//! partition's leader-epoch checkpoint. Clients send it after a restart bumps the epoch,
-//! to check their position did not diverge.
+//! OffsetForLeaderEpoch (key 23), v0-4 (v0-1 carry no current leader epoch, so nothing is
+//! fenced): the end offset of a leader epoch, answered by the leader from its leader-epoch
+//! cache as Kafka's `endOffsetForEpoch` answers (the current epoch ends at the log end; an
+//! unknown one is -1, -1). Clients send it after a leader change to check their position did
+//! not diverge; a follower may, as a fallback to Fetch's `diverging_epoch`. A replica id
+//! (v3+) that is not one of the partition's replicas gets NOT_LEADER_OR_FOLLOWER.
 
 use std::rc::Rc;
 
@@ -28,39 +31,52 @@ fn failed(error: i16) -> Answer {
     (error, -1, -1)
 }
 
-async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<(i32, i32)>>) -> Vec<Answer> {
+/// What one partition is asked: (current leader epoch, requested epoch, replica id).
+type Ask = (i32, i32, i32);
+
+async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<Ask>>) -> Vec<Answer> {
     items
         .into_iter()
         .map(|item| {
             let Some(part) = shard.partition(&item.topic, item.partition) else {
                 return failed(code(ResponseError::NotLeaderOrFollower));
             };
-            let (current, requested) = item.payload;
+            let (current, requested, replica_id) = item.payload;
             let epoch = part.leader_epoch.get();
             let err = check_epoch(current, epoch);
             if err != NONE {
                 return failed(err);
             }
+            // Only this broker's followers may ask as replicas (a stranger learns nothing it
+            // could act on, and changes nothing).
+            let stranger =
+                replica_id >= 0 && !part.replication.replicas.borrow().contains(&replica_id);
+            if !part.is_leader() || stranger {
+                return failed(code(ResponseError::NotLeaderOrFollower));
+            }
             if requested < 0 {
                 return (NONE, -1, -1);
             }
-            if requested >= epoch {
-                // The current epoch (a restart starts one) ends at the log end.
-                return (NONE, epoch, part.log.offsets().log_end_offset.0);
-            }
-            match part.log.end_offset_for_epoch(LeaderEpoch(requested)) {
-                Some((e, off)) => (NONE, e.0, off.0),
-                None => (NONE, -1, -1),
-            }
+            // Kafka's endOffsetForEpoch: the current epoch ends at the log end; an epoch
+            // above it is unknown (-1, -1).
+            let (e, end) =
+                crate::replication::leader::end_offset_for_epoch(&part, LeaderEpoch(requested));
+            (NONE, e, end)
         })
         .collect()
 }
 
 pub async fn handle(
     shard: &Rc<BrokerShard>,
-    _hdr: &RequestHeader,
+    hdr: &RequestHeader,
     req: OffsetForLeaderEpochRequest,
 ) -> OffsetForLeaderEpochResponse {
+    // replica_id exists from v3; a consumer sends -1.
+    let replica_id = if hdr.request_api_version >= 3 {
+        req.replica_id.0
+    } else {
+        -1
+    };
     let mut shape = Vec::new();
     let mut items = Vec::new();
     for t in req.topics {
@@ -71,7 +87,7 @@ pub async fn handle(
             items.push(Item {
                 topic: name.clone(),
                 partition: p.partition,
-                payload: (p.current_leader_epoch, p.leader_epoch),
+                payload: (p.current_leader_epoch, p.leader_epoch, replica_id),
             });
         }
         shape.push((name, parts));

@@ -17,10 +17,10 @@ use keel_storage::{LeaderEpoch, Offset, StorageError};
 use keel_vocab::ErrorCode;
 use tracing::{debug, info, warn};
 
+use super::read::{failed, FetchPart, PartData, ReplicaFetch};
 use super::state::FollowerProgress;
 use super::CommitError;
 use crate::errors::{code, storage_code, NONE};
-use crate::handlers::fetch::{failed, FetchPart, PartData, ReplicaFetch};
 use crate::shard::{BrokerShard, Partition};
 
 /// A new leader gives every follower a full lag window from now (Kafka resets
@@ -39,6 +39,7 @@ pub fn reset_followers(part: &Partition, now_ms: i64) {
                 last_fetch_ms: -1,
                 last_fetch_leader_log_end: -1,
                 broker_epoch: -1,
+                log_start_offset: -1,
             },
         );
     }
@@ -87,7 +88,14 @@ pub async fn serve_fetch(
     if fetch_offset < offsets.log_start_offset.0 || fetch_offset > offsets.log_end_offset.0 {
         return answer(code(ResponseError::OffsetOutOfRange));
     }
-    record_progress(shard, part, replica, fetch_offset, offsets.log_end_offset.0);
+    record_progress(
+        shard,
+        part,
+        replica,
+        fetch_offset,
+        fetch.log_start_offset,
+        offsets.log_end_offset.0,
+    );
     maybe_advance_high_watermark(shard, part);
     let max = usize::try_from(fetch.partition_max_bytes.max(0)).unwrap_or(0);
     let log_end = part.log.offsets().log_end_offset;
@@ -119,10 +127,11 @@ pub async fn serve_fetch(
     }
 }
 
-/// Kafka's answer for the end of `epoch` on the leader: the latest epoch ends at the log end;
-/// an unknown one is (-1, -1).
+/// Kafka's `endOffsetForEpoch`: the latest epoch (on a leader, its current one) ends at the
+/// log end; an unknown one is (-1, -1).
 pub fn end_offset_for_epoch(part: &Partition, epoch: LeaderEpoch) -> (i32, i64) {
-    if part.log.latest_epoch() == Some(epoch) || epoch.0 == part.leader_epoch.get() {
+    let current = part.is_leader() && epoch.0 == part.leader_epoch.get();
+    if part.log.latest_epoch() == Some(epoch) || current {
         return (epoch.0, part.log.offsets().log_end_offset.0);
     }
     match part.log.end_offset_for_epoch(epoch) {
@@ -138,6 +147,7 @@ fn record_progress(
     part: &Rc<Partition>,
     replica: ReplicaFetch,
     fetch_offset: i64,
+    follower_log_start: i64,
     leader_log_end: i64,
 ) {
     let now_ms = shard.clock.now_ms();
@@ -150,6 +160,7 @@ fn record_progress(
             last_fetch_ms: -1,
             last_fetch_leader_log_end: -1,
             broker_epoch: replica.broker_epoch,
+            log_start_offset: -1,
         });
     // Kafka's Replica.updateFetchStateOrThrow.
     if fetch_offset >= leader_log_end {
@@ -161,6 +172,9 @@ fn record_progress(
     p.last_fetch_ms = now_ms;
     p.last_fetch_leader_log_end = leader_log_end;
     p.broker_epoch = replica.broker_epoch;
+    if follower_log_start >= 0 {
+        p.log_start_offset = follower_log_start;
+    }
     drop(followers);
     let in_isr = part.replication.maximal_isr().contains(&replica.broker_id);
     if !in_isr && part.replication.pending_isr.borrow().is_none() {
@@ -242,6 +256,40 @@ pub async fn wait_for_high_watermark(
                 ),
             ));
         }
+    }
+}
+
+/// Kafka's `lowWatermarkIfLeader`: the lowest log start offset over the leader and its
+/// followers on live brokers (a follower that has not fetched yet counts as 0).
+pub fn low_watermark(shard: &BrokerShard, part: &Partition) -> i64 {
+    let image = shard.image();
+    let mut low = part.log.offsets().log_start_offset.0;
+    for (id, p) in part.replication.followers.borrow().iter() {
+        let live = image.brokers.contains_key(id);
+        if live {
+            low = low.min(p.log_start_offset.max(0));
+        }
+    }
+    low
+}
+
+/// DeleteRecords on a replicated partition: waits (polling, bounded by `wait`) until the low
+/// watermark reaches `target`; returns the low watermark then.
+pub async fn wait_for_low_watermark(
+    shard: &Rc<BrokerShard>,
+    part: &Rc<Partition>,
+    target: Offset,
+    wait: Duration,
+) -> i64 {
+    let deadline = Instant::now() + wait;
+    loop {
+        let low = low_watermark(shard, part);
+        if low >= target.0 || Instant::now() >= deadline || !part.is_leader() {
+            return low;
+        }
+        // The followers learn the new log start from their next fetch answers.
+        shard.notify_data(part);
+        glommio::timer::sleep(Duration::from_millis(20)).await;
     }
 }
 

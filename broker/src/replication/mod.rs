@@ -18,6 +18,7 @@
 
 pub mod fetcher;
 pub mod leader;
+pub mod read;
 pub mod state;
 
 use std::rc::Rc;

@@ -31,6 +31,8 @@ pub struct FollowerProgress {
     pub last_fetch_leader_log_end: i64,
     /// The broker epoch it fetched with (KIP-903: an expansion names it).
     pub broker_epoch: i64,
+    /// The follower's log start offset, from its fetch (-1 until it fetched).
+    pub log_start_offset: i64,
 }
 
 /// A partition's replication state (see the module docs).

@@ -1,0 +1,53 @@
+//! One partition's part of a Fetch as the owner shard reads it, for a consumer or for a
+//! follower (`leader::serve_fetch`): what is asked and what comes back. Shared by the Fetch
+//! handler and replication, below both.
+
+use bytes::Bytes;
+
+/// Who sent a replica fetch: a broker and the broker epoch it fetches with (v15+).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaFetch {
+    pub broker_id: i32,
+    pub broker_epoch: i64,
+}
+
+#[derive(Clone, Copy)]
+pub struct FetchPart {
+    pub fetch_offset: i64,
+    pub partition_max_bytes: i32,
+    pub current_leader_epoch: i32,
+    /// isolation_level=1: read up to the last stable offset, with the aborted transactions.
+    pub read_committed: bool,
+    /// The epoch of the last batch the follower holds (-1: none or a consumer).
+    pub last_fetched_epoch: i32,
+    /// The follower's log start offset (-1 for a consumer).
+    pub log_start_offset: i64,
+    /// A follower's fetch: who sent it.
+    pub replica: Option<ReplicaFetch>,
+}
+
+#[derive(Clone, Debug)]
+pub struct PartData {
+    pub error: i16,
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_start_offset: i64,
+    pub records: Bytes,
+    /// read_committed: (producer id, first offset) of the aborted transactions meeting the
+    /// batches read; `None` for read_uncommitted.
+    pub aborted: Option<Vec<(i64, i64)>>,
+    /// A follower whose log diverged: (epoch, end offset) to truncate to (Fetch v12+).
+    pub diverging: Option<(i32, i64)>,
+}
+
+pub fn failed(error: i16) -> PartData {
+    PartData {
+        error,
+        high_watermark: -1,
+        last_stable_offset: -1,
+        log_start_offset: -1,
+        records: Bytes::new(),
+        aborted: None,
+        diverging: None,
+    }
+}
