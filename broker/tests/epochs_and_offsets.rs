@@ -54,22 +54,26 @@ fn restart_starts_a_new_epoch_and_old_epochs_keep_their_end() {
     drop(c);
     b.restart();
     let mut c = Client::connect(&b.bootstrap());
-    assert_eq!(
-        leader_epoch(&mut c, "ep"),
-        1,
-        "a restart starts a new leader epoch"
-    );
+    // A clean stop hands leadership back (controlled shutdown: leader -1, epoch + 1) and the
+    // restart takes it again (epoch + 1), as KRaft does.
+    let now = leader_epoch(&mut c, "ep");
+    assert_eq!(now, 2, "a restart starts a new leader epoch");
     assert_eq!(produce(&mut c, "ep", 0, batch(&[b"d", b"e"])), 3);
 
     assert_eq!(
-        epoch_end(&mut c, "ep", 1, 0),
+        epoch_end(&mut c, "ep", now, 0),
         (0, 0, 3),
-        "epoch 0 ended where epoch 1 began"
+        "epoch 0 ended where the new epoch began"
     );
     assert_eq!(
-        epoch_end(&mut c, "ep", 1, 1),
-        (0, 1, 5),
+        epoch_end(&mut c, "ep", now, now),
+        (0, now, 5),
         "the current epoch ends at the log end"
+    );
+    assert_eq!(
+        epoch_end(&mut c, "ep", now, 1),
+        (0, 0, 3),
+        "an epoch this log never led in ends where the next one it holds begins (Kafka's floor)"
     );
     assert_eq!(
         epoch_end(&mut c, "ep", -1, 0),
@@ -82,7 +86,7 @@ fn restart_starts_a_new_epoch_and_old_epochs_keep_their_end() {
         "stale current epoch: FENCED_LEADER_EPOCH"
     );
     assert_eq!(
-        epoch_end(&mut c, "ep", 7, 0).0,
+        epoch_end(&mut c, "ep", now + 5, 0).0,
         75,
         "future current epoch: UNKNOWN_LEADER_EPOCH"
     );
@@ -117,7 +121,7 @@ fn restart_starts_a_new_epoch_and_old_epochs_keep_their_end() {
 
     let checkpoint =
         std::fs::read_to_string(b.data_dir().join("ep-0/leader-epoch-checkpoint")).unwrap();
-    assert_eq!(checkpoint, "0\n2\n0 0\n1 3\n");
+    assert_eq!(checkpoint, "0\n2\n0 0\n2 3\n");
 }
 
 #[test]

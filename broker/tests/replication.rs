@@ -598,3 +598,178 @@ fn strangers_cannot_fetch_as_replicas_and_delete_records_reaches_every_replica()
     let (_, _, _, isr) = partition(&nodes[l], "guarded", 0).unwrap();
     assert!(!isr.contains(&follower), "ISR {isr:?}");
 }
+
+#[test]
+fn two_replicas_down_refuse_acks_all_then_recover() {
+    let _serial = serial();
+    // Five voters, so the metadata quorum survives two of them down; the topic's three
+    // replicas are on three of the five.
+    let mut nodes = cluster(5, &[]);
+    create(&nodes[0], "two-down", 1, 3, 2);
+    wait_until(
+        "the ISR has all three replicas",
+        Duration::from_secs(30),
+        || {
+            partition(&nodes[0], "two-down", 0)
+                .is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3)
+        },
+    );
+    let (leader, _, replicas, _) = partition(&nodes[0], "two-down", 0).unwrap();
+    let l = index_of(leader);
+    let mut committed = Vec::new();
+    for i in 0..10 {
+        let v = format!("before-{i}");
+        committed.push((
+            v.clone(),
+            raw_produce(&nodes[l], "two-down", 0, -1, &[v.as_bytes()]).unwrap(),
+        ));
+    }
+    let down: Vec<usize> = replicas
+        .iter()
+        .filter(|r| **r != leader)
+        .map(|r| index_of(*r))
+        .collect();
+    for d in &down {
+        nodes[*d].kill9();
+    }
+    // Once both are out of the ISR, acks=all is refused before anything is appended.
+    wait_until(
+        "the ISR is the leader alone",
+        Duration::from_secs(30),
+        || partition(&nodes[l], "two-down", 0).is_some_and(|(_, _, _, isr)| isr == vec![leader]),
+    );
+    let end_before = {
+        let mut c = Client::connect(&nodes[l].bootstrap());
+        let resp: ListOffsetsResponse = c.send(
+            ApiKey::ListOffsets,
+            7,
+            &common::client::list_offsets_request("two-down", 0, -1),
+        );
+        resp.topics[0].partitions[0].offset
+    };
+    assert_eq!(
+        raw_produce(&nodes[l], "two-down", 0, -1, &[b"refused"]),
+        Err(19),
+        "NOT_ENOUGH_REPLICAS"
+    );
+    // The replicas come back, catch up and rejoin; writes go on and nothing was lost.
+    for d in &down {
+        nodes[*d].restart_after_stop();
+    }
+    wait_until(
+        "the ISR has all three replicas again",
+        Duration::from_secs(60),
+        || partition(&nodes[l], "two-down", 0).is_some_and(|(_, _, _, isr)| isr.len() == 3),
+    );
+    let (leader_now, _, _, _) = partition(&nodes[l], "two-down", 0).unwrap();
+    for i in 0..10 {
+        let v = format!("after-{i}");
+        let offset = raw_produce(
+            &nodes[index_of(leader_now)],
+            "two-down",
+            0,
+            -1,
+            &[v.as_bytes()],
+        )
+        .unwrap();
+        committed.push((v, offset));
+    }
+    let last = committed.iter().map(|(_, o)| *o).max().unwrap();
+    assert_eq!(
+        committed[10].1, end_before,
+        "the refused write took no offset"
+    );
+    let read = read_all(
+        &nodes[index_of(leader_now)].bootstrap(),
+        "two-down",
+        0,
+        last,
+    );
+    assert_eq!(read.len(), committed.len());
+    for (v, offset) in &committed {
+        assert_eq!(
+            read.get(offset).map(|(_, g)| g.as_str()),
+            Some(v.as_str()),
+            "offset {offset}"
+        );
+    }
+}
+
+#[test]
+fn rolling_restarts_lose_no_acknowledged_record() {
+    let _serial = serial();
+    let mut nodes = cluster(3, &[]);
+    create(&nodes[0], "rolling", 2, 3, 2);
+    for p in 0..2 {
+        wait_until(
+            "the ISR has all three replicas",
+            Duration::from_secs(30),
+            || {
+                partition(&nodes[0], "rolling", p)
+                    .is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3)
+            },
+        );
+    }
+    let all: String = nodes
+        .iter()
+        .map(|b| b.bootstrap())
+        .collect::<Vec<_>>()
+        .join(",");
+    let reports = Reports::default();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // An idempotent acks=all producer runs throughout, bounded to 3000 records.
+    let writer = {
+        let (all, reports, stop) = (all.clone(), reports.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let p = producer(&all, &reports);
+            let mut sent = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && sent < 3000 {
+                let key = format!("k{sent}");
+                let value = format!("value-of-{key}");
+                if p.send(
+                    BaseRecord::to("rolling")
+                        .partition(sent % 2)
+                        .key(&key)
+                        .payload(&value),
+                )
+                .is_ok()
+                {
+                    sent += 1;
+                }
+                p.poll(Duration::from_millis(5));
+            }
+            p.flush(Duration::from_secs(90)).unwrap();
+            sent
+        })
+    };
+    for i in 0..3 {
+        std::thread::sleep(Duration::from_secs(2));
+        nodes[i].restart();
+        for p in 0..2 {
+            wait_until("the ISR is whole again", Duration::from_secs(60), || {
+                partition(&nodes[(i + 1) % 3], "rolling", p)
+                    .is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3)
+            });
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = writer.join().unwrap();
+    let acked = acked(&reports);
+    assert_eq!(acked.len(), sent as usize);
+    eprintln!("rolling restarts: {sent} records acknowledged");
+    for p in 0..2 {
+        let mine: Vec<(String, i32, i64)> = acked
+            .iter()
+            .filter(|(_, part, _)| *part == p)
+            .cloned()
+            .collect();
+        let last = mine.iter().map(|(_, _, o)| *o).max().unwrap();
+        let read = read_all(&nodes[0].bootstrap(), "rolling", p, last);
+        check_acknowledged(&mine, &read);
+        assert_eq!(
+            read.len(),
+            mine.len(),
+            "partition {p}: an idempotent producer writes each record once"
+        );
+    }
+}

@@ -199,6 +199,9 @@ impl BrokerInfo {
     }
 }
 
+/// Eligible leader replicas by (topic, partition).
+pub type ElrByPartition = BTreeMap<(String, i32), Vec<i32>>;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct PartitionInfo {
     pub partition: i32,
@@ -335,6 +338,58 @@ impl Client {
             self.addrs.insert(b.id, b.addr());
         }
         Ok(info)
+    }
+
+    /// Each partition's eligible leader replicas (KIP-966) by topic and partition, from
+    /// DescribeTopicPartitions; `None` when the broker does not serve it (older brokers, or
+    /// brokers without ELR).
+    pub fn elr(&mut self, topics: &[String]) -> Result<Option<ElrByPartition>> {
+        if !self
+            .bootstrap
+            .supports(ApiKey::DescribeTopicPartitions, 0, 0)
+        {
+            return Ok(None);
+        }
+        let mut out = BTreeMap::new();
+        let mut cursor: Option<describe_topic_partitions_request::Cursor> = None;
+        loop {
+            let (_, resp): (i16, DescribeTopicPartitionsResponse) =
+                self.bootstrap
+                    .call(ApiKey::DescribeTopicPartitions, (0, 0), |_| {
+                        DescribeTopicPartitionsRequest::default()
+                            .with_topics(
+                                topics
+                                    .iter()
+                                    .map(|t| {
+                                        describe_topic_partitions_request::TopicRequest::default()
+                                            .with_name(topic_name(t))
+                                    })
+                                    .collect(),
+                            )
+                            .with_cursor(cursor.clone())
+                    })?;
+            for t in &resp.topics {
+                let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+                for p in &t.partitions {
+                    let elr = p
+                        .eligible_leader_replicas
+                        .as_ref()
+                        .map(|v| v.iter().map(|b| b.0).collect())
+                        .unwrap_or_default();
+                    out.insert((name.clone(), p.partition_index), elr);
+                }
+            }
+            match resp.next_cursor {
+                Some(c) => {
+                    cursor = Some(
+                        describe_topic_partitions_request::Cursor::default()
+                            .with_topic_name(c.topic_name)
+                            .with_partition_index(c.partition_index),
+                    )
+                }
+                None => return Ok(Some(out)),
+            }
+        }
     }
 
     /// Addresses of every broker known from the last Metadata, by node id.

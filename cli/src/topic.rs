@@ -223,6 +223,8 @@ fn config_value(c: &ConfigEntry) -> String {
 fn describe(client: &mut Client, p: &Parsed, out: &mut dyn Write) -> Result<i32> {
     let asked = names(p);
     let meta = client.metadata((!asked.is_empty()).then_some(asked.as_slice()))?;
+    let names: Vec<String> = meta.topics.iter().map(|t| t.name.clone()).collect();
+    let elr = client.elr(&names)?;
     let mut json_topics = Vec::new();
     let mut text = String::new();
     for topic in &meta.topics {
@@ -246,12 +248,12 @@ fn describe(client: &mut Client, p: &Parsed, out: &mut dyn Write) -> Result<i32>
             ends: ops::list_offsets(client, &meta, &served, ops::LATEST)?,
         };
         if p.json() {
-            json_topics.push(describe_json(topic, &configs, &offsets));
+            json_topics.push(describe_json(topic, &configs, &offsets, elr.as_ref()));
         } else {
             if !text.is_empty() {
                 text.push('\n');
             }
-            text.push_str(&describe_text(topic, &configs, &offsets));
+            text.push_str(&describe_text(topic, &configs, &offsets, elr.as_ref()));
         }
     }
     if p.json() {
@@ -275,7 +277,15 @@ impl LogOffsets {
     }
 }
 
-fn describe_json(topic: &TopicInfo, configs: &[ConfigEntry], offsets: &LogOffsets) -> Value {
+/// Each partition's eligible leader replicas, when the broker reports them.
+type Elr = crate::client::ElrByPartition;
+
+fn describe_json(
+    topic: &TopicInfo,
+    configs: &[ConfigEntry],
+    offsets: &LogOffsets,
+    elr: Option<&Elr>,
+) -> Value {
     let partitions: Vec<Value> = topic
         .partitions
         .iter()
@@ -286,6 +296,7 @@ fn describe_json(topic: &TopicInfo, configs: &[ConfigEntry], offsets: &LogOffset
                 "leader": pi.leader,
                 "replicas": pi.replicas,
                 "isr": pi.isr,
+                "elr": elr.map(|e| e.get(&(topic.name.clone(), pi.partition)).cloned().unwrap_or_default()),
                 "offline_replicas": pi.offline,
                 "log_start_offset": start,
                 "log_end_offset": end,
@@ -307,7 +318,12 @@ fn describe_json(topic: &TopicInfo, configs: &[ConfigEntry], offsets: &LogOffset
 }
 
 /// A header line, the configs table and the partitions table, as kafka-topics.sh shows them.
-fn describe_text(topic: &TopicInfo, configs: &[ConfigEntry], offsets: &LogOffsets) -> String {
+fn describe_text(
+    topic: &TopicInfo,
+    configs: &[ConfigEntry],
+    offsets: &LogOffsets,
+    elr: Option<&Elr>,
+) -> String {
     let mut text = format!(
         "Topic: {}  TopicId: {}  PartitionCount: {}  ReplicationFactor: {}\n",
         topic.name,
@@ -328,25 +344,34 @@ fn describe_text(topic: &TopicInfo, configs: &[ConfigEntry], offsets: &LogOffset
         }
         text.push_str(&t.render());
     }
-    let mut t = Table::new(&[
-        "PARTITION",
-        "LEADER",
-        "REPLICAS",
-        "ISR",
-        "LOG-START",
-        "LOG-END",
-    ]);
+    let mut header = vec!["PARTITION", "LEADER", "REPLICAS", "ISR"];
+    if elr.is_some() {
+        header.push("ELR");
+    }
+    header.extend(["LOG-START", "LOG-END"]);
+    let mut t = Table::new(&header);
     let show = |o: Option<i64>| o.map(|o| o.to_string()).unwrap_or_else(|| "-".into());
     for pi in &topic.partitions {
         let (start, end) = offsets.get(&topic.name, pi.partition);
-        t.row(vec![
+        let mut row = vec![
             pi.partition.to_string(),
             pi.leader.to_string(),
             ids(&pi.replicas),
             ids(&pi.isr),
-            show(start),
-            show(end),
-        ]);
+        ];
+        if let Some(e) = elr {
+            let members = e
+                .get(&(topic.name.clone(), pi.partition))
+                .cloned()
+                .unwrap_or_default();
+            row.push(if members.is_empty() {
+                "-".into()
+            } else {
+                ids(&members)
+            });
+        }
+        row.extend([show(start), show(end)]);
+        t.row(row);
     }
     text.push_str(&t.render());
     text

@@ -29,6 +29,7 @@ pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod describe_producers;
+pub mod describe_topic_partitions;
 pub mod describe_transactions;
 pub mod end_txn;
 pub mod fetch;
@@ -172,6 +173,8 @@ api_table! {
         => plain incremental_alter_configs::handle, IncrementalAlterConfigsRequest;
     DescribeCluster: describe_cluster::SUPPORT
         => plain describe_cluster::handle, DescribeClusterRequest;
+    DescribeTopicPartitions: describe_topic_partitions::SUPPORT
+        => plain describe_topic_partitions::handle, DescribeTopicPartitionsRequest;
     DeleteRecords: delete_records::SUPPORT => plain delete_records::handle, DeleteRecordsRequest;
     DescribeLogDirs: describe_log_dirs::SUPPORT
         => plain describe_log_dirs::handle, DescribeLogDirsRequest;
