@@ -979,6 +979,7 @@ fn setup(bootstrap: &str, w: &Workload) -> Result<ClusterMap> {
     let names = w.topic_names();
     let partitions = w.partitions_per_topic as i32;
     let configs = w.topic_configs.clone();
+    let replication_factor = w.replication_factor;
     let create = w.create_topics;
     let mut apis = vec![
         ApiKey::Produce,
@@ -1006,7 +1007,7 @@ fn setup(bootstrap: &str, w: &Workload) -> Result<ClusterMap> {
                 return admin::existing_topics(&conn, &names, partitions).await;
             }
             conn.version(ApiKey::CreateTopics)?;
-            admin::create_topics(&conn, &names, partitions, &configs).await
+            admin::create_topics(&conn, &names, partitions, replication_factor, &configs).await
         })
     })?
 }

@@ -84,6 +84,9 @@ pub struct Workload {
     pub backlog_s: f64,
     /// Topic configs passed to CreateTopics (e.g. retention.bytes).
     pub topic_configs: BTreeMap<String, String>,
+    /// Replicas of each partition when the run creates its topics; -1 = the broker's
+    /// `default.replication.factor`.
+    pub replication_factor: i16,
     pub delete_topics_after: bool,
     /// Create the topics (deleting leftovers first). When false the topics must already
     /// exist with `partitions_per_topic` partitions, and are left in place.
@@ -128,6 +131,7 @@ impl Default for Workload {
             max_messages: 0,
             backlog_s: 0.0,
             topic_configs: BTreeMap::new(),
+            replication_factor: -1,
             delete_topics_after: true,
             create_topics: true,
             seed: 1,
@@ -241,6 +245,7 @@ impl Workload {
             "seed" => self.seed = parse_num(&key, value)?,
             "idempotent" => self.idempotent = parse_bool(&key, value)?,
             "transaction_records" => self.transaction_records = parse_num(&key, value)?,
+            "replication_factor" => self.replication_factor = parse_num(&key, value)?,
             _ => bail!("--set {key}: unknown workload field (see bench/workloads/*.toml for the field names)"),
         }
         Ok(())

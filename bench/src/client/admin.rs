@@ -69,6 +69,7 @@ pub async fn create_topics(
     conn: &Conn,
     names: &[String],
     partitions: i32,
+    replication_factor: i16,
     configs: &BTreeMap<String, String>,
 ) -> Result<ClusterMap> {
     let existing = metadata(conn, Some(names)).await?;
@@ -89,7 +90,7 @@ pub async fn create_topics(
                     create_topics_request::CreatableTopic::default()
                         .with_name(topic_name(n))
                         .with_num_partitions(partitions)
-                        .with_replication_factor(-1)
+                        .with_replication_factor(replication_factor)
                         .with_configs(
                             configs
                                 .iter()

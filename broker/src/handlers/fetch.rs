@@ -83,10 +83,9 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
             let data =
                 crate::replication::leader::serve_fetch(&shard, &part, replica, &item.payload)
                     .await;
-            shard
-                .counters
-                .fetch_bytes
-                .set(shard.counters.fetch_bytes.get() + data.records.len() as u64);
+            let c = &shard.counters;
+            c.replica_served_bytes
+                .set(c.replica_served_bytes.get() + data.records.len() as u64);
             out.push(data);
             continue;
         }

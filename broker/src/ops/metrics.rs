@@ -42,6 +42,8 @@ pub struct ShardCounters {
     pub isr_shrinks: Cell<u64>,
     pub isr_expands: Cell<u64>,
     pub replica_fetch_bytes: Cell<u64>,
+    /// Record bytes this shard's leaders served to followers.
+    pub replica_served_bytes: Cell<u64>,
     pub replica_truncations: Cell<u64>,
     pub replica_truncations_below_hw: Cell<u64>,
     /// Latency histograms by (API key, stage).
@@ -150,6 +152,7 @@ impl Default for ShardCounters {
             isr_shrinks: Cell::new(0),
             isr_expands: Cell::new(0),
             replica_fetch_bytes: Cell::new(0),
+            replica_served_bytes: Cell::new(0),
             replica_truncations: Cell::new(0),
             replica_truncations_below_hw: Cell::new(0),
             latency: RefCell::new(HashMap::new()),
@@ -288,6 +291,7 @@ impl ShardCounters {
             isr_shrinks: self.isr_shrinks.get(),
             isr_expands: self.isr_expands.get(),
             replica_fetch_bytes: self.replica_fetch_bytes.get(),
+            replica_served_bytes: self.replica_served_bytes.get(),
             replica_truncations: self.replica_truncations.get(),
             replica_truncations_below_hw: self.replica_truncations_below_hw.get(),
             ..Default::default()
@@ -343,6 +347,7 @@ pub struct CountersSnapshot {
     pub isr_shrinks: u64,
     pub isr_expands: u64,
     pub replica_fetch_bytes: u64,
+    pub replica_served_bytes: u64,
     pub replica_truncations: u64,
     pub replica_truncations_below_hw: u64,
 }
@@ -552,6 +557,12 @@ pub fn render(shards: &[CountersSnapshot]) -> String {
         "counter",
         "Record bytes this shard's followers fetched from their leaders and appended.",
         &|s| s.replica_fetch_bytes as f64,
+    );
+    family(
+        "keel_replica_served_bytes_total",
+        "counter",
+        "Record bytes this shard's leaders served to their followers' fetches.",
+        &|s| s.replica_served_bytes as f64,
     );
     family(
         "keel_replica_truncations_total",

@@ -481,6 +481,13 @@ fn build_report(
             "io_mean_queue_depth": round3(last.shard_delta(first, "keel_io_queue_depth_seconds_total", &shard) / secs),
             "io": io_ops,
             "stalls": last.shard_delta(first, "keel_reactor_stalls_total", &shard) as u64,
+            "replication": {
+                "served_bytes_per_s": round1(last.shard_delta(first, "keel_replica_served_bytes_total", &shard) / secs),
+                "fetched_bytes_per_s": round1(last.shard_delta(first, "keel_replica_fetch_bytes_total", &shard) / secs),
+                "isr_shrinks": last.shard_delta(first, "keel_isr_shrinks_total", &shard) as u64,
+                "isr_expands": last.shard_delta(first, "keel_isr_expands_total", &shard) as u64,
+                "truncations": last.shard_delta(first, "keel_replica_truncations_total", &shard) as u64,
+            },
             "task_queues": queues,
         }));
     }
@@ -574,13 +581,22 @@ fn print_summary(report: &Value) {
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "{:<6} {:<14} {:>8} {:>8} {:>8} {:>10} {:>7} {:>7}",
-        "shard", "thread", "tid", "busy%", "cpu%", "req/s", "io-qd", "stalls"
+        "{:<6} {:<14} {:>8} {:>8} {:>8} {:>10} {:>7} {:>7} {:>11} {:>11}",
+        "shard",
+        "thread",
+        "tid",
+        "busy%",
+        "cpu%",
+        "req/s",
+        "io-qd",
+        "stalls",
+        "repl-out/s",
+        "repl-in/s"
     );
     for s in report["shards"].as_array().into_iter().flatten() {
         let _ = writeln!(
             text,
-            "{:<6} {:<14} {:>8} {:>8} {:>8} {:>10} {:>7} {:>7}",
+            "{:<6} {:<14} {:>8} {:>8} {:>8} {:>10} {:>7} {:>7} {:>11} {:>11}",
             num(&s["shard"]),
             s["thread_name"].as_str().unwrap_or(""),
             num(&s["thread_id"]),
@@ -589,6 +605,8 @@ fn print_summary(report: &Value) {
             num(&s["requests_per_s"]),
             num(&s["io_mean_queue_depth"]),
             num(&s["stalls"]),
+            num(&s["replication"]["served_bytes_per_s"]),
+            num(&s["replication"]["fetched_bytes_per_s"]),
         );
     }
     crate::ops::print_quietly(&text);
