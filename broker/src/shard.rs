@@ -54,6 +54,9 @@ impl Partition {
     }
 
     fn take_assignment(&self, p: &PartitionMeta) {
+        // Before any request can reach it: a replicated log's high watermark follows the
+        // ISR, never its own flushes.
+        self.log.set_replicated(p.replicas.len() > 1);
         self.leader_epoch.set(p.leader_epoch);
         self.replication
             .set_from_image(p.leader, &p.replicas, &p.isr, &p.elr, p.partition_epoch);

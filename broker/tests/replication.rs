@@ -787,3 +787,85 @@ fn rolling_restarts_lose_no_acknowledged_record() {
         );
     }
 }
+
+/// The replication factor of topic `name` as `b`'s Metadata reports it (partition 0's
+/// replicas).
+fn replication_factor(b: &Broker, name: &str) -> Option<usize> {
+    partition(b, name, 0).map(|(_, _, replicas, _)| replicas.len())
+}
+
+fn find_coordinator(b: &Broker, key_type: i8, key: &str) -> i16 {
+    let mut c = Client::connect(&b.bootstrap());
+    let resp: FindCoordinatorResponse = c.send(
+        ApiKey::FindCoordinator,
+        3,
+        &FindCoordinatorRequest::default()
+            .with_key(key.to_string().into())
+            .with_key_type(key_type),
+    );
+    resp.error_code
+}
+
+#[test]
+fn internal_topics_take_their_replication_factor_or_as_many_brokers_as_there_are() {
+    let _serial = serial();
+    // One broker: created with one replica, and the broker says why.
+    let single = Broker::start(&[]);
+    wait_until("__consumer_offsets exists", Duration::from_secs(20), || {
+        find_coordinator(&single, 0, "g") == 0
+            && replication_factor(&single, "__consumer_offsets").is_some()
+    });
+    assert_eq!(replication_factor(&single, "__consumer_offsets"), Some(1));
+    assert!(
+        single
+            .log_text()
+            .contains("internal topic has fewer replicas than its replication factor setting"),
+        "the shortfall is logged"
+    );
+    drop(single);
+    // Three brokers: three replicas (offsets.topic.replication.factor and
+    // transaction.state.log.replication.factor default to 3), and __transaction_state takes
+    // transaction.state.log.min.isr.
+    let nodes = cluster(3, &[]);
+    wait_until(
+        "both internal topics exist",
+        Duration::from_secs(30),
+        || {
+            find_coordinator(&nodes[0], 0, "g") == 0
+                && find_coordinator(&nodes[0], 1, "t") == 0
+                && replication_factor(&nodes[0], "__consumer_offsets").is_some()
+                && replication_factor(&nodes[0], "__transaction_state").is_some()
+        },
+    );
+    assert_eq!(replication_factor(&nodes[0], "__consumer_offsets"), Some(3));
+    assert_eq!(
+        replication_factor(&nodes[0], "__transaction_state"),
+        Some(3)
+    );
+    let mut c = Client::connect(&nodes[0].bootstrap());
+    let resp: DescribeConfigsResponse = c.send(
+        ApiKey::DescribeConfigs,
+        4,
+        &DescribeConfigsRequest::default().with_resources(vec![
+            describe_configs_request::DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name("__transaction_state".into())
+                .with_configuration_keys(Some(vec!["min.insync.replicas".into()])),
+        ]),
+    );
+    let min_isr = resp.results[0]
+        .configs
+        .iter()
+        .find(|c| c.name.as_str() == "min.insync.replicas")
+        .and_then(|c| c.value.as_ref().map(|v| v.to_string()));
+    assert_eq!(min_isr.as_deref(), Some("2"));
+    // The ISR of every coordinator partition fills up.
+    wait_until(
+        "the offsets topic's ISR is whole",
+        Duration::from_secs(30),
+        || {
+            partition(&nodes[1], "__consumer_offsets", 0)
+                .is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3)
+        },
+    );
+}

@@ -126,7 +126,7 @@ def test_api_versions_v99_answers_v0_with_the_api_list(kb):
             apis[k] = (lo, hi)
         assert r.rest() == b"", "v0 format: nothing after the api list"
         # Produce is listed from v0 (librdkafka's compression check) though v0-2 are refused.
-        expected = {18: (0, 4), 3: (0, 12), 0: (0, 11), 1: (4, 12), 2: (0, 9), 19: (0, 7), 20: (0, 6),
+        expected = {18: (0, 4), 3: (0, 12), 0: (0, 11), 1: (4, 16), 2: (0, 9), 19: (0, 7), 20: (0, 6),
                     37: (0, 3), 32: (0, 4), 33: (0, 2), 44: (0, 1), 60: (0, 1), 23: (0, 4)}
         for k, v in expected.items():
             assert apis.get(k) == v, "api %d: advertised %s, expected %s" % (k, apis.get(k), v)
