@@ -225,7 +225,19 @@ impl BrokerShard {
     /// New data on `part`: wake every fetch waiting for it, here or (by mesh
     /// notification) on other shards.
     pub fn notify_data(self: &Rc<Self>, part: &Partition) {
-        let waiters = part.waiters.take();
+        let mut waiters = part.waiters.take();
+        waiters.extend(part.replication.follower_waiters.take());
+        self.wake(waiters);
+    }
+
+    /// Data appended on `part` (not yet durable, the high watermark unmoved): wake only the
+    /// followers' fetches waiting for it.
+    pub fn notify_followers(self: &Rc<Self>, part: &Partition) {
+        let waiters = part.replication.follower_waiters.take();
+        self.wake(waiters);
+    }
+
+    fn wake(self: &Rc<Self>, waiters: Vec<crate::coordination::parking::DataWaiter>) {
         if waiters.is_empty() {
             return;
         }

@@ -173,7 +173,11 @@ fn wait_on_owner(
         if visible_end.0 > *offset || !p.is_leader() {
             return true;
         }
-        p.waiters.register(waiter);
+        if visible == Visible::LogEnd {
+            p.replication.follower_waiters.register(waiter);
+        } else {
+            p.waiters.register(waiter);
+        }
     }
     false
 }

@@ -378,6 +378,10 @@ async fn append_on_owner(
                     record_errors: Vec::new(),
                 });
                 let upto = keel_storage::Offset(info.last_offset.0 + 1);
+                if part.replication.is_replicated() && !info.duplicate {
+                    // Followers fetch it while the leader writes and syncs it.
+                    shard.notify_followers(&part);
+                }
                 commits.push((i, part, upto));
             }
             Err(e) => {

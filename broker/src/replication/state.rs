@@ -17,6 +17,8 @@ use std::rc::Rc;
 
 use keel_shard::Event;
 
+use crate::coordination::parking::DataWaiters;
+
 /// What the leader knows of one follower, from its fetches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FollowerProgress {
@@ -53,6 +55,10 @@ pub struct PartitionReplication {
     pub epoch_start_offset: Cell<i64>,
     /// Leader: its followers' progress, by broker id.
     pub followers: RefCell<BTreeMap<i32, FollowerProgress>>,
+    /// Leader: followers' fetches waiting for the log end to move. They are woken by every
+    /// append (before it is durable here: the followers' writes overlap the leader's), and by
+    /// every move of the high watermark.
+    pub follower_waiters: DataWaiters,
     /// The (leader, leader epoch) whose role this broker last took up (see
     /// `replication::apply_image`); `None` before the first.
     pub applied_role: Cell<Option<(i32, i32)>>,
@@ -72,6 +78,7 @@ impl Default for PartitionReplication {
             pending_isr: RefCell::new(None),
             epoch_start_offset: Cell::new(0),
             followers: RefCell::new(BTreeMap::new()),
+            follower_waiters: DataWaiters::default(),
             applied_role: Cell::new(None),
             hw_moved: RefCell::new(Event::new()),
         }
