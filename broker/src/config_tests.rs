@@ -87,3 +87,88 @@ fn producer_id_expiration_is_a_broker_setting_for_every_topic() {
         .build();
     assert!(BrokerConfig::from_settings(map).is_err());
 }
+
+fn with(pairs: &[(&str, &str)]) -> Result<BrokerConfig> {
+    BrokerConfig::from_settings(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+}
+
+#[test]
+fn listeners_default_to_listen_and_name_the_inter_broker_one() {
+    let cfg = with(&[
+        ("listen", "127.0.0.1:9300"),
+        ("advertise", "kafka.example:9300"),
+    ])
+    .unwrap();
+    assert_eq!(cfg.listeners.len(), 1);
+    assert_eq!(cfg.listeners[0].name, "PLAINTEXT");
+    assert_eq!(cfg.listen.to_string(), "127.0.0.1:9300");
+    assert_eq!(
+        (cfg.inter_broker_host.as_str(), cfg.inter_broker_port),
+        ("kafka.example", 9300)
+    );
+
+    let cfg = with(&[
+        (
+            "listeners",
+            "PLAINTEXT://127.0.0.1:9400,REPLICATION://127.0.0.2:9401",
+        ),
+        ("advertised.listeners", "PLAINTEXT://clients.example:9400"),
+        (
+            "listener.security.protocol.map",
+            "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT",
+        ),
+        ("inter.broker.listener.name", "replication"),
+    ])
+    .unwrap();
+    assert_eq!(cfg.listen.to_string(), "127.0.0.1:9400");
+    assert_eq!(
+        (cfg.advertise_host.as_str(), cfg.advertise_port),
+        ("clients.example", 9400)
+    );
+    assert_eq!(cfg.inter_broker_bind.to_string(), "127.0.0.2:9401");
+    assert_eq!(
+        (cfg.inter_broker_host.as_str(), cfg.inter_broker_port),
+        ("127.0.0.2", 9401)
+    );
+}
+
+#[test]
+fn listener_mistakes_are_refused_with_their_reason() {
+    let err = |pairs: &[(&str, &str)]| with(pairs).unwrap_err().to_string();
+    assert!(err(&[
+        ("listeners", "SSL://127.0.0.1:9093"),
+        ("listener.security.protocol.map", "SSL:SSL")
+    ])
+    .contains("not supported yet"));
+    assert!(err(&[
+        ("listeners", "INTERNAL://127.0.0.1:9093"),
+        ("inter.broker.listener.name", "INTERNAL")
+    ])
+    .contains("no security protocol"));
+    assert!(err(&[
+        ("listeners", "PLAINTEXT://127.0.0.1:9093"),
+        ("inter.broker.listener.name", "OTHER")
+    ])
+    .contains("not in listeners"));
+    assert!(err(&[(
+        "listeners",
+        "PLAINTEXT://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9094"
+    )])
+    .contains("named twice"));
+    assert!(err(&[
+        ("listeners", "PLAINTEXT://127.0.0.1:9093"),
+        ("listen", "127.0.0.1:9092")
+    ])
+    .contains("not both"));
+    assert!(err(&[("listeners", "127.0.0.1:9093")]).contains("NAME://HOST:PORT"));
+    assert!(err(&[
+        ("listeners", "PLAINTEXT://127.0.0.1:9093"),
+        ("advertised.listeners", "OTHER://x:1"),
+    ])
+    .contains("not in listeners"));
+}

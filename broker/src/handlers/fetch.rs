@@ -120,15 +120,7 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
                 if !matches!(e, StorageError::OffsetOutOfRange { .. }) {
                     tracing::warn!(topic = %item.topic, partition = item.partition, error = %e, "fetch read failed");
                 }
-                PartData {
-                    error: storage_code(&e),
-                    high_watermark: offsets.high_watermark.0,
-                    last_stable_offset: offsets.last_stable_offset.0,
-                    log_start_offset: offsets.log_start_offset.0,
-                    records: Bytes::new(),
-                    aborted: None,
-                    diverging: None,
-                }
+                PartData::empty(storage_code(&e), &offsets)
             }
         };
         shard

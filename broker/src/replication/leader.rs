@@ -11,7 +11,6 @@
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use keel_storage::{LeaderEpoch, Offset, StorageError};
 use keel_vocab::ErrorCode;
@@ -64,15 +63,7 @@ pub async fn serve_fetch(
         return failed(code(ResponseError::NotLeaderOrFollower));
     }
     let offsets = part.log.offsets();
-    let answer = |error: i16| PartData {
-        error,
-        high_watermark: offsets.high_watermark.0,
-        last_stable_offset: offsets.last_stable_offset.0,
-        log_start_offset: offsets.log_start_offset.0,
-        records: Bytes::new(),
-        aborted: None,
-        diverging: None,
-    };
+    let answer = |error: i16| PartData::empty(error, &offsets);
     let fetch_offset = fetch.fetch_offset;
     if fetch.last_fetched_epoch >= 0 {
         // Kafka's Partition.fetchRecords: the follower's last epoch must end, here, at or
@@ -113,16 +104,7 @@ pub async fn serve_fetch(
             if !matches!(e, StorageError::OffsetOutOfRange { .. }) {
                 warn!(topic = %part.topic, partition = part.index, error = %e, "replica fetch read failed");
             }
-            let offsets = part.log.offsets();
-            PartData {
-                error: storage_code(&e),
-                high_watermark: offsets.high_watermark.0,
-                last_stable_offset: offsets.last_stable_offset.0,
-                log_start_offset: offsets.log_start_offset.0,
-                records: Bytes::new(),
-                aborted: None,
-                diverging: None,
-            }
+            PartData::empty(storage_code(&e), &part.log.offsets())
         }
     }
 }

@@ -3,6 +3,7 @@
 //! handler and replication, below both.
 
 use bytes::Bytes;
+use keel_storage::LogOffsets;
 
 /// Who sent a replica fetch: a broker and the broker epoch it fetches with (v15+).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +39,21 @@ pub struct PartData {
     pub aborted: Option<Vec<(i64, i64)>>,
     /// A follower whose log diverged: (epoch, end offset) to truncate to (Fetch v12+).
     pub diverging: Option<(i32, i64)>,
+}
+
+impl PartData {
+    /// An answer with no records: `error` and the partition's offsets.
+    pub fn empty(error: i16, offsets: &LogOffsets) -> PartData {
+        PartData {
+            error,
+            high_watermark: offsets.high_watermark.0,
+            last_stable_offset: offsets.last_stable_offset.0,
+            log_start_offset: offsets.log_start_offset.0,
+            records: Bytes::new(),
+            aborted: None,
+            diverging: None,
+        }
+    }
 }
 
 pub fn failed(error: i16) -> PartData {
