@@ -28,6 +28,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "listeners", default: "", doc: "Kafka's listeners, `NAME://HOST:PORT,...` (PLAINTEXT only until the security work); every shard serves each; empty = `PLAINTEXT://` and the `listen` address" },
     BrokerKey { name: "advertised.listeners", default: "", doc: "what clients and other brokers are told to connect to, `NAME://HOST:PORT,...` per listener; empty = `advertise`, else each listener's own address" },
     BrokerKey { name: "inter.broker.listener.name", default: "PLAINTEXT", doc: "the listener followers fetch from; each shard also listens on its host at a port of its own, registered with the controller, so a follower's connection lands on the shard that owns its partitions" },
+    BrokerKey { name: "inter.broker.shard.port.base", default: "0", doc: "shard N's own inter-broker port is this + N (on the inter-broker listener's host); 0 = each shard takes a free port below 32768 at start" },
     BrokerKey { name: "listener.security.protocol.map", default: "PLAINTEXT:PLAINTEXT", doc: "listener name to security protocol, `NAME:PROTOCOL,...`; only PLAINTEXT is served yet" },
     BrokerKey { name: "data.dir", default: "./keel-data", doc: "directory holding the partition logs and the metadata quorum's log" },
     BrokerKey { name: "smp", default: "0", doc: "shards, one per core; 0 = every core the process may use" },
@@ -576,6 +577,8 @@ pub struct BrokerConfig {
     pub inter_broker_bind: SocketAddr,
     /// Each shard's own inter-broker port, by shard (bound at start; empty until then).
     pub inter_broker_shard_ports: Vec<u16>,
+    /// `inter.broker.shard.port.base`: shard N's port is this + N; 0 = a free port each.
+    pub inter_broker_shard_port_base: u16,
     pub advertise_host: String,
     pub advertise_port: u16,
     pub data_dir: PathBuf,
@@ -713,6 +716,10 @@ impl BrokerConfig {
             inter_broker_port: inter.advertised_port,
             inter_broker_bind: inter.addr,
             inter_broker_shard_ports: Vec::new(),
+            inter_broker_shard_port_base: parse(
+                "inter.broker.shard.port.base",
+                &get("inter.broker.shard.port.base"),
+            )?,
             listeners,
             advertise_host,
             advertise_port,

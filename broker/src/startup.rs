@@ -297,7 +297,11 @@ fn run() -> Result<()> {
     }
     // Each shard's own inter-broker port: a follower connects to the port of the shard that
     // owns its partitions here, so its fetches take no mesh hop.
-    let steering = bind_shard_ports(config.inter_broker_bind.ip(), shards)?;
+    let steering = bind_shard_ports(
+        config.inter_broker_bind.ip(),
+        shards,
+        config.inter_broker_shard_port_base,
+    )?;
     config.inter_broker_shard_ports = steering.iter().map(|(_, port)| *port).collect();
     let steering = Arc::new(steering);
     if let Some(admin) = config.admin {
@@ -319,17 +323,45 @@ static DRAINED: AtomicUsize = AtomicUsize::new(0);
 static CLOSED: AtomicUsize = AtomicUsize::new(0);
 
 /// The body of one shard's executor.
-/// Binds one listening socket per shard on `ip`, each at a port the kernel picks; returns
-/// their fds (handed to the shards) and ports (registered with the controller).
-fn bind_shard_ports(ip: std::net::IpAddr, shards: usize) -> Result<Vec<(RawFd, u16)>> {
-    (0..shards)
-        .map(|shard| {
-            let l = std::net::TcpListener::bind((ip, 0))
-                .with_context(|| format!("binding shard {shard}'s inter-broker port on {ip}"))?;
-            let port = l.local_addr()?.port();
-            Ok((l.into_raw_fd(), port))
-        })
-        .collect()
+/// Binds one listening socket per shard on `ip`; returns their fds (handed to the shards) and
+/// ports (registered with the controller). With `base` > 0 shard N takes `base + N`; else each
+/// takes a free port below Linux's ephemeral range (32768 and up by default), so that it never
+/// takes a port the kernel hands to an outgoing connection or to a `bind(0)` that another
+/// program (a test harness choosing free ports) is about to use.
+fn bind_shard_ports(ip: std::net::IpAddr, shards: usize, base: u16) -> Result<Vec<(RawFd, u16)>> {
+    const LOW: u32 = 10_000;
+    const HIGH: u32 = 32_767;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut seed = (std::process::id() ^ now) | 1;
+    let mut out = Vec::with_capacity(shards);
+    for shard in 0..shards {
+        let listener = if base > 0 {
+            let port = base
+                .checked_add(shard as u16)
+                .context("inter.broker.shard.port.base + shards is past port 65535")?;
+            std::net::TcpListener::bind((ip, port))
+                .with_context(|| format!("binding shard {shard}'s inter-broker port {ip}:{port}"))?
+        } else {
+            let mut bound = None;
+            for _ in 0..1000 {
+                // xorshift: a spread of candidates, different per process.
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                let port = (LOW + seed % (HIGH - LOW)) as u16;
+                if let Ok(l) = std::net::TcpListener::bind((ip, port)) {
+                    bound = Some(l);
+                    break;
+                }
+            }
+            bound.with_context(|| format!("no free inter-broker port for shard {shard} on {ip}"))?
+        };
+        let port = listener.local_addr()?.port();
+        out.push((listener.into_raw_fd(), port));
+    }
+    Ok(out)
 }
 
 /// Accepts connections on `listener` until shutdown; each is served on this shard.
