@@ -217,19 +217,14 @@ impl MetadataHandle {
     /// Queues a record batch for the controller; the answer comes as `Event::Done` with the
     /// returned ticket.
     pub fn propose(&self, records: &[Record]) -> u64 {
-        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         let batch = encode_batch(records);
-        if self
-            .commands
-            .send(Command::Propose { ticket, batch })
-            .is_err()
-        {
-            self.bell.push(Event::Done {
+        self.submit(
+            |ticket| Command::Propose { ticket, batch },
+            |ticket, why| Event::Done {
                 ticket,
-                result: Err("metadata node stopped".into()),
-            });
-        }
-        ticket
+                result: Err(why),
+            },
+        )
     }
 
     /// Queues ISR changes of partitions this broker leads (Kafka's AlterPartition, KIP-903
@@ -238,16 +233,26 @@ impl MetadataHandle {
     /// precondition the controller finds stale is that partition's error code; the others
     /// still commit.
     pub fn alter_partition(&self, requests: Vec<AlterPartitionRequest>) -> u64 {
-        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
-        if self
-            .commands
-            .send(Command::AlterPartition { ticket, requests })
-            .is_err()
-        {
-            self.bell.push(Event::AlterPartitionDone {
+        self.submit(
+            |ticket| Command::AlterPartition { ticket, requests },
+            |ticket, why| Event::AlterPartitionDone {
                 ticket,
-                result: Err("metadata node stopped".into()),
-            });
+                result: Err(why),
+            },
+        )
+    }
+
+    /// Sends a ticketed command to the node; when the node has stopped, the answer the caller
+    /// waits for is queued at once (`stopped`), so no ticket goes unanswered.
+    fn submit(
+        &self,
+        command: impl FnOnce(u64) -> Command,
+        stopped: impl FnOnce(u64, String) -> Event,
+    ) -> u64 {
+        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        if self.commands.send(command(ticket)).is_err() {
+            self.bell
+                .push(stopped(ticket, "metadata node stopped".into()));
         }
         ticket
     }
