@@ -151,7 +151,14 @@ pub async fn apply_image(shard: &Rc<BrokerShard>) {
         part.replication.applied_role.set(Some((leader, epoch)));
         let was_leader = previous.is_some_and(|(l, _)| l == shard.config.node_id);
         if part.is_leader() {
-            if let Err(e) = part.log.become_leader(LeaderEpoch(epoch)).await {
+            // A single replica records its epoch with its first append, as before
+            // replication: a restart of thousands of them writes no checkpoint each.
+            let recorded = if replicated {
+                part.log.become_leader(LeaderEpoch(epoch)).await
+            } else {
+                Ok(())
+            };
+            if let Err(e) = recorded {
                 warn!(topic = %part.topic, partition = part.index, epoch, error = %e, "recording the leader epoch failed");
             }
             let log_end = part.log.offsets().log_end_offset.0;
