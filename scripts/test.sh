@@ -17,6 +17,8 @@ command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 # The disk-full test loop-mounts a small ext4 image.
 command -v mkfs.ext4 >/dev/null 2>&1 || need_apt+=(e2fsprogs)
+# The split-brain test puts brokers in network namespaces (ip netns, veth, a bridge).
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 # The Sarama test (tests/python/test_sarama.py) builds a Go program offline from Debian's
 # packaged Sarama sources.
 command -v go >/dev/null 2>&1 || need_apt+=(golang-go)

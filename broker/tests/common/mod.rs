@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod client;
+pub mod netns;
+pub mod replicated;
 
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
@@ -16,6 +18,11 @@ pub struct Broker {
     pub dir: tempfile::TempDir,
     pub extra: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// The address it listens on and clients reach it at (127.0.0.1 unless it runs in a
+    /// network namespace).
+    pub host: String,
+    /// The network namespace it runs in (`ip netns exec`), if any.
+    pub netns: Option<String>,
     child: Option<Child>,
     log: PathBuf,
 }
@@ -64,6 +71,8 @@ impl Broker {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            host: "127.0.0.1".into(),
+            netns: None,
             child: None,
             log,
         };
@@ -72,7 +81,7 @@ impl Broker {
     }
 
     pub fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.host, self.port)
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -90,6 +99,8 @@ impl Broker {
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             env: Vec::new(),
+            host: "127.0.0.1".into(),
+            netns: None,
             child: None,
             log,
         }
@@ -110,10 +121,19 @@ impl Broker {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_keel"))
+        let mut command = match &self.netns {
+            // `ip netns exec` execs keel in place: the child's pid is keel's.
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_keel")]);
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_keel")),
+        };
+        let child = command
             .arg("serve")
             .args(["--listen", &self.bootstrap()])
-            .args(["--admin", &format!("127.0.0.1:{}", self.admin_port)])
+            .args(["--admin", &format!("{}:{}", self.host, self.admin_port)])
             .args(["--data-dir", self.data_dir().to_str().unwrap()])
             .args(["--smp", "2"])
             .args(&self.extra)
@@ -146,7 +166,7 @@ impl Broker {
                 .matches("shard serving")
                 .count()
                 >= 2
-                && TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+                && TcpStream::connect((self.host.as_str(), self.port)).is_ok()
             {
                 return;
             }
@@ -186,7 +206,7 @@ impl Broker {
     /// GET `path` from the admin endpoint; the body.
     pub fn admin_get(&self, path: &str) -> String {
         use std::io::Write;
-        let mut s = TcpStream::connect(("127.0.0.1", self.admin_port)).unwrap();
+        let mut s = TcpStream::connect((self.host.as_str(), self.admin_port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
             .unwrap();
@@ -247,7 +267,7 @@ impl Broker {
     /// GET /metrics from the admin endpoint.
     pub fn metrics(&self) -> String {
         use std::io::Write;
-        let mut s = TcpStream::connect(("127.0.0.1", self.admin_port)).unwrap();
+        let mut s = TcpStream::connect((self.host.as_str(), self.admin_port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             .unwrap();
