@@ -119,16 +119,36 @@ impl Net {
         }
     }
 
-    /// Namespaces and the bridge a killed earlier run of the same pid left behind.
+    /// Namespaces and bridges that an earlier test process, killed before its drop ran, left
+    /// behind: those whose tag names a process that no longer runs (or this one's pid).
     fn remove_leftovers(&self) {
-        for i in 0..16 {
-            let _ = Command::new("ip")
-                .args(["netns", "del", &self.namespace_name(i)])
-                .output();
+        let listed = Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default();
+        let links = Command::new("ip")
+            .args(["-br", "link"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default();
+        let stale = |tag: &str| {
+            tag == self.tag
+                || tag
+                    .strip_prefix('k')
+                    .and_then(|pid| pid.parse::<u32>().ok())
+                    .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+        };
+        for name in listed.split_whitespace().filter(|w| w.contains("-h")) {
+            if name.split_once("-h").is_some_and(|(tag, _)| stale(tag)) {
+                let _ = Command::new("ip").args(["netns", "del", name]).output();
+            }
         }
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.bridge()])
-            .output();
+        for link in links.lines().filter_map(|l| l.split_whitespace().next()) {
+            if link.strip_suffix("br").is_some_and(stale) {
+                let _ = Command::new("ip").args(["link", "del", link]).output();
+            }
+        }
     }
 }
 

@@ -295,10 +295,22 @@ pub fn raw_produce(
     acks: i16,
     values: &[&[u8]],
 ) -> Result<i64, i16> {
+    raw_produce_within(b, name, p, acks, values, 5000)
+}
+
+/// [`raw_produce`] with the request's `timeout_ms`.
+pub fn raw_produce_within(
+    b: &Broker,
+    name: &str,
+    p: i32,
+    acks: i16,
+    values: &[&[u8]],
+    timeout_ms: i32,
+) -> Result<i64, i16> {
     let mut c = Client::connect(&b.bootstrap());
     let req = ProduceRequest::default()
         .with_acks(acks)
-        .with_timeout_ms(5000)
+        .with_timeout_ms(timeout_ms)
         .with_topic_data(vec![produce_request::TopicProduceData::default()
             .with_name(topic(name))
             .with_partition_data(vec![
