@@ -570,7 +570,8 @@ pub struct BrokerConfig {
     pub listen: SocketAddr,
     /// Every listener: its name and address; the first is `listen`.
     pub listeners: Vec<Listener>,
-    /// The inter-broker listener: its advertised host and port.
+    /// The inter-broker listener: its name, advertised host and port.
+    pub inter_broker_listener_name: String,
     pub inter_broker_host: String,
     pub inter_broker_port: u16,
     /// The address the inter-broker listener binds (its host gets each shard's own port).
@@ -712,6 +713,7 @@ impl BrokerConfig {
         };
         let cfg = BrokerConfig {
             listen,
+            inter_broker_listener_name: inter.name.clone(),
             inter_broker_host: inter.advertised_host.clone(),
             inter_broker_port: inter.advertised_port,
             inter_broker_bind: inter.addr,

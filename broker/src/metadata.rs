@@ -86,6 +86,23 @@ pub struct BrokerMeta {
     pub host: String,
     pub port: i32,
     pub rack: Option<String>,
+    /// Every listener it advertises; empty = only `host`/`port` (an older registration).
+    pub listeners: Vec<keel_raft::records::ListenerEndpoint>,
+}
+
+impl BrokerMeta {
+    /// Where a client connected to `listener` reaches this broker, as Kafka answers it: the
+    /// broker's endpoint of the same name; `host`/`port` when it registered no listeners (an
+    /// older broker); `None` when it does not serve that listener (Kafka leaves it out).
+    pub fn endpoint(&self, listener: &str) -> Option<(&str, i32)> {
+        if self.listeners.is_empty() {
+            return Some((&self.host, self.port));
+        }
+        self.listeners
+            .iter()
+            .find(|l| l.name == listener)
+            .map(|l| (l.host.as_str(), l.port))
+    }
 }
 
 /// An immutable snapshot of the cluster metadata as this broker serves it.
@@ -133,6 +150,7 @@ impl MetadataImage {
                         host: b.host.clone(),
                         port: b.port,
                         rack: b.rack.clone(),
+                        listeners: b.listeners.clone(),
                     },
                 )
             })

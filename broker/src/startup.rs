@@ -368,6 +368,7 @@ fn bind_shard_ports(ip: std::net::IpAddr, shards: usize, base: u16) -> Result<Ve
 async fn accept_loop(
     shard: Rc<BrokerShard>,
     listener: glommio::net::TcpListener,
+    name: Rc<str>,
     active: Rc<Cell<usize>>,
 ) {
     loop {
@@ -381,9 +382,10 @@ async fn accept_loop(
             Some(Ok(stream)) => {
                 let shard = shard.clone();
                 let active = active.clone();
+                let name = name.clone();
                 active.set(active.get() + 1);
                 glommio::spawn_local(async move {
-                    crate::frontend::conn::serve(shard, stream).await;
+                    crate::frontend::conn::serve(shard, stream, name).await;
                     active.set(active.get() - 1);
                 })
                 .detach();
@@ -477,10 +479,12 @@ pub async fn run_shard(
     }
     futures_lite::future::or(shard.ready.wait(), shard.shutdown.wait()).await;
 
+    // Each socket with the name of its listener: a connection's Metadata answers with every
+    // broker's endpoint of that listener.
     let mut listeners = Vec::new();
     for l in &config.listeners {
         match keel_shard::listen_reuseport(l.addr, 1024) {
-            Ok(socket) => listeners.push(socket),
+            Ok(socket) => listeners.push((socket, Rc::<str>::from(l.name.as_str()))),
             Err(e) => {
                 error!(shard = shard_id, listener = %l.name, addr = %l.addr, error = %e, "cannot listen");
                 std::process::exit(1);
@@ -490,13 +494,14 @@ pub async fn run_shard(
     if let Some(fd) = steering_fd {
         // SAFETY: `fd` is a bound, listening TCP socket that `bind_shard_ports` made for this
         // shard alone; ownership moves to glommio here, once.
-        listeners.push(unsafe { glommio::net::TcpListener::from_raw_fd(fd) });
+        let socket = unsafe { glommio::net::TcpListener::from_raw_fd(fd) };
+        listeners.push((socket, Rc::from(config.inter_broker_listener_name.as_str())));
     }
     info!(shard = shard_id, listen = %config.listen, inter_broker_port = ?config.inter_broker_shard_ports.get(shard_id), partitions = shard.partitions_owned(), "shard serving");
     let active = Rc::new(Cell::new(0usize));
     let loops: Vec<_> = listeners
         .into_iter()
-        .map(|l| glommio::spawn_local(accept_loop(shard.clone(), l, active.clone())))
+        .map(|(l, name)| glommio::spawn_local(accept_loop(shard.clone(), l, name, active.clone())))
         .collect();
     for l in loops {
         l.await;

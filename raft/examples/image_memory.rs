@@ -57,6 +57,7 @@ fn main() {
                 inter_broker_port: None,
                 inter_broker_shard_ports: Vec::new(),
                 previous_broker_epoch: -1,
+                listeners: Vec::new(),
             })
             .collect(),
     );

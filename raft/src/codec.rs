@@ -14,7 +14,7 @@ use flatbuffers::{FlatBufferBuilder, UnionWIPOffset, Vector, WIPOffset};
 
 use crate::error::RecordError;
 use crate::generated::metadata as fb;
-use crate::records::{Record, TopicId};
+use crate::records::{ListenerEndpoint, Record, TopicId};
 
 /// Encodes one batch. Infallible for any records, except that the flatbuffers builder panics
 /// past 2 GiB: callers must bound what they put in one batch.
@@ -74,7 +74,20 @@ fn encode_record<'b>(
             inter_broker_port,
             inter_broker_shard_ports,
             previous_broker_epoch,
+            listeners,
         } => {
+            let endpoints: Vec<_> = listeners
+                .iter()
+                .map(|l| {
+                    let args = fb::EndpointArgs {
+                        name: Some(fbb.create_string(&l.name)),
+                        host: Some(fbb.create_string(&l.host)),
+                        port: l.port,
+                    };
+                    fb::Endpoint::create(fbb, &args)
+                })
+                .collect();
+            let listeners = (!endpoints.is_empty()).then(|| fbb.create_vector(&endpoints));
             let args = fb::BrokerRegisteredArgs {
                 broker_id: *broker_id,
                 incarnation_id: Some(&fb::Uuid::new(incarnation_id)),
@@ -88,6 +101,7 @@ fn encode_record<'b>(
                 inter_broker_shard_ports: (!inter_broker_shard_ports.is_empty())
                     .then(|| fbb.create_vector(inter_broker_shard_ports)),
                 previous_broker_epoch: *previous_broker_epoch,
+                listeners,
             };
             let table = fb::BrokerRegistered::create(fbb, &args);
             (fb::Record::BrokerRegistered, table.as_union_value())
@@ -259,6 +273,19 @@ fn decode_entry(index: usize, entry: fb::Entry<'_>) -> Result<Record, RecordErro
                     .map(|v| v.iter().collect())
                     .unwrap_or_default(),
                 previous_broker_epoch: r.previous_broker_epoch(),
+                listeners: match r.listeners() {
+                    None => Vec::new(),
+                    Some(v) => v
+                        .iter()
+                        .map(|e| {
+                            Ok(ListenerEndpoint {
+                                name: f.string("listeners.name", e.name())?,
+                                host: f.string("listeners.host", e.host())?,
+                                port: e.port(),
+                            })
+                        })
+                        .collect::<Result<_, RecordError>>()?,
+                },
             }
         }
         fb::Record::BrokerFenced => {
@@ -362,6 +389,7 @@ mod tests {
                 inter_broker_port: None,
                 inter_broker_shard_ports: vec![],
                 previous_broker_epoch: -1,
+                listeners: Vec::new(),
             },
             Record::BrokerRegistered {
                 broker_id: 2,
@@ -374,6 +402,18 @@ mod tests {
                 inter_broker_port: Some(9093),
                 inter_broker_shard_ports: vec![19093, 19094],
                 previous_broker_epoch: 42,
+                listeners: vec![
+                    ListenerEndpoint {
+                        name: "PLAINTEXT".into(),
+                        host: "broker-2.example".into(),
+                        port: 9092,
+                    },
+                    ListenerEndpoint {
+                        name: "REPLICATION".into(),
+                        host: String::new(),
+                        port: -1,
+                    },
+                ],
             },
             Record::BrokerRegistered {
                 broker_id: 3,
@@ -386,6 +426,7 @@ mod tests {
                 inter_broker_port: Some(0),
                 inter_broker_shard_ports: vec![],
                 previous_broker_epoch: 0,
+                listeners: Vec::new(),
             },
             Record::BrokerFenced { broker_id: 1 },
             Record::BrokerUnfenced {
@@ -636,6 +677,7 @@ mod tests {
             inter_broker_port: None,
             inter_broker_shard_ports: vec![],
             previous_broker_epoch: -1,
+            listeners: Vec::new(),
         };
         assert_eq!(
             decode_batch(&old_registered).unwrap(),
@@ -739,6 +781,7 @@ mod tests {
                             inter_broker_port,
                             inter_broker_shard_ports,
                             previous_broker_epoch,
+                            listeners: Vec::new(),
                         }
                     }
                 ),

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::records::{Record, TopicId, RESOURCE_BROKER, RESOURCE_TOPIC};
+use crate::records::{ListenerEndpoint, Record, TopicId, RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::{ApplyOutcome, LogIndex};
 
 /// Kafka error codes the image answers with.
@@ -72,6 +72,9 @@ pub struct BrokerInfo {
     /// clean (or not said).
     #[serde(default = "no_broker_epoch")]
     pub previous_broker_epoch: i64,
+    /// Every advertised listener; empty = only `host`/`port` (an older registration).
+    #[serde(default)]
+    pub listeners: Vec<ListenerEndpoint>,
 }
 
 /// One partition's assignment and leadership.
@@ -209,6 +212,7 @@ impl ClusterImage {
                 inter_broker_port,
                 inter_broker_shard_ports,
                 previous_broker_epoch,
+                listeners,
             } => {
                 self.brokers.insert(
                     *broker_id,
@@ -225,6 +229,7 @@ impl ClusterImage {
                         inter_broker_port: *inter_broker_port,
                         inter_broker_shard_ports: inter_broker_shard_ports.clone(),
                         previous_broker_epoch: *previous_broker_epoch,
+                        listeners: listeners.clone(),
                     },
                 );
             }
@@ -554,6 +559,7 @@ mod tests {
                 inter_broker_port: None,
                 inter_broker_shard_ports: Vec::new(),
                 previous_broker_epoch: -1,
+                listeners: Vec::new(),
             },
             Record::BrokerUnfenced { broker_id: 1 },
         ];

@@ -183,6 +183,7 @@ pub fn registration_records(
             inter_broker_port: reg.inter_broker_port,
             inter_broker_shard_ports: reg.inter_broker_shard_ports.clone(),
             previous_broker_epoch: reg.previous_broker_epoch,
+            listeners: reg.listeners.clone(),
         },
         Record::BrokerUnfenced { broker_id: b },
     ];
@@ -538,6 +539,7 @@ mod tests {
             inter_broker_port: None,
             inter_broker_shard_ports: Vec::new(),
             previous_broker_epoch,
+            listeners: Vec::new(),
         }
     }
 
@@ -936,6 +938,7 @@ mod model {
             inter_broker_port: None,
             inter_broker_shard_ports: Vec::new(),
             previous_broker_epoch: previous,
+            listeners: Vec::new(),
         }
     }
 
@@ -954,6 +957,7 @@ mod model {
                     inter_broker_port: None,
                     inter_broker_shard_ports: Vec::new(),
                     previous_broker_epoch: -1,
+                    listeners: Vec::new(),
                 });
                 records.push(Record::BrokerUnfenced { broker_id: b });
             }

@@ -5,6 +5,7 @@
 //! Decoding assumes hostile bytes: the flatbuffers verifier runs first, and every field
 //! a record needs is checked, so a bad entry is an error, never a panic.
 
+pub use crate::registration::ListenerEndpoint;
 pub use keel_vocab::TopicId;
 
 /// Kafka's config resource types (DescribeConfigs `resource_type`).
@@ -33,6 +34,8 @@ pub enum Record {
         /// KIP-841/903: the broker epoch of the previous incarnation if it shut down cleanly,
         /// -1 if it did not (or the broker does not say).
         previous_broker_epoch: i64,
+        /// Every advertised listener; empty = only `host`/`port`.
+        listeners: Vec<ListenerEndpoint>,
     },
     /// The broker's session expired (or it shut down): it leads nothing.
     BrokerFenced {

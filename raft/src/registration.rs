@@ -29,6 +29,17 @@ pub struct BrokerRegistration {
     /// did not or is unknown: then it leaves every ISR it was in (KIP-966).
     #[serde(default = "no_broker_epoch")]
     pub previous_broker_epoch: i64,
+    /// Every listener as the broker advertises it; empty = only `host`/`port`.
+    #[serde(default)]
+    pub listeners: Vec<ListenerEndpoint>,
+}
+
+/// One advertised listener of a broker (Kafka's endpoint): its name, host and port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenerEndpoint {
+    pub name: String,
+    pub host: String,
+    pub port: i32,
 }
 
 fn no_broker_epoch() -> i64 {

@@ -312,6 +312,7 @@ mod tests {
                     inter_broker_port: None,
                     inter_broker_shard_ports: Vec::new(),
                     previous_broker_epoch: -1,
+                    listeners: Vec::new(),
                 }
             }),
             (1i32..4).prop_map(|b| Record::BrokerFenced { broker_id: b }),

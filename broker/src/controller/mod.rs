@@ -117,6 +117,15 @@ fn node_config(config: &BrokerConfig, shard_count: usize) -> NodeConfig {
                 .map(|p| i32::from(*p))
                 .collect(),
             previous_broker_epoch: take_clean_shutdown_epoch(&config.data_dir),
+            listeners: config
+                .listeners
+                .iter()
+                .map(|l| keel_raft::records::ListenerEndpoint {
+                    name: l.name.clone(),
+                    host: l.advertised_host.clone(),
+                    port: i32::from(l.advertised_port),
+                })
+                .collect(),
         },
         heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
         session_timeout: Duration::from_millis(config.broker_session_timeout_ms),

@@ -10,6 +10,7 @@ fn image_with(brokers: &[(i32, Option<&str>)]) -> MetadataImage {
                 host: "h".into(),
                 port: 9092,
                 rack: rack.map(String::from),
+                listeners: Vec::new(),
             },
         );
     }

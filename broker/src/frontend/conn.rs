@@ -31,7 +31,8 @@ struct Pending {
     task: JoinHandle<Reply>,
 }
 
-pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream) {
+/// Serves one connection accepted on the listener named `listener`.
+pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream, listener: Rc<str>) {
     let peer_addr = stream.peer_addr().ok();
     let peer = peer_addr.map(|a| a.to_string()).unwrap_or_default();
     // Kafka shows a member's host as Java's InetAddress.toString() does: "/127.0.0.1".
@@ -123,11 +124,13 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream) {
         debug!(shard = shard.id, peer = %peer, api, "request");
         let task_shard = shard.clone();
         let task_host = client_host.clone();
+        let task_listener = listener.clone();
         let task = glommio::spawn_local(async move {
             task_shard
                 .counters
                 .record(api, Stage::QueueWait, read_at.elapsed());
-            crate::frontend::dispatch::handle_frame(task_shard, frame, task_host).await
+            crate::frontend::dispatch::handle_frame(task_shard, frame, task_host, task_listener)
+                .await
         })
         .detach();
         if tx.send(Pending { api, read_at, task }).await.is_err() {

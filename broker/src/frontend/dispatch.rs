@@ -85,11 +85,13 @@ pub fn frame(mut frame: Bytes) -> Framed {
 }
 
 /// Handles one request frame (header and body, without the size prefix). `client_host` is the
-/// client's address as Kafka shows it to group members ("/127.0.0.1").
+/// client's address as Kafka shows it to group members ("/127.0.0.1"); `listener` the name of
+/// the listener the connection came in on.
 pub async fn handle_frame(
     shard: Rc<BrokerShard>,
     frame_bytes: Bytes,
     client_host: Rc<str>,
+    listener: Rc<str>,
 ) -> Reply {
     match frame(frame_bytes) {
         Framed::Malformed(e) => Reply::Close(e),
@@ -113,7 +115,7 @@ pub async fn handle_frame(
         }
         Framed::Request { api, hdr, mut body } => {
             shard.counters.count_request(Some(api));
-            match handlers::call(&shard, &hdr, api, &mut body, &client_host).await {
+            match handlers::call(&shard, &hdr, api, &mut body, &client_host, &listener).await {
                 Ok(Some(answer)) => Reply::Frame(answer),
                 Ok(None) => Reply::None,
                 Err(e) => Reply::Close(e),

@@ -16,6 +16,7 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: DescribeClusterRequest,
+    listener: &str,
 ) -> DescribeClusterResponse {
     let c = &shard.config;
     let image = shard.image();
@@ -31,12 +32,16 @@ pub async fn handle(
             image
                 .brokers
                 .values()
-                .map(|b| {
-                    DescribeClusterBroker::default()
-                        .with_broker_id(BrokerId(b.id))
-                        .with_host(str_bytes(b.host.clone()))
-                        .with_port(b.port)
-                        .with_rack(b.rack.clone().map(str_bytes))
+                // Each broker at its endpoint of the listener asked on (none: left out).
+                .filter_map(|b| {
+                    let (host, port) = b.endpoint(listener)?;
+                    Some(
+                        DescribeClusterBroker::default()
+                            .with_broker_id(BrokerId(b.id))
+                            .with_host(str_bytes(host.to_string()))
+                            .with_port(port)
+                            .with_rack(b.rack.clone().map(str_bytes)),
+                    )
                 })
                 .collect(),
         )

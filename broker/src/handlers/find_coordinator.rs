@@ -51,6 +51,7 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: FindCoordinatorRequest,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     let version = hdr.request_api_version;
     let keys: Vec<String> = if version >= 4 {
@@ -59,8 +60,8 @@ pub async fn handle(
         vec![req.key.to_string()]
     };
     let found: Vec<Found> = match req.key_type {
-        KEY_TYPE_GROUP => find_groups(shard, &keys).await,
-        KEY_TYPE_TRANSACTION => find_transactions(shard, &keys).await,
+        KEY_TYPE_GROUP => find_groups(shard, &keys, listener).await,
+        KEY_TYPE_TRANSACTION => find_transactions(shard, &keys, listener).await,
         other => keys
             .iter()
             .map(|_| {
@@ -106,7 +107,7 @@ pub async fn handle(
 
 /// The coordinator of each transactional id: the leader of its `__transaction_state`
 /// partition, creating the topic first if it does not exist.
-async fn find_transactions(shard: &Rc<BrokerShard>, ids: &[String]) -> Vec<Found> {
+async fn find_transactions(shard: &Rc<BrokerShard>, ids: &[String], listener: &str) -> Vec<Found> {
     if let Err(e) = txn::coordinator::ensure_topic(shard).await {
         tracing::warn!(error = %e.message, "creating {TRANSACTION_STATE_TOPIC} failed");
         return ids
@@ -123,21 +124,25 @@ async fn find_transactions(shard: &Rc<BrokerShard>, ids: &[String]) -> Vec<Found
         .iter()
         .map(|t| txn::coordinator::txn_partition(shard, t))
         .collect();
-    leaders(shard, TRANSACTION_STATE_TOPIC, &partitions)
+    leaders(shard, TRANSACTION_STATE_TOPIC, &partitions, listener)
 }
 
-/// The live leader of each partition of an internal topic.
-fn leaders(shard: &BrokerShard, topic: &str, partitions: &[i32]) -> Vec<Found> {
+/// The live leader of each partition of an internal topic, at its endpoint of `listener`.
+fn leaders(shard: &BrokerShard, topic: &str, partitions: &[i32], listener: &str) -> Vec<Found> {
     let image = shard.image();
     partitions
         .iter()
         .map(|&p| {
             let leader = image.partition(topic, p).map_or(-1, |m| m.leader);
-            match image.brokers.get(&leader) {
-                Some(b) => Found {
-                    node_id: b.id,
-                    host: b.host.clone(),
-                    port: b.port,
+            let endpoint = image
+                .brokers
+                .get(&leader)
+                .and_then(|b| b.endpoint(listener).map(|(host, port)| (b.id, host, port)));
+            match endpoint {
+                Some((node_id, host, port)) => Found {
+                    node_id,
+                    host: host.to_string(),
+                    port,
                     error: NONE,
                     message: None,
                 },
@@ -152,7 +157,7 @@ fn leaders(shard: &BrokerShard, topic: &str, partitions: &[i32]) -> Vec<Found> {
 
 /// The coordinator of each group: the leader of its `__consumer_offsets` partition, creating
 /// the topic first if it does not exist.
-async fn find_groups(shard: &Rc<BrokerShard>, groups: &[String]) -> Vec<Found> {
+async fn find_groups(shard: &Rc<BrokerShard>, groups: &[String], listener: &str) -> Vec<Found> {
     if let Err(e) = group::ensure_offsets_topic(shard).await {
         tracing::warn!(error = %e.message, "creating {OFFSETS_TOPIC} failed");
         return groups
@@ -169,5 +174,5 @@ async fn find_groups(shard: &Rc<BrokerShard>, groups: &[String]) -> Vec<Found> {
         .iter()
         .map(|g| group::group_partition(shard, g))
         .collect();
-    leaders(shard, OFFSETS_TOPIC, &partitions)
+    leaders(shard, OFFSETS_TOPIC, &partitions, listener)
 }

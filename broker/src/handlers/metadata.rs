@@ -107,6 +107,7 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: MetadataRequest,
+    listener: &str,
 ) -> MetadataResponse {
     let version = hdr.request_api_version;
     let topic_operations = version >= 8 && req.include_topic_authorized_operations;
@@ -135,17 +136,22 @@ pub async fn handle(
             image
                 .brokers
                 .values()
-                .map(|b| {
-                    MetadataResponseBroker::default()
-                        .with_node_id(BrokerId(b.id))
-                        .with_host(str_bytes(b.host.clone()))
-                        .with_port(b.port)
-                        // rack exists from v1.
-                        .with_rack(if version >= 1 {
-                            b.rack.clone().map(str_bytes)
-                        } else {
-                            None
-                        })
+                // Each broker at its endpoint of the listener the request came in on; one
+                // without that listener is left out, as Kafka does.
+                .filter_map(|b| {
+                    let (host, port) = b.endpoint(listener)?;
+                    Some(
+                        MetadataResponseBroker::default()
+                            .with_node_id(BrokerId(b.id))
+                            .with_host(str_bytes(host.to_string()))
+                            .with_port(port)
+                            // rack exists from v1.
+                            .with_rack(if version >= 1 {
+                                b.rack.clone().map(str_bytes)
+                            } else {
+                                None
+                            }),
+                    )
                 })
                 .collect(),
         )

@@ -82,7 +82,8 @@ impl ApiSupport {
 
 /// The one table of the APIs Keel answers: each row names the API key, the handler's declared
 /// version range, the request type and how the handler is called (`plain`: shard, header,
-/// request; `host`: also the client's address; `body`: the handler decodes the body it is
+/// request; `host`: also the client's address; `listener`: also the name of the listener the
+/// request came in on (answers that name brokers); `body`: the handler decodes the body it is
 /// given whole, and may answer nothing, as Produce does for acks=0).
 /// [`SUPPORTED`] (the ApiVersions answer) and [`call`] (the dispatch) are both generated from
 /// it, so they cannot disagree.
@@ -100,11 +101,12 @@ macro_rules! api_table {
             api: ApiKey,
             body: &mut Bytes,
             client_host: &str,
+            listener: &str,
         ) -> Result<Option<Bytes>, FrameError> {
             let version = hdr.request_api_version;
             match api {
                 $(ApiKey::$key => {
-                    match api_table!(@call $kind $handler, $req, api, version, shard, hdr, body, client_host) {
+                    match api_table!(@call $kind $handler, $req, api, version, shard, hdr, body, client_host, listener) {
                         Some(resp) => encode_response(api, version, hdr.correlation_id, &resp).map(Some),
                         None => Ok(None),
                     }
@@ -141,15 +143,19 @@ macro_rules! api_table {
             vec![$((ApiKey::$key, $support)),*]
         }
     };
-    (@call plain $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $host:ident) => {{
+    (@call plain $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $host:ident, $listener:ident) => {{
         let req: kafka_protocol::messages::$req = decode_body($api, $v, $body)?;
         Some($h($shard, $hdr, req).await)
     }};
-    (@call host $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $host:ident) => {{
+    (@call host $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $host:ident, $listener:ident) => {{
         let req: kafka_protocol::messages::$req = decode_body($api, $v, $body)?;
         Some($h($shard, $hdr, req, $host).await)
     }};
-    (@call body $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $host:ident) => {
+    (@call listener $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $host:ident, $listener:ident) => {{
+        let req: kafka_protocol::messages::$req = decode_body($api, $v, $body)?;
+        Some($h($shard, $hdr, req, $listener).await)
+    }};
+    (@call body $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $host:ident, $listener:ident) => {
         $h($shard, $hdr, std::mem::take($body)).await?
     };
 }
@@ -158,7 +164,7 @@ api_table! {
     Produce: produce::SUPPORT => body produce::handle_body, ProduceRequest;
     Fetch: fetch::SUPPORT => plain fetch::handle, FetchRequest;
     ListOffsets: list_offsets::SUPPORT => plain list_offsets::handle, ListOffsetsRequest;
-    Metadata: metadata::SUPPORT => plain metadata::handle, MetadataRequest;
+    Metadata: metadata::SUPPORT => listener metadata::handle, MetadataRequest;
     ApiVersions: api_versions::SUPPORT => plain api_versions::handle, ApiVersionsRequest;
     CreateTopics: create_topics::SUPPORT => plain create_topics::handle, CreateTopicsRequest;
     DeleteTopics: delete_topics::SUPPORT => plain delete_topics::handle, DeleteTopicsRequest;
@@ -172,14 +178,14 @@ api_table! {
     IncrementalAlterConfigs: incremental_alter_configs::SUPPORT
         => plain incremental_alter_configs::handle, IncrementalAlterConfigsRequest;
     DescribeCluster: describe_cluster::SUPPORT
-        => plain describe_cluster::handle, DescribeClusterRequest;
+        => listener describe_cluster::handle, DescribeClusterRequest;
     DescribeTopicPartitions: describe_topic_partitions::SUPPORT
         => plain describe_topic_partitions::handle, DescribeTopicPartitionsRequest;
     DeleteRecords: delete_records::SUPPORT => plain delete_records::handle, DeleteRecordsRequest;
     DescribeLogDirs: describe_log_dirs::SUPPORT
         => plain describe_log_dirs::handle, DescribeLogDirsRequest;
     FindCoordinator: find_coordinator::SUPPORT
-        => plain find_coordinator::handle, FindCoordinatorRequest;
+        => listener find_coordinator::handle, FindCoordinatorRequest;
     OffsetCommit: offset_commit::SUPPORT => plain offset_commit::handle, OffsetCommitRequest;
     OffsetFetch: offset_fetch::SUPPORT => plain offset_fetch::handle, OffsetFetchRequest;
     OffsetDelete: offset_delete::SUPPORT => plain offset_delete::handle, OffsetDeleteRequest;

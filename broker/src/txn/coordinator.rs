@@ -428,7 +428,13 @@ async fn write_remote_markers(
     let answer = shard
         .txns
         .markers
-        .write_markers(shard.config.node_id, broker, marker, &partitions)
+        .write_markers(
+            shard.config.node_id,
+            broker,
+            &shard.config.inter_broker_listener_name,
+            marker,
+            &partitions,
+        )
         .await;
     match answer {
         Ok(codes) => tps

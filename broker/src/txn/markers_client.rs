@@ -122,16 +122,18 @@ impl Default for MarkerClients {
 }
 
 impl MarkerClients {
-    /// Sends `marker` for `partitions` (all led by `broker`, as this broker last saw) and
-    /// returns one error code per partition, in order.
+    /// Sends `marker` for `partitions` (all led by `broker`, as this broker last saw) to its
+    /// endpoint of `listener` (the inter-broker listener) and returns one error code per
+    /// partition, in order.
     pub async fn write_markers(
         &self,
         node_id: i32,
         broker: &BrokerMeta,
+        listener: &str,
         marker: Marker,
         partitions: &[(String, i32)],
     ) -> Result<Vec<i16>, MarkerClientError> {
-        let addr = resolve(broker)?;
+        let addr = resolve(broker, listener)?;
         let response: WriteTxnMarkersResponse = self
             .pool
             .request(
@@ -152,19 +154,26 @@ fn client_id(node_id: i32) -> String {
     format!("keel-broker-{node_id}")
 }
 
-/// The broker's address. A host that is not an IP address is resolved with the system
-/// resolver, which blocks this shard for as long as it takes (brokers register addresses).
-fn resolve(broker: &BrokerMeta) -> Result<SocketAddr, MarkerClientError> {
-    let text = format!("{}:{}", broker.host, broker.port);
+/// The broker's address on `listener`. A host that is not an IP address is resolved with the
+/// system resolver, which blocks this shard for as long as it takes (brokers register
+/// addresses).
+fn resolve(broker: &BrokerMeta, listener: &str) -> Result<SocketAddr, MarkerClientError> {
+    let Some((host, port)) = broker.endpoint(listener) else {
+        return Err(MarkerClientError::Connect {
+            addr: format!("broker {}", broker.id),
+            reason: format!("it has no listener named {listener}"),
+        });
+    };
+    let text = format!("{host}:{port}");
     let err = |reason: String| MarkerClientError::Connect {
         addr: text.clone(),
         reason,
     };
-    let port = u16::try_from(broker.port).map_err(|_| err("bad port".to_string()))?;
-    if let Ok(ip) = broker.host.parse::<std::net::IpAddr>() {
+    let port = u16::try_from(port).map_err(|_| err("bad port".to_string()))?;
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
         return Ok(SocketAddr::new(ip, port));
     }
-    (broker.host.as_str(), port)
+    (host, port)
         .to_socket_addrs()
         .map_err(|e| err(e.to_string()))?
         .next()
@@ -371,6 +380,7 @@ mod tests {
             host: "127.0.0.1".to_string(),
             port: i32::from(port),
             rack: None,
+            listeners: Vec::new(),
         };
         (broker, server)
     }
@@ -381,7 +391,7 @@ mod tests {
             fake_broker(|c| response_frame(c, &answer(7, &[("a", 0, 0), ("b", 4, 52)])));
         let r = run(async move {
             MarkerClients::default()
-                .write_markers(1, &broker, MARKER, &parts())
+                .write_markers(1, &broker, "PLAINTEXT", MARKER, &parts())
                 .await
         });
         server.join().unwrap();
@@ -391,7 +401,7 @@ mod tests {
         let (broker, server) = fake_broker(|_| i32::MAX.to_be_bytes().to_vec());
         let r = run(async move {
             MarkerClients::default()
-                .write_markers(1, &broker, MARKER, &parts())
+                .write_markers(1, &broker, "PLAINTEXT", MARKER, &parts())
                 .await
         });
         server.join().unwrap();
@@ -408,7 +418,7 @@ mod tests {
         });
         let r = run(async move {
             MarkerClients::default()
-                .write_markers(1, &broker, MARKER, &parts())
+                .write_markers(1, &broker, "PLAINTEXT", MARKER, &parts())
                 .await
         });
         server.join().unwrap();
@@ -421,7 +431,7 @@ mod tests {
         let (broker, server) = fake_broker(|_| 100i32.to_be_bytes().to_vec());
         let r = run(async move {
             MarkerClients::default()
-                .write_markers(1, &broker, MARKER, &parts())
+                .write_markers(1, &broker, "PLAINTEXT", MARKER, &parts())
                 .await
         });
         server.join().unwrap();
@@ -438,10 +448,11 @@ mod tests {
             host: "127.0.0.1".to_string(),
             port: i32::from(port),
             rack: None,
+            listeners: Vec::new(),
         };
         let r = run(async move {
             MarkerClients::default()
-                .write_markers(1, &broker, MARKER, &parts())
+                .write_markers(1, &broker, "PLAINTEXT", MARKER, &parts())
                 .await
         });
         assert!(matches!(r, Err(MarkerClientError::Connect { .. })), "{r:?}");

@@ -130,9 +130,16 @@ impl Broker {
             }
             None => Command::new(env!("CARGO_BIN_EXE_keel")),
         };
+        // A broker given Kafka's `listeners` takes its addresses from there (`port` is then
+        // the one a test's clients use); else `--listen`.
+        let listen: Vec<String> = if self.extra.iter().any(|a| a.starts_with("listeners=")) {
+            Vec::new()
+        } else {
+            vec!["--listen".into(), self.bootstrap()]
+        };
         let child = command
             .arg("serve")
-            .args(["--listen", &self.bootstrap()])
+            .args(&listen)
             .args(["--admin", &format!("{}:{}", self.host, self.admin_port)])
             .args(["--data-dir", self.data_dir().to_str().unwrap()])
             .args(["--smp", "2"])

@@ -249,6 +249,7 @@ impl<'a> BrokerRegistered<'a> {
   pub const VT_INTER_BROKER_PORT: flatbuffers::VOffsetT = 18;
   pub const VT_INTER_BROKER_SHARD_PORTS: flatbuffers::VOffsetT = 20;
   pub const VT_PREVIOUS_BROKER_EPOCH: flatbuffers::VOffsetT = 22;
+  pub const VT_LISTENERS: flatbuffers::VOffsetT = 24;
 
   #[inline]
   pub unsafe fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
@@ -261,6 +262,7 @@ impl<'a> BrokerRegistered<'a> {
   ) -> flatbuffers::WIPOffset<BrokerRegistered<'bldr>> {
     let mut builder = BrokerRegisteredBuilder::new(_fbb);
     builder.add_previous_broker_epoch(args.previous_broker_epoch);
+    if let Some(x) = args.listeners { builder.add_listeners(x); }
     if let Some(x) = args.inter_broker_shard_ports { builder.add_inter_broker_shard_ports(x); }
     if let Some(x) = args.inter_broker_port { builder.add_inter_broker_port(x); }
     if let Some(x) = args.inter_broker_host { builder.add_inter_broker_host(x); }
@@ -351,6 +353,16 @@ impl<'a> BrokerRegistered<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<i64>(BrokerRegistered::VT_PREVIOUS_BROKER_EPOCH, Some(-1)).unwrap()}
   }
+  /// Every listener the broker serves, as it advertises them (Kafka's endpoints): Metadata,
+  /// FindCoordinator and DescribeCluster answer with the endpoint of the listener the request
+  /// came in on. Absent or empty = only `host`/`port` (a broker older than the field).
+  #[inline]
+  pub fn listeners(&self) -> Option<flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<Endpoint<'a>>>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<Endpoint>>>>(BrokerRegistered::VT_LISTENERS, None)}
+  }
 }
 
 impl flatbuffers::Verifiable for BrokerRegistered<'_> {
@@ -370,6 +382,7 @@ impl flatbuffers::Verifiable for BrokerRegistered<'_> {
      .visit_field::<i32>("inter_broker_port", Self::VT_INTER_BROKER_PORT, false)?
      .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, i32>>>("inter_broker_shard_ports", Self::VT_INTER_BROKER_SHARD_PORTS, false)?
      .visit_field::<i64>("previous_broker_epoch", Self::VT_PREVIOUS_BROKER_EPOCH, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, flatbuffers::ForwardsUOffset<Endpoint>>>>("listeners", Self::VT_LISTENERS, false)?
      .finish();
     Ok(())
   }
@@ -385,6 +398,7 @@ pub struct BrokerRegisteredArgs<'a> {
     pub inter_broker_port: Option<i32>,
     pub inter_broker_shard_ports: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, i32>>>,
     pub previous_broker_epoch: i64,
+    pub listeners: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<Endpoint<'a>>>>>,
 }
 impl<'a> Default for BrokerRegisteredArgs<'a> {
   #[inline]
@@ -400,6 +414,7 @@ impl<'a> Default for BrokerRegisteredArgs<'a> {
       inter_broker_port: None,
       inter_broker_shard_ports: None,
       previous_broker_epoch: -1,
+      listeners: None,
     }
   }
 }
@@ -450,6 +465,10 @@ impl<'a: 'b, 'b> BrokerRegisteredBuilder<'a, 'b> {
     self.fbb_.push_slot::<i64>(BrokerRegistered::VT_PREVIOUS_BROKER_EPOCH, previous_broker_epoch, -1);
   }
   #[inline]
+  pub fn add_listeners(&mut self, listeners: flatbuffers::WIPOffset<flatbuffers::Vector<'b , flatbuffers::ForwardsUOffset<Endpoint<'b >>>>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(BrokerRegistered::VT_LISTENERS, listeners);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> BrokerRegisteredBuilder<'a, 'b> {
     let start = _fbb.start_table();
     BrokerRegisteredBuilder {
@@ -477,6 +496,139 @@ impl core::fmt::Debug for BrokerRegistered<'_> {
       ds.field("inter_broker_port", &self.inter_broker_port());
       ds.field("inter_broker_shard_ports", &self.inter_broker_shard_ports());
       ds.field("previous_broker_epoch", &self.previous_broker_epoch());
+      ds.field("listeners", &self.listeners());
+      ds.finish()
+  }
+}
+pub enum EndpointOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+/// One advertised listener of a broker.
+pub struct Endpoint<'a> {
+  pub _tab: flatbuffers::Table<'a>,
+}
+
+impl<'a> flatbuffers::Follow<'a> for Endpoint<'a> {
+  type Inner = Endpoint<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: flatbuffers::Table::new(buf, loc) }
+  }
+}
+
+impl<'a> Endpoint<'a> {
+  pub const VT_NAME: flatbuffers::VOffsetT = 4;
+  pub const VT_HOST: flatbuffers::VOffsetT = 6;
+  pub const VT_PORT: flatbuffers::VOffsetT = 8;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
+    Endpoint { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr>(
+    _fbb: &'mut_bldr mut flatbuffers::FlatBufferBuilder<'bldr>,
+    args: &'args EndpointArgs<'args>
+  ) -> flatbuffers::WIPOffset<Endpoint<'bldr>> {
+    let mut builder = EndpointBuilder::new(_fbb);
+    builder.add_port(args.port);
+    if let Some(x) = args.host { builder.add_host(x); }
+    if let Some(x) = args.name { builder.add_name(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn name(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<&str>>(Endpoint::VT_NAME, None)}
+  }
+  #[inline]
+  pub fn host(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<&str>>(Endpoint::VT_HOST, None)}
+  }
+  #[inline]
+  pub fn port(&self) -> i32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i32>(Endpoint::VT_PORT, Some(0)).unwrap()}
+  }
+}
+
+impl flatbuffers::Verifiable for Endpoint<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut flatbuffers::Verifier, pos: usize
+  ) -> Result<(), flatbuffers::InvalidFlatbuffer> {
+    use self::flatbuffers::Verifiable;
+    v.visit_table(pos)?
+     .visit_field::<flatbuffers::ForwardsUOffset<&str>>("name", Self::VT_NAME, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<&str>>("host", Self::VT_HOST, false)?
+     .visit_field::<i32>("port", Self::VT_PORT, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct EndpointArgs<'a> {
+    pub name: Option<flatbuffers::WIPOffset<&'a str>>,
+    pub host: Option<flatbuffers::WIPOffset<&'a str>>,
+    pub port: i32,
+}
+impl<'a> Default for EndpointArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    EndpointArgs {
+      name: None,
+      host: None,
+      port: 0,
+    }
+  }
+}
+
+pub struct EndpointBuilder<'a: 'b, 'b> {
+  fbb_: &'b mut flatbuffers::FlatBufferBuilder<'a>,
+  start_: flatbuffers::WIPOffset<flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b> EndpointBuilder<'a, 'b> {
+  #[inline]
+  pub fn add_name(&mut self, name: flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(Endpoint::VT_NAME, name);
+  }
+  #[inline]
+  pub fn add_host(&mut self, host: flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(Endpoint::VT_HOST, host);
+  }
+  #[inline]
+  pub fn add_port(&mut self, port: i32) {
+    self.fbb_.push_slot::<i32>(Endpoint::VT_PORT, port, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> EndpointBuilder<'a, 'b> {
+    let start = _fbb.start_table();
+    EndpointBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> flatbuffers::WIPOffset<Endpoint<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl core::fmt::Debug for Endpoint<'_> {
+  fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+    let mut ds = f.debug_struct("Endpoint");
+      ds.field("name", &self.name());
+      ds.field("host", &self.host());
+      ds.field("port", &self.port());
       ds.finish()
   }
 }

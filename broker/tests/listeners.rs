@@ -1,0 +1,215 @@
+//! Kafka's `listeners`, `advertised.listeners` and `inter.broker.listener.name`: two brokers,
+//! each with an INTERNAL listener (inter-broker traffic) and an EXTERNAL one advertised under
+//! another host name. Metadata, FindCoordinator and DescribeCluster answer with every broker's
+//! endpoint of the listener the request came in on, and a librdkafka client bootstrapped on
+//! either listener produces and consumes through it.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::client::Client;
+use common::{free_port, Broker};
+use kafka_protocol::messages::*;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+/// Node `id`'s listeners: (internal port, external port).
+struct Ports {
+    internal: u16,
+    external: u16,
+}
+
+fn brokers_in_metadata(port: u16) -> Vec<(i32, String, i32)> {
+    let mut c = Client::connect(&format!("127.0.0.1:{port}"));
+    let resp: MetadataResponse = c.send(
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default()
+            .with_topics(None)
+            .with_allow_auto_topic_creation(false),
+    );
+    let mut out: Vec<(i32, String, i32)> = resp
+        .brokers
+        .iter()
+        .map(|b| (b.node_id.0, b.host.to_string(), b.port))
+        .collect();
+    out.sort();
+    out
+}
+
+fn brokers_in_describe_cluster(port: u16) -> Vec<(i32, String, i32)> {
+    let mut c = Client::connect(&format!("127.0.0.1:{port}"));
+    let resp: DescribeClusterResponse = c.send(
+        ApiKey::DescribeCluster,
+        0,
+        &DescribeClusterRequest::default(),
+    );
+    let mut out: Vec<(i32, String, i32)> = resp
+        .brokers
+        .iter()
+        .map(|b| (b.broker_id.0, b.host.to_string(), b.port))
+        .collect();
+    out.sort();
+    out
+}
+
+fn coordinator(port: u16, group: &str) -> Option<(i32, String, i32)> {
+    let mut c = Client::connect(&format!("127.0.0.1:{port}"));
+    let resp: FindCoordinatorResponse = c.send(
+        ApiKey::FindCoordinator,
+        3,
+        &FindCoordinatorRequest::default()
+            .with_key(group.to_string().into())
+            .with_key_type(0),
+    );
+    (resp.error_code == 0).then(|| (resp.node_id.0, resp.host.to_string(), resp.port))
+}
+
+#[test]
+fn each_listener_advertises_every_brokers_endpoint_of_that_listener() {
+    let ports: Vec<Ports> = (0..2)
+        .map(|_| Ports {
+            internal: free_port(),
+            external: free_port(),
+        })
+        .collect();
+    let controller: Vec<u16> = (0..2).map(|_| free_port()).collect();
+    let quorum = format!(
+        "1@127.0.0.1:{},2@127.0.0.1:{}",
+        controller[0], controller[1]
+    );
+    let mut nodes: Vec<Broker> = (0..2)
+        .map(|i| {
+            let p = &ports[i];
+            let args = [
+                "--node-id".to_string(),
+                (i + 1).to_string(),
+                "--controller-quorum".into(),
+                quorum.clone(),
+                "--controller-listen".into(),
+                format!("127.0.0.1:{}", controller[i]),
+                "--set".into(),
+                format!(
+                    "listeners=INTERNAL://127.0.0.1:{},EXTERNAL://127.0.0.1:{}",
+                    p.internal, p.external
+                ),
+                "--set".into(),
+                // EXTERNAL is advertised by name: clients of it are told "localhost".
+                format!(
+                    "advertised.listeners=INTERNAL://127.0.0.1:{},EXTERNAL://localhost:{}",
+                    p.internal, p.external
+                ),
+                "--set".into(),
+                "listener.security.protocol.map=INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT".into(),
+                "--set".into(),
+                "inter.broker.listener.name=INTERNAL".into(),
+            ];
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut b = Broker::prepare(&args);
+            b.port = p.internal;
+            b
+        })
+        .collect();
+    let starts: Vec<usize> = nodes.iter_mut().map(|b| b.spawn_nowait()).collect();
+    for (b, s) in nodes.iter_mut().zip(starts) {
+        b.wait_serving(s);
+    }
+    let internal: Vec<(i32, String, i32)> = (0..2)
+        .map(|i| {
+            (
+                i as i32 + 1,
+                "127.0.0.1".to_string(),
+                i32::from(ports[i].internal),
+            )
+        })
+        .collect();
+    let external: Vec<(i32, String, i32)> = (0..2)
+        .map(|i| {
+            (
+                i as i32 + 1,
+                "localhost".to_string(),
+                i32::from(ports[i].external),
+            )
+        })
+        .collect();
+    // Both brokers registered (each learns the other's endpoints from the metadata log).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while brokers_in_metadata(ports[0].internal).len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for i in 0..2 {
+        assert_eq!(
+            brokers_in_metadata(ports[i].internal),
+            internal,
+            "Metadata on INTERNAL of node {}",
+            i + 1
+        );
+        assert_eq!(
+            brokers_in_metadata(ports[i].external),
+            external,
+            "Metadata on EXTERNAL of node {}",
+            i + 1
+        );
+        assert_eq!(brokers_in_describe_cluster(ports[i].internal), internal);
+        assert_eq!(brokers_in_describe_cluster(ports[i].external), external);
+    }
+    // The group coordinator, at its endpoint of the listener asked on.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut on_external = None;
+    while on_external.is_none() && Instant::now() < deadline {
+        on_external = coordinator(ports[0].external, "listener-group");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (node, host, port) = on_external.expect("a coordinator");
+    assert_eq!(
+        (host.as_str(), port),
+        ("localhost", i32::from(ports[node as usize - 1].external))
+    );
+    let (node_i, host_i, port_i) = coordinator(ports[1].internal, "listener-group").unwrap();
+    assert_eq!(node_i, node);
+    assert_eq!(
+        (host_i.as_str(), port_i),
+        ("127.0.0.1", i32::from(ports[node as usize - 1].internal))
+    );
+
+    // A librdkafka client that only knows the EXTERNAL listener by name works through it.
+    let bootstrap = format!("localhost:{}", ports[1].external);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("acks", "all")
+        .set("broker.address.family", "v4")
+        .create()
+        .unwrap();
+    for i in 0..20 {
+        let (k, v) = (format!("k{i}"), format!("v{i}"));
+        producer
+            .send(BaseRecord::to("external-topic").key(&k).payload(&v))
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", "listener-group")
+        .set("auto.offset.reset", "earliest")
+        .set("broker.address.family", "v4")
+        .create()
+        .unwrap();
+    consumer.subscribe(&["external-topic"]).unwrap();
+    let mut got = std::collections::BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < 20 && Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            got.insert(
+                String::from_utf8_lossy(m.key().unwrap()).to_string(),
+                String::from_utf8_lossy(m.payload().unwrap()).to_string(),
+            );
+        }
+    }
+    let want: std::collections::BTreeMap<String, String> = (0..20)
+        .map(|i| (format!("k{i}"), format!("v{i}")))
+        .collect();
+    assert_eq!(got, want);
+}
