@@ -140,21 +140,21 @@ fn each_listener_advertises_every_brokers_endpoint_of_that_listener() {
     while brokers_in_metadata(ports[0].internal).len() < 2 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
-    for i in 0..2 {
+    for (i, p) in ports.iter().enumerate() {
         assert_eq!(
-            brokers_in_metadata(ports[i].internal),
+            brokers_in_metadata(p.internal),
             internal,
             "Metadata on INTERNAL of node {}",
             i + 1
         );
         assert_eq!(
-            brokers_in_metadata(ports[i].external),
+            brokers_in_metadata(p.external),
             external,
             "Metadata on EXTERNAL of node {}",
             i + 1
         );
-        assert_eq!(brokers_in_describe_cluster(ports[i].internal), internal);
-        assert_eq!(brokers_in_describe_cluster(ports[i].external), external);
+        assert_eq!(brokers_in_describe_cluster(p.internal), internal);
+        assert_eq!(brokers_in_describe_cluster(p.external), external);
     }
     // The group coordinator, at its endpoint of the listener asked on.
     let deadline = Instant::now() + Duration::from_secs(20);
