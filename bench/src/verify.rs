@@ -117,6 +117,18 @@ impl MessageSet {
         overlap
     }
 
+    /// Every (producer id, sequence) in the set, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.pages.iter().flat_map(|(&(producer, page), words)| {
+            words.iter().enumerate().flat_map(move |(w, &word)| {
+                let base = (page << PAGE_BITS_LOG2) + w as u64 * 64;
+                (0..64)
+                    .filter(move |bit| word & (1 << bit) != 0)
+                    .map(move |bit| (producer, base + bit))
+            })
+        })
+    }
+
     /// Number of messages in both sets.
     pub fn intersection_len(&self, other: &MessageSet) -> u64 {
         let (small, large) = if self.pages.len() <= other.pages.len() {
@@ -429,5 +441,8 @@ mod tests {
         assert_eq!(set.intersection_len(&other), 1);
         assert_eq!(set.union_with(&other), 1);
         assert_eq!(set.len(), 4);
+        let mut all: Vec<(u32, u64)> = set.iter().collect();
+        all.sort();
+        assert_eq!(all, vec![(1, 0), (1, u64::MAX), (2, 1 << 40), (3, 3)]);
     }
 }
