@@ -264,6 +264,7 @@ impl Verifier {
             lost,
             duplicated,
             reordered,
+            ..Default::default()
         }
     }
 }
@@ -310,7 +311,8 @@ mod tests {
                 consumed: 1_000_000,
                 lost: 0,
                 duplicated: 0,
-                reordered: 0
+                reordered: 0,
+                ..Default::default()
             }
         );
     }
@@ -394,7 +396,8 @@ mod tests {
                 consumed: 1,
                 lost: 0,
                 duplicated: 0,
-                reordered: 0
+                reordered: 0,
+                ..Default::default()
             }
         );
     }
