@@ -11,8 +11,10 @@
 //!
 //! Errors ([`LedgerReport::errors`]):
 //! - `lost_acks_all`: acknowledged with acks=all, never read;
-//! - `offset_conflicts`: two different records acknowledged at one (partition, offset), or
-//!   one acknowledged and another read there;
+//! - `offset_conflicts`: two different records acknowledged with acks=all at one (partition,
+//!   offset), or one acknowledged with acks=all and another read there. (An acks=1 or acks=0
+//!   record may be lost and its offset taken by another: then it is judged as acknowledged
+//!   without an offset, below.)
 //! - `duplicated`: one record read (or acknowledged) at two offsets;
 //! - `changed`: two reads of one offset found different records;
 //! - `gone`: a record was read at an offset that a full pass covering it found empty;
@@ -237,6 +239,9 @@ pub struct Ledger {
     acked_all: MessageSet,
     /// Acknowledged without an offset (any level).
     acked_offset_unknown: MessageSet,
+    /// Acknowledged below acks=all at an offset another record was acknowledged at: judged
+    /// as if acknowledged without an offset.
+    acked_displaced: MessageSet,
     /// Records read at least once, anywhere.
     read: MessageSet,
     reads: u64,
@@ -299,14 +304,24 @@ impl Ledger {
             return;
         }
         if there != 0 {
-            self.found.offset_conflicts += 1;
-            self.found.example("offset_conflicts", || {
-                format!(
-                    "{} and {id} both acknowledged at {}@{offset}",
-                    MessageId::unpack(there),
-                    fmt_tp(tp)
-                )
-            });
+            let other = MessageId::unpack(there);
+            if acks == Acks::All && self.acks_of(other) == Some(Acks::All) {
+                self.found.offset_conflicts += 1;
+                self.found.example("offset_conflicts", || {
+                    format!(
+                        "{other} and {id} both acknowledged at {}@{offset}",
+                        fmt_tp(tp)
+                    )
+                });
+                return;
+            }
+            // A weaker acknowledgement gives way: its record was lost and the offset reused.
+            if acks == Acks::All {
+                self.acked_displaced.insert(other.producer, other.sequence);
+                self.logs[p].acked_at.set(offset as u64, packed);
+            } else {
+                self.acked_displaced.insert(id.producer, id.sequence);
+            }
             return;
         }
         if acked_before {
@@ -450,7 +465,8 @@ impl Ledger {
                 if there == packed {
                     continue;
                 }
-                if there != 0 {
+                // A lost acks=1 record's offset may hold another record.
+                if there != 0 && self.acks_of(id) == Some(Acks::All) {
                     found.offset_conflicts += 1;
                     found.example("offset_conflicts", || {
                         format!(
@@ -477,6 +493,12 @@ impl Ledger {
             if !self.read.contains(producer, sequence) {
                 let id = MessageId::new(producer, sequence);
                 self.count_lost(id, "an unknown offset", r, found);
+            }
+        }
+        for (producer, sequence) in self.acked_displaced.iter() {
+            if !self.read.contains(producer, sequence) {
+                let id = MessageId::new(producer, sequence);
+                self.count_lost(id, "an offset another record took", r, found);
             }
         }
     }
@@ -680,6 +702,40 @@ mod tests {
         l.read(0, MessageId::new(1, 0), TP1, 1);
         pass(&mut l, 0, &in_order(3), 3);
         assert_eq!(l.report().errors(), 0);
+    }
+
+    #[test]
+    fn a_lost_acks_1_record_whose_offset_another_took_is_counted_apart() {
+        // The old leader acknowledged 0#3 and 0#4 (acks=1) at 3 and 4, then lost them; the
+        // new leader wrote 0#5 (acks=all) at 3, in either order of the answers.
+        for all_first in [false, true] {
+            let mut l = acked(3, Acks::All);
+            if all_first {
+                l.acknowledged(id(5), TP0, 3, Acks::All);
+            }
+            l.acknowledged(id(3), TP0, 3, Acks::Leader);
+            l.acknowledged(id(4), TP0, 4, Acks::Leader);
+            if !all_first {
+                l.acknowledged(id(5), TP0, 3, Acks::All);
+            }
+            pass(&mut l, 0, &[(0, 0), (1, 1), (2, 2), (5, 3)], 4);
+            let r = l.report();
+            assert_eq!(r.errors(), 0, "{r:?}");
+            assert_eq!(r.lost_acks_one, 2, "{r:?}");
+            // Had 0#5 been lost as well, that is an error.
+            let mut l = acked(3, Acks::All);
+            l.acknowledged(id(3), TP0, 3, Acks::Leader);
+            l.acknowledged(id(5), TP0, 3, Acks::All);
+            pass(&mut l, 0, &in_order(3), 3);
+            assert_eq!(l.report().lost_acks_all, 1);
+        }
+        // An acks=1 record read and then replaced is still an error (changed).
+        let mut l = acked(3, Acks::All);
+        l.acknowledged(id(3), TP0, 3, Acks::Leader);
+        l.read(1, id(3), TP0, 3);
+        l.acknowledged(id(5), TP0, 3, Acks::All);
+        pass(&mut l, 0, &[(0, 0), (1, 1), (2, 2), (5, 3)], 4);
+        assert_eq!(l.report().changed, 1);
     }
 
     #[test]
