@@ -1,6 +1,7 @@
 //! keel-bench: a Kafka-protocol load generator and latency recorder for any
 //! Kafka-compatible broker, with side-by-side comparison and machine probes.
 
+pub mod checker;
 pub mod client;
 pub mod hist;
 pub mod keys;

@@ -29,7 +29,8 @@ options:
   --threads N            executor threads for the tool's producers and consumers (default 1)
   --metrics HOST:PORT    Keel admin address: per-shard profile from /metrics (run);
                          compare takes NAME=HOST:PORT
-  --verify               check every acknowledged message was consumed once, in order
+  --verify               check every acknowledged message was consumed once, in order, at
+                         the partition and offset it was acknowledged at
   --probe-dir DIR        probe this directory's disk first (full probe) and report ratios to it;
                          without it a quick probe of the temp directory runs
   --quick-probe          a shorter probe;   --no-probe  no probe, no ratios
@@ -225,7 +226,7 @@ fn exit_code(runs: &[RunResult]) -> i32 {
     let bad_verify = runs.iter().any(|r| {
         r.verify
             .as_ref()
-            .is_some_and(|v| v.lost + v.duplicated + v.reordered > 0)
+            .is_some_and(|v| v.lost + v.duplicated + v.reordered + v.ledger.errors() > 0)
     });
     if bad_verify {
         3
@@ -356,5 +357,30 @@ fn main() {
             eprintln!("keel-bench: {e:#}");
             std::process::exit(2);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exit_code;
+    use keel_bench::result::{RunResult, VerifySummary};
+
+    #[test]
+    fn an_offset_error_fails_the_run() {
+        let mut r = RunResult {
+            verify: Some(VerifySummary::default()),
+            ..Default::default()
+        };
+        assert_eq!(exit_code(std::slice::from_ref(&r)), 0);
+        if let Some(v) = r.verify.as_mut() {
+            v.ledger.gone = 1;
+        }
+        assert_eq!(exit_code(std::slice::from_ref(&r)), 3);
+        // acks=1 losses are counted apart.
+        if let Some(v) = r.verify.as_mut() {
+            v.ledger.gone = 0;
+            v.ledger.lost_acks_one = 4;
+        }
+        assert_eq!(exit_code(std::slice::from_ref(&r)), 0);
     }
 }

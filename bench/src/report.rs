@@ -13,6 +13,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
+use crate::checker::LedgerReport;
 use crate::result::{
     CompareResult, LatencySummary, PercentilePoint, ProbeResult, RunResult, ShardDelta,
     TimelinePoint, WorkloadSummary,
@@ -441,6 +442,7 @@ fn run_blocks(r: &RunResult) -> Vec<Block> {
             v.reordered.to_string(),
         ]);
         blocks.push(Block::Table(t));
+        blocks.extend(ledger_blocks(&v.ledger));
     }
 
     if let Some(shards) = &r.shards {
@@ -679,7 +681,7 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
         "errors",
     ];
     if any_verify {
-        header.extend(["lost", "duplicated", "reordered"]);
+        header.extend(["lost", "duplicated", "reordered", "offset errors"]);
     }
     let mut table = Table::new(
         "produce throughput and latency, median over rounds",
@@ -716,7 +718,12 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
                     vs.into_iter().fold(0u64, u64::saturating_add).to_string()
                 }
             };
-            row.extend([sum(|v| v.lost), sum(|v| v.duplicated), sum(|v| v.reordered)]);
+            row.extend([
+                sum(|v| v.lost),
+                sum(|v| v.duplicated),
+                sum(|v| v.reordered),
+                sum(|v| v.ledger.errors()),
+            ]);
         }
         table.row(row);
     }
@@ -1154,6 +1161,50 @@ fn svg_plot(title: &str, x_axis: XAxis, y_label: &str, series: &[Series]) -> Str
     svg
 }
 
+/// The offset checker's table: acknowledgements by acks level, reads, what is counted apart
+/// and each kind of error, then its first examples.
+fn ledger_blocks(l: &LedgerReport) -> Vec<Block> {
+    let mut t = Table::new(
+        "verify offsets (partition, offset of every ack and read)",
+        &[
+            "",
+            "acked all/1/0",
+            "no offset",
+            "read",
+            "lost acks=1",
+            "unacked read",
+            "errors",
+        ],
+    );
+    t.row(vec![
+        "records".into(),
+        format!("{}/{}/{}", l.acked_all, l.acked_one, l.acked_none),
+        l.acked_offset_unknown.to_string(),
+        l.read.to_string(),
+        l.lost_acks_one.to_string(),
+        l.unacknowledged_read.to_string(),
+        l.errors().to_string(),
+    ]);
+    let mut blocks = vec![Block::Table(t)];
+    if l.errors() > 0 {
+        blocks.push(Block::Line(format!(
+            "offset errors: lost acks=all {}, two records at one offset {}, duplicated {}, \
+             changed {}, gone {}, misplaced {}, untracked {}",
+            l.lost_acks_all,
+            l.offset_conflicts,
+            l.duplicated,
+            l.changed,
+            l.gone,
+            l.misplaced,
+            l.untracked
+        )));
+    }
+    for e in &l.examples {
+        blocks.push(Block::Line(format!("  e.g. {e}")));
+    }
+    blocks
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1252,6 +1303,17 @@ mod tests {
             lost: 2,
             duplicated: 3,
             reordered: 4,
+            ledger: LedgerReport {
+                acked_all: 1000,
+                acked_one: 17,
+                read: 1012,
+                lost_acks_one: 5,
+                gone: 1,
+                examples: vec![
+                    "gone: 0#9 read at 0/0@9; reader 1's pass found nothing there".into(),
+                ],
+                ..Default::default()
+            },
         });
         r.shards = Some(vec![
             ShardDelta {
@@ -1355,6 +1417,10 @@ mod tests {
             "error number 3",
             "acked",
             "998",
+            "1000/17/0",
+            "1012",
+            "gone 1",
+            "e.g. gone: 0#9 read at 0/0@9",
             "1111",
             "7777",
             "88",
@@ -1448,6 +1514,11 @@ mod tests {
             lost: 1,
             duplicated: 2,
             reordered: 3,
+            ledger: LedgerReport {
+                lost_acks_all: 1,
+                changed: 3,
+                ..Default::default()
+            },
             ..Default::default()
         });
         a2.verify = Some(VerifySummary {
@@ -1468,8 +1539,12 @@ mod tests {
             "median of two rounds is their mean: {a}"
         );
         assert!(
-            a.contains(" 11 ") && a.contains(" 22 ") && a.trim_end().ends_with("33"),
+            a.contains(" 11 ") && a.contains(" 22 ") && a.contains(" 33 "),
             "{a}"
+        );
+        assert!(
+            a.trim_end().ends_with(" 4"),
+            "offset errors summed over rounds: {a}\n{text}"
         );
         assert!(a.contains(" 7 "), "errors: {a}");
         let b_ratio = text

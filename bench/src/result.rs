@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::checker::LedgerReport;
+
 /// Percentiles of one latency histogram.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct LatencySummary {
@@ -48,6 +50,10 @@ pub struct VerifySummary {
     pub duplicated: u64,
     /// Consumed out of per-partition send order.
     pub reordered: u64,
+    /// Where each record was acknowledged and read (partition, offset): the offset checker's
+    /// counts and first examples (absent from results written before it existed).
+    #[serde(default)]
+    pub ledger: LedgerReport,
 }
 
 /// Per-shard counters from Keel's /metrics, the difference between after and before the run.

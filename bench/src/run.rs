@@ -22,6 +22,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 use kafka_protocol::messages::*;
 use keel_vocab::records::{for_each_committed_record, BatchBuilder, Codec, ProducerStamp};
 
+use crate::checker::{Acks, Ledger, MessageId, Pass};
 use crate::client::admin::{self, ClusterMap, Connections};
 use crate::client::batch::Sequences;
 use crate::client::conn::{self, Conn};
@@ -85,6 +86,9 @@ struct Shared {
     error_samples: Mutex<Vec<String>>,
     /// Publish latency of the current live interval.
     interval: Mutex<LatencyHist>,
+    /// `--verify`: where each record was acknowledged and read. Locked once per batch
+    /// acknowledged and once per partition of a fetch answer.
+    ledger: Mutex<Ledger>,
 }
 
 impl Shared {
@@ -243,8 +247,9 @@ struct TxnState {
     coordinator: RefCell<Option<Rc<Conn>>>,
     /// Partitions added to the open transaction.
     added: RefCell<Vec<bool>>,
-    /// Records of the open transaction acknowledged by their partitions, awaiting the commit.
-    acked: RefCell<Vec<(i32, RecordMeta)>>,
+    /// Records of the open transaction acknowledged by their partitions (partition, base
+    /// offset, records), awaiting the commit.
+    acked: RefCell<Vec<(i32, i64, RecordMeta)>>,
     /// A batch of the open transaction failed: it is aborted instead of committed.
     failed: Cell<bool>,
 }
@@ -348,15 +353,15 @@ impl ProducerCtx {
         let acked = std::mem::take(&mut *t.acked.borrow_mut());
         match ended {
             Ok(()) if commit => {
-                for (p, meta) in acked {
-                    self.record_acked(&meta, p);
+                for (p, base_offset, meta) in acked {
+                    self.record_acked(&meta, p, base_offset);
                 }
             }
             Ok(()) => {}
             Err(e) => {
                 let measured = acked
                     .iter()
-                    .any(|(_, m)| m.first().is_some_and(|m| self.clock.measured(m.1)));
+                    .any(|(_, _, m)| m.first().is_some_and(|m| self.clock.measured(m.1)));
                 self.shared
                     .error(measured, format!("{e:#} ({})", t.transactional_id));
             }
@@ -451,7 +456,7 @@ impl ProducerCtx {
             self.outstanding.set(self.outstanding.get() - 1);
             let err = sent.err().map(|e| format!("{e:#}"));
             for (p, meta) in metas {
-                self.account(meta, err.clone(), p);
+                self.account(meta, err.clone(), p, -1);
             }
             return Ok(());
         }
@@ -461,6 +466,7 @@ impl ProducerCtx {
             drop(permit);
             this.outstanding.set(this.outstanding.get() - 1);
             for (p, meta) in metas {
+                let mut base_offset = -1;
                 let err = match &outcome {
                     Err(e) => Some(format!("produce to {}: {e:#}", this.spec.topic)),
                     Ok(resp) => {
@@ -480,20 +486,24 @@ impl ProducerCtx {
                                 r.error_code,
                                 r.error_message.as_ref().map(|m| m.as_str()).unwrap_or("")
                             )),
-                            Some(_) => None,
+                            Some(r) => {
+                                base_offset = r.base_offset;
+                                None
+                            }
                         }
                     }
                 };
-                this.account(meta, err, p);
+                this.account(meta, err, p, base_offset);
             }
         })
         .detach();
         Ok(())
     }
 
-    /// A batch's answer: an error, or its records published (for a transactional producer:
-    /// acknowledged by the partition, published when the transaction commits).
-    fn account(&self, meta: Vec<(u64, Instant)>, error: Option<String>, p: i32) {
+    /// A batch's answer: an error, or its records published at `base_offset` on (negative:
+    /// unknown, as for acks=0) (for a transactional producer: acknowledged by the partition,
+    /// published when the transaction commits).
+    fn account(&self, meta: Vec<(u64, Instant)>, error: Option<String>, p: i32, base_offset: i64) {
         let measured_first = meta.first().is_some_and(|m| self.clock.measured(m.1));
         match (error, &self.txn) {
             (Some(e), txn) => {
@@ -502,13 +512,27 @@ impl ProducerCtx {
                 }
                 self.shared.error(measured_first, e)
             }
-            (None, Some(t)) => t.acked.borrow_mut().push((p, meta)),
-            (None, None) => self.record_acked(&meta, p),
+            (None, Some(t)) => t.acked.borrow_mut().push((p, base_offset, meta)),
+            (None, None) => self.record_acked(&meta, p, base_offset),
         }
     }
 
-    /// Counts published records and their latency (from each one's intended send time).
-    fn record_acked(&self, meta: &[(u64, Instant)], p: i32) {
+    /// Counts published records and their latency (from each one's intended send time). The
+    /// records of a batch sit at `base_offset`, `base_offset + 1`, .. in `meta`'s order.
+    fn record_acked(&self, meta: &[(u64, Instant)], p: i32, base_offset: i64) {
+        if self.verify {
+            let acks = Acks::from_produce(self.w.acks);
+            let tp = (self.spec.topic_index, p);
+            let mut ledger = self.shared.ledger.lock().unwrap_or_else(|e| e.into_inner());
+            for (i, &(seq, _)) in meta.iter().enumerate() {
+                let offset = if base_offset < 0 {
+                    -1
+                } else {
+                    base_offset + i as i64
+                };
+                ledger.acknowledged(MessageId::new(self.spec.id, seq), tp, offset, acks);
+            }
+        }
         let now = Instant::now();
         let bytes_each = u64::from(self.w.message_size);
         self.shared
@@ -748,6 +772,11 @@ async fn consumer(
             offsets.insert(*p, o);
         }
     }
+    // `--verify`: each partition's reading is one full pass from where it started.
+    let mut passes: BTreeMap<i32, Pass> = offsets
+        .iter()
+        .map(|(&p, &o)| (p, Pass::new(spec.group, (spec.topic_index, p), o)))
+        .collect();
     let group_count = &shared.consumed_by_group[spec.group as usize];
     let mut drain_deadline: Option<Instant> = None;
     loop {
@@ -817,6 +846,8 @@ async fn consumer(
                     let mut measured = 0u64;
                     let mut e2e = e2e.borrow_mut();
                     let mut verifier = verifier.borrow_mut();
+                    let mut reads: Vec<(MessageId, i64)> = Vec::new();
+                    let mut pass = passes.get_mut(&p);
                     let aborted: Vec<(i64, i64)> = pd
                         .aborted_transactions
                         .iter()
@@ -828,10 +859,14 @@ async fn consumer(
                             return; // earlier records of the first batch
                         }
                         seen += 1;
+                        if let (true, Some(pass)) = (verify, pass.as_mut()) {
+                            pass.saw(r.offset);
+                        }
                         let Some(h) = r.value.and_then(PayloadHeader::parse) else {
                             return;
                         };
                         if verify {
+                            reads.push((MessageId::new(h.producer_id, h.sequence), r.offset));
                             verifier.consumed(
                                 spec.group,
                                 (spec.topic_index, p),
@@ -854,6 +889,12 @@ async fn consumer(
                         Ok(None) => {}
                         Err(e) => shared.error(true, format!("decoding {}/{p}: {e:#}", spec.topic)),
                     }
+                    if !reads.is_empty() {
+                        let mut ledger = shared.ledger.lock().unwrap_or_else(|e| e.into_inner());
+                        for (id, offset) in reads {
+                            ledger.read(spec.group, id, (spec.topic_index, p), offset);
+                        }
+                    }
                     group_count.fetch_add(seen, Ordering::Relaxed);
                     if measured > 0 {
                         shared
@@ -865,6 +906,12 @@ async fn consumer(
                     }
                 }
             }
+        }
+    }
+    if verify {
+        let mut ledger = shared.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        for (p, pass) in passes {
+            ledger.add_pass(pass, offsets[&p]);
         }
     }
     Ok(())
@@ -1241,9 +1288,15 @@ fn run_phase(
         publish_percentiles: publish.percentile_points(),
         e2e_percentiles: e2e.percentile_points(),
         timeline,
-        verify: opts
-            .verify
-            .then(|| verifier.summary(w.consumer_groups.max(1))),
+        verify: opts.verify.then(|| {
+            let mut summary = verifier.summary(w.consumer_groups.max(1));
+            summary.ledger = shared
+                .ledger
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .report();
+            summary
+        }),
         shards: None,
         probe: opts.probe.clone(),
         machine_cores: std::thread::available_parallelism()

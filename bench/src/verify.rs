@@ -117,6 +117,18 @@ impl MessageSet {
         overlap
     }
 
+    /// Every (producer id, sequence) in the set, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.pages.iter().flat_map(|(&(producer, page), words)| {
+            words.iter().enumerate().flat_map(move |(w, &word)| {
+                let base = (page << PAGE_BITS_LOG2) + w as u64 * 64;
+                (0..64)
+                    .filter(move |bit| word & (1 << bit) != 0)
+                    .map(move |bit| (producer, base + bit))
+            })
+        })
+    }
+
     /// Number of messages in both sets.
     pub fn intersection_len(&self, other: &MessageSet) -> u64 {
         let (small, large) = if self.pages.len() <= other.pages.len() {
@@ -252,6 +264,7 @@ impl Verifier {
             lost,
             duplicated,
             reordered,
+            ..Default::default()
         }
     }
 }
@@ -298,7 +311,8 @@ mod tests {
                 consumed: 1_000_000,
                 lost: 0,
                 duplicated: 0,
-                reordered: 0
+                reordered: 0,
+                ..Default::default()
             }
         );
     }
@@ -382,7 +396,8 @@ mod tests {
                 consumed: 1,
                 lost: 0,
                 duplicated: 0,
-                reordered: 0
+                reordered: 0,
+                ..Default::default()
             }
         );
     }
@@ -429,5 +444,8 @@ mod tests {
         assert_eq!(set.intersection_len(&other), 1);
         assert_eq!(set.union_with(&other), 1);
         assert_eq!(set.len(), 4);
+        let mut all: Vec<(u32, u64)> = set.iter().collect();
+        all.sort();
+        assert_eq!(all, vec![(1, 0), (1, u64::MAX), (2, 1 << 40), (3, 3)]);
     }
 }

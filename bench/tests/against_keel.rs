@@ -145,6 +145,25 @@ fn verify_finds_nothing_lost_duplicated_or_reordered() {
         ),
         (Some(0), Some(0), Some(0))
     );
+    // The offset checker saw every acknowledgement with its offset (acks=all) and one full
+    // pass per partition, and found nothing wrong.
+    let l = &v["ledger"];
+    assert_eq!(l["acked_all"], v["acked"], "{l}");
+    assert_eq!(l["acked_offset_unknown"].as_u64(), Some(0), "{l}");
+    assert_eq!(l["read"], v["acked"], "{l}");
+    assert_eq!(l["passes"].as_u64(), Some(6), "{l}");
+    for kind in [
+        "lost_acks_all",
+        "offset_conflicts",
+        "duplicated",
+        "changed",
+        "gone",
+        "misplaced",
+        "untracked",
+    ] {
+        assert_eq!(l[kind].as_u64(), Some(0), "{kind}: {l}");
+    }
+    assert!(stdout.contains("verify offsets"), "{stdout}");
     assert_eq!(
         json["errors"].as_u64(),
         Some(0),

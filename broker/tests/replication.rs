@@ -1,8 +1,11 @@
 //! Partition replication across real `keel` processes on loopback: three brokers (each a
 //! voter of the metadata quorum), topics with replication factor 3 and min.insync.replicas 2,
-//! librdkafka producers (idempotent acks=all) and consumers. Faults are kill -9 and SIGSTOP;
-//! every acknowledged record is checked against what a consumer reads afterwards (content,
-//! partition and offset).
+//! librdkafka producers (idempotent acks=all, and plain acks=1 beside them) and consumers.
+//! Faults are kill -9 and SIGSTOP. The checker (keel-bench's offset ledger, see
+//! `common/replicated.rs`) records the partition and offset of every acknowledgement and of
+//! every read, by a consumer reading throughout the faults and by full passes at the end: an
+//! acks=all record never read, two records at one offset, a duplicate, or a record read and
+//! later gone or changed fails the test; acks=1 losses are counted apart and printed.
 //!
 //! The tests share the machine's cores, so they run one at a time (a global lock); every
 //! wait is bounded.
@@ -36,8 +39,13 @@ fn acks_all_records_survive_the_leader_being_killed() {
         .map(|b| b.bootstrap())
         .collect::<Vec<_>>()
         .join(",");
+    let checker = Checker::default();
+    let background = Background::start(&checker, &all, "replicated", 1);
     let p = producer(&all, &reports);
+    let reports1 = Reports::default();
+    let p1 = producer_acks1(&all, &reports1);
     send_all(&p, "replicated", 0, &keys("before", 300));
+    send_some(&p1, "replicated", 0, &keys("one-before", 100));
     let (leader, epoch, _, _) = partition(&nodes[0], "replicated", 0).unwrap();
     // Every acknowledged record is on the followers before the leader dies: kill it.
     nodes[index_of(leader)].kill9();
@@ -48,12 +56,21 @@ fn acks_all_records_survive_the_leader_being_killed() {
     });
     eprintln!("new leader elected {elected:?} after kill -9 (session timeout 3 s)");
     send_all(&p, "replicated", 0, &keys("after", 100));
-    let acked = acked(&reports);
-    assert_eq!(acked.len(), 400);
-    let last = acked.iter().map(|(_, _, o)| *o).max().unwrap();
-    let read = read_all(&nodes[survivor].bootstrap(), "replicated", 0, last);
-    check_acknowledged(&acked, &read);
-    assert_eq!(read.len(), 400, "records read: {}", read.len());
+    send_some(&p1, "replicated", 0, &keys("one-after", 50));
+    assert_eq!(acked(&reports).len(), 400);
+    checker.acked_reports(&reports, "replicated", Acks::All);
+    let failed1 = checker.acked_reports(&reports1, "replicated", Acks::Leader);
+    let background_reads = background.stop();
+    assert!(background_reads > 0, "the consumer read during the fault");
+    final_pass(&checker, &nodes[survivor].bootstrap(), "replicated", 0);
+    let r = checker.assert_clean("leader killed");
+    assert_eq!(r.acked_all, 400);
+    // Nothing else is there but acks=1 records whose answer was lost.
+    let unacked = checker.unacknowledged_reads();
+    assert!(
+        unacked.len() <= failed1 && unacked.iter().all(|k| k.starts_with("one-")),
+        "read, never acknowledged: {unacked:?}"
+    );
     // The old leader comes back as a follower, catches up and rejoins the ISR.
     nodes[index_of(leader)].restart_after_stop();
     wait_until(
@@ -82,9 +99,14 @@ fn a_stopped_follower_leaves_the_isr_and_rejoins() {
     let watcher = index_of(leader);
     nodes[index_of(follower)].signal("STOP");
     let reports = Reports::default();
+    let checker = Checker::default();
+    let background = Background::start(&checker, &nodes[watcher].bootstrap(), "isr", 1);
     let p = producer(&nodes[watcher].bootstrap(), &reports);
     // acks=all goes on with two of three once the stopped follower is out of the ISR.
     send_all(&p, "isr", 0, &keys("paused", 200));
+    let reports1 = Reports::default();
+    let p1 = producer_acks1(&nodes[watcher].bootstrap(), &reports1);
+    send_some(&p1, "isr", 0, &keys("one-paused", 100));
     wait_until(
         "the stopped follower leaves the ISR",
         Duration::from_secs(30),
@@ -102,11 +124,18 @@ fn a_stopped_follower_leaves_the_isr_and_rejoins() {
                 .is_some_and(|(_, _, _, isr)| isr.contains(&follower))
         },
     );
-    let acked = acked(&reports);
-    assert_eq!(acked.len(), 200);
-    let last = acked.iter().map(|(_, _, o)| *o).max().unwrap();
-    let read = read_all(&nodes[watcher].bootstrap(), "isr", 0, last);
-    check_acknowledged(&acked, &read);
+    assert_eq!(acked(&reports).len(), 200);
+    checker.acked_reports(&reports, "isr", Acks::All);
+    let failed1 = checker.acked_reports(&reports1, "isr", Acks::Leader);
+    assert!(background.stop() > 0, "the consumer read during the fault");
+    final_pass(&checker, &nodes[watcher].bootstrap(), "isr", 0);
+    let r = checker.assert_clean("follower stopped");
+    assert_eq!(r.acked_all, 200);
+    let unacked = checker.unacknowledged_reads();
+    assert!(
+        unacked.len() <= failed1 && unacked.iter().all(|k| k.starts_with("one-")),
+        "read, never acknowledged: {unacked:?}"
+    );
 }
 
 #[test]
@@ -121,11 +150,19 @@ fn a_divergent_tail_is_truncated_and_acks_all_records_survive() {
     );
     let (leader, epoch, replicas, _) = partition(&nodes[0], "diverge", 0).unwrap();
     let l = index_of(leader);
+    let checker = Checker::default();
+    let all: String = nodes
+        .iter()
+        .map(|b| b.bootstrap())
+        .collect::<Vec<_>>()
+        .join(",");
+    let background = Background::start(&checker, &all, "diverge", 1);
     // Committed (acks=all) records first.
     let mut committed = Vec::new();
     for i in 0..20 {
         let v = format!("committed-{i}");
         let offset = raw_produce(&nodes[l], "diverge", 0, -1, &[v.as_bytes()]).expect("acks=all");
+        checker.acked(&v, "diverge", 0, offset, Acks::All);
         committed.push((v, offset));
     }
     // The followers pause; the leader takes acks=1 writes they never see, then dies.
@@ -140,7 +177,8 @@ fn a_divergent_tail_is_truncated_and_acks_all_records_survive() {
     let mut tail = 0;
     for i in 0..10 {
         let v = format!("tail-{i}");
-        if raw_produce(&nodes[l], "diverge", 0, 1, &[v.as_bytes()]).is_ok() {
+        if let Ok(offset) = raw_produce(&nodes[l], "diverge", 0, 1, &[v.as_bytes()]) {
+            checker.acked(&v, "diverge", 0, offset, Acks::Leader);
             tail += 1;
         }
     }
@@ -156,8 +194,12 @@ fn a_divergent_tail_is_truncated_and_acks_all_records_survive() {
     });
     let (new_leader, _, _, _) = partition(&nodes[watcher], "diverge", 0).unwrap();
     for i in 0..10 {
-        let v = format!("after-{i}");
-        let offset = loop {
+        // Each attempt is a record of its own: a timed-out attempt may have been written.
+        let mut attempt = 0;
+        let (v, offset) = loop {
+            attempt += 1;
+            assert!(attempt <= 100, "after-{i} was never acknowledged");
+            let v = format!("after-{i}-try{attempt}");
             match raw_produce(
                 &nodes[index_of(new_leader)],
                 "diverge",
@@ -165,7 +207,7 @@ fn a_divergent_tail_is_truncated_and_acks_all_records_survive() {
                 -1,
                 &[v.as_bytes()],
             ) {
-                Ok(o) => break o,
+                Ok(o) => break (v, o),
                 // The ISR may still count the dead leader until it is fenced.
                 Err(e) => {
                     assert!(matches!(e, 7 | 19 | 20), "error {e}");
@@ -173,6 +215,7 @@ fn a_divergent_tail_is_truncated_and_acks_all_records_survive() {
                 }
             }
         };
+        checker.acked(&v, "diverge", 0, offset, Acks::All);
         committed.push((v, offset));
     }
     // The old leader comes back as a follower: its unreplicated tail diverges and is cut.
@@ -192,16 +235,22 @@ fn a_divergent_tail_is_truncated_and_acks_all_records_survive() {
     assert!(truncations >= 1, "the old leader truncated its tail");
     // The checker: every acks=all record at its offset, nothing twice, the acks=1 tail lost.
     let last = committed.iter().map(|(_, o)| *o).max().unwrap();
-    let read = read_all(&nodes[index_of(new_leader)].bootstrap(), "diverge", 0, last);
-    for (v, offset) in &committed {
-        let (_, got) = read
-            .get(offset)
-            .unwrap_or_else(|| panic!("{v} at {offset} never read"));
-        assert_eq!(got, v, "offset {offset}");
-    }
+    let (_, end) = final_pass(
+        &checker,
+        &nodes[index_of(new_leader)].bootstrap(),
+        "diverge",
+        0,
+    );
+    assert!(
+        end > last,
+        "the pass reached {end}, the last commit is at {last}"
+    );
+    let r = checker.assert_clean("divergent tail, first pass");
+    assert_eq!(r.acked_all, committed.len() as u64);
     let lost_acks1 = (0..10)
-        .filter(|i| !read.values().any(|(_, v)| *v == format!("tail-{i}")))
+        .filter(|i| !checker.was_read(&format!("tail-{i}")))
         .count();
+    assert_eq!(lost_acks1 as u64, r.lost_acks_one);
     eprintln!(
         "divergent tail: {} acks=all records kept, {lost_acks1} of 10 acks=1 records lost",
         committed.len()
@@ -212,14 +261,12 @@ fn a_divergent_tail_is_truncated_and_acks_all_records_survive() {
         lost_acks1 >= 1,
         "some of the tail never left the old leader"
     );
-    // Whatever else is there was acknowledged (a timed-out acks=all write may have been
-    // retried, so a record may appear twice, as Kafka allows without idempotence).
-    for (offset, (_, v)) in &read {
-        assert!(
-            committed.iter().any(|(c, _)| c == v) || v.starts_with("tail-"),
-            "offset {offset} holds {v}, never acknowledged"
-        );
-    }
+    // Whatever else is there was acknowledged, or an attempt whose answer was an error.
+    let unacked = checker.unacknowledged_reads();
+    assert!(
+        unacked.iter().all(|v| v.starts_with("after-")),
+        "read, never acknowledged: {unacked:?}"
+    );
     // Once the old leader is back in the ISR, it holds the new leader's log: make it the only
     // copy left that could lead by killing the new leader, and read everything again.
     let survivor_epoch = partition(&nodes[watcher], "diverge", 0).unwrap().1;
@@ -230,14 +277,15 @@ fn a_divergent_tail_is_truncated_and_acks_all_records_survive() {
             .is_some_and(|(nl, e, _, _)| nl > 0 && nl != new_leader && e > survivor_epoch)
     });
     let (third, _, _, _) = partition(&nodes[any_alive], "diverge", 0).unwrap();
-    let again = read_all(&nodes[index_of(third)].bootstrap(), "diverge", 0, last);
-    for (v, offset) in &committed {
-        assert_eq!(
-            again.get(offset).map(|(_, g)| g.as_str()),
-            Some(v.as_str()),
-            "offset {offset} after the second failover"
-        );
-    }
+    // The second pass must find every offset as the first did (else: gone or changed).
+    let (_, end) = final_pass(&checker, &nodes[index_of(third)].bootstrap(), "diverge", 0);
+    assert!(
+        end > last,
+        "the second pass reached {end}, the last commit is at {last}"
+    );
+    assert!(background.stop() > 0, "the consumer read during the faults");
+    let r = checker.assert_clean("divergent tail");
+    assert!(r.passes >= 2);
 }
 
 #[test]
@@ -325,13 +373,14 @@ fn two_replicas_down_refuse_acks_all_then_recover() {
     );
     let (leader, _, replicas, _) = partition(&nodes[0], "two-down", 0).unwrap();
     let l = index_of(leader);
+    let checker = Checker::default();
+    let background = Background::start(&checker, &nodes[l].bootstrap(), "two-down", 1);
     let mut committed = Vec::new();
     for i in 0..10 {
         let v = format!("before-{i}");
-        committed.push((
-            v.clone(),
-            raw_produce(&nodes[l], "two-down", 0, -1, &[v.as_bytes()]).unwrap(),
-        ));
+        let offset = raw_produce(&nodes[l], "two-down", 0, -1, &[v.as_bytes()]).unwrap();
+        checker.acked(&v, "two-down", 0, offset, Acks::All);
+        committed.push((v, offset));
     }
     let down: Vec<usize> = replicas
         .iter()
@@ -361,6 +410,17 @@ fn two_replicas_down_refuse_acks_all_then_recover() {
         Err(19),
         "NOT_ENOUGH_REPLICAS"
     );
+    // acks=1 does not wait for the ISR (as in Kafka): the leader alone takes it, and the
+    // refused write took no offset.
+    for i in 0..5 {
+        let v = format!("alone-{i}");
+        let offset = raw_produce(&nodes[l], "two-down", 0, 1, &[v.as_bytes()])
+            .unwrap_or_else(|e| panic!("acks=1 with the leader alone: error {e}"));
+        if i == 0 {
+            assert_eq!(offset, end_before, "the refused write took no offset");
+        }
+        checker.acked(&v, "two-down", 0, offset, Acks::Leader);
+    }
     // The replicas come back, catch up and rejoin; writes go on and nothing was lost.
     for d in &down {
         nodes[*d].restart_after_stop();
@@ -381,27 +441,33 @@ fn two_replicas_down_refuse_acks_all_then_recover() {
             &[v.as_bytes()],
         )
         .unwrap();
+        checker.acked(&v, "two-down", 0, offset, Acks::All);
         committed.push((v, offset));
     }
     let last = committed.iter().map(|(_, o)| *o).max().unwrap();
     assert_eq!(
-        committed[10].1, end_before,
+        committed[10].1,
+        end_before + 5,
         "the refused write took no offset"
     );
-    let read = read_all(
+    assert!(background.stop() > 0, "the consumer read during the fault");
+    let (_, end) = final_pass(
+        &checker,
         &nodes[index_of(leader_now)].bootstrap(),
         "two-down",
         0,
-        last,
     );
-    assert_eq!(read.len(), committed.len());
-    for (v, offset) in &committed {
-        assert_eq!(
-            read.get(offset).map(|(_, g)| g.as_str()),
-            Some(v.as_str()),
-            "offset {offset}"
-        );
-    }
+    assert!(
+        end > last,
+        "the pass reached {end}, the last commit is at {last}"
+    );
+    let r = checker.assert_clean("two replicas down");
+    assert_eq!(r.acked_all, committed.len() as u64);
+    assert_eq!(
+        checker.unacknowledged_reads(),
+        Vec::<String>::new(),
+        "the refused write is nowhere"
+    );
 }
 
 #[test]
@@ -425,7 +491,32 @@ fn rolling_restarts_lose_no_acknowledged_record() {
         .collect::<Vec<_>>()
         .join(",");
     let reports = Reports::default();
+    let reports1 = Reports::default();
+    let checker = Checker::default();
+    let background = Background::start(&checker, &all, "rolling", 2);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // An acks=1 producer without retries runs beside it, bounded to 1500 records.
+    let writer1 = {
+        let (all, reports1, stop) = (all.clone(), reports1.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let p = producer_acks1(&all, &reports1);
+            let mut sent = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && sent < 1500 {
+                let key = format!("one-{sent}");
+                let value = format!("value-of-{key}");
+                let record = BaseRecord::to("rolling")
+                    .partition(sent % 2)
+                    .key(&key)
+                    .payload(&value);
+                if p.send(record).is_ok() {
+                    sent += 1;
+                }
+                p.poll(Duration::from_millis(10));
+            }
+            let _ = p.flush(Duration::from_secs(60));
+            sent
+        })
+    };
     // An idempotent acks=all producer runs throughout, bounded to 3000 records.
     let writer = {
         let (all, reports, stop) = (all.clone(), reports.clone(), stop.clone());
@@ -463,29 +554,34 @@ fn rolling_restarts_lose_no_acknowledged_record() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let sent = writer.join().unwrap();
+    let sent1 = writer1.join().unwrap();
     let acked = acked(&reports);
     assert_eq!(acked.len(), sent as usize);
-    eprintln!("rolling restarts: {sent} records acknowledged");
+    eprintln!("rolling restarts: {sent} acks=all records acknowledged, {sent1} acks=1 sent");
     for p in 0..2 {
         let unknown = acked
             .iter()
             .filter(|(_, part, o)| *part == p && *o < 0)
             .count();
         eprintln!("partition {p}: {unknown} records acknowledged without an offset");
-        let mine: Vec<(String, i32, i64)> = acked
-            .iter()
-            .filter(|(_, part, _)| *part == p)
-            .cloned()
-            .collect();
-        let last = mine.iter().map(|(_, _, o)| *o).max().unwrap();
-        let read = read_all(&nodes[0].bootstrap(), "rolling", p, last);
-        check_acknowledged(&mine, &read);
-        assert_eq!(
-            read.len(),
-            mine.len(),
-            "partition {p}: an idempotent producer writes each record once"
-        );
     }
+    checker.acked_reports(&reports, "rolling", Acks::All);
+    let failed1 = checker.acked_reports(&reports1, "rolling", Acks::Leader);
+    assert!(
+        background.stop() > 0,
+        "the consumer read during the restarts"
+    );
+    for p in 0..2 {
+        final_pass(&checker, &nodes[0].bootstrap(), "rolling", p);
+    }
+    // An idempotent producer writes each record once: a duplicate is an error.
+    let r = checker.assert_clean("rolling restarts");
+    assert_eq!(r.acked_all, sent as u64);
+    let unacked = checker.unacknowledged_reads();
+    assert!(
+        unacked.len() <= failed1 && unacked.iter().all(|k| k.starts_with("one-")),
+        "read, never acknowledged: {unacked:?}"
+    );
 }
 
 /// The replication factor of topic `name` as `b`'s Metadata reports it (partition 0's

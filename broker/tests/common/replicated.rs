@@ -1,9 +1,18 @@
 //! The harness the replication tests share: a cluster of real `keel` voters (on loopback or
 //! in network namespaces), librdkafka producers that record every acknowledgement, readers,
 //! and raw requests a follower or a client would send.
+//!
+//! The checker is keel-bench's offset ledger ([`keel_bench::checker`]) behind a [`Checker`]:
+//! tests record every acknowledgement (name, partition, offset, acks level), a [`Background`]
+//! consumer records what it reads while the faults happen, and [`final_pass`] reads each
+//! partition from its start to its high watermark at the end. Records are named by their key
+//! when their value is `value-of-{key}` (librdkafka producers here), else by their value (raw
+//! records).
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::client::{topic, Client};
@@ -15,6 +24,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
+
+pub use keel_bench::checker::{Acks, LedgerReport};
+use keel_bench::checker::{Ledger, MessageId, Pass};
 
 pub type Report = Result<(String, i32, i64), rdkafka::error::KafkaError>;
 
@@ -242,29 +254,330 @@ pub fn read_all(bootstrap: &str, name: &str, p: i32, last: i64) -> BTreeMap<i64,
     got
 }
 
-/// The checker: every acknowledged record is read back at its offset with its value, no
-/// offset holds two records, no key appears twice.
+/// The checker for one partition's reading: every acknowledged record is read back at its
+/// offset with its value, no offset holds two records, no key appears twice (the offset
+/// ledger's rules; an acknowledgement without an offset must be read once, anywhere).
 pub fn check_acknowledged(acked: &[(String, i32, i64)], read: &BTreeMap<i64, (String, String)>) {
-    let mut keys = std::collections::BTreeSet::new();
-    for (k, v) in read.values() {
-        assert!(keys.insert(k.clone()), "key {k} read twice");
-        assert_eq!(*v, format!("value-of-{k}"));
+    let checker = Checker::default();
+    let p = acked.first().map_or(0, |(_, p, _)| *p);
+    for (k, part, o) in acked {
+        checker.acked(k, "t", *part, *o, Acks::All);
     }
-    for (k, _, o) in acked {
-        if *o < 0 {
-            // librdkafka acknowledges a retried batch it learns was persisted without its
-            // offset (RD_KAFKA_OFFSET_INVALID): it must have been read, once, somewhere.
-            assert!(
-                keys.contains(k),
-                "acknowledged record {k} (offset unknown) was never read"
-            );
-            continue;
+    for (o, (k, v)) in read {
+        checker.read(0, "t", p, *o, k, v);
+    }
+    checker.assert_clean("check_acknowledged");
+}
+
+/// Readers' numbers in the ledger: the background consumer, then final passes.
+pub const BACKGROUND_READER: u32 = 0;
+/// The longest a [`Background`] consumer runs.
+const BACKGROUND_MAX: Duration = Duration::from_secs(300);
+/// The longest [`final_pass`] waits for the high watermark and reads.
+const PASS_MAX: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
+struct CheckerState {
+    ledger: Ledger,
+    /// Record name -> identity (producer 0, sequence = order of first sight), and back.
+    ids: HashMap<String, MessageId>,
+    names: Vec<String>,
+    topics: Vec<String>,
+    acked: BTreeSet<String>,
+    read: BTreeSet<String>,
+    /// Highest offset acknowledged per (topic, partition).
+    max_acked: BTreeMap<(String, i32), i64>,
+    /// Keyed records read with a value other than `value-of-{key}`.
+    bad_values: Vec<String>,
+    passes: u32,
+}
+
+impl CheckerState {
+    fn id(&mut self, name: &str) -> MessageId {
+        if let Some(id) = self.ids.get(name) {
+            return *id;
         }
-        match read.get(o) {
-            Some((rk, _)) => assert_eq!(rk, k, "offset {o} holds {rk}, acknowledged as {k}"),
-            None => panic!("acknowledged record {k} at offset {o} was never read"),
+        let id = MessageId::new(0, self.names.len() as u64);
+        self.names.push(name.to_string());
+        self.ids.insert(name.to_string(), id);
+        id
+    }
+
+    fn tp(&mut self, topic: &str, p: i32) -> (u32, i32) {
+        let i = match self.topics.iter().position(|t| t == topic) {
+            Some(i) => i,
+            None => {
+                self.topics.push(topic.to_string());
+                self.topics.len() - 1
+            }
+        };
+        (i as u32, p)
+    }
+
+    /// `text` with each identity `0#N` followed by its record name.
+    fn named(&self, text: &str) -> String {
+        text.split(' ')
+            .map(|w| {
+                let n = w
+                    .strip_prefix("0#")
+                    .and_then(|n| n.trim_end_matches(',').parse().ok());
+                match n.and_then(|n: usize| self.names.get(n)) {
+                    Some(name) => format!("{w}({name})"),
+                    None => w.to_string(),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// The offset ledger of one test, shared by its producers' reports and its readers.
+#[derive(Clone, Default)]
+pub struct Checker(Arc<Mutex<CheckerState>>);
+
+impl Checker {
+    fn state(&self) -> std::sync::MutexGuard<'_, CheckerState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Record `name` was acknowledged at `offset` of `topic`/`p` (negative: unknown).
+    pub fn acked(&self, name: &str, topic: &str, p: i32, offset: i64, acks: Acks) {
+        let mut s = self.state();
+        let (id, tp) = (s.id(name), s.tp(topic, p));
+        s.ledger.acknowledged(id, tp, offset, acks);
+        s.acked.insert(name.to_string());
+        let max = s.max_acked.entry((topic.to_string(), p)).or_insert(-1);
+        *max = (*max).max(offset);
+    }
+
+    /// Every successful delivery report of `reports` (to `topic`), acknowledged under `acks`;
+    /// returns how many failed.
+    pub fn acked_reports(&self, reports: &Reports, topic: &str, acks: Acks) -> usize {
+        let reports = reports.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut failed = 0;
+        for r in reports {
+            match r {
+                Ok((key, p, offset)) => self.acked(&key, topic, p, offset, acks),
+                Err(_) => failed += 1,
+            }
+        }
+        failed
+    }
+
+    /// `reader` read a record with `key` and `value` at `offset`: the harness's producers
+    /// write `value-of-{key}` and name it by its key; raw records ([`raw_produce`]) are named
+    /// by their value.
+    pub fn read(&self, reader: u32, topic: &str, p: i32, offset: i64, key: &str, value: &str) {
+        let mut s = self.state();
+        let name = match value.strip_prefix("value-of-") {
+            Some(of) => {
+                if of != key && s.bad_values.len() < 10 {
+                    s.bad_values
+                        .push(format!("{topic}/{p}@{offset}: {key} holds {value:?}"));
+                }
+                key
+            }
+            None => value,
+        };
+        let (id, tp) = (s.id(name), s.tp(topic, p));
+        s.ledger.read(reader, id, tp, offset);
+        s.read.insert(name.to_string());
+    }
+
+    fn read_message(&self, reader: u32, m: &rdkafka::message::BorrowedMessage<'_>) {
+        let key = String::from_utf8_lossy(m.key().unwrap_or_default()).to_string();
+        let value = String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string();
+        self.read(reader, m.topic(), m.partition(), m.offset(), &key, &value);
+    }
+
+    /// Records read but never acknowledged (acks=0, failed sends whose write landed).
+    pub fn unacknowledged_reads(&self) -> Vec<String> {
+        let s = self.state();
+        s.read.difference(&s.acked).cloned().collect()
+    }
+
+    /// Whether record `name` was read anywhere.
+    pub fn was_read(&self, name: &str) -> bool {
+        self.state().read.contains(name)
+    }
+
+    pub fn report(&self) -> LedgerReport {
+        self.state().ledger.report()
+    }
+
+    /// Prints the test's counts (one line) and panics on any error, with examples.
+    pub fn assert_clean(&self, test: &str) -> LedgerReport {
+        let r = self.report();
+        eprintln!(
+            "checker {test}: acked all {} / acks=1 {}, read {}, lost acks=1 {}, errors {} | {}",
+            r.acked_all,
+            r.acked_one,
+            r.read,
+            r.lost_acks_one,
+            r.errors(),
+            r.counts_line()
+        );
+        let s = self.state();
+        let examples: Vec<String> = r.examples.iter().map(|e| s.named(e)).collect();
+        assert!(
+            r.errors() == 0 && s.bad_values.is_empty(),
+            "{test}: the checker found errors: {}\n{}\nbad values: {:?}",
+            r.counts_line(),
+            examples.join("\n"),
+            s.bad_values
+        );
+        r
+    }
+}
+
+/// A consumer that reads from the start of each partition with librdkafka.
+fn checker_consumer(bootstrap: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "replication-checker")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "100")
+        .set("topic.metadata.refresh.interval.ms", "1000")
+        .create()
+        .unwrap()
+}
+
+/// A consumer reading `topic`'s `partitions` from their start on a thread while the faults
+/// happen, recording every read into the checker; bounded by a stop flag and
+/// [`BACKGROUND_MAX`].
+pub struct Background {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<u64>>,
+}
+
+impl Background {
+    pub fn start(checker: &Checker, bootstrap: &str, topic: &str, partitions: i32) -> Background {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (checker, bootstrap, topic, flag) = (
+            checker.clone(),
+            bootstrap.to_string(),
+            topic.to_string(),
+            stop.clone(),
+        );
+        let thread = std::thread::spawn(move || {
+            let consumer = checker_consumer(&bootstrap);
+            let mut tpl = TopicPartitionList::new();
+            for p in 0..partitions {
+                tpl.add_partition_offset(&topic, p, Offset::Beginning)
+                    .unwrap();
+            }
+            consumer.assign(&tpl).unwrap();
+            let started = Instant::now();
+            let mut reads = 0;
+            while !flag.load(Ordering::Relaxed) && started.elapsed() < BACKGROUND_MAX {
+                // Errors while brokers die are the point of the test: librdkafka retries.
+                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+                    checker.read_message(BACKGROUND_READER, &m);
+                    reads += 1;
+                }
+            }
+            reads
+        });
+        Background {
+            stop,
+            thread: Some(thread),
         }
     }
+
+    /// Stops the consumer; the number of records it read.
+    pub fn stop(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .map_or(0, |t| t.join().expect("the background consumer"))
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A full pass over `topic`/`p` through `bootstrap`: waits (at most [`PASS_MAX`]) until the
+/// high watermark covers every offset acknowledged so far, then reads from the log start to
+/// the high watermark and records the pass (what it covered and found empty); the number of
+/// records read and the offset the pass reached (exclusive).
+pub fn final_pass(checker: &Checker, bootstrap: &str, topic: &str, p: i32) -> (u64, i64) {
+    let consumer = checker_consumer(bootstrap);
+    let needed = checker
+        .state()
+        .max_acked
+        .get(&(topic.to_string(), p))
+        .map_or(0, |o| o + 1);
+    let deadline = Instant::now() + PASS_MAX;
+    let mut watermarks = None;
+    while Instant::now() < deadline {
+        if let Ok(w) = consumer.fetch_watermarks(topic, p, Duration::from_secs(5)) {
+            watermarks = Some(w);
+            if w.1 >= needed {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (low, high) = watermarks.expect("the partition's watermarks");
+    let reader = {
+        let mut s = checker.state();
+        s.passes += 1;
+        s.passes
+    };
+    let tp = checker.state().tp(topic, p);
+    let mut pass = Pass::new(reader, tp, low);
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, p, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut reads = 0;
+    while pass.position() < high && Instant::now() < deadline + PASS_MAX {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            if m.offset() >= pass.position() {
+                pass.saw(m.offset());
+            }
+            checker.read_message(reader, &m);
+            reads += 1;
+        }
+    }
+    let end = pass.position();
+    checker.state().ledger.add_pass(pass, end);
+    (reads, end)
+}
+
+/// A plain acks=1 producer without retries (a retried non-idempotent write may land twice,
+/// which Kafka allows; without retries each acknowledged record was written once).
+pub fn producer_acks1(bootstrap: &str, reports: &Reports) -> BaseProducer<Reports> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "1")
+        .set("enable.idempotence", "false")
+        .set("message.send.max.retries", "0")
+        .set("message.timeout.ms", "20000")
+        .set("request.timeout.ms", "5000")
+        .set("topic.metadata.refresh.interval.ms", "1000")
+        .create_with_context(reports.clone())
+        .unwrap()
+}
+
+/// Sends `keys` to partition `p` and waits (bounded) for their delivery reports, which may be
+/// failures (for producers that are allowed to fail).
+pub fn send_some(producer: &BaseProducer<Reports>, name: &str, p: i32, keys: &[String]) {
+    for k in keys {
+        let value = format!("value-of-{k}");
+        if producer
+            .send(BaseRecord::to(name).partition(p).key(k).payload(&value))
+            .is_err()
+        {
+            producer.poll(Duration::from_millis(50));
+        }
+        producer.poll(Duration::ZERO);
+    }
+    let _ = producer.flush(Duration::from_secs(60));
 }
 
 pub fn acked(reports: &Reports) -> Vec<(String, i32, i64)> {
