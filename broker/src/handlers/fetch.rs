@@ -79,6 +79,12 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
             out.push(failed(code(ResponseError::NotLeaderOrFollower)));
             continue;
         }
+        if item.payload.partition_max_bytes < 0 {
+            // Kafka's log read refuses a negative size (as an unknown server error); say
+            // what is wrong instead, and read nothing.
+            out.push(failed(code(ResponseError::InvalidRequest)));
+            continue;
+        }
         if let Some(replica) = item.payload.replica {
             let data =
                 crate::replication::leader::serve_fetch(&shard, &part, replica, &item.payload)

@@ -75,8 +75,15 @@ fn render_offline(shard: &BrokerShard) -> String {
         .flat_map(|t| t.partitions.iter())
         .filter(|p| p.leader < 0)
         .count();
+    // The broker epoch of this incarnation (its registration's metadata offset), -1 until it
+    // registered: what its follower fetches carry and what fencing compares.
+    let epoch = image
+        .cluster
+        .brokers
+        .get(&shard.config.node_id)
+        .map_or(-1, |b| b.broker_epoch);
     format!(
-        "# HELP keel_offline_partitions Partitions without a leader (no live ISR or ELR member to elect).\n# TYPE keel_offline_partitions gauge\nkeel_offline_partitions {offline}\n"
+        "# HELP keel_offline_partitions Partitions without a leader (no live ISR or ELR member to elect).\n# TYPE keel_offline_partitions gauge\nkeel_offline_partitions {offline}\n# HELP keel_broker_epoch This broker's epoch: the metadata offset of its latest registration (-1 before it registered).\n# TYPE keel_broker_epoch gauge\nkeel_broker_epoch {epoch}\n"
     )
 }
 

@@ -1,0 +1,257 @@
+//! What an operator sees of replication, on real brokers (RF 3, min ISR 2): the
+//! replication metrics, `keel topic describe`'s ISR and ELR, and `keel profile`'s replication
+//! columns while followers fetch, then while both followers are stopped (the ISR shrinks to the
+//! leader, the followers become eligible leader replicas) and after they come back. Also that
+//! retention runs on followers: their own logs drop old segments, not only the leader's.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::replicated::*;
+use common::Broker;
+use serde_json::Value;
+
+/// The sum over shards of a counter or gauge without labels other than `shard`; a gauge
+/// without labels is read as is.
+fn metric(b: &Broker, name: &str) -> u64 {
+    let text = b.metrics();
+    let by_shard: u64 = b.metric_by_shard(name).iter().sum();
+    let plain = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64);
+    by_shard + plain
+}
+
+/// `keel_follower_lag_records` for one follower of `topic` partition 0 (None: not reported).
+fn follower_lag(b: &Broker, topic: &str, follower: i32) -> Option<u64> {
+    let prefix = format!(
+        "keel_follower_lag_records{{topic=\"{topic}\",partition=\"0\",follower=\"{follower}\"}} "
+    );
+    b.metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix).map(|v| v.trim().parse().unwrap()))
+}
+
+fn describe(b: &Broker, topic: &str) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["topic", "describe", topic, "--json", "-b", &b.bootstrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v[0]["partitions"][0].clone()
+}
+
+fn ids(v: &Value) -> Vec<i64> {
+    let mut out: Vec<i64> = v
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn replication_shows_in_metrics_describe_and_profile() {
+    let _serial = serial();
+    // Five voters, so the metadata quorum outlives both followers being stopped; the lag time
+    // under the session timeout, so the leader shrinks the ISR before the controller fences
+    // the stopped brokers (either takes them out; only the first is the leader's shrink).
+    let nodes = cluster(5, &["--set", "replica.lag.time.max.ms=1500"]);
+    create(&nodes[0], "ops", 1, 3, 2);
+    wait_until(
+        "the ISR has all three replicas",
+        Duration::from_secs(30),
+        || partition(&nodes[0], "ops", 0).is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3),
+    );
+    let (leader, _, replicas, _) = partition(&nodes[0], "ops", 0).unwrap();
+    let l = &nodes[index_of(leader)];
+    let followers: Vec<i32> = replicas.iter().copied().filter(|r| *r != leader).collect();
+
+    // A profile of the leader while acks=all writes replicate: its shard serves the followers.
+    let out = tempfile::tempdir().unwrap();
+    let profile = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["profile", "--duration", "3s", "--admin"])
+        .arg(format!("127.0.0.1:{}", l.admin_port))
+        .arg("--out")
+        .arg(out.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let value = vec![b'x'; 10_000];
+    for _ in 0..100 {
+        raw_produce(l, "ops", 0, -1, &[&value]).unwrap();
+    }
+    let profiled = profile.wait_with_output().unwrap();
+    assert!(
+        profiled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&profiled.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&profiled.stdout);
+    assert!(
+        stdout.contains("repl-out/s") && stdout.contains("repl-in/s"),
+        "{stdout}"
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("profile.json")).unwrap())
+            .unwrap();
+    let served: f64 = report["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["replication"]["served_bytes_per_s"].as_f64().unwrap())
+        .sum();
+    // 100 records of 10 kB to two followers inside a 3 s window.
+    assert!(served > 100_000.0, "served {served} B/s: {stdout}");
+
+    // The counters and gauges of a healthy partition.
+    assert!(metric(l, "keel_replica_served_bytes_total") >= 2 * 1_000_000);
+    for f in &followers {
+        assert!(metric(&nodes[index_of(*f)], "keel_replica_fetch_bytes_total") >= 1_000_000);
+    }
+    wait_until("no follower lags", Duration::from_secs(10), || {
+        followers
+            .iter()
+            .all(|f| follower_lag(l, "ops", *f) == Some(0))
+    });
+    assert_eq!(metric(l, "keel_under_replicated_partitions"), 0);
+    assert_eq!(metric(l, "keel_under_min_isr_partitions"), 0);
+    let d = describe(l, "ops");
+    assert_eq!(ids(&d["isr"]), {
+        let mut r = replicas.iter().map(|r| i64::from(*r)).collect::<Vec<_>>();
+        r.sort();
+        r
+    });
+    assert_eq!(ids(&d["elr"]), Vec::<i64>::new(), "{d}");
+
+    // Both followers stop: the leader takes acks=1 writes they never fetch, the ISR shrinks
+    // to the leader and the followers become eligible leader replicas (KIP-966).
+    let shrinks_before = metric(l, "keel_isr_shrinks_total");
+    for f in &followers {
+        nodes[index_of(*f)].signal("STOP");
+    }
+    for i in 0..5 {
+        raw_produce(l, "ops", 0, 1, &[format!("unreplicated-{i}").as_bytes()]).unwrap();
+    }
+    wait_until(
+        "the ISR shrinks to the leader",
+        Duration::from_secs(30),
+        || partition(l, "ops", 0).is_some_and(|(_, _, _, isr)| isr == vec![leader]),
+    );
+    for f in &followers {
+        let lag = follower_lag(l, "ops", *f).expect("lag of a stopped follower");
+        assert!(lag >= 5, "follower {f} lags {lag} records");
+    }
+    assert!(metric(l, "keel_isr_shrinks_total") > shrinks_before);
+    assert_eq!(metric(l, "keel_under_replicated_partitions"), 1);
+    assert_eq!(metric(l, "keel_under_min_isr_partitions"), 1);
+    let d = describe(l, "ops");
+    assert_eq!(ids(&d["isr"]), vec![i64::from(leader)], "{d}");
+    let mut elr: Vec<i64> = followers.iter().map(|f| i64::from(*f)).collect();
+    elr.sort();
+    assert_eq!(ids(&d["elr"]), elr, "{d}");
+
+    // They come back, catch up and rejoin; the gauges clear.
+    let expands_before = metric(l, "keel_isr_expands_total");
+    for f in &followers {
+        nodes[index_of(*f)].signal("CONT");
+    }
+    wait_until("the ISR is whole again", Duration::from_secs(30), || {
+        partition(l, "ops", 0).is_some_and(|(_, _, _, isr)| isr.len() == 3)
+    });
+    assert!(metric(l, "keel_isr_expands_total") > expands_before);
+    wait_until("the gauges clear", Duration::from_secs(10), || {
+        metric(l, "keel_under_replicated_partitions") == 0
+            && metric(l, "keel_under_min_isr_partitions") == 0
+    });
+    assert_eq!(ids(&describe(l, "ops")["elr"]), Vec::<i64>::new());
+}
+
+/// Base offsets of the segment files of `topic`-0 in `b`'s data dir.
+fn segments(b: &Broker, topic: &str) -> Vec<i64> {
+    let dir = b.data_dir().join(format!("{topic}-0"));
+    let mut out: Vec<i64> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().to_string_lossy().to_string();
+            name.strip_suffix(".log")?.parse().ok()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn retention_runs_on_followers_too() {
+    let _serial = serial();
+    let nodes = cluster(3, &["--set", "log.retention.check.interval.ms=500"]);
+    let mut c = common::client::Client::connect(&nodes[0].bootstrap());
+    let req = kafka_protocol::messages::CreateTopicsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(vec![
+            kafka_protocol::messages::create_topics_request::CreatableTopic::default()
+                .with_name(common::client::topic("retained"))
+                .with_num_partitions(1)
+                .with_replication_factor(3)
+                .with_configs(
+                    [
+                        ("min.insync.replicas", "2"),
+                        ("segment.bytes", "20000"),
+                        ("retention.bytes", "40000"),
+                    ]
+                    .iter()
+                    .map(|(k, v)| {
+                        kafka_protocol::messages::create_topics_request::CreatableTopicConfig::default()
+                            .with_name((*k).into())
+                            .with_value(Some((*v).into()))
+                    })
+                    .collect(),
+                ),
+        ]);
+    let resp: kafka_protocol::messages::CreateTopicsResponse =
+        c.send(kafka_protocol::messages::ApiKey::CreateTopics, 7, &req);
+    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
+    wait_until(
+        "the ISR has all three replicas",
+        Duration::from_secs(30),
+        || {
+            partition(&nodes[0], "retained", 0)
+                .is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3)
+        },
+    );
+    let (leader, _, _, _) = partition(&nodes[0], "retained", 0).unwrap();
+    let l = &nodes[index_of(leader)];
+    // 200 records of 1 kB: ten segments of 20 kB; retention keeps about two.
+    let value = vec![b'r'; 1000];
+    for _ in 0..200 {
+        raw_produce(l, "retained", 0, -1, &[&value]).unwrap();
+    }
+    for b in &nodes {
+        wait_until(
+            "every replica deletes its old segments",
+            Duration::from_secs(30),
+            || {
+                segments(b, "retained")
+                    .first()
+                    .is_some_and(|base| *base > 0)
+            },
+        );
+        let s = segments(b, "retained");
+        assert!(s.len() <= 4, "{s:?}");
+    }
+}
