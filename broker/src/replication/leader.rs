@@ -323,8 +323,9 @@ pub async fn check_isr(shard: &Rc<BrokerShard>) {
     }
 }
 
-/// Proposes `new_isr` for `part` through the controller (Kafka's AlterPartition), marking it
-/// pending until an image commits it or the controller refuses.
+/// Proposes `new_isr` for `part` through the controller (an item of this shard's next
+/// AlterPartition request, see `alter_partition`), marking it pending until an image commits
+/// it or the controller refuses.
 fn propose_isr(
     shard: &Rc<BrokerShard>,
     part: &Rc<Partition>,
@@ -360,15 +361,46 @@ fn propose_isr(
         partition_epoch: part.replication.partition_epoch.get(),
         new_isr: members,
     };
-    let shard = shard.clone();
-    let part = part.clone();
-    glommio::spawn_local(async move {
-        let result = crate::controller::alter_partition(&shard, change).await;
-        if let Err(e) = result {
-            warn!(topic = %part.topic, partition = part.index, error = %e.message, code = ?e.code, why, "ISR change refused");
-            *part.replication.pending_isr.borrow_mut() = None;
+    super::alter_partition::submit(
+        shard,
+        super::alter_partition::AlterPartitionItem {
+            part: part.clone(),
+            change,
+            why,
+        },
+    );
+}
+
+/// One partition's result of an AlterPartition request. Accepted: the image with the new
+/// partition epoch ends the pending change (an answer at the same partition epoch changed
+/// nothing, so it ends here). Refused: the pending change ends here. Either way only while it
+/// is still this change: an image may have ended it already and a newer one be pending.
+pub fn isr_change_done(
+    shard: &Rc<BrokerShard>,
+    part: &Rc<Partition>,
+    change: &crate::controller::IsrChange,
+    why: &'static str,
+    result: Result<i32, crate::controller::OpError>,
+) {
+    let ended = match result {
+        Ok(partition_epoch) => {
+            debug!(topic = %part.topic, partition = part.index, partition_epoch, why, "ISR change committed");
+            partition_epoch == change.partition_epoch
         }
-        maybe_advance_high_watermark(&shard, &part);
-    })
-    .detach();
+        Err(e) => {
+            warn!(topic = %part.topic, partition = part.index, error = %e.message, code = ?e.code, why, "ISR change refused");
+            shard
+                .counters
+                .failed_isr_updates
+                .set(shard.counters.failed_isr_updates.get() + 1);
+            true
+        }
+    };
+    let proposed: Vec<i32> = change.new_isr.iter().map(|(r, _)| *r).collect();
+    let ours = part.replication.partition_epoch.get() == change.partition_epoch
+        && part.replication.pending_isr.borrow().as_ref() == Some(&proposed);
+    if ended && ours {
+        *part.replication.pending_isr.borrow_mut() = None;
+    }
+    maybe_advance_high_watermark(shard, part);
 }

@@ -16,6 +16,7 @@
 //! A partition with one replica keeps the single-replica path: its high watermark is its
 //! durable end, exactly as before replication.
 
+pub mod alter_partition;
 pub mod fetcher;
 pub mod leader;
 pub mod read;
