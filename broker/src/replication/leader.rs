@@ -199,9 +199,14 @@ pub fn maybe_advance_high_watermark(shard: &Rc<BrokerShard>, part: &Rc<Partition
     }
 }
 
-/// acks=all: waits until the high watermark passes `upto` (then checks the ISR is still at
-/// least `min.insync.replicas`, as Kafka's DelayedProduce does), leadership is lost, or
-/// `timeout` passes.
+/// acks=all: waits until the high watermark passes `upto`, leadership is lost, the committed
+/// ISR falls below `min.insync.replicas`, or `timeout` passes.
+///
+/// A committed ISR below the minimum answers NOT_ENOUGH_REPLICAS_AFTER_APPEND at once, passed
+/// or not: the record is in the leader's log, but the high watermark does not move while the
+/// ISR is that small (KIP-966), so waiting could only end in REQUEST_TIMED_OUT. This is what
+/// a client of Kafka before KIP-966 saw when the ISR shrank under its write (Kafka's
+/// DelayedProduce); the image that installs the smaller ISR wakes the wait.
 pub async fn wait_for_high_watermark(
     part: &Rc<Partition>,
     upto: Offset,
@@ -213,15 +218,15 @@ pub async fn wait_for_high_watermark(
             return Err(super::not_leader(part));
         }
         let event = part.replication.hw_event();
+        let isr = part.replication.isr.borrow().len() as i32;
+        let min = part.min_insync_replicas.get();
+        if isr < min {
+            return Err(CommitError::Replication(
+                ErrorCode::of(ResponseError::NotEnoughReplicasAfterAppend),
+                format!("the in-sync replica set shrank to {isr}, below min.insync.replicas {min}, after the write"),
+            ));
+        }
         if part.log.offsets().high_watermark >= upto {
-            let isr = part.replication.isr.borrow().len() as i32;
-            let min = part.min_insync_replicas.get();
-            if isr < min {
-                return Err(CommitError::Replication(
-                    ErrorCode::of(ResponseError::NotEnoughReplicasAfterAppend),
-                    format!("the in-sync replica set shrank to {isr}, below min.insync.replicas {min}, after the write"),
-                ));
-            }
             return Ok(());
         }
         let left = deadline.saturating_duration_since(Instant::now());
