@@ -23,6 +23,7 @@ use crate::controller::state::Controller;
 use crate::coordination::parking::DataWaiters;
 use crate::metadata::{partition_dir, MetadataImage, PartitionMeta, TopicMeta};
 use crate::ops::metrics::ShardCounters;
+use crate::replication::alter_partition::AlterPartitionManager;
 use crate::replication::state::{PartitionReplication, ReplicaFetchers};
 
 /// A partition whose log this shard owns.
@@ -103,6 +104,9 @@ pub struct BrokerShard {
     pub clock: Rc<dyn Clock>,
     /// The fetchers of the partitions this shard follows (see `replication::fetcher`).
     pub replica_fetchers: ReplicaFetchers,
+    /// The ISR changes this shard's leaders send the controller, one request at a time (see
+    /// `replication::alter_partition`).
+    pub alter_partition: AlterPartitionManager,
     /// What starts when this shard opens a partition of an internal topic: the coordinators
     /// load their state from it (set by [`crate::startup`], so that this module does not depend
     /// on the coordinators that depend on it).
@@ -142,6 +146,7 @@ impl BrokerShard {
             txns: crate::txn::shard_state::TxnShard::default(),
             clock,
             replica_fetchers: ReplicaFetchers::default(),
+            alter_partition: AlterPartitionManager::default(),
             loaders,
         })
     }

@@ -174,7 +174,7 @@ pub fn record_clean_shutdown(shard: &BrokerShard) {
     }
 }
 
-/// One ISR change a leader proposes (Kafka's AlterPartition for one partition).
+/// One ISR change a leader proposes (one partition's item of an AlterPartition request).
 pub struct IsrChange {
     pub topic_id: [u8; 16],
     pub partition: i32,
@@ -184,34 +184,48 @@ pub struct IsrChange {
     pub new_isr: Vec<(i32, i64)>,
 }
 
-/// Proposes `change` to the controller (through shard 0's metadata node) and waits for its
-/// answer; `Ok` once committed (the image that carries it is installed or on its way).
-pub async fn alter_partition(shard: &Rc<BrokerShard>, change: IsrChange) -> Result<(), OpError> {
+/// Sends `changes` to the controller as one AlterPartition request (through shard 0's
+/// metadata node) and waits for its answer: a result per change, in order. `Ok` carries the
+/// partition epoch the change was committed with (the image that carries it is installed or
+/// on its way); an error is that partition's, or the whole request's when none came back.
+pub async fn alter_partitions(
+    shard: &Rc<BrokerShard>,
+    changes: &[IsrChange],
+) -> Vec<Result<i32, OpError>> {
     let node_id = shard.config.node_id;
-    let epochs = shard.image().cluster.brokers.clone();
-    let request = AlterPartitionRequest {
-        topic_id: change.topic_id,
-        partition: change.partition,
-        leader_id: node_id,
-        leader_epoch: change.leader_epoch,
-        partition_epoch: change.partition_epoch,
-        new_isr: change
-            .new_isr
-            .iter()
-            .map(|(broker_id, epoch)| IsrMember {
-                broker_id: *broker_id,
-                broker_epoch: if *broker_id == node_id {
-                    epochs.get(&node_id).map_or(-1, |b| b.broker_epoch)
-                } else {
-                    *epoch
-                },
-            })
-            .collect(),
-    };
-    let results = call(shard, move |s| async move {
+    let own_epoch = shard
+        .image()
+        .cluster
+        .brokers
+        .get(&node_id)
+        .map_or(-1, |b| b.broker_epoch);
+    let requests: Vec<AlterPartitionRequest> = changes
+        .iter()
+        .map(|change| AlterPartitionRequest {
+            topic_id: change.topic_id,
+            partition: change.partition,
+            leader_id: node_id,
+            leader_epoch: change.leader_epoch,
+            partition_epoch: change.partition_epoch,
+            new_isr: change
+                .new_isr
+                .iter()
+                .map(|(broker_id, epoch)| IsrMember {
+                    broker_id: *broker_id,
+                    broker_epoch: if *broker_id == node_id {
+                        own_epoch
+                    } else {
+                        *epoch
+                    },
+                })
+                .collect(),
+        })
+        .collect();
+    let count = requests.len();
+    let answer = call(shard, move |s| async move {
         let ctl = controller(&s);
         let (tx, rx) = oneshot::channel();
-        let ticket = ctl.handle.alter_partition(vec![request]);
+        let ticket = ctl.handle.alter_partition(requests);
         ctl.alter_tickets.borrow_mut().insert(ticket, tx);
         match rx.await {
             Ok(Ok(results)) => Ok(results),
@@ -222,21 +236,37 @@ pub async fn alter_partition(shard: &Rc<BrokerShard>, change: IsrChange) -> Resu
             )),
         }
     })
-    .await??;
-    match results.first() {
-        Some(r) if r.error_code == 0 => Ok(()),
-        Some(r) => Err(OpError {
-            code: ErrorCode::from_code(r.error_code),
-            message: format!(
-                "controller refused the ISR change (its view: leader {} epoch {}, partition epoch {}, ISR {:?})",
-                r.leader_id, r.leader_epoch, r.partition_epoch, r.isr
-            ),
-        }),
-        None => Err(OpError::new(
-            ResponseError::UnknownServerError,
-            "the controller gave no answer",
-        )),
-    }
+    .await
+    .and_then(|r| r);
+    let results = match answer {
+        Ok(results) if results.len() == count => results,
+        Ok(results) => {
+            let e = OpError::new(
+                ResponseError::UnknownServerError,
+                format!(
+                    "the controller answered {} of {count} partitions",
+                    results.len()
+                ),
+            );
+            return vec![Err(e); count];
+        }
+        Err(e) => return vec![Err(e); count],
+    };
+    results
+        .into_iter()
+        .map(|r| {
+            if r.error_code == 0 {
+                return Ok(r.partition_epoch);
+            }
+            Err(OpError {
+                code: ErrorCode::from_code(r.error_code),
+                message: format!(
+                    "controller refused the ISR change (its view: leader {} epoch {}, partition epoch {}, ISR {:?})",
+                    r.leader_id, r.leader_epoch, r.partition_epoch, r.isr
+                ),
+            })
+        })
+        .collect()
 }
 
 /// Runs `f` on shard 0 (the controller), inline when already there.

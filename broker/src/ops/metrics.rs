@@ -41,6 +41,12 @@ pub struct ShardCounters {
     /// truncations (those below the high watermark apart).
     pub isr_shrinks: Cell<u64>,
     pub isr_expands: Cell<u64>,
+    /// AlterPartition requests this shard sent the controller and the partitions they carried
+    /// (one request carries every change queued while the previous one was in flight), and
+    /// the changes the controller refused (Kafka's `FailedIsrUpdatesPerSec`).
+    pub alter_partition_requests: Cell<u64>,
+    pub alter_partition_partitions: Cell<u64>,
+    pub failed_isr_updates: Cell<u64>,
     pub replica_fetch_bytes: Cell<u64>,
     /// Record bytes this shard's leaders served to followers.
     pub replica_served_bytes: Cell<u64>,
@@ -151,6 +157,9 @@ impl Default for ShardCounters {
             compaction_ns: Cell::new(0),
             isr_shrinks: Cell::new(0),
             isr_expands: Cell::new(0),
+            alter_partition_requests: Cell::new(0),
+            alter_partition_partitions: Cell::new(0),
+            failed_isr_updates: Cell::new(0),
             replica_fetch_bytes: Cell::new(0),
             replica_served_bytes: Cell::new(0),
             replica_truncations: Cell::new(0),
@@ -290,6 +299,9 @@ impl ShardCounters {
             compaction_s: self.compaction_ns.get() as f64 / 1e9,
             isr_shrinks: self.isr_shrinks.get(),
             isr_expands: self.isr_expands.get(),
+            alter_partition_requests: self.alter_partition_requests.get(),
+            alter_partition_partitions: self.alter_partition_partitions.get(),
+            failed_isr_updates: self.failed_isr_updates.get(),
             replica_fetch_bytes: self.replica_fetch_bytes.get(),
             replica_served_bytes: self.replica_served_bytes.get(),
             replica_truncations: self.replica_truncations.get(),
@@ -346,6 +358,9 @@ pub struct CountersSnapshot {
     pub segment_files_open: u64,
     pub isr_shrinks: u64,
     pub isr_expands: u64,
+    pub alter_partition_requests: u64,
+    pub alter_partition_partitions: u64,
+    pub failed_isr_updates: u64,
     pub replica_fetch_bytes: u64,
     pub replica_served_bytes: u64,
     pub replica_truncations: u64,
@@ -551,6 +566,24 @@ pub fn render(shards: &[CountersSnapshot]) -> String {
         "counter",
         "ISR expansions this shard's leaders proposed (a follower caught up).",
         &|s| s.isr_expands as f64,
+    );
+    family(
+        "keel_alter_partition_requests_total",
+        "counter",
+        "AlterPartition requests this shard sent the controller (at most one in flight; each carries every ISR change queued meanwhile).",
+        &|s| s.alter_partition_requests as f64,
+    );
+    family(
+        "keel_alter_partition_partitions_total",
+        "counter",
+        "Partition ISR changes carried by this shard's AlterPartition requests.",
+        &|s| s.alter_partition_partitions as f64,
+    );
+    family(
+        "keel_failed_isr_updates_total",
+        "counter",
+        "ISR changes the controller refused (Kafka's FailedIsrUpdatesPerSec).",
+        &|s| s.failed_isr_updates as f64,
     );
     family(
         "keel_replica_fetch_bytes_total",

@@ -199,9 +199,14 @@ pub fn maybe_advance_high_watermark(shard: &Rc<BrokerShard>, part: &Rc<Partition
     }
 }
 
-/// acks=all: waits until the high watermark passes `upto` (then checks the ISR is still at
-/// least `min.insync.replicas`, as Kafka's DelayedProduce does), leadership is lost, or
-/// `timeout` passes.
+/// acks=all: waits until the high watermark passes `upto`, leadership is lost, the committed
+/// ISR falls below `min.insync.replicas`, or `timeout` passes.
+///
+/// A committed ISR below the minimum answers NOT_ENOUGH_REPLICAS_AFTER_APPEND at once, passed
+/// or not: the record is in the leader's log, but the high watermark does not move while the
+/// ISR is that small (KIP-966), so waiting could only end in REQUEST_TIMED_OUT. This is what
+/// a client of Kafka before KIP-966 saw when the ISR shrank under its write (Kafka's
+/// DelayedProduce); the image that installs the smaller ISR wakes the wait.
 pub async fn wait_for_high_watermark(
     part: &Rc<Partition>,
     upto: Offset,
@@ -213,15 +218,15 @@ pub async fn wait_for_high_watermark(
             return Err(super::not_leader(part));
         }
         let event = part.replication.hw_event();
+        let isr = part.replication.isr.borrow().len() as i32;
+        let min = part.min_insync_replicas.get();
+        if isr < min {
+            return Err(CommitError::Replication(
+                ErrorCode::of(ResponseError::NotEnoughReplicasAfterAppend),
+                format!("the in-sync replica set shrank to {isr}, below min.insync.replicas {min}, after the write"),
+            ));
+        }
         if part.log.offsets().high_watermark >= upto {
-            let isr = part.replication.isr.borrow().len() as i32;
-            let min = part.min_insync_replicas.get();
-            if isr < min {
-                return Err(CommitError::Replication(
-                    ErrorCode::of(ResponseError::NotEnoughReplicasAfterAppend),
-                    format!("the in-sync replica set shrank to {isr}, below min.insync.replicas {min}, after the write"),
-                ));
-            }
             return Ok(());
         }
         let left = deadline.saturating_duration_since(Instant::now());
@@ -281,7 +286,13 @@ pub async fn check_isr(shard: &Rc<BrokerShard>) {
     let now_ms = shard.clock.now_ms();
     let lag_ms = shard.config.replica_lag_time_max_ms as i64;
     for part in shard.all_partitions() {
+        // Only once this broker took up the leadership (`apply_image` gave every follower a
+        // full lag window): between installing an image and taking up its roles, a new
+        // leader knows no follower yet and would drop them all.
+        let taken_up =
+            part.replication.applied_role.get() == Some((part.node_id, part.leader_epoch.get()));
         if !part.is_leader()
+            || !taken_up
             || !part.replication.is_replicated()
             || part.replication.pending_isr.borrow().is_some()
         {
@@ -317,8 +328,9 @@ pub async fn check_isr(shard: &Rc<BrokerShard>) {
     }
 }
 
-/// Proposes `new_isr` for `part` through the controller (Kafka's AlterPartition), marking it
-/// pending until an image commits it or the controller refuses.
+/// Proposes `new_isr` for `part` through the controller (an item of this shard's next
+/// AlterPartition request, see `alter_partition`), marking it pending until an image commits
+/// it or the controller refuses.
 fn propose_isr(
     shard: &Rc<BrokerShard>,
     part: &Rc<Partition>,
@@ -354,15 +366,46 @@ fn propose_isr(
         partition_epoch: part.replication.partition_epoch.get(),
         new_isr: members,
     };
-    let shard = shard.clone();
-    let part = part.clone();
-    glommio::spawn_local(async move {
-        let result = crate::controller::alter_partition(&shard, change).await;
-        if let Err(e) = result {
-            warn!(topic = %part.topic, partition = part.index, error = %e.message, code = ?e.code, why, "ISR change refused");
-            *part.replication.pending_isr.borrow_mut() = None;
+    super::alter_partition::submit(
+        shard,
+        super::alter_partition::AlterPartitionItem {
+            part: part.clone(),
+            change,
+            why,
+        },
+    );
+}
+
+/// One partition's result of an AlterPartition request. Accepted: the image with the new
+/// partition epoch ends the pending change (an answer at the same partition epoch changed
+/// nothing, so it ends here). Refused: the pending change ends here. Either way only while it
+/// is still this change: an image may have ended it already and a newer one be pending.
+pub fn isr_change_done(
+    shard: &Rc<BrokerShard>,
+    part: &Rc<Partition>,
+    change: &crate::controller::IsrChange,
+    why: &'static str,
+    result: Result<i32, crate::controller::OpError>,
+) {
+    let ended = match result {
+        Ok(partition_epoch) => {
+            debug!(topic = %part.topic, partition = part.index, partition_epoch, why, "ISR change committed");
+            partition_epoch == change.partition_epoch
         }
-        maybe_advance_high_watermark(&shard, &part);
-    })
-    .detach();
+        Err(e) => {
+            warn!(topic = %part.topic, partition = part.index, error = %e.message, code = ?e.code, why, "ISR change refused");
+            shard
+                .counters
+                .failed_isr_updates
+                .set(shard.counters.failed_isr_updates.get() + 1);
+            true
+        }
+    };
+    let proposed: Vec<i32> = change.new_isr.iter().map(|(r, _)| *r).collect();
+    let ours = part.replication.partition_epoch.get() == change.partition_epoch
+        && part.replication.pending_isr.borrow().as_ref() == Some(&proposed);
+    if ended && ours {
+        *part.replication.pending_isr.borrow_mut() = None;
+    }
+    maybe_advance_high_watermark(shard, part);
 }

@@ -16,6 +16,7 @@
 //! A partition with one replica keeps the single-replica path: its high watermark is its
 //! durable end, exactly as before replication.
 
+pub mod alter_partition;
 pub mod fetcher;
 pub mod leader;
 pub mod read;
@@ -138,7 +139,6 @@ pub fn coordinator_commit_error(
 /// writes and fetches wake (a former leader answers them NOT_LEADER_OR_FOLLOWER).
 pub async fn apply_image(shard: &Rc<BrokerShard>) {
     let image = shard.image();
-    let now_ms = shard.clock.now_ms();
     for part in shard.all_partitions() {
         let leader = part.replication.leader.get();
         let epoch = part.leader_epoch.get();
@@ -148,7 +148,6 @@ pub async fn apply_image(shard: &Rc<BrokerShard>) {
         if previous == Some((leader, epoch)) {
             continue;
         }
-        part.replication.applied_role.set(Some((leader, epoch)));
         let was_leader = previous.is_some_and(|(l, _)| l == shard.config.node_id);
         if part.is_leader() {
             // A single replica records its epoch with its first append, as before
@@ -163,7 +162,7 @@ pub async fn apply_image(shard: &Rc<BrokerShard>) {
             }
             let log_end = part.log.offsets().log_end_offset.0;
             part.replication.epoch_start_offset.set(log_end);
-            leader::reset_followers(&part, now_ms);
+            leader::reset_followers(&part, shard.clock.now_ms());
             fetcher::unassign(shard, &part);
             info!(shard = shard.id, topic = %part.topic, partition = part.index, epoch, log_end_offset = log_end, replicated, "leading partition");
             if !was_leader {
@@ -179,6 +178,9 @@ pub async fn apply_image(shard: &Rc<BrokerShard>) {
                 fetcher::unassign(shard, &part);
             }
         }
+        // Only now: the leader's ISR check waits for the role to be taken up (its followers
+        // known, each with a full lag window).
+        part.replication.applied_role.set(Some((leader, epoch)));
         part.replication.fire_hw_moved();
         shard.notify_data(&part);
     }

@@ -62,8 +62,8 @@ pub struct PartitionReplication {
     /// The (leader, leader epoch) whose role this broker last took up (see
     /// `replication::apply_image`); `None` before the first.
     pub applied_role: Cell<Option<(i32, i32)>>,
-    /// Fired (and replaced) whenever the high watermark moves or leadership changes: acks=all
-    /// produces and the coordinators' writes wait on it.
+    /// Fired (and replaced) whenever the high watermark moves, the ISR changes or leadership
+    /// changes: acks=all produces and the coordinators' writes wait on it.
     hw_moved: RefCell<Rc<Event>>,
 }
 
@@ -105,7 +105,8 @@ impl PartitionReplication {
     }
 
     /// Takes the assignment of an installed image. A pending ISR change ends once the image
-    /// carries a newer partition epoch (committed, or overtaken by another change).
+    /// carries a newer partition epoch (committed, or overtaken by another change); a new ISR
+    /// wakes what waits for the high watermark.
     pub fn set_from_image(
         &self,
         leader: i32,
@@ -116,12 +117,17 @@ impl PartitionReplication {
     ) {
         self.leader.set(leader);
         *self.replicas.borrow_mut() = replicas.to_vec();
+        let isr_changed = *self.isr.borrow() != isr;
         *self.isr.borrow_mut() = isr.to_vec();
         *self.elr.borrow_mut() = elr.to_vec();
         if partition_epoch != self.partition_epoch.get() {
             *self.pending_isr.borrow_mut() = None;
         }
         self.partition_epoch.set(partition_epoch);
+        if isr_changed {
+            // acks=all waits check the ISR against min.insync.replicas.
+            self.fire_hw_moved();
+        }
     }
 
     /// The event the next high-watermark move fires.
@@ -148,6 +154,23 @@ mod tests {
         *r.pending_isr.borrow_mut() = Some(vec![1, 3]);
         assert_eq!(r.maximal_isr(), vec![1, 2, 3]);
         *r.pending_isr.borrow_mut() = Some(vec![1]);
+        assert_eq!(r.maximal_isr(), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_new_isr_wakes_the_waits_and_a_new_partition_epoch_ends_the_pending_change() {
+        let r = PartitionReplication::default();
+        r.set_from_image(1, &[1, 2, 3], &[1, 2, 3], &[], 4);
+        *r.pending_isr.borrow_mut() = Some(vec![1, 2]);
+        let waiting = r.hw_event();
+        // The same ISR at the same partition epoch: nothing wakes, the change stays pending.
+        r.set_from_image(1, &[1, 2, 3], &[1, 2, 3], &[], 4);
+        assert!(!waiting.is_fired());
+        assert_eq!(r.maximal_isr(), vec![1, 2, 3]);
+        // The shrink committed: the waits wake and check the ISR against the minimum.
+        r.set_from_image(1, &[1, 2, 3], &[1, 2], &[], 5);
+        assert!(waiting.is_fired());
+        assert_eq!(*r.pending_isr.borrow(), None);
         assert_eq!(r.maximal_isr(), vec![1, 2]);
     }
 
