@@ -242,16 +242,14 @@ fn retention_runs_on_followers_too() {
         raw_produce(l, "retained", 0, -1, &[&value]).unwrap();
     }
     for b in &nodes {
+        // Retention may run while the writes still land: wait for the state after the last.
         wait_until(
-            "every replica deletes its old segments",
+            "every replica keeps only its newest segments",
             Duration::from_secs(30),
             || {
-                segments(b, "retained")
-                    .first()
-                    .is_some_and(|base| *base > 0)
+                let s = segments(b, "retained");
+                s.first().is_some_and(|base| *base > 0) && s.len() <= 4
             },
         );
-        let s = segments(b, "retained");
-        assert!(s.len() <= 4, "{s:?}");
     }
 }

@@ -170,16 +170,22 @@ fn record_progress(
 }
 
 /// Moves the high watermark of a replicated partition this broker leads to the lowest log
-/// end in the maximal ISR, if that ISR is large enough; wakes fetches and acks=all waits when
-/// it moved.
+/// end in the maximal ISR, if the committed ISR is large enough; wakes fetches and acks=all
+/// waits when it moved.
 pub fn maybe_advance_high_watermark(shard: &Rc<BrokerShard>, part: &Rc<Partition>) {
     if !part.replication.is_replicated() || !part.is_leader() {
         return;
     }
-    let isr = part.replication.maximal_isr();
-    if (isr.len() as i32) < part.min_insync_replicas.get() {
+    // Kafka's Partition.maybeIncrementLeaderHW: nothing moves while the committed ISR is
+    // below min.insync.replicas (KIP-966), so a pending expansion cannot let consumers read
+    // what only the leader and a joining follower hold (were it never committed and the leader
+    // lost, an eligible leader replica without those records could be elected). Above the
+    // minimum the high watermark is the lowest log end over the maximal ISR, committed and
+    // pending members both (a pending shrink's leaver still counts).
+    if (part.replication.isr.borrow().len() as i32) < part.min_insync_replicas.get() {
         return;
     }
+    let isr = part.replication.maximal_isr();
     let mut candidate = part.log.durable_end().0;
     {
         let followers = part.replication.followers.borrow();

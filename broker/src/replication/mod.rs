@@ -146,6 +146,9 @@ pub async fn apply_image(shard: &Rc<BrokerShard>) {
         part.log.set_replicated(replicated);
         let previous = part.replication.applied_role.get();
         if previous == Some((leader, epoch)) {
+            // The same role; an ISR change the image committed may let the high watermark
+            // move (an expansion back to min.insync.replicas).
+            leader::maybe_advance_high_watermark(shard, &part);
             continue;
         }
         let was_leader = previous.is_some_and(|(l, _)| l == shard.config.node_id);

@@ -448,17 +448,20 @@ fn checker_consumer(bootstrap: &str) -> BaseConsumer {
 /// [`BACKGROUND_MAX`].
 pub struct Background {
     stop: Arc<AtomicBool>,
+    reads: Arc<std::sync::atomic::AtomicU64>,
     thread: Option<JoinHandle<u64>>,
 }
 
 impl Background {
     pub fn start(checker: &Checker, bootstrap: &str, topic: &str, partitions: i32) -> Background {
         let stop = Arc::new(AtomicBool::new(false));
-        let (checker, bootstrap, topic, flag) = (
+        let reads = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (checker, bootstrap, topic, flag, counter) = (
             checker.clone(),
             bootstrap.to_string(),
             topic.to_string(),
             stop.clone(),
+            reads.clone(),
         );
         let thread = std::thread::spawn(move || {
             let consumer = checker_consumer(&bootstrap);
@@ -475,18 +478,25 @@ impl Background {
                 if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
                     checker.read_message(BACKGROUND_READER, &m);
                     reads += 1;
+                    counter.store(reads, Ordering::Relaxed);
                 }
             }
             reads
         });
         Background {
             stop,
+            reads,
             thread: Some(thread),
         }
     }
 
-    /// Stops the consumer; the number of records it read.
+    /// Stops the consumer once it has read something (it may still be finding a new leader
+    /// after the last fault: up to 30 s more); the number of records it read.
     pub fn stop(mut self) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.reads.load(Ordering::Relaxed) == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         self.stop.store(true, Ordering::Relaxed);
         self.thread
             .take()
