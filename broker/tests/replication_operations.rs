@@ -253,3 +253,113 @@ fn retention_runs_on_followers_too() {
         );
     }
 }
+
+/// Sets `configs` on a new topic of one partition with replication factor 3.
+fn create_with(b: &Broker, name: &str, configs: &[(&str, &str)]) {
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    let mut c = common::client::Client::connect(&b.bootstrap());
+    let req = kafka_protocol::messages::CreateTopicsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(common::client::topic(name))
+            .with_num_partitions(1)
+            .with_replication_factor(3)
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        CreatableTopicConfig::default()
+                            .with_name(k.to_string().into())
+                            .with_value(Some(v.to_string().into()))
+                    })
+                    .collect(),
+            )]);
+    let resp: kafka_protocol::messages::CreateTopicsResponse =
+        c.send(kafka_protocol::messages::ApiKey::CreateTopics, 7, &req);
+    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
+}
+
+#[test]
+fn a_replica_that_lost_its_partition_rebuilds_it_from_a_compacted_leader() {
+    let _serial = serial();
+    // Five voters: the quorum outlives the leader killed and a follower stopped at the end.
+    let mut nodes = cluster(5, &["--set", "log.cleaner.backoff.ms=200"]);
+    create_with(
+        &nodes[0],
+        "keyed",
+        &[
+            ("min.insync.replicas", "2"),
+            ("cleanup.policy", "compact"),
+            ("segment.bytes", "4096"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+        ],
+    );
+    wait_until(
+        "the ISR has all three replicas",
+        Duration::from_secs(30),
+        || partition(&nodes[0], "keyed", 0).is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3),
+    );
+    let (leader, _, replicas, _) = partition(&nodes[0], "keyed", 0).unwrap();
+    let all: String = nodes
+        .iter()
+        .map(|b| b.bootstrap())
+        .collect::<Vec<_>>()
+        .join(",");
+    // 20 keys written 30 times each: compaction keeps the last of each.
+    let reports = Reports::default();
+    let p = producer(&all, &reports);
+    // One flush per round: 30 batches over several 4 KiB segments (one batch of all 600
+    // would fill one segment, which the cleaner never touches while it is the active one).
+    let round: Vec<String> = (0..20).map(|k| format!("k{k}")).collect();
+    for _ in 0..30 {
+        send_all(&p, "keyed", 0, &round);
+    }
+    let written = 600;
+    let l = index_of(leader);
+    let last = acked(&reports).iter().map(|(_, _, o)| *o).max().unwrap();
+    // Wait until the leader's log has gaps: compaction dropped records below the last.
+    wait_until("the leader compacts", Duration::from_secs(60), || {
+        (read_all(&nodes[l].bootstrap(), "keyed", 0, last).len() as i64) < last + 1
+    });
+    // A follower loses the partition's directory (its disk), comes back empty and rebuilds it
+    // from the leader, whose compacted log has offset gaps.
+    let f = *replicas.iter().find(|r| **r != leader).unwrap();
+    let fi = index_of(f);
+    nodes[fi].kill9();
+    let dir = nodes[fi].data_dir().join("keyed-0");
+    std::fs::remove_dir_all(&dir).unwrap();
+    nodes[fi].restart_after_stop();
+    wait_until(
+        "the rebuilt follower rejoins the ISR",
+        Duration::from_secs(60),
+        || partition(&nodes[l], "keyed", 0).is_some_and(|(_, _, _, isr)| isr.contains(&f)),
+    );
+    // Make the rebuilt replica the only one that can lead, and read the partition from it.
+    let other = *replicas.iter().find(|r| **r != leader && **r != f).unwrap();
+    nodes[index_of(other)].signal("STOP");
+    nodes[l].kill9();
+    wait_until("the rebuilt replica leads", Duration::from_secs(30), || {
+        partition(&nodes[fi], "keyed", 0).is_some_and(|(nl, _, _, _)| nl == f)
+    });
+    let acked = acked(&reports);
+    let read = read_all(&nodes[fi].bootstrap(), "keyed", 0, last);
+    let latest: std::collections::BTreeMap<String, i64> = acked
+        .iter()
+        .map(|(k, _, o)| (k.clone(), *o))
+        .collect::<std::collections::BTreeMap<_, _>>();
+    for (key, offset) in &latest {
+        assert_eq!(
+            read.get(offset).map(|(k, _)| k.as_str()),
+            Some(key.as_str()),
+            "the latest record of {key} at {offset}"
+        );
+    }
+    // The log has offset gaps (compaction dropped records), and they came through the
+    // rebuilt replica's follower appends.
+    assert!(
+        read.len() < written && (read.len() as i64) < last + 1,
+        "compacted: {} records over offsets 0..={last}",
+        read.len()
+    );
+    nodes[index_of(other)].signal("CONT");
+}

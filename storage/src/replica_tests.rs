@@ -470,3 +470,45 @@ fn follower_log_start_moves_up_to_the_high_watermark_only() {
         assert_eq!(log.offsets().log_start_offset, Offset(42));
     });
 }
+
+#[test]
+fn a_follower_takes_a_compacted_leaders_offset_gaps_once_prepared_and_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let checkpoint = dir.path().join("cleaner-offset-checkpoint");
+        let log = Log::open(dir.path(), config(500)).await.unwrap();
+        // Offsets 0-1, then 5-6: compaction left a gap of three between the batches.
+        let mut gapped = batch_at(0, 1);
+        gapped.extend_from_slice(&batch_at(5, 1));
+        let gapped = gapped.freeze();
+        let refused = log.append_as_follower(gapped.clone(), LeaderEpoch(1), 0);
+        assert!(
+            matches!(refused, Err(StorageError::ReplicaAppend(_))),
+            "{refused:?}"
+        );
+        assert_eq!(log.offsets().log_end_offset, Offset(0));
+        // Batches without a gap need nothing.
+        log.prepare_for_gaps(&batch_at(0, 1)).await.unwrap();
+        assert!(!checkpoint.exists());
+        log.prepare_for_gaps(&gapped).await.unwrap();
+        assert!(checkpoint.exists());
+        log.append_as_follower(gapped, LeaderEpoch(1), 0).unwrap();
+        // A gap at the log end, in a later epoch.
+        let tail = batch_at(20, 2);
+        log.prepare_for_gaps(&tail).await.unwrap();
+        log.append_as_follower(tail.freeze(), LeaderEpoch(2), 0)
+            .unwrap();
+        assert_eq!(log.offsets().log_end_offset, Offset(22));
+        let kept = read_all(&log).await;
+        assert_eq!(
+            batches_in(&kept).iter().map(|b| b.0).collect::<Vec<_>>(),
+            vec![0, 5, 20]
+        );
+        // Made durable, then reopened without a close: recovery takes the gaps.
+        log.make_durable(Offset(22)).await.unwrap();
+        drop(log);
+        let log = Log::open(dir.path(), config(500)).await.unwrap();
+        assert_eq!(log.offsets().log_end_offset, Offset(22));
+        assert_eq!(read_all(&log).await, kept);
+    });
+}

@@ -7,8 +7,10 @@
 //! only what it has synced); the last fetched epoch is the local latest epoch. An answer with
 //! `diverging_epoch` truncates the local log to where it agrees with the leader (Kafka's
 //! `getOffsetTruncationState`), records are appended with the leader's offsets and epochs
-//! (`Log::append_as_follower`, which refuses gaps, overlaps, bad CRCs and epochs above the
-//! leader's: logged, nothing appended, the partition backs off), and the high watermark
+//! (`Log::append_as_follower`, which refuses overlaps, bad CRCs and epochs above the
+//! leader's: logged, nothing appended, the partition backs off; offset gaps, from a compacted
+//! leader, are taken once `Log::prepare_for_gaps` has made the log's recovery accept them),
+//! and the high watermark
 //! becomes the leader's, capped at the local log end.
 //!
 //! A fetcher ends when it has no partitions left. It runs on the shard that owns its
@@ -315,6 +317,11 @@ async fn handle_partition(
         let bytes = records.len();
         let now_ms = shard.clock.now_ms();
         let epoch = LeaderEpoch(part.leader_epoch.get());
+        // A compacted leader's batches leave offset gaps; the log must take them first.
+        part.log.prepare_for_gaps(&records).await.map_err(|e| {
+            warn!(topic = %part.topic, partition = part.index, error = %e, "cannot take the leader's offset gaps; nothing appended");
+            format!("preparing for offset gaps: {e}")
+        })?;
         part.log
             .append_as_follower(records, epoch, now_ms)
             .map_err(|e| {

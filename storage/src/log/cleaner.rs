@@ -36,7 +36,7 @@ use crate::types::{CompactionOutcome, Offset};
 use super::Log;
 
 /// The first dirty offset, kept per partition (Kafka: `cleaner-offset-checkpoint`).
-pub(super) const CLEANER_FILE: &str = "cleaner-offset-checkpoint";
+pub(in crate::log) const CLEANER_FILE: &str = "cleaner-offset-checkpoint";
 /// Batches are cleaned in slices of about this many bytes, yielding between slices.
 const SLICE_BYTES: usize = 1 << 20;
 

@@ -129,6 +129,44 @@ impl Log {
         Ok(true)
     }
 
+    /// Makes this log ready for a follower append of `batches` that leaves offset gaps (the
+    /// leader's log was compacted: Kafka's follower takes any increasing offsets). Recovery
+    /// accepts gaps only in a log with a cleaner checkpoint, so when `batches` has a gap and
+    /// this log does not take gaps yet, the checkpoint is written first (cleaned up to the log
+    /// start: this log's own cleaner still finds all of it dirty) and gaps are allowed from
+    /// then on. Nothing happens for batches without a gap. Call before `append_as_follower`.
+    pub async fn prepare_for_gaps(&self, batches: &[u8]) -> Result<(), StorageError> {
+        let (allowed, mut expected, start) = {
+            let s = self.inner.state.borrow();
+            (s.gaps_allowed, s.log_end_offset.0, s.log_start_offset.0)
+        };
+        if allowed {
+            return Ok(());
+        }
+        let mut pos = 0usize;
+        let mut gap = false;
+        while let Some(h) = batches.get(pos..).and_then(BatchHeader::parse) {
+            if h.base_offset > expected {
+                gap = true;
+                break;
+            }
+            expected = h.last_offset().saturating_add(1);
+            pos = match pos.checked_add(h.size) {
+                Some(next) if next <= batches.len() => next,
+                _ => break,
+            };
+        }
+        if !gap {
+            return Ok(());
+        }
+        let path = self.inner.dir.join(super::cleaner::CLEANER_FILE);
+        if read_file(&path).await?.is_none() {
+            write_file_atomic(&path, format!("{start}\n").into_bytes()).await?;
+        }
+        self.inner.state.borrow_mut().gaps_allowed = true;
+        Ok(())
+    }
+
     /// A follower's append of batches fetched from its leader (Kafka's
     /// `appendAsFollower`): kept as they are (offsets, partitionLeaderEpoch, timestamps,
     /// compression), staged and indexed as a leader's append is, with the leader epochs,
@@ -140,7 +178,8 @@ impl Log {
     /// (header, CRC32C, `max.message.bytes`); base offsets strictly increase: the first at the
     /// log end offset, each after the previous batch's last offset (Kafka's follower takes any
     /// increasing offsets; Keel takes a gap, at the log end or between batches, only on a log
-    /// whose recovery accepts gaps, one with a cleaner checkpoint); partitionLeaderEpochs never
+    /// whose recovery accepts gaps, one with a cleaner checkpoint: `prepare_for_gaps` makes
+    /// one); partitionLeaderEpochs never
     /// go down (from the log's latest epoch on) nor above `max_epoch`, the leader's current
     /// epoch.
     pub fn append_as_follower(
