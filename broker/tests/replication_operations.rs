@@ -363,3 +363,48 @@ fn a_replica_that_lost_its_partition_rebuilds_it_from_a_compacted_leader() {
     );
     nodes[index_of(other)].signal("CONT");
 }
+
+#[test]
+fn a_static_min_insync_replicas_reaches_the_controllers_elections() {
+    let _serial = serial();
+    // min.insync.replicas set on every broker's command line, not on the topic: the
+    // controller's KIP-966 rules read it as Kafka's controller reads its static config.
+    let nodes = cluster(
+        5,
+        &[
+            "--set",
+            "min.insync.replicas=2",
+            "--set",
+            "replica.lag.time.max.ms=1500",
+        ],
+    );
+    create_with(&nodes[0], "static", &[]);
+    wait_until(
+        "the ISR has all three replicas",
+        Duration::from_secs(30),
+        || partition(&nodes[0], "static", 0).is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3),
+    );
+    let (leader, _, replicas, _) = partition(&nodes[0], "static", 0).unwrap();
+    let l = &nodes[index_of(leader)];
+    let followers: Vec<i32> = replicas.iter().copied().filter(|r| *r != leader).collect();
+    for f in &followers {
+        nodes[index_of(*f)].signal("STOP");
+    }
+    wait_until(
+        "the ISR shrinks to the leader",
+        Duration::from_secs(30),
+        || partition(l, "static", 0).is_some_and(|(_, _, _, isr)| isr == vec![leader]),
+    );
+    // Below the broker's min ISR, the members that left are eligible leader replicas.
+    let mut elr: Vec<i64> = followers.iter().map(|f| i64::from(*f)).collect();
+    elr.sort();
+    assert_eq!(ids(&describe(l, "static")["elr"]), elr);
+    assert_eq!(
+        raw_produce(l, "static", 0, -1, &[b"refused"]),
+        Err(19),
+        "acks=all under the broker's min ISR: NOT_ENOUGH_REPLICAS"
+    );
+    for f in &followers {
+        nodes[index_of(*f)].signal("CONT");
+    }
+}

@@ -33,7 +33,8 @@
 //! KIP-966's unclean recovery (electing from the last known ELR), and the ELR feature flag
 //! (the ELR is always kept).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -92,7 +93,8 @@ pub struct AlterPartitionResult {
     pub isr: Vec<i32>,
 }
 
-/// `min.insync.replicas` for `topic`: its override, else the cluster default, else 1.
+/// `min.insync.replicas` for `topic`: its override, else the cluster default, else this node's
+/// static setting, else 1.
 pub fn min_insync_replicas(image: &ClusterImage, topic: &TopicInfo) -> usize {
     config(image, topic, MIN_INSYNC_REPLICAS)
         .and_then(|v| v.parse::<usize>().ok())
@@ -110,11 +112,25 @@ pub fn unclean_election_enabled(image: &ClusterImage, topic: &TopicInfo, unclean
     }
 }
 
+/// This node's static settings (its config file and command line) of the configs elections
+/// read: the last fallback after a topic's override and the cluster-wide dynamic default, as
+/// Kafka's controller falls back to its own static config. Set once at start; unset (tests of
+/// this module), the built-in defaults apply.
+static STATIC_DEFAULTS: OnceLock<BTreeMap<String, String>> = OnceLock::new();
+
+/// Sets this node's static `min.insync.replicas` and `unclean.leader.election.enable` (and
+/// any other config elections read) for every decision this process makes as controller.
+/// Only the first call counts.
+pub fn set_static_defaults(defaults: BTreeMap<String, String>) {
+    let _ = STATIC_DEFAULTS.set(defaults);
+}
+
 fn config<'a>(image: &'a ClusterImage, topic: &'a TopicInfo, name: &str) -> Option<&'a str> {
     topic
         .configs
         .get(name)
         .or_else(|| image.broker_configs.get("").and_then(|c| c.get(name)))
+        .or_else(|| STATIC_DEFAULTS.get().and_then(|d| d.get(name)))
         .map(String::as_str)
 }
 

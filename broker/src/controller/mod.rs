@@ -96,6 +96,16 @@ fn node_config(config: &BrokerConfig, shard_count: usize) -> NodeConfig {
                 .map_or_else(|| "127.0.0.1:0".to_string(), |a| a.to_string()),
         );
     }
+    // The controller's elections fall back to this node's static settings, as Kafka's do.
+    keel_raft::partition_change::set_static_defaults(
+        [
+            keel_raft::partition_change::MIN_INSYNC_REPLICAS,
+            keel_raft::partition_change::UNCLEAN_LEADER_ELECTION_ENABLE,
+        ]
+        .iter()
+        .filter_map(|k| config.values.get(*k).map(|v| (k.to_string(), v.clone())))
+        .collect(),
+    );
     NodeConfig {
         node_id,
         dir: config.data_dir.join("__cluster_metadata-0"),
