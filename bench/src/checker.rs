@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::verify::{MessageSet, PartitionKey};
+use crate::message_set::{MessageSet, PartitionKey};
 
 /// The first examples kept of each kind of error.
 const EXAMPLES_PER_KIND: usize = 3;

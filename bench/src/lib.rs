@@ -5,6 +5,7 @@ pub mod checker;
 pub mod client;
 pub mod hist;
 pub mod keys;
+pub mod message_set;
 pub mod payload;
 pub mod probe;
 pub mod report;

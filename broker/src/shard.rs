@@ -23,7 +23,7 @@ use crate::controller::state::Controller;
 use crate::coordination::parking::DataWaiters;
 use crate::metadata::{partition_dir, MetadataImage, PartitionMeta, TopicMeta};
 use crate::ops::metrics::ShardCounters;
-use crate::replication::alter_partition::AlterPartitionManager;
+use crate::replication::state::AlterPartitionManager;
 use crate::replication::state::{PartitionReplication, ReplicaFetchers};
 
 /// A partition whose log this shard owns.
@@ -105,16 +105,20 @@ pub struct BrokerShard {
     /// The fetchers of the partitions this shard follows (see `replication::fetcher`).
     pub replica_fetchers: ReplicaFetchers,
     /// The ISR changes this shard's leaders send the controller, one request at a time (see
-    /// `replication::alter_partition`).
-    pub alter_partition: AlterPartitionManager,
-    /// What starts when this shard opens a partition of an internal topic: the coordinators
-    /// load their state from it (set by [`crate::startup`], so that this module does not depend
-    /// on the coordinators that depend on it).
-    loaders: Vec<(&'static str, PartitionLoader)>,
+    /// `replication::leader::alter_partition`).
+    pub alter_partition: AlterPartitionManager<Rc<Partition>>,
+    /// What starts when this broker becomes the leader of a partition of an internal topic
+    /// (the coordinator loads its state from it), and what runs when that leadership leaves
+    /// (the coordinator forgets it); set by [`crate::startup`], so that this module does not
+    /// depend on the coordinators that depend on it.
+    loaders: Vec<(&'static str, PartitionLoader, PartitionUnloader)>,
 }
 
-/// Starts loading a coordinator's state from a partition this shard just opened.
+/// Starts loading a coordinator's state from a partition this broker now leads.
 pub type PartitionLoader = fn(&Rc<BrokerShard>, Rc<Partition>);
+/// Drops a coordinator's state of a partition this broker no longer leads (Kafka's
+/// `onResignation`).
+pub type PartitionUnloader = fn(&Rc<BrokerShard>, &Partition);
 
 impl BrokerShard {
     /// A shard with no partitions and an empty metadata image; `controller` on shard 0 only;
@@ -126,7 +130,7 @@ impl BrokerShard {
         config: Arc<BrokerConfig>,
         controller: Option<Controller>,
         clock: Rc<dyn Clock>,
-        loaders: Vec<(&'static str, PartitionLoader)>,
+        loaders: Vec<(&'static str, PartitionLoader, PartitionUnloader)>,
     ) -> Rc<Self> {
         Rc::new(BrokerShard {
             id,
@@ -272,8 +276,15 @@ impl BrokerShard {
     /// Starts loading the coordinator of `part` (an internal topic's partition this broker
     /// just began to lead); other topics have none.
     pub fn run_loader(self: &Rc<Self>, part: &Rc<Partition>) {
-        if let Some((_, load)) = self.loaders.iter().find(|(t, _)| *t == part.topic) {
+        if let Some((_, load, _)) = self.loaders.iter().find(|(t, _, _)| *t == part.topic) {
             load(self, part.clone());
+        }
+    }
+
+    /// This broker stopped leading `part`: its coordinator, if it has one, forgets it.
+    pub fn run_unloader(self: &Rc<Self>, part: &Partition) {
+        if let Some((_, _, unload)) = self.loaders.iter().find(|(t, _, _)| *t == part.topic) {
+            unload(self, part);
         }
     }
 

@@ -428,10 +428,15 @@ pub async fn run_shard(
         controller,
         Rc::new(keel_vocab::SystemClock),
         vec![
-            (keel_coordinator::OFFSETS_TOPIC, crate::group::start_load),
+            (
+                keel_coordinator::OFFSETS_TOPIC,
+                crate::group::start_load,
+                crate::group::unload,
+            ),
             (
                 keel_coordinator::TRANSACTION_STATE_TOPIC,
                 crate::txn::coordinator::start_load,
+                crate::txn::coordinator::unload,
             ),
         ],
     );

@@ -408,3 +408,135 @@ fn a_static_min_insync_replicas_reaches_the_controllers_elections() {
         nodes[index_of(*f)].signal("CONT");
     }
 }
+
+/// `text` without ANSI color sequences (the broker's log colors its fields).
+fn without_colors(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Java's `String.hashCode`, as Kafka places a group on a `__consumer_offsets` partition.
+fn java_hash(s: &str) -> i32 {
+    s.encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
+}
+
+/// OffsetCommit v7 of `topic` partition 0 for a simple group (no member): the error code.
+fn commit_offset(b: &Broker, group: &str, topic: &str, offset: i64) -> i16 {
+    use kafka_protocol::messages::offset_commit_request::*;
+    use kafka_protocol::messages::*;
+    let mut c = common::client::Client::connect(&b.bootstrap());
+    let r: OffsetCommitResponse = c.send(
+        ApiKey::OffsetCommit,
+        7,
+        &OffsetCommitRequest::default()
+            .with_group_id(GroupId(group.to_string().into()))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(common::client::topic(topic))
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(offset)])]),
+    );
+    r.topics[0].partitions[0].error_code
+}
+
+/// OffsetFetch v5 of `topic` partition 0: (group error, partition error, committed offset).
+fn fetch_offset(b: &Broker, group: &str, topic: &str) -> (i16, i16, i64) {
+    use kafka_protocol::messages::offset_fetch_request::*;
+    use kafka_protocol::messages::*;
+    let mut c = common::client::Client::connect(&b.bootstrap());
+    let r: OffsetFetchResponse = c.send(
+        ApiKey::OffsetFetch,
+        5,
+        &OffsetFetchRequest::default()
+            .with_group_id(GroupId(group.to_string().into()))
+            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                .with_name(common::client::topic(topic))
+                .with_partition_indexes(vec![0])])),
+    );
+    match r.topics.first().and_then(|t| t.partitions.first()) {
+        Some(p) => (r.error_code, p.error_code, p.committed_offset),
+        None => (r.error_code, -1, -1),
+    }
+}
+
+#[test]
+fn a_coordinator_unloads_its_partition_when_leadership_leaves() {
+    let _serial = serial();
+    let nodes = cluster(3, &[]);
+    create_with(&nodes[0], "tracked", &[]);
+    let group = "unload-group";
+    let p = java_hash(group).unsigned_abs() as i32 % 50;
+    // The group's coordinator: the leader of its __consumer_offsets partition (RF 3).
+    let mut coordinator = -1;
+    wait_until(
+        "the group has a coordinator",
+        Duration::from_secs(30),
+        || {
+            // The first FindCoordinator creates __consumer_offsets.
+            let mut client = common::client::Client::connect(&nodes[0].bootstrap());
+            let _: kafka_protocol::messages::FindCoordinatorResponse = client.send(
+                kafka_protocol::messages::ApiKey::FindCoordinator,
+                3,
+                &kafka_protocol::messages::FindCoordinatorRequest::default()
+                    .with_key(group.to_string().into())
+                    .with_key_type(0),
+            );
+            coordinator = partition(&nodes[0], "__consumer_offsets", p)
+                .filter(|(l, _, _, isr)| *l > 0 && isr.len() == 3)
+                .map_or(-1, |(l, _, _, _)| l);
+            coordinator > 0
+                && commit_offset(&nodes[index_of(coordinator)], group, "tracked", 42) == 0
+        },
+    );
+    let c = &nodes[index_of(coordinator)];
+    assert_eq!(fetch_offset(c, group, "tracked"), (0, 0, 42));
+    // The coordinator pauses past its session: another replica leads the partition; when it
+    // resumes it learns so and drops the group's state.
+    c.signal("STOP");
+    let other = &nodes[(index_of(coordinator) + 1) % 3];
+    wait_until(
+        "another broker leads the group's partition",
+        Duration::from_secs(30),
+        || {
+            partition(other, "__consumer_offsets", p)
+                .is_some_and(|(l, _, _, _)| l > 0 && l != coordinator)
+        },
+    );
+    let (successor, _, _, _) = partition(other, "__consumer_offsets", p).unwrap();
+    c.signal("CONT");
+    wait_until(
+        "the old coordinator unloads the partition",
+        Duration::from_secs(30),
+        || {
+            without_colors(&c.log_text()).lines().any(|l| {
+                l.contains("coordinator partition unloaded")
+                    && l.contains(&format!("partition={p} "))
+            })
+        },
+    );
+    // The old coordinator refuses the group; the new one has its committed offset.
+    assert_eq!(commit_offset(c, group, "tracked", 7), 16, "NOT_COORDINATOR");
+    assert_eq!(fetch_offset(c, group, "tracked").0, 16, "NOT_COORDINATOR");
+    let s = &nodes[index_of(successor)];
+    wait_until(
+        "the new coordinator serves the group",
+        Duration::from_secs(30),
+        || fetch_offset(s, group, "tracked") == (0, 0, 42),
+    );
+    assert_eq!(commit_offset(s, group, "tracked", 43), 0);
+    assert_eq!(fetch_offset(s, group, "tracked"), (0, 0, 43));
+}

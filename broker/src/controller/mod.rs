@@ -35,6 +35,9 @@ use crate::config::{validate_topic_config, BrokerConfig};
 use crate::coordination::parking::join_all;
 use crate::metadata::{validate_topic_name, LegacyImage, MetadataImage, TopicMeta};
 use crate::shard::BrokerShard;
+
+/// One ISR change a leader proposes (defined with the replication state the shard holds).
+pub use crate::replication::state::IsrChange;
 use keel_vocab::ErrorCode;
 pub use state::Controller;
 
@@ -182,16 +185,6 @@ pub fn record_clean_shutdown(shard: &BrokerShard) {
     if let Err(e) = written {
         warn!(path = %path.display(), error = %e, "cannot record the clean shutdown");
     }
-}
-
-/// One ISR change a leader proposes (one partition's item of an AlterPartition request).
-pub struct IsrChange {
-    pub topic_id: [u8; 16],
-    pub partition: i32,
-    pub leader_epoch: i32,
-    pub partition_epoch: i32,
-    /// The new ISR: each member and the broker epoch it fetched with (-1 for the leader).
-    pub new_isr: Vec<(i32, i64)>,
 }
 
 /// Sends `changes` to the controller as one AlterPartition request (through shard 0's

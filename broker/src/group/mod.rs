@@ -572,6 +572,26 @@ pub async fn delete_offsets(
 
 /// Starts loading a just-opened `__consumer_offsets` partition: its groups answer
 /// COORDINATOR_LOAD_IN_PROGRESS until its log is replayed. Also starts this shard's expiry task.
+/// This broker stopped leading `part` (a partition of `__consumer_offsets`): its groups are
+/// forgotten here, and requests waiting on them get NOT_COORDINATOR.
+pub fn unload(shard: &Rc<BrokerShard>, part: &Partition) {
+    let orphaned = shard.groups.unload(part.index);
+    let groups = orphaned.len();
+    membership::deliver(
+        shard,
+        orphaned
+            .into_iter()
+            .map(|w| (w, Err(ErrorCode::of(ResponseError::NotCoordinator))))
+            .collect(),
+    );
+    info!(
+        shard = shard.id,
+        partition = part.index,
+        waiting = groups,
+        "coordinator partition unloaded: no longer its leader"
+    );
+}
+
 pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
     let p = part.index;
     let (load_id, orphaned) = shard.groups.begin_load(p, part.topic_id);
@@ -585,6 +605,12 @@ pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
     let owner = shard.clone();
     glommio::spawn_local(async move {
         let started = Instant::now();
+        // A new leader's high watermark may still be below what it holds from the old leader
+        // (its followers have not fetched it yet): load once all of it is committed, or the
+        // state would miss the last commits of the old coordinator.
+        if !crate::replication::wait_for_epoch_start(&part).await {
+            return;
+        }
         let loaded = match replay(&part).await {
             Ok(mut r) => {
                 if r.unreadable_records > 0 || r.unreadable_batches > 0 {

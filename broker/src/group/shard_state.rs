@@ -83,6 +83,23 @@ impl GroupCoordinator {
         (load_id, orphaned)
     }
 
+    /// Forgets partition `p` (this broker no longer leads it): its load, pending writes, groups
+    /// and pending transactional offsets; returns the waiters of its groups (to answer
+    /// NOT_COORDINATOR). A write whose commit is still awaited applies nothing afterwards
+    /// (`apply_committed` finds no load).
+    pub(super) fn unload(&self, p: i32) -> Vec<Waiter> {
+        self.partitions.borrow_mut().remove(&p);
+        let mut orphaned = Vec::new();
+        self.groups.borrow_mut().retain(|_, g| {
+            if g.partition == p {
+                orphaned.extend(g.waiting.drain().map(|(_, w)| w));
+            }
+            g.partition != p
+        });
+        self.txn_offsets.borrow_mut().retain(|(tp, _), _| *tp != p);
+        orphaned
+    }
+
     /// Installs the groups replayed from partition `p`'s log, unless `p` was reopened since.
     pub(super) fn finish_load(
         &self,

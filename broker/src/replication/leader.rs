@@ -8,6 +8,8 @@
 //! with its current broker epoch (checked by the Fetch handler); nothing else moves a
 //! follower's progress, so a stranger cannot keep a dead replica in the ISR.
 
+pub mod alter_partition;
+
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -372,9 +374,9 @@ fn propose_isr(
         partition_epoch: part.replication.partition_epoch.get(),
         new_isr: members,
     };
-    super::alter_partition::submit(
+    alter_partition::submit(
         shard,
-        super::alter_partition::AlterPartitionItem {
+        alter_partition::AlterPartitionItem {
             part: part.clone(),
             change,
             why,

@@ -16,7 +16,6 @@
 //! A partition with one replica keeps the single-replica path: its high watermark is its
 //! durable end, exactly as before replication.
 
-pub mod alter_partition;
 pub mod fetcher;
 pub mod leader;
 pub mod read;
@@ -98,6 +97,24 @@ pub async fn commit(
 /// for the ISR: Kafka's `offsets.commit.timeout.ms` default.
 pub const COORDINATOR_COMMIT_TIMEOUT: Duration = Duration::from_millis(5_000);
 
+/// Waits until a new leader's high watermark reaches its epoch start (KIP-207): what its
+/// followers had not fetched from the old leader is then committed here too. A coordinator
+/// loads its state only from committed records, so its load waits for this; `false` when this
+/// broker stopped leading `part` meanwhile. Bounded by the leadership: every image and every
+/// high-watermark move wakes it, and it re-checks at least every 100 ms.
+pub async fn wait_for_epoch_start(part: &Partition) -> bool {
+    loop {
+        if !part.is_leader() {
+            return false;
+        }
+        let event = part.replication.hw_event();
+        if part.log.offsets().high_watermark.0 >= part.replication.epoch_start_offset.get() {
+            return true;
+        }
+        event.wait_timeout(Duration::from_millis(100)).await;
+    }
+}
+
 /// A coordinator's write: acks=all, as Kafka's coordinators append.
 pub async fn commit_coordinator(
     shard: &Rc<BrokerShard>,
@@ -174,6 +191,11 @@ pub async fn apply_image(shard: &Rc<BrokerShard>) {
             leader::maybe_advance_high_watermark(shard, &part);
         } else {
             part.replication.followers.borrow_mut().clear();
+            if was_leader {
+                // Kafka's onResignation: the coordinator forgets the partition; its requests
+                // get NOT_COORDINATOR and clients look up the new leader.
+                shard.run_unloader(&part);
+            }
             if leader >= 0 {
                 fetcher::assign(shard, &image, &part);
                 info!(shard = shard.id, topic = %part.topic, partition = part.index, epoch, leader, "following partition");

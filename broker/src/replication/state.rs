@@ -142,6 +142,46 @@ impl PartitionReplication {
     }
 }
 
+/// One ISR change a leader proposes (one partition's item of an AlterPartition request).
+pub struct IsrChange {
+    pub topic_id: [u8; 16],
+    pub partition: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    /// The new ISR: each member and the broker epoch it fetched with (-1 for the leader).
+    pub new_isr: Vec<(i32, i64)>,
+}
+
+/// One partition's change waiting in a shard's AlterPartition queue, or in flight (Kafka's
+/// `AlterPartitionItem`); `P` is the partition handle (the shard's `Rc<Partition>`: generic
+/// so that this module, which the shard holds, names neither the shard nor the controller).
+pub struct AlterPartitionItem<P> {
+    pub part: P,
+    pub change: IsrChange,
+    /// "shrink" or "expand", for the log.
+    pub why: &'static str,
+}
+
+/// A partition by (topic id, index).
+pub type PartitionKey = ([u8; 16], i32);
+
+/// A shard's AlterPartition queue (`replication::leader::alter_partition` works it).
+pub struct AlterPartitionManager<P> {
+    /// Changes for the next request, by (topic id, partition): at most one each.
+    pub unsent: RefCell<BTreeMap<PartitionKey, AlterPartitionItem<P>>>,
+    /// Whether a request is in flight (Kafka's `inflightRequest`).
+    pub in_flight: Cell<bool>,
+}
+
+impl<P> Default for AlterPartitionManager<P> {
+    fn default() -> Self {
+        AlterPartitionManager {
+            unsent: RefCell::new(BTreeMap::new()),
+            in_flight: Cell::new(false),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

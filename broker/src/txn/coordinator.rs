@@ -540,6 +540,25 @@ pub async fn append_marker(
 
 /// Starts loading a just-opened `__transaction_state` partition (its leader epoch is the
 /// coordinator epoch); starts this shard's timer.
+/// This broker stopped leading `part` (a partition of `__transaction_state`): its coordinator
+/// is dropped; requests for its transactional ids get NOT_COORDINATOR, and a write or marker
+/// round still in flight finds no coordinator to report to.
+pub fn unload(shard: &Rc<BrokerShard>, part: &Partition) {
+    if shard
+        .txns
+        .partitions
+        .borrow_mut()
+        .remove(&part.index)
+        .is_some()
+    {
+        info!(
+            shard = shard.id,
+            partition = part.index,
+            "transaction coordinator partition unloaded: no longer its leader"
+        );
+    }
+}
+
 pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
     let p = part.index;
     let load_id = shard.txns.next_load_id.get() + 1;
@@ -555,6 +574,10 @@ pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
     let owner = shard.clone();
     glommio::spawn_local(async move {
         let mut coordinator = TransactionCoordinator::new(p, coordinator_epoch, txn_config(&owner));
+        // Load what is committed, all of it (see group::start_load).
+        if !crate::replication::wait_for_epoch_start(&part).await {
+            return;
+        }
         let replayed = replay(&part, &mut coordinator).await;
         let actions = {
             let mut parts = owner.txns.partitions.borrow_mut();

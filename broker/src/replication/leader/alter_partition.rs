@@ -1,6 +1,7 @@
-//! Kafka's AlterPartitionManager, one per shard: the ISR changes this shard's leaders want
-//! (shrinks from the periodic check, expansions from followers' fetches) travel to the
-//! controller as one AlterPartition request per round, with an item per partition.
+//! The leader's AlterPartition queue (Kafka's AlterPartitionManager), one per shard: the ISR
+//! changes this shard's leaders want (shrinks from the periodic check, expansions from
+//! followers' fetches) travel to the controller as one AlterPartition request per round, with
+//! an item per partition. A child of `leader`, whose `isr_change_done` takes each result.
 //!
 //! At most one request is in flight per shard; changes submitted meanwhile wait in `unsent`
 //! and go together in the next request, sent as soon as the one in flight is answered. A
@@ -15,32 +16,17 @@
 //! change until the next image with a newer partition epoch, or forever on a broker that
 //! is stopping anyway.
 
-use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use keel_raft::partition_change::ALTER_PARTITION_BATCH_MAX;
 use tracing::debug;
 
-use crate::controller::IsrChange;
 use crate::shard::{BrokerShard, Partition};
 
-/// One partition's change, waiting to be sent or in flight (Kafka's `AlterPartitionItem`).
-pub struct AlterPartitionItem {
-    pub part: Rc<Partition>,
-    pub change: IsrChange,
-    /// "shrink" or "expand", for the log.
-    pub why: &'static str,
-}
-
-/// A shard's AlterPartition queue (see the module docs).
-#[derive(Default)]
-pub struct AlterPartitionManager {
-    /// Changes for the next request, by (topic id, partition): at most one each.
-    unsent: RefCell<BTreeMap<([u8; 16], i32), AlterPartitionItem>>,
-    /// Whether a request is in flight (Kafka's `inflightRequest`).
-    in_flight: Cell<bool>,
-}
+/// A change of one of this shard's partitions (the queue itself is in `state`, which the
+/// shard holds).
+pub type AlterPartitionItem = crate::replication::state::AlterPartitionItem<Rc<Partition>>;
 
 /// Queues `item` for the next AlterPartition request of `shard` and sends one unless a request
 /// is in flight.
@@ -115,7 +101,7 @@ async fn send(shard: &Rc<BrokerShard>, batch: Vec<AlterPartitionItem>) {
         "a result per AlterPartition item"
     );
     for (((part, why), change), result) in items.into_iter().zip(changes).zip(results) {
-        super::leader::isr_change_done(shard, &part, &change, why, result);
+        super::isr_change_done(shard, &part, &change, why, result);
     }
 }
 
