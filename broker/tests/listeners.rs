@@ -212,4 +212,108 @@ fn each_listener_advertises_every_brokers_endpoint_of_that_listener() {
         .map(|i| (format!("k{i}"), format!("v{i}")))
         .collect();
     assert_eq!(got, want);
+
+    // Replica requests are honoured only on the inter-broker listener (INTERNAL): on EXTERNAL a
+    // follower's fetch and its OffsetForLeaderEpoch get TOPIC_AUTHORIZATION_FAILED.
+    let mut c = Client::connect(&format!("127.0.0.1:{}", ports[0].internal));
+    let created: CreateTopicsResponse = c.send(
+        ApiKey::CreateTopics,
+        7,
+        &CreateTopicsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![create_topics_request::CreatableTopic::default()
+                .with_name(common::client::topic("pair"))
+                .with_num_partitions(1)
+                .with_replication_factor(2)]),
+    );
+    assert_eq!(created.topics[0].error_code, 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (leader, follower, topic_id) = loop {
+        let mut c = Client::connect(&format!("127.0.0.1:{}", ports[0].internal));
+        let m: MetadataResponse = c.send(
+            ApiKey::Metadata,
+            12,
+            &MetadataRequest::default().with_topics(None),
+        );
+        let t = m
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == "pair"));
+        if let Some((t, p)) = t.and_then(|t| t.partitions.first().map(|p| (t, p))) {
+            if p.leader_id.0 > 0 && p.isr_nodes.len() == 2 {
+                let follower = p
+                    .replica_nodes
+                    .iter()
+                    .find(|r| **r != p.leader_id)
+                    .unwrap()
+                    .0;
+                break (p.leader_id.0, follower, t.topic_id);
+            }
+        }
+        assert!(Instant::now() < deadline, "the pair's ISR fills");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let epoch: i64 = nodes[follower as usize - 1]
+        .metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix("keel_broker_epoch "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("keel_broker_epoch");
+    let lp = &ports[leader as usize - 1];
+    let replica_fetch = |port: u16| -> i16 {
+        let mut c = Client::connect(&format!("127.0.0.1:{port}"));
+        let r: FetchResponse = c.send(
+            ApiKey::Fetch,
+            15,
+            &FetchRequest::default()
+                .with_replica_state(
+                    fetch_request::ReplicaState::default()
+                        .with_replica_id(BrokerId(follower))
+                        .with_replica_epoch(epoch),
+                )
+                .with_max_wait_ms(0)
+                .with_max_bytes(1 << 20)
+                .with_session_epoch(-1)
+                .with_topics(vec![fetch_request::FetchTopic::default()
+                    .with_topic_id(topic_id)
+                    .with_partitions(vec![fetch_request::FetchPartition::default()
+                        .with_partition(0)
+                        .with_fetch_offset(0)
+                        .with_last_fetched_epoch(-1)
+                        .with_partition_max_bytes(1 << 20)])]),
+        );
+        r.responses[0].partitions[0].error_code
+    };
+    let epoch_query = |port: u16| -> i16 {
+        let mut c = Client::connect(&format!("127.0.0.1:{port}"));
+        let r: OffsetForLeaderEpochResponse = c.send(
+            ApiKey::OffsetForLeaderEpoch,
+            4,
+            &OffsetForLeaderEpochRequest::default()
+                .with_replica_id(BrokerId(follower))
+                .with_topics(vec![
+                    offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                        .with_topic(common::client::topic("pair"))
+                        .with_partitions(vec![
+                            offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                                .with_partition(0)
+                                .with_current_leader_epoch(-1)
+                                .with_leader_epoch(0),
+                        ]),
+                ]),
+        );
+        r.topics[0].partitions[0].error_code
+    };
+    assert_eq!(
+        replica_fetch(lp.external),
+        29,
+        "a follower fetch on EXTERNAL"
+    );
+    assert_eq!(
+        epoch_query(lp.external),
+        29,
+        "a replica's OffsetForLeaderEpoch on EXTERNAL"
+    );
+    assert_eq!(replica_fetch(lp.internal), 0, "the same fetch on INTERNAL");
+    assert_eq!(epoch_query(lp.internal), 0, "the same question on INTERNAL");
 }

@@ -231,12 +231,15 @@ async fn wait_any(
 }
 
 /// The replica a fetch comes from, if any: `Err` with the error every partition gets when it
-/// claims to be a replica but cannot be honoured (before v15 a follower sends no broker
-/// epoch; an unknown or fenced broker, or a stale epoch, is no follower of this broker's).
+/// claims to be a replica but cannot be honoured (on a listener other than the inter-broker
+/// one: TOPIC_AUTHORIZATION_FAILED, as Kafka answers a follower fetch without the cluster
+/// permission; before v15 a follower sends no broker epoch; an unknown or fenced broker, or a
+/// stale epoch, is no follower of this broker's).
 fn replica_of(
     shard: &BrokerShard,
     version: i16,
     req: &FetchRequest,
+    listener: &str,
 ) -> Result<Option<ReplicaFetch>, i16> {
     let (broker_id, broker_epoch) = if version >= 15 {
         (
@@ -248,6 +251,9 @@ fn replica_of(
     };
     if broker_id < 0 {
         return Ok(None);
+    }
+    if listener != shard.config.inter_broker_listener_name {
+        return Err(code(ResponseError::TopicAuthorizationFailed));
     }
     if version < 15 {
         return Err(code(ResponseError::StaleBrokerEpoch));
@@ -271,6 +277,7 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: FetchRequest,
+    listener: &str,
 ) -> FetchResponse {
     let version = hdr.request_api_version;
     let mut resp = FetchResponse::default().with_session_id(0);
@@ -280,7 +287,7 @@ pub async fn handle(
     if req.session_epoch > 0 {
         return resp.with_error_code(code(ResponseError::InvalidFetchSessionEpoch));
     }
-    let replica = replica_of(shard, version, &req);
+    let replica = replica_of(shard, version, &req, listener);
     let read_committed = req.isolation_level == READ_COMMITTED && !matches!(replica, Ok(Some(_)));
     let image = shard.image();
     // Per topic: its name (empty for an unknown topic id), its id, its partitions, and the

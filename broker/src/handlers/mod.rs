@@ -162,14 +162,14 @@ macro_rules! api_table {
 
 api_table! {
     Produce: produce::SUPPORT => body produce::handle_body, ProduceRequest;
-    Fetch: fetch::SUPPORT => plain fetch::handle, FetchRequest;
+    Fetch: fetch::SUPPORT => listener fetch::handle, FetchRequest;
     ListOffsets: list_offsets::SUPPORT => plain list_offsets::handle, ListOffsetsRequest;
     Metadata: metadata::SUPPORT => listener metadata::handle, MetadataRequest;
     ApiVersions: api_versions::SUPPORT => plain api_versions::handle, ApiVersionsRequest;
     CreateTopics: create_topics::SUPPORT => plain create_topics::handle, CreateTopicsRequest;
     DeleteTopics: delete_topics::SUPPORT => plain delete_topics::handle, DeleteTopicsRequest;
     OffsetForLeaderEpoch: offset_for_leader_epoch::SUPPORT
-        => plain offset_for_leader_epoch::handle, OffsetForLeaderEpochRequest;
+        => listener offset_for_leader_epoch::handle, OffsetForLeaderEpochRequest;
     DescribeConfigs: describe_configs::SUPPORT
         => plain describe_configs::handle, DescribeConfigsRequest;
     AlterConfigs: alter_configs::SUPPORT => plain alter_configs::handle, AlterConfigsRequest;

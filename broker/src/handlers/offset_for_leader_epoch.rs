@@ -70,6 +70,7 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: OffsetForLeaderEpochRequest,
+    listener: &str,
 ) -> OffsetForLeaderEpochResponse {
     // replica_id exists from v3; a consumer sends -1.
     let replica_id = if hdr.request_api_version >= 3 {
@@ -77,6 +78,9 @@ pub async fn handle(
     } else {
         -1
     };
+    // A replica's question is honoured only on the inter-broker listener (Kafka asks a follower
+    // for the cluster permission): elsewhere every partition gets TOPIC_AUTHORIZATION_FAILED.
+    let refused = replica_id >= 0 && listener != shard.config.inter_broker_listener_name;
     let mut shape = Vec::new();
     let mut items = Vec::new();
     for t in req.topics {
@@ -92,15 +96,19 @@ pub async fn handle(
         }
         shape.push((name, parts));
     }
-    let mut results = on_owners(
-        Some(ApiKey::OffsetForLeaderEpoch),
-        shard,
-        items,
-        failed,
-        lookup_on_owner,
-    )
-    .await
-    .into_iter();
+    let answers = if refused {
+        vec![failed(code(ResponseError::TopicAuthorizationFailed)); items.len()]
+    } else {
+        on_owners(
+            Some(ApiKey::OffsetForLeaderEpoch),
+            shard,
+            items,
+            failed,
+            lookup_on_owner,
+        )
+        .await
+    };
+    let mut results = answers.into_iter();
     let mut resp = OffsetForLeaderEpochResponse::default();
     for (name, parts) in shape {
         let mut t = OffsetForLeaderTopicResult::default().with_topic(super::topic_name(&name));
