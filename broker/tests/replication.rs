@@ -25,14 +25,7 @@ fn acks_all_records_survive_the_leader_being_killed() {
     let _serial = serial();
     let mut nodes = cluster(3, &[]);
     create(&nodes[0], "replicated", 1, 3, 2);
-    wait_until(
-        "the ISR has all three replicas",
-        Duration::from_secs(20),
-        || {
-            partition(&nodes[0], "replicated", 0)
-                .is_some_and(|(l, _, r, isr)| l > 0 && r.len() == 3 && isr.len() == 3)
-        },
-    );
+    wait_for_full_isr(&nodes[0], "replicated", 0);
     let reports = Reports::default();
     let all: String = nodes
         .iter()
@@ -88,11 +81,7 @@ fn a_stopped_follower_leaves_the_isr_and_rejoins() {
     let _serial = serial();
     let nodes = cluster(3, &[]);
     create(&nodes[0], "isr", 1, 3, 2);
-    wait_until(
-        "the ISR has all three replicas",
-        Duration::from_secs(20),
-        || partition(&nodes[0], "isr", 0).is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3),
-    );
+    wait_for_full_isr(&nodes[0], "isr", 0);
     let (leader, _, replicas, _) = partition(&nodes[0], "isr", 0).unwrap();
     // Pause a follower that is not the metadata quorum's leader's only peer... any follower.
     let follower = *replicas.iter().find(|r| **r != leader).unwrap();
@@ -143,11 +132,7 @@ fn a_divergent_tail_is_truncated_and_acks_all_records_survive() {
     let _serial = serial();
     let mut nodes = cluster(3, &[]);
     create(&nodes[0], "diverge", 1, 3, 2);
-    wait_until(
-        "the ISR has all three replicas",
-        Duration::from_secs(20),
-        || partition(&nodes[0], "diverge", 0).is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3),
-    );
+    wait_for_full_isr(&nodes[0], "diverge", 0);
     let (leader, epoch, replicas, _) = partition(&nodes[0], "diverge", 0).unwrap();
     let l = index_of(leader);
     let checker = Checker::default();
@@ -293,11 +278,7 @@ fn strangers_cannot_fetch_as_replicas_and_delete_records_reaches_every_replica()
     let _serial = serial();
     let mut nodes = cluster(3, &[]);
     create(&nodes[0], "guarded", 1, 3, 2);
-    wait_until(
-        "the ISR has all three replicas",
-        Duration::from_secs(20),
-        || partition(&nodes[0], "guarded", 0).is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3),
-    );
+    wait_for_full_isr(&nodes[0], "guarded", 0);
     let (leader, _, replicas, _) = partition(&nodes[0], "guarded", 0).unwrap();
     let l = index_of(leader);
     let id = topic_id(&nodes[0], "guarded");
@@ -363,14 +344,7 @@ fn two_replicas_down_refuse_acks_all_then_recover() {
     // replicas are on three of the five.
     let mut nodes = cluster(5, &[]);
     create(&nodes[0], "two-down", 1, 3, 2);
-    wait_until(
-        "the ISR has all three replicas",
-        Duration::from_secs(30),
-        || {
-            partition(&nodes[0], "two-down", 0)
-                .is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3)
-        },
-    );
+    wait_for_full_isr(&nodes[0], "two-down", 0);
     let (leader, _, replicas, _) = partition(&nodes[0], "two-down", 0).unwrap();
     let l = index_of(leader);
     let checker = Checker::default();
@@ -476,14 +450,7 @@ fn rolling_restarts_lose_no_acknowledged_record() {
     let mut nodes = cluster(3, &[]);
     create(&nodes[0], "rolling", 2, 3, 2);
     for p in 0..2 {
-        wait_until(
-            "the ISR has all three replicas",
-            Duration::from_secs(30),
-            || {
-                partition(&nodes[0], "rolling", p)
-                    .is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3)
-            },
-        );
+        wait_for_full_isr(&nodes[0], "rolling", p);
     }
     let all: String = nodes
         .iter()

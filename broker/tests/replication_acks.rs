@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::client::{list_offsets_request, topic, Client};
+use common::client::{list_offsets_request, Client};
 use common::replicated::*;
 use common::Broker;
 use kafka_protocol::messages::*;
@@ -19,8 +19,7 @@ const REQUEST_TIMED_OUT: i16 = 7;
 const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
 const OFFSET_NOT_AVAILABLE: i16 = 78;
 
-/// Produces `values` to partition `p` with `acks` and the request's `timeout_ms`: the base
-/// offset or the error code, and how long the answer took.
+/// [`raw_produce_within`], timed: the answer and how long it took.
 fn produce_within(
     b: &Broker,
     name: &str,
@@ -29,27 +28,9 @@ fn produce_within(
     values: &[&[u8]],
     timeout_ms: i32,
 ) -> (Result<i64, i16>, Duration) {
-    let mut c = Client::connect(&b.bootstrap());
-    let req = ProduceRequest::default()
-        .with_acks(acks)
-        .with_timeout_ms(timeout_ms)
-        .with_topic_data(vec![produce_request::TopicProduceData::default()
-            .with_name(topic(name))
-            .with_partition_data(vec![
-                produce_request::PartitionProduceData::default()
-                    .with_index(p)
-                    .with_records(Some(common::client::batch(values))),
-            ])]);
     let started = Instant::now();
-    let resp: ProduceResponse = c.send(ApiKey::Produce, 9, &req);
-    let took = started.elapsed();
-    let r = &resp.responses[0].partition_responses[0];
-    let answer = if r.error_code == 0 {
-        Ok(r.base_offset)
-    } else {
-        Err(r.error_code)
-    };
-    (answer, took)
+    let answer = raw_produce_within(b, name, p, acks, values, timeout_ms);
+    (answer, started.elapsed())
 }
 
 /// ListOffsets v7 for partition 0 of `name` at `timestamp` (-1 latest, -2 earliest):

@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::client::{list_offsets_request, topic, Client};
 use common::replicated::*;
 use common::Broker;
@@ -109,11 +107,7 @@ fn hostile_replica_requests_get_errors_and_change_nothing() {
     let _serial = serial();
     let nodes = cluster(3, &[]);
     create(&nodes[0], "hostile", 1, 3, 2);
-    wait_until(
-        "the ISR has all three replicas",
-        Duration::from_secs(30),
-        || partition(&nodes[0], "hostile", 0).is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3),
-    );
+    wait_for_full_isr(&nodes[0], "hostile", 0);
     let (leader, epoch, replicas, _) = partition(&nodes[0], "hostile", 0).unwrap();
     let l = &nodes[index_of(leader)];
     for i in 0..10 {

@@ -19,11 +19,7 @@ fn a_leader_cut_off_from_its_peers_acknowledges_no_acks_all_write_then_truncates
     let mut net = Net::create(3);
     let mut nodes = cluster_in(&net, &[]);
     create(&nodes[0], "split", 1, 3, 2);
-    wait_until(
-        "the ISR has all three replicas",
-        Duration::from_secs(30),
-        || partition(&nodes[0], "split", 0).is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3),
-    );
+    wait_for_full_isr(&nodes[0], "split", 0);
     let all: String = nodes
         .iter()
         .map(|b| b.bootstrap())

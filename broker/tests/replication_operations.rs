@@ -71,11 +71,7 @@ fn replication_shows_in_metrics_describe_and_profile() {
     // the stopped brokers (either takes them out; only the first is the leader's shrink).
     let nodes = cluster(5, &["--set", "replica.lag.time.max.ms=1500"]);
     create(&nodes[0], "ops", 1, 3, 2);
-    wait_until(
-        "the ISR has all three replicas",
-        Duration::from_secs(30),
-        || partition(&nodes[0], "ops", 0).is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3),
-    );
+    wait_for_full_isr(&nodes[0], "ops", 0);
     let (leader, _, replicas, _) = partition(&nodes[0], "ops", 0).unwrap();
     let l = &nodes[index_of(leader)];
     let followers: Vec<i32> = replicas.iter().copied().filter(|r| *r != leader).collect();
@@ -200,40 +196,18 @@ fn segments(b: &Broker, topic: &str) -> Vec<i64> {
 fn retention_runs_on_followers_too() {
     let _serial = serial();
     let nodes = cluster(3, &["--set", "log.retention.check.interval.ms=500"]);
-    let mut c = common::client::Client::connect(&nodes[0].bootstrap());
-    let req = kafka_protocol::messages::CreateTopicsRequest::default()
-        .with_timeout_ms(10_000)
-        .with_topics(vec![
-            kafka_protocol::messages::create_topics_request::CreatableTopic::default()
-                .with_name(common::client::topic("retained"))
-                .with_num_partitions(1)
-                .with_replication_factor(3)
-                .with_configs(
-                    [
-                        ("min.insync.replicas", "2"),
-                        ("segment.bytes", "20000"),
-                        ("retention.bytes", "40000"),
-                    ]
-                    .iter()
-                    .map(|(k, v)| {
-                        kafka_protocol::messages::create_topics_request::CreatableTopicConfig::default()
-                            .with_name((*k).into())
-                            .with_value(Some((*v).into()))
-                    })
-                    .collect(),
-                ),
-        ]);
-    let resp: kafka_protocol::messages::CreateTopicsResponse =
-        c.send(kafka_protocol::messages::ApiKey::CreateTopics, 7, &req);
-    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
-    wait_until(
-        "the ISR has all three replicas",
-        Duration::from_secs(30),
-        || {
-            partition(&nodes[0], "retained", 0)
-                .is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3)
-        },
+    create_with_configs(
+        &nodes[0],
+        "retained",
+        1,
+        3,
+        &[
+            ("min.insync.replicas", "2"),
+            ("segment.bytes", "20000"),
+            ("retention.bytes", "40000"),
+        ],
     );
+    wait_for_full_isr(&nodes[0], "retained", 0);
     let (leader, _, _, _) = partition(&nodes[0], "retained", 0).unwrap();
     let l = &nodes[index_of(leader)];
     // 200 records of 1 kB: ten segments of 20 kB; retention keeps about two.
@@ -254,39 +228,16 @@ fn retention_runs_on_followers_too() {
     }
 }
 
-/// Sets `configs` on a new topic of one partition with replication factor 3.
-fn create_with(b: &Broker, name: &str, configs: &[(&str, &str)]) {
-    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-    let mut c = common::client::Client::connect(&b.bootstrap());
-    let req = kafka_protocol::messages::CreateTopicsRequest::default()
-        .with_timeout_ms(10_000)
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(common::client::topic(name))
-            .with_num_partitions(1)
-            .with_replication_factor(3)
-            .with_configs(
-                configs
-                    .iter()
-                    .map(|(k, v)| {
-                        CreatableTopicConfig::default()
-                            .with_name(k.to_string().into())
-                            .with_value(Some(v.to_string().into()))
-                    })
-                    .collect(),
-            )]);
-    let resp: kafka_protocol::messages::CreateTopicsResponse =
-        c.send(kafka_protocol::messages::ApiKey::CreateTopics, 7, &req);
-    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
-}
-
 #[test]
 fn a_replica_that_lost_its_partition_rebuilds_it_from_a_compacted_leader() {
     let _serial = serial();
     // Five voters: the quorum outlives the leader killed and a follower stopped at the end.
     let mut nodes = cluster(5, &["--set", "log.cleaner.backoff.ms=200"]);
-    create_with(
+    create_with_configs(
         &nodes[0],
         "keyed",
+        1,
+        3,
         &[
             ("min.insync.replicas", "2"),
             ("cleanup.policy", "compact"),
@@ -294,11 +245,7 @@ fn a_replica_that_lost_its_partition_rebuilds_it_from_a_compacted_leader() {
             ("min.cleanable.dirty.ratio", "0.01"),
         ],
     );
-    wait_until(
-        "the ISR has all three replicas",
-        Duration::from_secs(30),
-        || partition(&nodes[0], "keyed", 0).is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3),
-    );
+    wait_for_full_isr(&nodes[0], "keyed", 0);
     let (leader, _, replicas, _) = partition(&nodes[0], "keyed", 0).unwrap();
     let all: String = nodes
         .iter()
@@ -378,12 +325,8 @@ fn a_static_min_insync_replicas_reaches_the_controllers_elections() {
             "replica.lag.time.max.ms=1500",
         ],
     );
-    create_with(&nodes[0], "static", &[]);
-    wait_until(
-        "the ISR has all three replicas",
-        Duration::from_secs(30),
-        || partition(&nodes[0], "static", 0).is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3),
-    );
+    create_with_configs(&nodes[0], "static", 1, 3, &[]);
+    wait_for_full_isr(&nodes[0], "static", 0);
     let (leader, _, replicas, _) = partition(&nodes[0], "static", 0).unwrap();
     let l = &nodes[index_of(leader)];
     let followers: Vec<i32> = replicas.iter().copied().filter(|r| *r != leader).collect();
@@ -477,7 +420,7 @@ fn fetch_offset(b: &Broker, group: &str, topic: &str) -> (i16, i16, i64) {
 fn a_coordinator_unloads_its_partition_when_leadership_leaves() {
     let _serial = serial();
     let nodes = cluster(3, &[]);
-    create_with(&nodes[0], "tracked", &[]);
+    create_with_configs(&nodes[0], "tracked", 1, 3, &[]);
     let group = "unload-group";
     let p = java_hash(group).unsigned_abs() as i32 % 50;
     // The group's coordinator: the leader of its __consumer_offsets partition (RF 3).

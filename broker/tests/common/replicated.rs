@@ -171,6 +171,24 @@ pub fn partition(b: &Broker, name: &str, p: i32) -> Option<(i32, i32, Vec<i32>, 
 }
 
 pub fn create(b: &Broker, name: &str, partitions: i32, rf: i16, min_isr: i32) {
+    let min_isr = min_isr.to_string();
+    create_with_configs(
+        b,
+        name,
+        partitions,
+        rf,
+        &[("min.insync.replicas", min_isr.as_str())],
+    );
+}
+
+/// Creates topic `name` with `configs` (CreateTopics v7) and expects no error.
+pub fn create_with_configs(
+    b: &Broker,
+    name: &str,
+    partitions: i32,
+    rf: i16,
+    configs: &[(&str, &str)],
+) {
     let mut c = Client::connect(&b.bootstrap());
     let req = CreateTopicsRequest::default()
         .with_timeout_ms(10_000)
@@ -178,13 +196,28 @@ pub fn create(b: &Broker, name: &str, partitions: i32, rf: i16, min_isr: i32) {
             .with_name(topic(name))
             .with_num_partitions(partitions)
             .with_replication_factor(rf)
-            .with_configs(vec![
-                create_topics_request::CreatableTopicConfig::default()
-                    .with_name("min.insync.replicas".into())
-                    .with_value(Some(min_isr.to_string().into())),
-            ])]);
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        create_topics_request::CreatableTopicConfig::default()
+                            .with_name(k.to_string().into())
+                            .with_value(Some(v.to_string().into()))
+                    })
+                    .collect(),
+            )]);
     let resp: CreateTopicsResponse = c.send(ApiKey::CreateTopics, 7, &req);
     assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
+}
+
+/// Waits (30 s at most) until partition `p` of `name`, as `b` reports it, has a leader and
+/// all three replicas in its ISR.
+pub fn wait_for_full_isr(b: &Broker, name: &str, p: i32) {
+    wait_until(
+        "the ISR has all three replicas",
+        Duration::from_secs(30),
+        || partition(b, name, p).is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3),
+    );
 }
 
 pub fn producer(bootstrap: &str, reports: &Reports) -> BaseProducer<Reports> {
