@@ -572,11 +572,8 @@ pub async fn delete_offsets(
 
 /// Starts loading a just-opened `__consumer_offsets` partition: its groups answer
 /// COORDINATOR_LOAD_IN_PROGRESS until its log is replayed. Also starts this shard's expiry task.
-/// This broker stopped leading `part` (a partition of `__consumer_offsets`): its groups are
-/// forgotten here, and requests waiting on them get NOT_COORDINATOR.
-pub fn unload(shard: &Rc<BrokerShard>, part: &Partition) {
-    let orphaned = shard.groups.unload(part.index);
-    let groups = orphaned.len();
+/// Answers requests waiting on groups this shard no longer holds: NOT_COORDINATOR.
+fn not_coordinator(shard: &Rc<BrokerShard>, orphaned: Vec<keel_coordinator::group::Waiter>) {
     membership::deliver(
         shard,
         orphaned
@@ -584,6 +581,14 @@ pub fn unload(shard: &Rc<BrokerShard>, part: &Partition) {
             .map(|w| (w, Err(ErrorCode::of(ResponseError::NotCoordinator))))
             .collect(),
     );
+}
+
+/// This broker stopped leading `part` (a partition of `__consumer_offsets`): its groups are
+/// forgotten here, and requests waiting on them get NOT_COORDINATOR.
+pub fn unload(shard: &Rc<BrokerShard>, part: &Partition) {
+    let orphaned = shard.groups.unload(part.index);
+    let groups = orphaned.len();
+    not_coordinator(shard, orphaned);
     info!(
         shard = shard.id,
         partition = part.index,
@@ -595,13 +600,7 @@ pub fn unload(shard: &Rc<BrokerShard>, part: &Partition) {
 pub fn start_load(shard: &Rc<BrokerShard>, part: Rc<Partition>) {
     let p = part.index;
     let (load_id, orphaned) = shard.groups.begin_load(p, part.topic_id);
-    membership::deliver(
-        shard,
-        orphaned
-            .into_iter()
-            .map(|w| (w, Err(ErrorCode::of(ResponseError::NotCoordinator))))
-            .collect(),
-    );
+    not_coordinator(shard, orphaned);
     let owner = shard.clone();
     glommio::spawn_local(async move {
         let started = Instant::now();

@@ -73,6 +73,12 @@ impl GroupCoordinator {
                 pending: PendingWrites::default(),
             },
         );
+        let orphaned = self.drop_groups(p);
+        (load_id, orphaned)
+    }
+
+    /// Removes the groups of partition `p`; returns the requests that were waiting on them.
+    fn drop_groups(&self, p: i32) -> Vec<Waiter> {
         let mut orphaned = Vec::new();
         self.groups.borrow_mut().retain(|_, g| {
             if g.partition == p {
@@ -80,7 +86,7 @@ impl GroupCoordinator {
             }
             g.partition != p
         });
-        (load_id, orphaned)
+        orphaned
     }
 
     /// Forgets partition `p` (this broker no longer leads it): its load, pending writes, groups
@@ -89,13 +95,7 @@ impl GroupCoordinator {
     /// (`apply_committed` finds no load).
     pub(super) fn unload(&self, p: i32) -> Vec<Waiter> {
         self.partitions.borrow_mut().remove(&p);
-        let mut orphaned = Vec::new();
-        self.groups.borrow_mut().retain(|_, g| {
-            if g.partition == p {
-                orphaned.extend(g.waiting.drain().map(|(_, w)| w));
-            }
-            g.partition != p
-        });
+        let orphaned = self.drop_groups(p);
         self.txn_offsets.borrow_mut().retain(|(tp, _), _| *tp != p);
         orphaned
     }
