@@ -39,6 +39,8 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "broker.rack", default: "", doc: "this broker's rack, for rack-aware replica placement" },
     BrokerKey { name: "broker.session.timeout.ms", default: "9000", doc: "the controller fences a broker whose heartbeats stop for this long" },
     BrokerKey { name: "broker.heartbeat.interval.ms", default: "2000", doc: "how often a broker heartbeats to the controller; below `broker.session.timeout.ms`" },
+    BrokerKey { name: "controlled.shutdown.enable", default: "true", doc: "on SIGTERM, first ask the controller to move this broker's leadership away and take it out of the ISRs (while it still serves), then stop" },
+    BrokerKey { name: "controlled.shutdown.timeout.ms", default: "30000", doc: "how long a stopping broker waits for the controller to approve its controlled shutdown before it stops anyway (Keel's; Kafka waits up to 5 minutes)" },
     BrokerKey { name: "metadata.log.max.snapshot.interval.ms", default: "3600000", doc: "snapshot the metadata image at least this often when it changed" },
     BrokerKey { name: "metadata.log.snapshot.entries", default: "1000", doc: "snapshot the metadata image after this many Raft entries (Keel's; Kafka counts bytes)" },
     BrokerKey { name: "cluster.id", default: "keel-single-node", doc: "cluster id reported to clients" },
@@ -66,6 +68,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "message.max.bytes", default: "1048588", doc: "largest record batch" },
     BrokerKey { name: "socket.request.max.bytes", default: "104857600", doc: "largest request frame; a larger one closes the connection" },
     BrokerKey { name: "log.segment.bytes", default: "1073741824", doc: "segment size before roll" },
+    BrokerKey { name: "log.index.interval.bytes", default: "4096", doc: "log bytes between two entries of a segment's offset and time indexes" },
     BrokerKey { name: "log.roll.ms", default: "604800000", doc: "segment age before roll (record time since the segment's first batch, as Kafka)" },
     BrokerKey { name: "log.retention.ms", default: "604800000", doc: "closed segments whose newest record is older are deleted; -1 keeps forever; 0 is honoured and warned about" },
     BrokerKey { name: "log.retention.bytes", default: "-1", doc: "the oldest closed segments are deleted while the partition stays at least this big; -1 = no limit" },
@@ -224,6 +227,12 @@ fn check_int_min1(v: &str) -> Result<()> {
         _ => bail!("must be an integer >= 1: {v}"),
     }
 }
+fn check_index_interval_bytes(v: &str) -> Result<()> {
+    match v.trim().parse::<i32>() {
+        Ok(n) if n >= 0 => Ok(()),
+        _ => bail!("must be an integer >= 0: {v}"),
+    }
+}
 fn check_max_message_bytes(v: &str) -> Result<()> {
     match v.trim().parse::<i32>() {
         Ok(n) if n >= 0 => Ok(()),
@@ -350,6 +359,11 @@ pub const TOPIC_CONFIGS: &[TopicKey] = &[
         name: "flush.policy",
         broker_key: "log.flush.policy",
         check: check_flush_policy,
+    },
+    TopicKey {
+        name: "index.interval.bytes",
+        broker_key: "log.index.interval.bytes",
+        check: check_index_interval_bytes,
     },
     TopicKey {
         name: "max.message.bytes",
@@ -592,6 +606,8 @@ pub struct BrokerConfig {
     pub rack: Option<String>,
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
+    pub controlled_shutdown_enable: bool,
+    pub controlled_shutdown_timeout_ms: u64,
     pub metadata_snapshot_interval_ms: u64,
     pub metadata_snapshot_entries: u64,
     pub cluster_id: String,
@@ -742,6 +758,14 @@ impl BrokerConfig {
             broker_heartbeat_interval_ms: parse(
                 "broker.heartbeat.interval.ms",
                 &get("broker.heartbeat.interval.ms"),
+            )?,
+            controlled_shutdown_enable: parse(
+                "controlled.shutdown.enable",
+                &get("controlled.shutdown.enable"),
+            )?,
+            controlled_shutdown_timeout_ms: parse(
+                "controlled.shutdown.timeout.ms",
+                &get("controlled.shutdown.timeout.ms"),
             )?,
             metadata_snapshot_interval_ms: parse(
                 "metadata.log.max.snapshot.interval.ms",
@@ -1039,6 +1063,9 @@ impl BrokerConfig {
         }
         if let Ok(v) = value("max.message.bytes").parse::<u32>() {
             c.max_message_bytes = v;
+        }
+        if let Ok(v) = value("index.interval.bytes").parse::<u32>() {
+            c.index_interval_bytes = v;
         }
         if let Ok(v) = FlushPolicy::from_str(&value("flush.policy")) {
             c.flush_policy = v;

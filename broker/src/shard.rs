@@ -301,7 +301,9 @@ impl BrokerShard {
     }
 
     /// Installs a new metadata image: opens logs of partitions this shard now owns, applies
-    /// config changes, closes and deletes logs of deleted topics. Answers once done, so a
+    /// config changes, closes and deletes the logs of deleted topics and of partitions this
+    /// broker no longer replicates (a reassignment moved them away; placement never moves a
+    /// partition between shards). Answers once done, so a
     /// controller that awaited every shard knows the topic is usable everywhere.
     pub async fn install_image(self: &Rc<Self>, image: Arc<MetadataImage>) {
         let node = self.config.node_id;
@@ -365,20 +367,20 @@ impl BrokerShard {
         // The shard's own copy: the topics' `Arc`s are cloned once here, never per request.
         *self.image.borrow_mut() = Rc::new(MetadataImage::clone(&image));
         for part in to_close {
-            let deleted = image
+            let topic_deleted = image
                 .topic(&part.topic)
                 .is_none_or(|t| t.id != part.topic_id);
             if let Err(e) = part.log.close().await {
                 warn!(shard = self.id, topic = %part.topic, partition = part.index, error = %e, "closing log failed");
             }
             self.notify_data(&part);
-            if deleted {
-                let dir = part.log.dir();
-                if let Err(e) = std::fs::remove_dir_all(&dir) {
-                    warn!(dir = %dir.display(), error = %e, "removing deleted partition failed");
-                } else {
-                    info!(shard = self.id, topic = %part.topic, partition = part.index, "deleted partition log");
-                }
+            let dir = part.log.dir();
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                warn!(dir = %dir.display(), error = %e, "removing a partition's log failed");
+            } else if topic_deleted {
+                info!(shard = self.id, topic = %part.topic, partition = part.index, "deleted partition log");
+            } else {
+                info!(shard = self.id, topic = %part.topic, partition = part.index, "deleted the log of a replica reassigned away");
             }
         }
         for (topic, meta) in to_open {
@@ -416,6 +418,7 @@ impl BrokerShard {
                     epoch = leader_epoch,
                     log_start_offset = offsets.log_start_offset.0,
                     log_end_offset = offsets.log_end_offset.0,
+                    recovery_scanned_bytes = log.recovery_scanned_bytes(),
                     "partition opened"
                 );
                 let part = Rc::new(Partition {

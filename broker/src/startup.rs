@@ -317,6 +317,18 @@ fn run() -> Result<()> {
     Ok(())
 }
 
+/// On shard 0: once SIGINT or SIGTERM arrives, the controlled shutdown (unless
+/// `controlled.shutdown.enable=false`) while every shard still serves, then every shard stops.
+async fn drive_shutdown(shard: Rc<BrokerShard>) {
+    while !keel_shard::shutdown_requested() {
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+    }
+    if shard.config.controlled_shutdown_enable {
+        crate::controller::controlled_shutdown(&shard).await;
+    }
+    keel_shard::request_stop();
+}
+
 /// Shards that have drained their connections during shutdown.
 static DRAINED: AtomicUsize = AtomicUsize::new(0);
 /// Shards that have closed (synced) every log during shutdown.
@@ -469,6 +481,7 @@ pub async fn run_shard(
     }
 
     if let Some(doorbell) = doorbell {
+        glommio::spawn_local(drive_shutdown(shard.clone())).detach();
         if let Err(e) = crate::controller::bootstrap(&shard, doorbell).await {
             error!(error = %e, "metadata bootstrap failed; shutting down");
             std::process::exit(1);

@@ -113,6 +113,17 @@ fn encode_record<'b>(
             let table = fb::BrokerFenced::create(fbb, &args);
             (fb::Record::BrokerFenced, table.as_union_value())
         }
+        Record::BrokerUnregistered {
+            broker_id,
+            broker_epoch,
+        } => {
+            let args = fb::BrokerUnregisteredArgs {
+                broker_id: *broker_id,
+                broker_epoch: *broker_epoch,
+            };
+            let table = fb::BrokerUnregistered::create(fbb, &args);
+            (fb::Record::BrokerUnregistered, table.as_union_value())
+        }
         Record::BrokerUnfenced { broker_id } => {
             let args = fb::BrokerUnfencedArgs {
                 broker_id: *broker_id,
@@ -166,6 +177,9 @@ fn encode_record<'b>(
             expected_partition_epoch,
             elr,
             last_known_elr,
+            adding_replicas,
+            removing_replicas,
+            original_replicas,
         } => {
             let args = fb::PartitionChangedArgs {
                 topic_id: Some(&fb::Uuid::new(topic_id)),
@@ -178,6 +192,9 @@ fn encode_record<'b>(
                 expected_partition_epoch: *expected_partition_epoch,
                 elr: elr.as_deref().map(|v| fbb.create_vector(v)),
                 last_known_elr: last_known_elr.as_deref().map(|v| fbb.create_vector(v)),
+                adding_replicas: adding_replicas.as_deref().map(|v| fbb.create_vector(v)),
+                removing_replicas: removing_replicas.as_deref().map(|v| fbb.create_vector(v)),
+                original_replicas: original_replicas.as_deref().map(|v| fbb.create_vector(v)),
             };
             let table = fb::PartitionChanged::create(fbb, &args);
             (fb::Record::PartitionChanged, table.as_union_value())
@@ -300,6 +317,13 @@ fn decode_entry(index: usize, entry: fb::Entry<'_>) -> Result<Record, RecordErro
                 broker_id: r.broker_id(),
             }
         }
+        fb::Record::BrokerUnregistered => {
+            let r = f.table(entry.record_as_broker_unregistered())?;
+            Record::BrokerUnregistered {
+                broker_id: r.broker_id(),
+                broker_epoch: r.broker_epoch(),
+            }
+        }
         fb::Record::TopicCreated => {
             let r = f.table(entry.record_as_topic_created())?;
             Record::TopicCreated {
@@ -338,6 +362,9 @@ fn decode_entry(index: usize, entry: fb::Entry<'_>) -> Result<Record, RecordErro
                 expected_partition_epoch: r.expected_partition_epoch(),
                 elr: r.elr().map(|v| v.iter().collect()),
                 last_known_elr: r.last_known_elr().map(|v| v.iter().collect()),
+                adding_replicas: r.adding_replicas().map(|v| v.iter().collect()),
+                removing_replicas: r.removing_replicas().map(|v| v.iter().collect()),
+                original_replicas: r.original_replicas().map(|v| v.iter().collect()),
             }
         }
         fb::Record::ConfigChanged => {
@@ -467,6 +494,9 @@ mod tests {
                 expected_partition_epoch: None,
                 elr: None,
                 last_known_elr: None,
+                adding_replicas: None,
+                removing_replicas: None,
+                original_replicas: None,
             },
             Record::PartitionChanged {
                 topic_id: TOPIC,
@@ -479,6 +509,13 @@ mod tests {
                 expected_partition_epoch: Some(-1),
                 elr: Some(vec![]),
                 last_known_elr: Some(vec![3]),
+                adding_replicas: Some(vec![3]),
+                removing_replicas: Some(vec![]),
+                original_replicas: Some(vec![2]),
+            },
+            Record::BrokerUnregistered {
+                broker_id: 2,
+                broker_epoch: 17,
             },
             Record::ConfigChanged {
                 resource_type: RESOURCE_TOPIC,
@@ -711,6 +748,9 @@ mod tests {
             expected_partition_epoch: None,
             elr: None,
             last_known_elr: None,
+            adding_replicas: None,
+            removing_replicas: None,
+            original_replicas: None,
         };
         assert_eq!(decode_batch(&old_changed).unwrap(), vec![changed.clone()]);
 
@@ -787,6 +827,12 @@ mod tests {
                 ),
             any::<i32>().prop_map(|broker_id| Record::BrokerFenced { broker_id }),
             any::<i32>().prop_map(|broker_id| Record::BrokerUnfenced { broker_id }),
+            (any::<i32>(), any::<i64>()).prop_map(|(broker_id, broker_epoch)| {
+                Record::BrokerUnregistered {
+                    broker_id,
+                    broker_epoch,
+                }
+            }),
             (".{0,20}", any::<TopicId>())
                 .prop_map(|(name, topic_id)| Record::TopicCreated { name, topic_id }),
             (".{0,20}", any::<TopicId>())
@@ -825,12 +871,23 @@ mod tests {
                     any::<Option<i32>>(),
                     option::of(ids()),
                     option::of(ids()),
+                    option::of(ids()),
+                    option::of(ids()),
+                    option::of(ids()),
                 ),
             )
                 .prop_map(
                     |(
                         (topic_id, partition, leader, leader_epoch, isr, replicas),
-                        (expected_leader_epoch, expected_partition_epoch, elr, last_known_elr),
+                        (
+                            expected_leader_epoch,
+                            expected_partition_epoch,
+                            elr,
+                            last_known_elr,
+                            adding_replicas,
+                            removing_replicas,
+                            original_replicas,
+                        ),
                     )| {
                         Record::PartitionChanged {
                             topic_id,
@@ -843,6 +900,9 @@ mod tests {
                             expected_partition_epoch,
                             elr,
                             last_known_elr,
+                            adding_replicas,
+                            removing_replicas,
+                            original_replicas,
                         }
                     }
                 ),

@@ -38,6 +38,10 @@ pub mod codes {
         ErrorCode::of(ResponseError::NotLeaderOrFollower).code();
     pub const INELIGIBLE_REPLICA: i16 = ErrorCode::of(ResponseError::IneligibleReplica).code();
     pub const STALE_BROKER_EPOCH: i16 = ErrorCode::of(ResponseError::StaleBrokerEpoch).code();
+    pub const INVALID_REPLICA_ASSIGNMENT: i16 =
+        ErrorCode::of(ResponseError::InvalidReplicaAssignment).code();
+    pub const NO_REASSIGNMENT_IN_PROGRESS: i16 =
+        ErrorCode::of(ResponseError::NoReassignmentInProgress).code();
 }
 
 /// `BrokerInfo::previous_broker_epoch` of a snapshot written before the field existed.
@@ -98,6 +102,43 @@ pub struct PartitionInfo {
     /// an operator's (or a future unclean recovery's) choice, never elected from by Keel.
     #[serde(default)]
     pub last_known_elr: Vec<i32>,
+    /// KIP-455: a reassignment in progress adds these replicas (they catch up as followers)
+    /// and then removes `removing_replicas`; `replicas` lists the target first, then those
+    /// being removed. Both empty when none is in progress.
+    #[serde(default)]
+    pub adding_replicas: Vec<i32>,
+    #[serde(default)]
+    pub removing_replicas: Vec<i32>,
+    /// The replicas in their order before the reassignment in progress (what a cancel
+    /// restores); empty when none is in progress.
+    #[serde(default)]
+    pub original_replicas: Vec<i32>,
+}
+
+impl PartitionInfo {
+    /// Whether a reassignment is in progress.
+    pub fn reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+
+    /// The replicas, in order, before the reassignment in progress (all of them when none
+    /// is).
+    pub fn replicas_before_reassignment(&self) -> Vec<i32> {
+        if self.original_replicas.is_empty() {
+            self.replicas.clone()
+        } else {
+            self.original_replicas.clone()
+        }
+    }
+
+    /// The replicas the reassignment in progress moves to (all of them when none is).
+    pub fn target_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.removing_replicas.contains(r))
+            .collect()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -233,6 +274,36 @@ impl ClusterImage {
                     },
                 );
             }
+            Record::BrokerUnregistered {
+                broker_id,
+                broker_epoch,
+            } => {
+                let b = self.brokers.get(broker_id).ok_or_else(|| {
+                    (
+                        codes::BROKER_ID_NOT_REGISTERED,
+                        format!("broker {broker_id} is not registered"),
+                    )
+                })?;
+                if *broker_epoch != -1 && *broker_epoch != b.broker_epoch {
+                    return Err((
+                        codes::STALE_BROKER_EPOCH,
+                        format!(
+                            "broker {broker_id} is at epoch {}, not {broker_epoch}",
+                            b.broker_epoch
+                        ),
+                    ));
+                }
+                let leads = self.topics.values().flat_map(|t| &t.partitions).any(|p| {
+                    p.leader == *broker_id || p.isr.len() > 1 && p.isr.contains(broker_id)
+                });
+                if leads {
+                    return Err((
+                        codes::INVALID_REQUEST,
+                        format!("broker {broker_id} still leads or is in an ISR with others; fence it first"),
+                    ));
+                }
+                self.brokers.remove(broker_id);
+            }
             Record::BrokerFenced { broker_id } | Record::BrokerUnfenced { broker_id } => {
                 let fenced = matches!(record, Record::BrokerFenced { .. });
                 let b = self.brokers.get_mut(broker_id).ok_or_else(|| {
@@ -308,6 +379,9 @@ impl ClusterImage {
                     partition_epoch: 0,
                     elr: Vec::new(),
                     last_known_elr: Vec::new(),
+                    adding_replicas: Vec::new(),
+                    removing_replicas: Vec::new(),
+                    original_replicas: Vec::new(),
                 });
             }
             Record::PartitionChanged {
@@ -321,6 +395,9 @@ impl ClusterImage {
                 expected_partition_epoch,
                 elr,
                 last_known_elr,
+                adding_replicas,
+                removing_replicas,
+                original_replicas,
             } => {
                 let t = self.topic_mut_by_id(topic_id)?;
                 let name = t.name.clone();
@@ -377,6 +454,15 @@ impl ClusterImage {
                 }
                 if let Some(e) = last_known_elr {
                     next.last_known_elr = e.clone();
+                }
+                if let Some(a) = adding_replicas {
+                    next.adding_replicas = a.clone();
+                }
+                if let Some(r) = removing_replicas {
+                    next.removing_replicas = r.clone();
+                }
+                if let Some(r) = original_replicas {
+                    next.original_replicas = r.clone();
                 }
                 next.partition_epoch = partition_epoch;
                 check_partition_change(p, &next).map_err(|why| {
@@ -487,6 +573,55 @@ fn check_partition_change(old: &PartitionInfo, new: &PartitionInfo) -> Result<()
     if let Some(id) = new.elr.iter().find(|id| new.isr.contains(id)) {
         return Err(format!("{id} is in both the ISR and the ELR"));
     }
+    if new.replicas.is_empty() {
+        return Err("no replicas".into());
+    }
+    for (i, id) in new.replicas.iter().enumerate() {
+        if new.replicas[..i].contains(id) {
+            return Err(format!("replicas list {id} twice"));
+        }
+    }
+    for (what, list) in [
+        ("adding", &new.adding_replicas),
+        ("removing", &new.removing_replicas),
+    ] {
+        if let Some(id) = list.iter().find(|id| !new.replicas.contains(id)) {
+            return Err(format!(
+                "{what} replica {id} is not a replica ({:?})",
+                new.replicas
+            ));
+        }
+    }
+    if let Some(id) = new
+        .adding_replicas
+        .iter()
+        .find(|id| new.removing_replicas.contains(id))
+    {
+        return Err(format!("{id} is both added and removed"));
+    }
+    if new.reassigning() && new.target_replicas().is_empty() {
+        return Err("a reassignment to no replica".into());
+    }
+    if new.reassigning() {
+        // The original replicas are the replicas less those being added, in their own order.
+        let mut original = new.original_replicas.clone();
+        let mut without_adding: Vec<i32> = new
+            .replicas
+            .iter()
+            .copied()
+            .filter(|r| !new.adding_replicas.contains(r))
+            .collect();
+        original.sort_unstable();
+        without_adding.sort_unstable();
+        if original != without_adding {
+            return Err(format!(
+                "original replicas {:?} are not the replicas {:?} less those added {:?}",
+                new.original_replicas, new.replicas, new.adding_replicas
+            ));
+        }
+    } else if !new.original_replicas.is_empty() {
+        return Err("original replicas without a reassignment".into());
+    }
     Ok(())
 }
 
@@ -583,6 +718,9 @@ mod tests {
                     expected_partition_epoch: None,
                     elr: None,
                     last_known_elr: None,
+                    adding_replicas: None,
+                    removing_replicas: None,
+                    original_replicas: None,
                 },
             ],
         );
@@ -640,6 +778,9 @@ mod tests {
             expected_partition_epoch: None,
             elr: None,
             last_known_elr: None,
+            adding_replicas: None,
+            removing_replicas: None,
+            original_replicas: None,
         };
         let (img, out) = Arc::new(image).apply(2, &[change]);
         assert!(
@@ -689,6 +830,9 @@ mod tests {
             expected_partition_epoch: None,
             elr: None,
             last_known_elr: None,
+            adding_replicas: None,
+            removing_replicas: None,
+            original_replicas: None,
         };
         edit(&mut r);
         r

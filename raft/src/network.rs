@@ -33,17 +33,17 @@ pub enum ControllerRequest {
     /// Commit this record batch.
     Propose(Proposal),
     Register(BrokerRegistration),
+    /// A broker's heartbeat. With `want_shutdown` (Kafka's `WantShutDown`, on SIGTERM) the
+    /// controller moves the broker's leadership away and takes it out of the ISRs (a
+    /// controlled shutdown), and answers `should_shut_down` once it leads nothing.
     Heartbeat {
         broker_id: i32,
         broker_epoch: i64,
+        #[serde(default)]
+        want_shutdown: bool,
     },
     /// ISR changes from partition leaders (Kafka's AlterPartition), answered per partition.
     AlterPartition(Vec<AlterPartitionRequest>),
-    /// The broker is stopping: move its leadership away, take it out of the ISRs, fence it.
-    ControlledShutdown {
-        broker_id: i32,
-        broker_epoch: i64,
-    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -52,14 +52,16 @@ pub enum ControllerResponse {
     Registered {
         broker_epoch: i64,
     },
-    /// The heartbeat was accepted; `fenced` says whether the broker is still fenced.
+    /// The heartbeat was accepted; `fenced` says whether the broker is still fenced, and
+    /// `should_shut_down` (to a heartbeat that wants to shut down) that its controlled
+    /// shutdown is done: it leads nothing and is out of every ISR it could leave.
     HeartbeatOk {
         fenced: bool,
+        #[serde(default)]
+        should_shut_down: bool,
     },
     /// One result per AlterPartition request, in order.
     AlterPartition(Vec<AlterPartitionResult>),
-    /// The broker is fenced and leads nothing it could hand over.
-    ShutdownComplete,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, thiserror::Error)]

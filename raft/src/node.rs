@@ -96,6 +96,10 @@ pub enum Event {
         ticket: u64,
         result: Result<Vec<AlterPartitionResult>, String>,
     },
+    /// This broker's controlled shutdown is over: `approved` when the controller moved its
+    /// leadership away and took it out of the ISRs; false when the broker is not registered
+    /// (yet, or the controller forgot its epoch), so it had nothing to hand over.
+    ControlledShutdownDone { approved: bool },
 }
 
 /// The quorum as this node sees it (admin HTTP).
@@ -149,6 +153,7 @@ enum Command {
         ticket: u64,
         requests: Vec<AlterPartitionRequest>,
     },
+    BeginControlledShutdown,
     Shutdown(std::sync::mpsc::Sender<()>),
 }
 
@@ -274,9 +279,17 @@ impl MetadataHandle {
             .clone()
     }
 
-    /// Asks the controller for a controlled shutdown of this broker (leadership moved away,
-    /// fenced; at most `CONTROLLED_SHUTDOWN_WAIT`), then stops Raft and joins the thread
-    /// (bounded wait).
+    /// Starts this broker's controlled shutdown (Kafka's `beginControlledShutdown`): its
+    /// heartbeats ask to shut down, and `Event::ControlledShutdownDone` comes back once the
+    /// controller has moved its leadership away and taken it out of the ISRs. The broker keeps
+    /// serving meanwhile; how long it waits is its own choice.
+    pub fn begin_controlled_shutdown(&self) {
+        let _ = self.commands.send(Command::BeginControlledShutdown);
+    }
+
+    /// Stops this broker's registration and heartbeats and Raft, and joins the thread (bounded
+    /// wait). A broker that did not complete a controlled shutdown first is fenced by the
+    /// session timeout.
     pub fn shutdown(&self) {
         let (tx, rx) = std::sync::mpsc::channel();
         if self.commands.send(Command::Shutdown(tx)).is_ok() {
@@ -302,6 +315,12 @@ struct Ctx {
     broker_epoch: AtomicI64,
     /// Set on shutdown: this broker's lifecycle stops registering and heartbeating.
     stopping: AtomicBool,
+    /// Set by `begin_controlled_shutdown`: heartbeats ask to shut down.
+    want_shutdown: AtomicBool,
+    /// Wakes the lifecycle's heartbeat wait (a controlled shutdown begins).
+    lifecycle_wake: tokio::sync::Notify,
+    /// Events back to the broker.
+    bell: Arc<Bell>,
     /// Held from reading the image to committing the records decided on it (registration,
     /// unfencing, fencing, AlterPartition, controlled shutdown), so the controller's decisions
     /// are made one at a time on the latest image, as Kafka's single controller thread does;
@@ -384,8 +403,12 @@ async fn run(
                     bell.push(Event::AlterPartitionDone { ticket, result });
                 });
             }
+            Command::BeginControlledShutdown => {
+                ctx.want_shutdown.store(true, Ordering::Relaxed);
+                ctx.lifecycle_wake.notify_one();
+            }
             Command::Shutdown(done) => {
-                controlled_shutdown(&ctx).await;
+                ctx.stopping.store(true, Ordering::Relaxed);
                 let _ = ctx.raft.shutdown().await;
                 let _ = done.send(());
                 break;
@@ -444,6 +467,9 @@ async fn setup(cfg: &NodeConfig, bell: Arc<Bell>) -> Result<Ctx, RaftError> {
         shut_down: Mutex::new(HashMap::new()),
         broker_epoch: AtomicI64::new(-1),
         stopping: AtomicBool::new(false),
+        want_shutdown: AtomicBool::new(false),
+        lifecycle_wake: tokio::sync::Notify::new(),
+        bell,
         decide: tokio::sync::Mutex::new(()),
         peers: tokio::sync::Mutex::new(HashMap::new()),
     })
@@ -574,6 +600,7 @@ async fn handle_controller(
         ControllerRequest::Heartbeat {
             broker_id,
             broker_epoch,
+            want_shutdown,
         } => {
             let image = ctx.sm.image();
             let fenced = match image.brokers.get(&broker_id) {
@@ -584,6 +611,9 @@ async fn handle_controller(
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(broker_id, Instant::now());
+            if want_shutdown {
+                return controlled_shutdown(ctx, broker_id, broker_epoch).await;
+            }
             let retired = ctx
                 .shut_down
                 .lock()
@@ -591,7 +621,10 @@ async fn handle_controller(
                 .get(&broker_id)
                 == Some(&broker_epoch);
             if retired {
-                return Ok(ControllerResponse::HeartbeatOk { fenced });
+                return Ok(ControllerResponse::HeartbeatOk {
+                    fenced,
+                    should_shut_down: true,
+                });
             }
             if fenced {
                 let _decide = ctx.decide.lock().await;
@@ -602,7 +635,10 @@ async fn handle_controller(
                     info!(broker_id, "broker unfenced");
                 }
             }
-            Ok(ControllerResponse::HeartbeatOk { fenced: false })
+            Ok(ControllerResponse::HeartbeatOk {
+                fenced: false,
+                should_shut_down: false,
+            })
         }
         ControllerRequest::AlterPartition(requests) => {
             if requests.len() > ALTER_PARTITION_BATCH_MAX {
@@ -614,33 +650,6 @@ async fn handle_controller(
             handle_alter_partition(ctx, &requests)
                 .await
                 .map(ControllerResponse::AlterPartition)
-        }
-        ControllerRequest::ControlledShutdown {
-            broker_id,
-            broker_epoch,
-        } => {
-            let _decide = ctx.decide.lock().await;
-            for _ in 0..WRITE_ATTEMPTS {
-                let image = current_image(ctx).await?;
-                let records = controlled_shutdown_records(
-                    &image,
-                    broker_id,
-                    broker_epoch,
-                    Unclean::TopicConfig,
-                )
-                .map_err(|_| ControllerError::StaleBrokerEpoch)?;
-                if write_records(ctx, &records).await?.outcome == ApplyOutcome::Applied {
-                    ctx.shut_down
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(broker_id, broker_epoch);
-                    info!(broker_id, broker_epoch, "broker shut down under control");
-                    return Ok(ControllerResponse::ShutdownComplete);
-                }
-            }
-            Err(ControllerError::Failed(
-                "controlled shutdown raced other partition changes; try again".into(),
-            ))
         }
     }
 }
@@ -691,28 +700,55 @@ async fn handle_alter_partition(
     Ok(results)
 }
 
-/// On shutdown: stops this broker's lifecycle and asks the controller to move leadership
-/// away and fence this broker, waiting at most `CONTROLLED_SHUTDOWN_WAIT` (the session
-/// timeout fences it anyway when this does not get through).
-async fn controlled_shutdown(ctx: &Ctx) {
-    ctx.stopping.store(true, Ordering::Relaxed);
-    let broker_epoch = ctx.broker_epoch.load(Ordering::Relaxed);
-    if broker_epoch < 0 {
-        return;
-    }
-    let req = ControllerRequest::ControlledShutdown {
-        broker_id: ctx.cfg.broker.broker_id,
-        broker_epoch,
+/// Leader side of a heartbeat that wants to shut down (Kafka's controlled shutdown, KRaft's
+/// way): the first one commits the broker's controlled-shutdown records (leadership moved to
+/// other ISR or ELR members, the broker out of the ISRs — into the ELR where that leaves the
+/// ISR below min ISR, KIP-966 — and fenced); every one answers `should_shut_down` once the
+/// records are committed and the broker leads nothing. A batch that raced another change is
+/// recomputed; one still refused is tried again at the next heartbeat.
+async fn controlled_shutdown(
+    ctx: &Ctx,
+    broker_id: i32,
+    broker_epoch: i64,
+) -> Result<ControllerResponse, ControllerError> {
+    let is_retired = || {
+        ctx.shut_down
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&broker_id)
+            == Some(&broker_epoch)
     };
-    let deadline = Instant::now() + CONTROLLED_SHUTDOWN_WAIT.min(ctx.cfg.session_timeout);
-    match controller_call(ctx, req, deadline).await {
-        Ok(_) => info!(broker_epoch, "controlled shutdown done"),
-        Err(e) => warn!(error = %e, "controlled shutdown failed; the session timeout fences"),
+    if !is_retired() {
+        let _decide = ctx.decide.lock().await;
+        for _ in 0..WRITE_ATTEMPTS {
+            let image = current_image(ctx).await?;
+            let records =
+                controlled_shutdown_records(&image, broker_id, broker_epoch, Unclean::TopicConfig)
+                    .map_err(|_| ControllerError::StaleBrokerEpoch)?;
+            if write_records(ctx, &records).await?.outcome == ApplyOutcome::Applied {
+                ctx.shut_down
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(broker_id, broker_epoch);
+                info!(broker_id, broker_epoch, "broker in controlled shutdown");
+                break;
+            }
+        }
     }
+    let image = ctx.sm.image();
+    let leads = image
+        .topics
+        .values()
+        .flat_map(|t| &t.partitions)
+        .any(|p| p.leader == broker_id);
+    Ok(ControllerResponse::HeartbeatOk {
+        fenced: image.brokers.get(&broker_id).is_none_or(|b| b.fenced),
+        should_shut_down: is_retired() && !leads,
+    })
 }
 
-/// The longest `shutdown` waits for the controlled shutdown.
-const CONTROLLED_SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
+/// How often a broker waiting for its controlled shutdown's approval heartbeats.
+const CONTROLLED_SHUTDOWN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(50);
 
 /// On the leader: fences brokers whose heartbeats stopped.
 async fn fence_silent_brokers(ctx: Arc<Ctx>) {
@@ -868,7 +904,18 @@ async fn broker_lifecycle(ctx: Arc<Ctx>) {
         reg.controller_addr = None;
     }
     let mut warned = Instant::now() - Duration::from_secs(60);
+    let mut approved = false;
+    let mut unreachable_since: Option<Instant> = None;
     while !ctx.stopping.load(Ordering::Relaxed) {
+        if ctx.want_shutdown.load(Ordering::Relaxed) {
+            // Not registered (yet, or the controller forgot this epoch): nothing to hand over,
+            // and registering now would unfence a broker that is going away.
+            if !approved {
+                ctx.bell
+                    .push(Event::ControlledShutdownDone { approved: false });
+            }
+            return;
+        }
         let deadline = Instant::now() + Duration::from_secs(5);
         let epoch =
             match controller_call(&ctx, ControllerRequest::Register(reg.clone()), deadline).await {
@@ -884,22 +931,51 @@ async fn broker_lifecycle(ctx: Arc<Ctx>) {
             };
         ctx.broker_epoch.store(epoch, Ordering::Relaxed);
         loop {
-            tokio::time::sleep(ctx.cfg.heartbeat_interval).await;
+            let want_shutdown = ctx.want_shutdown.load(Ordering::Relaxed);
+            let interval = if want_shutdown && !approved {
+                // Kafka's broker heartbeats at once while it waits for the approval.
+                CONTROLLED_SHUTDOWN_HEARTBEAT_INTERVAL
+            } else {
+                ctx.cfg.heartbeat_interval
+            };
+            let _ = tokio::time::timeout(interval, ctx.lifecycle_wake.notified()).await;
             if ctx.stopping.load(Ordering::Relaxed) {
                 return;
             }
+            let want_shutdown = ctx.want_shutdown.load(Ordering::Relaxed);
             let deadline = Instant::now() + ctx.cfg.heartbeat_interval.max(Duration::from_secs(1));
             let hb = ControllerRequest::Heartbeat {
                 broker_id: reg.broker_id,
                 broker_epoch: epoch,
+                want_shutdown,
             };
             match controller_call(&ctx, hb, deadline).await {
-                Ok(_) => {}
+                Ok(ControllerResponse::HeartbeatOk {
+                    should_shut_down: true,
+                    ..
+                }) if want_shutdown && !approved => {
+                    approved = true;
+                    info!(broker_epoch = epoch, "controlled shutdown approved");
+                    ctx.bell
+                        .push(Event::ControlledShutdownDone { approved: true });
+                }
+                Ok(_) => unreachable_since = None,
                 Err(ControllerError::StaleBrokerEpoch) => {
                     warn!("controller does not know this broker epoch; registering again");
                     break;
                 }
                 Err(e) => {
+                    let since = *unreachable_since.get_or_insert_with(Instant::now);
+                    // No controller long enough for an election to have found one: nobody
+                    // can take the leadership over (the quorum lost its majority, say), so
+                    // waiting longer only delays the stop.
+                    let give_up = (ctx.cfg.election_timeout_max * 3).max(Duration::from_secs(2));
+                    if want_shutdown && !approved && since.elapsed() >= give_up {
+                        approved = true;
+                        warn!(error = %e, "no controller answers; stopping without a controlled shutdown");
+                        ctx.bell
+                            .push(Event::ControlledShutdownDone { approved: false });
+                    }
                     if warned.elapsed() > Duration::from_secs(10) {
                         warn!(error = %e, "heartbeat failed");
                         warned = Instant::now();

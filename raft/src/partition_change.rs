@@ -290,7 +290,100 @@ pub fn alter_partition(
     let rules = Rules::of(image, topic, Unclean::Disabled);
     let mut t = Target::of(p);
     t.set_isr(new_isr, &[], &rules);
+    // An added replica joining the ISR may complete the partition's reassignment.
+    t.try_complete_reassignment(&|id| is_live(image, id), &rules);
     Ok(t.record(topic.topic_id, p))
+}
+
+/// One partition's reassignment (Kafka's AlterPartitionReassignments, KIP-455): the record
+/// that starts, replaces, completes or cancels it; None when nothing changes (the target is
+/// the assignment already, with none in progress). `target` None cancels the reassignment in
+/// progress, leaving exactly the replicas it started from. A new target replaces one in
+/// progress: it is measured from the original replicas, and replicas the old one was adding
+/// that the new one does not want leave. Added replicas catch up as followers; the
+/// reassignment completes when all of them are in the ISR (see `alter_partition`), at once when
+/// it adds none. Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT (an empty
+/// target, a duplicate, a broker that is not registered, or no in-sync replica left),
+/// NO_REASSIGNMENT_IN_PROGRESS (cancelling none).
+pub fn reassign(
+    image: &ClusterImage,
+    topic_name: &str,
+    partition: i32,
+    target: Option<&[i32]>,
+) -> Result<Option<Record>, (i16, String)> {
+    let unknown = || {
+        (
+            codes::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("{topic_name}-{partition} does not exist"),
+        )
+    };
+    let topic = image.topic(topic_name).ok_or_else(unknown)?;
+    let p = partition_of(topic, partition).ok_or_else(unknown)?;
+    let invalid = |why: String| (codes::INVALID_REPLICA_ASSIGNMENT, why);
+    let rules = Rules::of(image, topic, Unclean::Disabled);
+    let live = |id: i32| is_live(image, id);
+    let original = p.replicas_before_reassignment();
+    let mut t = Target::of(p);
+    match target {
+        None => {
+            if !p.reassigning() {
+                return Err((
+                    codes::NO_REASSIGNMENT_IN_PROGRESS,
+                    format!("no reassignment is in progress for {topic_name}-{partition}"),
+                ));
+            }
+            t.move_replicas(original, Vec::new(), Vec::new(), &live, &rules)
+                .map_err(|why| invalid(format!("cannot cancel: {why}")))?;
+        }
+        Some(target) => {
+            if target.is_empty() {
+                return Err(invalid("the replica list is empty".into()));
+            }
+            for (i, id) in target.iter().enumerate() {
+                if target[..i].contains(id) {
+                    return Err(invalid(format!("replica {id} is listed twice")));
+                }
+                if !image.brokers.contains_key(id) {
+                    return Err(invalid(format!("broker {id} is not registered")));
+                }
+            }
+            if !p.reassigning() && target == p.replicas.as_slice() {
+                return Ok(None);
+            }
+            let adding: Vec<i32> = target
+                .iter()
+                .copied()
+                .filter(|r| !original.contains(r))
+                .collect();
+            let removing: Vec<i32> = original
+                .iter()
+                .copied()
+                .filter(|r| !target.contains(r))
+                .collect();
+            let mut replicas = target.to_vec();
+            replicas.extend(&removing);
+            t.move_replicas(replicas, adding, removing, &live, &rules)
+                .map_err(invalid)?;
+        }
+    }
+    t.try_complete_reassignment(&live, &rules);
+    Ok(t.record(topic.topic_id, p))
+}
+
+/// Records that remove `broker_id`'s registration (Kafka's UnregisterBroker): it is fenced
+/// first (out of the ISRs, leadership moved, as [`fence_records`]), then unregistered.
+/// BROKER_ID_NOT_REGISTERED when it is not registered.
+pub fn unregister_records(image: &ClusterImage, broker_id: i32) -> Result<Vec<Record>, i16> {
+    let b = image
+        .brokers
+        .get(&broker_id)
+        .ok_or(codes::BROKER_ID_NOT_REGISTERED)?;
+    let mut records = fence_records(image, broker_id, Unclean::TopicConfig);
+    records.push(Record::BrokerUnregistered {
+        broker_id,
+        broker_epoch: b.broker_epoch,
+    });
+    Ok(records)
 }
 
 /// Bound on one AlterPartition call's partitions (one shard's batch).
@@ -319,9 +412,19 @@ pub fn alter_partitions(
             match (outcome, current) {
                 (Ok(change), Some(p)) => {
                     let mut result = result_of(r, 0, p);
-                    if let Some(Record::PartitionChanged { isr: Some(isr), .. }) = &change {
+                    if let Some(Record::PartitionChanged {
+                        isr,
+                        leader,
+                        leader_epoch,
+                        ..
+                    }) = &change
+                    {
                         result.partition_epoch += 1;
-                        result.isr = isr.clone();
+                        if let Some(isr) = isr {
+                            result.isr = isr.clone();
+                        }
+                        result.leader_id = leader.unwrap_or(result.leader_id);
+                        result.leader_epoch = leader_epoch.unwrap_or(result.leader_epoch);
                     }
                     records.extend(change);
                     result
@@ -408,6 +511,10 @@ struct Target {
     isr: Vec<i32>,
     elr: Vec<i32>,
     last_known_elr: Vec<i32>,
+    adding: Vec<i32>,
+    removing: Vec<i32>,
+    /// The replicas before the reassignment in progress, in order; empty when none is.
+    original: Vec<i32>,
     /// Bump the leader epoch even if the leader ends up the same (a new incarnation of it).
     bump: bool,
 }
@@ -420,8 +527,76 @@ impl Target {
             isr: p.isr.clone(),
             elr: p.elr.clone(),
             last_known_elr: p.last_known_elr.clone(),
+            adding: p.adding_replicas.clone(),
+            removing: p.removing_replicas.clone(),
+            original: p.original_replicas.clone(),
             bump: false,
         }
+    }
+
+    /// Sets the replica list and the reassignment state (KIP-455): the ISR, ELR and last known
+    /// ELR keep only replicas; a leader no longer in the ISR gives way to the first live ISR
+    /// member in the new replica order (none: offline). Fails when no ISR member would remain.
+    fn move_replicas(
+        &mut self,
+        replicas: Vec<i32>,
+        adding: Vec<i32>,
+        removing: Vec<i32>,
+        live: &dyn Fn(i32) -> bool,
+        rules: &Rules,
+    ) -> Result<(), String> {
+        let isr: Vec<i32> = self
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| replicas.contains(r))
+            .collect();
+        if isr.is_empty() {
+            return Err(format!(
+                "none of the in-sync replicas {:?} would remain among {replicas:?}",
+                self.isr
+            ));
+        }
+        if adding.is_empty() && removing.is_empty() {
+            self.original.clear();
+        } else if self.original.is_empty() {
+            self.original = self.replicas.clone();
+        }
+        self.replicas = replicas;
+        self.adding = adding;
+        self.removing = removing;
+        self.elr.retain(|r| self.replicas.contains(r));
+        self.last_known_elr.retain(|r| self.replicas.contains(r));
+        self.isr = isr.clone();
+        self.set_isr(isr, &[], rules);
+        if !self.isr.contains(&self.leader) {
+            self.leader = -1;
+            self.elect(live, rules);
+        }
+        Ok(())
+    }
+
+    /// Completes the reassignment in progress once every added replica is in the ISR and an
+    /// ISR member is among the target replicas (Kafka's `PartitionReassignmentReplicas`):
+    /// the replicas become the target, the removed ones leave the ISR and ELR, and a leader
+    /// being removed gives way to the first live ISR member of the target.
+    fn try_complete_reassignment(&mut self, live: &dyn Fn(i32) -> bool, rules: &Rules) {
+        if self.adding.is_empty() && self.removing.is_empty() {
+            return;
+        }
+        if !self.adding.iter().all(|r| self.isr.contains(r)) {
+            return;
+        }
+        let target: Vec<i32> = self
+            .replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.removing.contains(r))
+            .collect();
+        if !self.isr.iter().any(|r| target.contains(r)) {
+            return;
+        }
+        let _ = self.move_replicas(target, Vec::new(), Vec::new(), live, rules);
     }
 
     /// Takes `id` out of the ISR, and out of the ELR too when it shut down uncleanly. The ISR
@@ -505,12 +680,28 @@ impl Target {
     /// The record that moves `p` here, with `p`'s epochs as preconditions; None when nothing
     /// changes.
     fn record(&self, topic_id: TopicId, p: &PartitionInfo) -> Option<Record> {
-        let leader_changed = self.leader != p.leader || self.bump;
         let changed = |new: &Vec<i32>, old: &Vec<i32>| (new != old).then(|| new.clone());
+        let replicas = changed(&self.replicas, &p.replicas);
+        // A replica removed from the assignment is fenced by a new leader epoch even when
+        // the leader stays (Kafka's controller does the same), so its in-flight requests of
+        // the old epoch are refused.
+        let removed = p.replicas.iter().any(|r| !self.replicas.contains(r));
+        let leader_changed = self.leader != p.leader || self.bump || removed;
         let isr = changed(&self.isr, &p.isr);
         let elr = changed(&self.elr, &p.elr);
         let last_known_elr = changed(&self.last_known_elr, &p.last_known_elr);
-        if !leader_changed && isr.is_none() && elr.is_none() && last_known_elr.is_none() {
+        let adding_replicas = changed(&self.adding, &p.adding_replicas);
+        let removing_replicas = changed(&self.removing, &p.removing_replicas);
+        let original_replicas = changed(&self.original, &p.original_replicas);
+        if !leader_changed
+            && isr.is_none()
+            && elr.is_none()
+            && last_known_elr.is_none()
+            && replicas.is_none()
+            && adding_replicas.is_none()
+            && removing_replicas.is_none()
+            && original_replicas.is_none()
+        {
             return None;
         }
         Some(Record::PartitionChanged {
@@ -519,11 +710,14 @@ impl Target {
             leader: leader_changed.then_some(self.leader),
             leader_epoch: leader_changed.then(|| p.leader_epoch.saturating_add(1)),
             isr,
-            replicas: None,
+            replicas,
             expected_leader_epoch: Some(p.leader_epoch),
             expected_partition_epoch: Some(p.partition_epoch),
             elr,
             last_known_elr,
+            adding_replicas,
+            removing_replicas,
+            original_replicas,
         })
     }
 }
@@ -746,6 +940,121 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    fn reassigned(image: &Arc<ClusterImage>, target: Option<&[i32]>) -> Arc<ClusterImage> {
+        let record = reassign(image, "t", 0, target).unwrap().expect("a change");
+        apply(image, &[record])
+    }
+
+    /// (replicas, adding, removing) of partition 0.
+    fn assignment(image: &ClusterImage) -> (Vec<i32>, Vec<i32>, Vec<i32>) {
+        let p = part(image, 0);
+        (
+            p.replicas.clone(),
+            p.adding_replicas.clone(),
+            p.removing_replicas.clone(),
+        )
+    }
+
+    #[test]
+    fn a_reassignment_adds_then_completes_when_the_added_join_the_isr() {
+        // Five brokers; partition 0 on [1, 2, 3] led by 1. Move it to [4, 2, 5].
+        let image = cluster(5, 1, None);
+        let image = reassigned(&image, Some(&[4, 2, 5]));
+        assert_eq!(
+            assignment(&image),
+            (vec![4, 2, 5, 1, 3], vec![4, 5], vec![1, 3])
+        );
+        // Leadership and ISR stay until the added catch up.
+        assert_eq!(state(&image), (1, 0, vec![1, 2, 3], vec![]));
+        // 4 joins: not complete yet.
+        let (r, records) = alter_partitions(&image, &[alter(&image, &[1, 2, 3, 4])]);
+        assert_eq!(r[0].error_code, 0);
+        let image = apply(&image, &records);
+        assert_eq!(assignment(&image).1, vec![4, 5]);
+        // 5 joins: the replicas become the target, 1 and 3 leave, 4 (first in the ISR of the
+        // target order) leads with a new epoch.
+        let (r, records) = alter_partitions(&image, &[alter(&image, &[1, 2, 3, 4, 5])]);
+        assert_eq!(r[0].error_code, 0);
+        let image = apply(&image, &records);
+        assert_eq!(assignment(&image), (vec![4, 2, 5], vec![], vec![]));
+        assert_eq!(state(&image), (4, 1, vec![2, 4, 5], vec![]));
+    }
+
+    #[test]
+    fn shrinking_the_replication_factor_completes_at_once_and_bumps_the_epoch() {
+        let image = cluster(3, 1, None);
+        let image = reassigned(&image, Some(&[1, 2]));
+        assert_eq!(assignment(&image), (vec![1, 2], vec![], vec![]));
+        // The leader stays, its epoch goes up (the removed replica is fenced).
+        assert_eq!(state(&image), (1, 1, vec![1, 2], vec![]));
+        // Removing the leader hands leadership to the target's first ISR member.
+        let image = reassigned(&image, Some(&[2]));
+        assert_eq!(state(&image), (2, 2, vec![2], vec![]));
+    }
+
+    #[test]
+    fn cancelling_restores_exactly_the_original_replicas() {
+        let image = cluster(5, 1, None);
+        let started = reassigned(&image, Some(&[4, 5, 1]));
+        // 4 caught up and joined the ISR before the cancel.
+        let (_, records) = alter_partitions(&started, &[alter(&started, &[1, 2, 3, 4])]);
+        let started = apply(&started, &records);
+        let cancelled = reassigned(&started, None);
+        assert_eq!(assignment(&cancelled), (vec![1, 2, 3], vec![], vec![]));
+        assert_eq!(state(&cancelled).2, vec![1, 2, 3]);
+        // Nothing to cancel now.
+        let err = reassign(&cancelled, "t", 0, None).unwrap_err();
+        assert_eq!(err.0, codes::NO_REASSIGNMENT_IN_PROGRESS);
+    }
+
+    #[test]
+    fn a_new_reassignment_replaces_the_one_in_progress() {
+        let image = cluster(5, 1, None);
+        let first = reassigned(&image, Some(&[4, 2, 3]));
+        assert_eq!(assignment(&first), (vec![4, 2, 3, 1], vec![4], vec![1]));
+        // Measured from the original [1, 2, 3]: 4 is no longer wanted, 5 is.
+        let second = reassigned(&first, Some(&[5, 2, 3]));
+        assert_eq!(assignment(&second), (vec![5, 2, 3, 1], vec![5], vec![1]));
+        // A cancel now still leaves the original replicas.
+        let cancelled = reassigned(&second, None);
+        assert_eq!(assignment(&cancelled), (vec![1, 2, 3], vec![], vec![]));
+    }
+
+    #[test]
+    fn invalid_reassignments_change_nothing() {
+        let image = cluster(3, 1, None);
+        for target in [&[][..], &[1, 1, 2][..], &[1, 2, 9][..], &[-1][..]] {
+            let err = reassign(&image, "t", 0, Some(target)).unwrap_err();
+            assert_eq!(
+                err.0,
+                codes::INVALID_REPLICA_ASSIGNMENT,
+                "{target:?}: {}",
+                err.1
+            );
+        }
+        let err = reassign(&image, "t", 7, Some(&[1])).unwrap_err();
+        assert_eq!(err.0, codes::UNKNOWN_TOPIC_OR_PARTITION);
+        let err = reassign(&image, "nope", 0, Some(&[1])).unwrap_err();
+        assert_eq!(err.0, codes::UNKNOWN_TOPIC_OR_PARTITION);
+        // The assignment it has already: nothing to do.
+        assert_eq!(reassign(&image, "t", 0, Some(&[1, 2, 3])).unwrap(), None);
+    }
+
+    #[test]
+    fn unregistering_fences_then_removes_the_broker() {
+        let image = cluster(4, 1, None);
+        let image = apply(&image, &unregister_records(&image, 1).unwrap());
+        assert!(!image.brokers.contains_key(&1));
+        assert_eq!(state(&image), (2, 1, vec![2, 3], vec![]));
+        assert_eq!(
+            unregister_records(&image, 1).unwrap_err(),
+            codes::BROKER_ID_NOT_REGISTERED
+        );
+        // A reassignment may not name it any more.
+        let err = reassign(&image, "t", 0, Some(&[1, 2, 3])).unwrap_err();
+        assert_eq!(err.0, codes::INVALID_REPLICA_ASSIGNMENT);
     }
 
     #[test]

@@ -45,6 +45,12 @@ pub enum Record {
     BrokerUnfenced {
         broker_id: i32,
     },
+    /// The broker's registration is removed (UnregisterBroker); `broker_epoch`, when not -1,
+    /// must be its current one.
+    BrokerUnregistered {
+        broker_id: i32,
+        broker_epoch: i64,
+    },
     TopicCreated {
         name: String,
         topic_id: TopicId,
@@ -82,6 +88,12 @@ pub enum Record {
         elr: Option<Vec<i32>>,
         /// KIP-966 last known ELR.
         last_known_elr: Option<Vec<i32>>,
+        /// KIP-455: replicas being added and removed by a reassignment in progress (empty:
+        /// none); `replicas` then lists the target's replicas first, then those removed.
+        adding_replicas: Option<Vec<i32>>,
+        removing_replicas: Option<Vec<i32>>,
+        /// The replicas, in order, before the reassignment in progress (empty: none).
+        original_replicas: Option<Vec<i32>>,
     },
     /// A config override set (`value` Some) or removed (`value` None).
     ConfigChanged {

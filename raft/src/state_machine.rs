@@ -350,6 +350,9 @@ mod tests {
                         expected_partition_epoch: None,
                         elr: None,
                         last_known_elr: None,
+                        adding_replicas: None,
+                        removing_replicas: None,
+                        original_replicas: None,
                     }
                 }),
             (name, prop::option::of("[0-9]{1,3}")).prop_map(|(resource_name, value)| {

@@ -1,7 +1,9 @@
 //! Clean shutdown on SIGINT/SIGTERM.
 //!
 //! A dedicated thread waits for the signals (blocked in every other thread) and sets one
-//! process-wide flag. Each shard polls the flag from its own ticker and fires its local
+//! process-wide flag, `shutdown_requested`. The broker may first do work while it still serves
+//! (a controlled shutdown: its leadership moves away), then sets the second flag,
+//! `stop_requested`. Each shard polls that one from its own ticker and fires its local
 //! shutdown event, which stops accept loops and idle connection reads; in-flight requests
 //! finish, then the shard syncs its logs. A second signal exits at once.
 //! The shard-local side is an [`crate::Event`].
@@ -9,10 +11,22 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static REQUESTED: AtomicBool = AtomicBool::new(false);
+static STOP: AtomicBool = AtomicBool::new(false);
 
 /// True once SIGINT or SIGTERM arrived.
 pub fn shutdown_requested() -> bool {
     REQUESTED.load(Ordering::Acquire)
+}
+
+/// True once the process should stop serving (after `shutdown_requested`, when what had to
+/// happen before is done).
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::Acquire)
+}
+
+/// Lets every shard stop serving.
+pub fn request_stop() {
+    STOP.store(true, Ordering::Release);
 }
 
 /// Blocks SIGINT and SIGTERM in the calling thread (and so in threads it spawns later) and

@@ -49,6 +49,8 @@ mod tests;
 #[cfg(test)]
 mod txn_tests;
 
+pub use recovery::set_previous_stop_clean;
+
 /// The decoders of untrusted bytes that are private to the crate, for the fuzz targets in
 /// `fuzz/` (feature `fuzzing`; nothing else turns it on). Each item is the code the log runs,
 /// re-exported unchanged.

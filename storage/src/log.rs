@@ -410,6 +410,9 @@ struct Inner {
     inject_disk_full: std::cell::Cell<bool>,
     /// Compaction's checkpoint: offsets below are clean (`cleaner-offset-checkpoint`).
     cleaned_up_to: std::cell::Cell<Offset>,
+    /// Segment bytes `open` scanned to recover the log (after a clean shutdown, only what
+    /// follows each segment's last index entry).
+    recovery_scanned_bytes: u64,
 }
 
 impl crate::tail_budget::Evict for Inner {
@@ -481,11 +484,20 @@ impl Log {
         let checkpoint_before = epochs.clone();
         let bases = list_segments(dir)?;
         let mut segments = Vec::with_capacity(bases.len().max(1));
+        let mut scanned_bytes = 0u64;
         let mut i = 0;
         while i < bases.len() {
             let is_last = i + 1 == bases.len();
-            let seg =
-                recover_segment(dir, bases[i], is_last, gaps_allowed, &config, &mut epochs).await?;
+            let seg = recover_segment(
+                dir,
+                bases[i],
+                is_last,
+                gaps_allowed,
+                &config,
+                &mut epochs,
+                &mut scanned_bytes,
+            )
+            .await?;
             let next_offset = seg.next_offset;
             segments.push(seg);
             // Segments follow each other without a gap, except where compaction (which has
@@ -569,6 +581,7 @@ impl Log {
                 fail_next_write: std::cell::Cell::new(false),
                 inject_disk_full: std::cell::Cell::new(false),
                 cleaned_up_to: std::cell::Cell::new(cleaned_up_to),
+                recovery_scanned_bytes: scanned_bytes,
             }),
         };
         let weak: std::rc::Weak<dyn crate::tail_budget::Evict> =
@@ -596,6 +609,11 @@ impl Log {
 
     pub fn dir(&self) -> PathBuf {
         self.inner.dir.clone()
+    }
+
+    /// Segment bytes `open` scanned to recover this log.
+    pub fn recovery_scanned_bytes(&self) -> u64 {
+        self.inner.recovery_scanned_bytes
     }
 
     pub fn segment_count(&self) -> usize {
@@ -1678,9 +1696,11 @@ async fn load_indexes(
     }
 }
 
-/// Opens one segment and recovers it: trusted indexes + tail scan for a closed segment, full
-/// scan (rebuilding indexes) otherwise. Truncates a torn tail; a bad batch with valid batches
-/// after it fails with `CorruptSegment` and leaves the file as it is.
+/// Opens one segment and recovers it: trusted indexes + tail scan for a closed segment (and
+/// for the active one after a clean shutdown, `recovery::previous_stop_clean`: its indexes
+/// were written by `close`), full scan (rebuilding indexes) otherwise. Truncates a torn tail;
+/// a bad batch with valid batches after it fails with `CorruptSegment` and leaves the file as
+/// it is. Counts the bytes it scanned in `scanned_bytes`.
 async fn recover_segment(
     dir: &Path,
     base: Offset,
@@ -1688,13 +1708,15 @@ async fn recover_segment(
     gaps_allowed: bool,
     config: &LogConfig,
     epochs: &mut EpochCache,
+    scanned_bytes: &mut u64,
 ) -> Result<Segment, StorageError> {
     let path = segment_path(dir, base, "log");
     let file = Rc::new(open_log_file(&path, false).await?);
     let file_size = file.file_size().await?;
     let mut seg = Segment::new(base, Some(file.clone()));
     let mut valid_end = None;
-    if !is_active {
+    let interval = config.index_interval_bytes;
+    if !is_active || crate::recovery::previous_stop_clean() {
         if let Some((index, time_index)) = load_indexes(dir, base, file_size).await? {
             let (start, expected) = index
                 .entries
@@ -1707,6 +1729,14 @@ async fn recover_segment(
                 seg.offset_of_max_timestamp = Offset(base.0 + rel as i64);
             }
             let mut batches = 0usize;
+            *scanned_bytes += file_size.saturating_sub(start);
+            if is_active && file_size > 0 {
+                // The roll by `segment.ms` counts from the first batch's timestamp.
+                let first = file.read_at(0, HEADER_BYTES).await?;
+                seg.first_batch_max_ts = BatchHeader::parse(&first)
+                    .map(|h| h.max_timestamp)
+                    .filter(|ts| *ts >= 0);
+            }
             let scanned = scan_segment(
                 &file,
                 &path,
@@ -1715,13 +1745,20 @@ async fn recover_segment(
                 expected,
                 base.0,
                 gaps_allowed,
-                |_, h| {
+                |pos, h| {
                     batches += 1;
-                    if h.max_timestamp > seg.max_timestamp_ms {
-                        seg.max_timestamp_ms = h.max_timestamp;
-                        seg.offset_of_max_timestamp = Offset(h.last_offset());
+                    if is_active {
+                        // Appends go on here: the index keeps its spacing.
+                        let first = seg.first_batch_max_ts;
+                        seg.note_batch(BytePosition(pos), h, interval);
+                        seg.first_batch_max_ts = first.or(seg.first_batch_max_ts);
+                    } else {
+                        if h.max_timestamp > seg.max_timestamp_ms {
+                            seg.max_timestamp_ms = h.max_timestamp;
+                            seg.offset_of_max_timestamp = Offset(h.last_offset());
+                        }
+                        seg.next_offset = Offset(h.last_offset() + 1);
                     }
-                    seg.next_offset = Offset(h.last_offset() + 1);
                     if h.leader_epoch >= 0 {
                         epochs.assign(LeaderEpoch(h.leader_epoch), Offset(h.base_offset));
                     }
@@ -1746,7 +1783,7 @@ async fn recover_segment(
     let valid_end = match valid_end {
         Some(end) => end,
         None => {
-            let interval = config.index_interval_bytes;
+            *scanned_bytes += file_size;
             scan_segment(
                 &file,
                 &path,

@@ -8,11 +8,29 @@
 //! `Log::open` on the owning shard.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use glommio::io::DmaFile;
 
 use crate::batch::{validate_one, BatchHeader, HEADER_BYTES, MAGIC_V2};
 use crate::error::StorageError;
+
+/// Whether this process's previous run stopped cleanly: every log closed by `Log::close`,
+/// which wrote the active segment's indexes too. Set once at start, before any log opens.
+static PREVIOUS_STOP_CLEAN: AtomicBool = AtomicBool::new(false);
+
+/// Says that the previous run stopped cleanly (the broker's clean-shutdown record, KIP-841):
+/// opening a log then trusts its active segment's indexes as it trusts a closed segment's, and
+/// scans only what follows the last index entry, as Kafka skips log recovery after a clean
+/// shutdown. Call before opening any log.
+pub fn set_previous_stop_clean(clean: bool) {
+    PREVIOUS_STOP_CLEAN.store(clean, Ordering::Relaxed);
+}
+
+/// See [`set_previous_stop_clean`].
+pub fn previous_stop_clean() -> bool {
+    PREVIOUS_STOP_CLEAN.load(Ordering::Relaxed)
+}
 
 /// Bytes read per I/O while scanning.
 const SCAN_WINDOW_BYTES: u64 = 1024 * 1024;

@@ -41,7 +41,12 @@ pub use crate::replication::state::IsrChange;
 use keel_vocab::ErrorCode;
 pub use state::Controller;
 
+pub mod reassignment;
+mod shutdown;
 pub mod state;
+
+use shutdown::take_clean_shutdown_epoch;
+pub use shutdown::{controlled_shutdown, record_clean_shutdown};
 
 /// Most partitions a topic may have.
 const MAX_PARTITIONS: i32 = 100_000;
@@ -147,43 +152,6 @@ fn node_config(config: &BrokerConfig, shard_count: usize) -> NodeConfig {
         snapshot_entries: config.metadata_snapshot_entries,
         snapshot_interval: Duration::from_millis(config.metadata_snapshot_interval_ms),
         propose_timeout: Duration::from_secs(10),
-    }
-}
-
-/// Where a broker that stopped cleanly leaves its broker epoch (KIP-841: the next
-/// registration names it, so the controller knows no acknowledged record was lost here).
-const CLEAN_SHUTDOWN_FILE: &str = ".keel-clean-shutdown";
-
-/// The broker epoch a clean shutdown left, removed as it is read (a crash after this start
-/// must not look clean); -1 when the last stop was not clean.
-fn take_clean_shutdown_epoch(data_dir: &std::path::Path) -> i64 {
-    let path = data_dir.join(CLEAN_SHUTDOWN_FILE);
-    let epoch = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| t.trim().parse::<i64>().ok())
-        .unwrap_or(-1);
-    if let Err(e) = std::fs::remove_file(&path) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            warn!(path = %path.display(), error = %e, "cannot remove the clean-shutdown record");
-        }
-    }
-    epoch
-}
-
-/// After every log is closed at a clean stop: records this incarnation's broker epoch (see
-/// [`CLEAN_SHUTDOWN_FILE`]).
-pub fn record_clean_shutdown(shard: &BrokerShard) {
-    let image = shard.image();
-    let Some(b) = image.cluster.brokers.get(&shard.config.node_id) else {
-        return;
-    };
-    let path = shard.config.data_dir.join(CLEAN_SHUTDOWN_FILE);
-    let tmp = path.with_extension("tmp");
-    let written = std::fs::write(&tmp, format!("{}\n", b.broker_epoch))
-        .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
-        .and_then(|()| std::fs::rename(&tmp, &path));
-    if let Err(e) = written {
-        warn!(path = %path.display(), error = %e, "cannot record the clean shutdown");
     }
 }
 
@@ -322,6 +290,7 @@ pub fn start(
             install_waiters: RefCell::new(Vec::new()),
             producer_ids: Cell::new((0, 0)),
             producer_id_lock: glommio::sync::Semaphore::new(1),
+            shutdown_approved: Cell::new(None),
         },
         reader,
     ))
@@ -399,6 +368,9 @@ async fn follow_events(shard: Rc<BrokerShard>, mut doorbell: glommio::net::UnixS
                     if let Some(tx) = ctl.alter_tickets.borrow_mut().remove(&ticket) {
                         let _ = tx.send(result);
                     }
+                }
+                Event::ControlledShutdownDone { approved } => {
+                    ctl.shutdown_approved.set(Some(approved))
                 }
             }
         }

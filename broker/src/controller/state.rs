@@ -31,4 +31,7 @@ pub struct Controller {
     /// (exclusive). Refilled through the metadata log, one allocation at a time.
     pub(super) producer_ids: Cell<(i64, i64)>,
     pub(super) producer_id_lock: glommio::sync::Semaphore,
+    /// This broker's controlled shutdown: None while it runs, then whether the controller
+    /// approved it (false: the broker was not registered).
+    pub(super) shutdown_approved: Cell<Option<bool>>,
 }

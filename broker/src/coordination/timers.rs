@@ -4,7 +4,7 @@
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use keel_shard::shutdown_requested;
+use keel_shard::stop_requested;
 use keel_storage::FlushPolicy;
 use tracing::{debug, error, info, warn};
 
@@ -92,13 +92,13 @@ pub async fn compaction(shard: Rc<BrokerShard>) {
     }
 }
 
-/// Periodic work: notice a shutdown request, sync flush.policy=interval logs, retry the
+/// Periodic work: notice that the shards are to stop (`startup::drive_shutdown`), sync flush.policy=interval logs, retry the
 /// writes of disk-full logs.
 pub async fn ticker(shard: Rc<BrokerShard>) {
     let mut tick: u64 = 0;
     loop {
         glommio::timer::sleep(Duration::from_millis(50)).await;
-        if shutdown_requested() {
+        if stop_requested() {
             shard.shutdown.fire();
             return;
         }

@@ -16,6 +16,7 @@ use crate::shard::BrokerShard;
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_configs;
+pub mod alter_partition_reassignments;
 pub mod api_versions;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
@@ -41,6 +42,7 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
+pub mod list_partition_reassignments;
 pub mod list_transactions;
 pub mod metadata;
 pub mod offset_commit;
@@ -50,6 +52,7 @@ pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sync_group;
 pub mod txn_offset_commit;
+pub mod unregister_broker;
 pub mod write_txn_markers;
 
 /// One API Keel answers, and its version range (inclusive).
@@ -217,6 +220,12 @@ api_table! {
         => plain list_transactions::handle, ListTransactionsRequest;
     WriteTxnMarkers: write_txn_markers::SUPPORT
         => plain write_txn_markers::handle, WriteTxnMarkersRequest;
+    AlterPartitionReassignments: alter_partition_reassignments::SUPPORT
+        => plain alter_partition_reassignments::handle, AlterPartitionReassignmentsRequest;
+    ListPartitionReassignments: list_partition_reassignments::SUPPORT
+        => plain list_partition_reassignments::handle, ListPartitionReassignmentsRequest;
+    UnregisterBroker: unregister_broker::SUPPORT
+        => plain unregister_broker::handle, UnregisterBrokerRequest;
 }
 
 pub fn support(key: ApiKey) -> Option<ApiSupport> {

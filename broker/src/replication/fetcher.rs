@@ -116,6 +116,28 @@ pub fn unassign(shard: &Rc<BrokerShard>, part: &Partition) {
     }
 }
 
+/// Forgets the fetches of partitions this shard no longer holds (a reassignment moved them
+/// away), so their fetchers do not keep waiting for them.
+pub fn prune(shard: &Rc<BrokerShard>) {
+    let gone: Vec<(String, i32)> = shard
+        .replica_fetchers
+        .by_partition
+        .borrow()
+        .keys()
+        .filter(|(t, i)| shard.partition(t, *i).is_none())
+        .cloned()
+        .collect();
+    let fetchers = &shard.replica_fetchers;
+    for id in gone {
+        if let Some(key) = fetchers.by_partition.borrow_mut().remove(&id) {
+            if let Some(s) = fetchers.by_key.borrow().get(&key) {
+                s.partitions.borrow_mut().remove(&id);
+                s.wake();
+            }
+        }
+    }
+}
+
 /// Per partition, until when it backs off after an error.
 type Backoff = HashMap<(String, i32), Instant>;
 

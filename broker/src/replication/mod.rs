@@ -156,6 +156,7 @@ pub fn coordinator_commit_error(
 /// writes and fetches wake (a former leader answers them NOT_LEADER_OR_FOLLOWER).
 pub async fn apply_image(shard: &Rc<BrokerShard>) {
     let image = shard.image();
+    fetcher::prune(shard);
     for part in shard.all_partitions() {
         let leader = part.replication.leader.get();
         let epoch = part.leader_epoch.get();

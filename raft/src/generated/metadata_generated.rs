@@ -29,10 +29,10 @@ pub mod metadata {
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_RECORD: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_RECORD: u8 = 9;
+pub const ENUM_MAX_RECORD: u8 = 10;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_RECORD: [Record; 10] = [
+pub const ENUM_VALUES_RECORD: [Record; 11] = [
   Record::NONE,
   Record::BrokerRegistered,
   Record::BrokerFenced,
@@ -43,6 +43,7 @@ pub const ENUM_VALUES_RECORD: [Record; 10] = [
   Record::PartitionChanged,
   Record::ConfigChanged,
   Record::ProducerIdsAllocated,
+  Record::BrokerUnregistered,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -60,9 +61,10 @@ impl Record {
   pub const PartitionChanged: Self = Self(7);
   pub const ConfigChanged: Self = Self(8);
   pub const ProducerIdsAllocated: Self = Self(9);
+  pub const BrokerUnregistered: Self = Self(10);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 9;
+  pub const ENUM_MAX: u8 = 10;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::NONE,
     Self::BrokerRegistered,
@@ -74,6 +76,7 @@ impl Record {
     Self::PartitionChanged,
     Self::ConfigChanged,
     Self::ProducerIdsAllocated,
+    Self::BrokerUnregistered,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -88,6 +91,7 @@ impl Record {
       Self::PartitionChanged => Some("PartitionChanged"),
       Self::ConfigChanged => Some("ConfigChanged"),
       Self::ProducerIdsAllocated => Some("ProducerIdsAllocated"),
+      Self::BrokerUnregistered => Some("BrokerUnregistered"),
       _ => None,
     }
   }
@@ -826,6 +830,122 @@ impl core::fmt::Debug for BrokerUnfenced<'_> {
       ds.finish()
   }
 }
+pub enum BrokerUnregisteredOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+/// The broker's registration is removed (Kafka's UnregisterBroker); it leads nothing and is in
+/// no ISR. A broker that runs again registers anew.
+pub struct BrokerUnregistered<'a> {
+  pub _tab: flatbuffers::Table<'a>,
+}
+
+impl<'a> flatbuffers::Follow<'a> for BrokerUnregistered<'a> {
+  type Inner = BrokerUnregistered<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: flatbuffers::Table::new(buf, loc) }
+  }
+}
+
+impl<'a> BrokerUnregistered<'a> {
+  pub const VT_BROKER_ID: flatbuffers::VOffsetT = 4;
+  pub const VT_BROKER_EPOCH: flatbuffers::VOffsetT = 6;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
+    BrokerUnregistered { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr>(
+    _fbb: &'mut_bldr mut flatbuffers::FlatBufferBuilder<'bldr>,
+    args: &'args BrokerUnregisteredArgs
+  ) -> flatbuffers::WIPOffset<BrokerUnregistered<'bldr>> {
+    let mut builder = BrokerUnregisteredBuilder::new(_fbb);
+    builder.add_broker_epoch(args.broker_epoch);
+    builder.add_broker_id(args.broker_id);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn broker_id(&self) -> i32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i32>(BrokerUnregistered::VT_BROKER_ID, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn broker_epoch(&self) -> i64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i64>(BrokerUnregistered::VT_BROKER_EPOCH, Some(-1)).unwrap()}
+  }
+}
+
+impl flatbuffers::Verifiable for BrokerUnregistered<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut flatbuffers::Verifier, pos: usize
+  ) -> Result<(), flatbuffers::InvalidFlatbuffer> {
+    use self::flatbuffers::Verifiable;
+    v.visit_table(pos)?
+     .visit_field::<i32>("broker_id", Self::VT_BROKER_ID, false)?
+     .visit_field::<i64>("broker_epoch", Self::VT_BROKER_EPOCH, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct BrokerUnregisteredArgs {
+    pub broker_id: i32,
+    pub broker_epoch: i64,
+}
+impl<'a> Default for BrokerUnregisteredArgs {
+  #[inline]
+  fn default() -> Self {
+    BrokerUnregisteredArgs {
+      broker_id: 0,
+      broker_epoch: -1,
+    }
+  }
+}
+
+pub struct BrokerUnregisteredBuilder<'a: 'b, 'b> {
+  fbb_: &'b mut flatbuffers::FlatBufferBuilder<'a>,
+  start_: flatbuffers::WIPOffset<flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b> BrokerUnregisteredBuilder<'a, 'b> {
+  #[inline]
+  pub fn add_broker_id(&mut self, broker_id: i32) {
+    self.fbb_.push_slot::<i32>(BrokerUnregistered::VT_BROKER_ID, broker_id, 0);
+  }
+  #[inline]
+  pub fn add_broker_epoch(&mut self, broker_epoch: i64) {
+    self.fbb_.push_slot::<i64>(BrokerUnregistered::VT_BROKER_EPOCH, broker_epoch, -1);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> BrokerUnregisteredBuilder<'a, 'b> {
+    let start = _fbb.start_table();
+    BrokerUnregisteredBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> flatbuffers::WIPOffset<BrokerUnregistered<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl core::fmt::Debug for BrokerUnregistered<'_> {
+  fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+    let mut ds = f.debug_struct("BrokerUnregistered");
+      ds.field("broker_id", &self.broker_id());
+      ds.field("broker_epoch", &self.broker_epoch());
+      ds.finish()
+  }
+}
 pub enum TopicCreatedOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -1264,6 +1384,9 @@ impl<'a> PartitionChanged<'a> {
   pub const VT_EXPECTED_PARTITION_EPOCH: flatbuffers::VOffsetT = 18;
   pub const VT_ELR: flatbuffers::VOffsetT = 20;
   pub const VT_LAST_KNOWN_ELR: flatbuffers::VOffsetT = 22;
+  pub const VT_ADDING_REPLICAS: flatbuffers::VOffsetT = 24;
+  pub const VT_REMOVING_REPLICAS: flatbuffers::VOffsetT = 26;
+  pub const VT_ORIGINAL_REPLICAS: flatbuffers::VOffsetT = 28;
 
   #[inline]
   pub unsafe fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
@@ -1275,6 +1398,9 @@ impl<'a> PartitionChanged<'a> {
     args: &'args PartitionChangedArgs<'args>
   ) -> flatbuffers::WIPOffset<PartitionChanged<'bldr>> {
     let mut builder = PartitionChangedBuilder::new(_fbb);
+    if let Some(x) = args.original_replicas { builder.add_original_replicas(x); }
+    if let Some(x) = args.removing_replicas { builder.add_removing_replicas(x); }
+    if let Some(x) = args.adding_replicas { builder.add_adding_replicas(x); }
     if let Some(x) = args.last_known_elr { builder.add_last_known_elr(x); }
     if let Some(x) = args.elr { builder.add_elr(x); }
     if let Some(x) = args.expected_partition_epoch { builder.add_expected_partition_epoch(x); }
@@ -1362,6 +1488,31 @@ impl<'a> PartitionChanged<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, i32>>>(PartitionChanged::VT_LAST_KNOWN_ELR, None)}
   }
+  /// KIP-455 reassignment in progress: replicas being added (catching up, not yet in the
+  /// target's ISR) and being removed once it completes; absent = unchanged, empty = none.
+  #[inline]
+  pub fn adding_replicas(&self) -> Option<flatbuffers::Vector<'a, i32>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, i32>>>(PartitionChanged::VT_ADDING_REPLICAS, None)}
+  }
+  #[inline]
+  pub fn removing_replicas(&self) -> Option<flatbuffers::Vector<'a, i32>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, i32>>>(PartitionChanged::VT_REMOVING_REPLICAS, None)}
+  }
+  /// The replicas, in their order, before the reassignment in progress (what a cancel
+  /// restores); absent = unchanged, empty = none in progress.
+  #[inline]
+  pub fn original_replicas(&self) -> Option<flatbuffers::Vector<'a, i32>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, i32>>>(PartitionChanged::VT_ORIGINAL_REPLICAS, None)}
+  }
 }
 
 impl flatbuffers::Verifiable for PartitionChanged<'_> {
@@ -1381,6 +1532,9 @@ impl flatbuffers::Verifiable for PartitionChanged<'_> {
      .visit_field::<i32>("expected_partition_epoch", Self::VT_EXPECTED_PARTITION_EPOCH, false)?
      .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, i32>>>("elr", Self::VT_ELR, false)?
      .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, i32>>>("last_known_elr", Self::VT_LAST_KNOWN_ELR, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, i32>>>("adding_replicas", Self::VT_ADDING_REPLICAS, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, i32>>>("removing_replicas", Self::VT_REMOVING_REPLICAS, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, i32>>>("original_replicas", Self::VT_ORIGINAL_REPLICAS, false)?
      .finish();
     Ok(())
   }
@@ -1396,6 +1550,9 @@ pub struct PartitionChangedArgs<'a> {
     pub expected_partition_epoch: Option<i32>,
     pub elr: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, i32>>>,
     pub last_known_elr: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, i32>>>,
+    pub adding_replicas: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, i32>>>,
+    pub removing_replicas: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, i32>>>,
+    pub original_replicas: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, i32>>>,
 }
 impl<'a> Default for PartitionChangedArgs<'a> {
   #[inline]
@@ -1411,6 +1568,9 @@ impl<'a> Default for PartitionChangedArgs<'a> {
       expected_partition_epoch: None,
       elr: None,
       last_known_elr: None,
+      adding_replicas: None,
+      removing_replicas: None,
+      original_replicas: None,
     }
   }
 }
@@ -1461,6 +1621,18 @@ impl<'a: 'b, 'b> PartitionChangedBuilder<'a, 'b> {
     self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(PartitionChanged::VT_LAST_KNOWN_ELR, last_known_elr);
   }
   #[inline]
+  pub fn add_adding_replicas(&mut self, adding_replicas: flatbuffers::WIPOffset<flatbuffers::Vector<'b , i32>>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(PartitionChanged::VT_ADDING_REPLICAS, adding_replicas);
+  }
+  #[inline]
+  pub fn add_removing_replicas(&mut self, removing_replicas: flatbuffers::WIPOffset<flatbuffers::Vector<'b , i32>>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(PartitionChanged::VT_REMOVING_REPLICAS, removing_replicas);
+  }
+  #[inline]
+  pub fn add_original_replicas(&mut self, original_replicas: flatbuffers::WIPOffset<flatbuffers::Vector<'b , i32>>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(PartitionChanged::VT_ORIGINAL_REPLICAS, original_replicas);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> PartitionChangedBuilder<'a, 'b> {
     let start = _fbb.start_table();
     PartitionChangedBuilder {
@@ -1488,6 +1660,9 @@ impl core::fmt::Debug for PartitionChanged<'_> {
       ds.field("expected_partition_epoch", &self.expected_partition_epoch());
       ds.field("elr", &self.elr());
       ds.field("last_known_elr", &self.last_known_elr());
+      ds.field("adding_replicas", &self.adding_replicas());
+      ds.field("removing_replicas", &self.removing_replicas());
+      ds.field("original_replicas", &self.original_replicas());
       ds.finish()
   }
 }
@@ -1958,6 +2133,21 @@ impl<'a> Entry<'a> {
     }
   }
 
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn record_as_broker_unregistered(&self) -> Option<BrokerUnregistered<'a>> {
+    if self.record_type() == Record::BrokerUnregistered {
+      self.record().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { BrokerUnregistered::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
 }
 
 impl flatbuffers::Verifiable for Entry<'_> {
@@ -1978,6 +2168,7 @@ impl flatbuffers::Verifiable for Entry<'_> {
           Record::PartitionChanged => v.verify_union_variant::<flatbuffers::ForwardsUOffset<PartitionChanged>>("Record::PartitionChanged", pos),
           Record::ConfigChanged => v.verify_union_variant::<flatbuffers::ForwardsUOffset<ConfigChanged>>("Record::ConfigChanged", pos),
           Record::ProducerIdsAllocated => v.verify_union_variant::<flatbuffers::ForwardsUOffset<ProducerIdsAllocated>>("Record::ProducerIdsAllocated", pos),
+          Record::BrokerUnregistered => v.verify_union_variant::<flatbuffers::ForwardsUOffset<BrokerUnregistered>>("Record::BrokerUnregistered", pos),
           _ => Ok(()),
         }
      })?
@@ -2090,6 +2281,13 @@ impl core::fmt::Debug for Entry<'_> {
         },
         Record::ProducerIdsAllocated => {
           if let Some(x) = self.record_as_producer_ids_allocated() {
+            ds.field("record", &x)
+          } else {
+            ds.field("record", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        Record::BrokerUnregistered => {
+          if let Some(x) = self.record_as_broker_unregistered() {
             ds.field("record", &x)
           } else {
             ds.field("record", &"InvalidFlatbuffer: Union discriminant does not match value.")
