@@ -4,7 +4,9 @@
 //! The local group runs inline, the others travel over the mesh, all concurrently; the
 //! answers come back in the items' original order. Items of unknown partitions are answered
 //! with UNKNOWN_TOPIC_OR_PARTITION, and those of partitions another broker leads (or none
-//! does) with NOT_LEADER_OR_FOLLOWER, without leaving the shard.
+//! does) with NOT_LEADER_OR_FOLLOWER, without leaving the shard — except, for work a follower
+//! may do too ([`on_replica_owners`]: a consumer's Fetch v11+, KIP-392), those this broker
+//! holds a replica of.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -45,13 +47,49 @@ where
     F: Fn(Rc<BrokerShard>, Vec<Item<P>>) -> Fut + Send + Clone + 'static,
     Fut: Future<Output = Vec<R>> + 'static,
 {
+    route(api, shard, items, false, fail, work).await
+}
+
+/// [`on_owners`] for work a follower may do too: a partition this broker holds a replica of
+/// runs on its owner whoever leads it (the owner decides how a follower answers).
+pub async fn on_replica_owners<P, R, F, Fut>(
+    api: Option<ApiKey>,
+    shard: &Rc<BrokerShard>,
+    items: Vec<Item<P>>,
+    fail: fn(i16) -> R,
+    work: F,
+) -> Vec<R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    F: Fn(Rc<BrokerShard>, Vec<Item<P>>) -> Fut + Send + Clone + 'static,
+    Fut: Future<Output = Vec<R>> + 'static,
+{
+    route(api, shard, items, true, fail, work).await
+}
+
+async fn route<P, R, F, Fut>(
+    api: Option<ApiKey>,
+    shard: &Rc<BrokerShard>,
+    items: Vec<Item<P>>,
+    followers_too: bool,
+    fail: fn(i16) -> R,
+    work: F,
+) -> Vec<R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    F: Fn(Rc<BrokerShard>, Vec<Item<P>>) -> Fut + Send + Clone + 'static,
+    Fut: Future<Output = Vec<R>> + 'static,
+{
     let image = shard.image();
+    let me = shard.config.node_id;
     let total = items.len();
     let mut results: Vec<Option<R>> = (0..total).map(|_| None).collect();
     let mut groups: BTreeMap<usize, (Vec<usize>, Vec<Item<P>>)> = BTreeMap::new();
     for (i, item) in items.into_iter().enumerate() {
         match image.partition(&item.topic, item.partition) {
-            Some(p) if p.leader != shard.config.node_id => {
+            Some(p) if p.leader != me && !(followers_too && p.replicas.contains(&me)) => {
                 results[i] = Some(fail(code(ResponseError::NotLeaderOrFollower)))
             }
             Some(p) => {
