@@ -63,7 +63,10 @@ fn replica_selector_class_takes_kafkas_names_and_refuses_others() {
     };
     assert_eq!(selector(None).unwrap(), ReplicaSelector::Leader);
     assert_eq!(
-        selector(Some("org.apache.kafka.common.replica.RackAwareReplicaSelector")).unwrap(),
+        selector(Some(
+            "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+        ))
+        .unwrap(),
         ReplicaSelector::RackAware
     );
     assert_eq!(

@@ -41,8 +41,8 @@ use kafka_protocol::ResponseError;
 use keel_storage::{end_offset_of, Offset, StorageError};
 
 use super::ApiSupport;
-use crate::coordination::parking::DataWaiter;
 use crate::config::ReplicaSelector;
+use crate::coordination::parking::DataWaiter;
 use crate::coordination::route::{on_replica_owners, Item};
 use crate::errors::{code, storage_code, NONE};
 pub use crate::replication::read::{failed, ClientMetadata, FetchPart, PartData, ReplicaFetch};
@@ -436,17 +436,21 @@ pub async fn handle(
             })
             .collect();
         let client = client.clone();
-        on_replica_owners(Some(ApiKey::Fetch), shard, batch, failed, move |s, items| {
-            read_on_owner(s, items, client.clone())
-        })
+        on_replica_owners(
+            Some(ApiKey::Fetch),
+            shard,
+            batch,
+            failed,
+            move |s, items| read_on_owner(s, items, client.clone()),
+        )
     };
     let results = loop {
         let results = read_all().await;
         let total: usize = results.iter().map(|r| r.records.len()).sum();
         // Kafka answers at once on an error, a diverging epoch or a preferred read replica.
-        let any_error = results.iter().any(|r| {
-            r.error != NONE || r.diverging.is_some() || r.preferred_read_replica >= 0
-        });
+        let any_error = results
+            .iter()
+            .any(|r| r.error != NONE || r.diverging.is_some() || r.preferred_read_replica >= 0);
         if total >= min_bytes
             || any_error
             || Instant::now() >= deadline

@@ -159,11 +159,7 @@ mod tests {
 
     #[test]
     fn the_most_caught_up_follower_in_the_clients_rack_is_named() {
-        let followers = [
-            c(2, "b", 10, 500),
-            c(3, "b", 12, 100),
-            c(4, "c", 20, 900),
-        ];
+        let followers = [c(2, "b", 10, 500), c(3, "b", 12, 100), c(4, "c", 20, 900)];
         assert_eq!(rack_aware_choice("b", Some("a"), &followers), Some(3));
         // Equal log ends: the one caught up most recently, then the highest id (Kafka's
         // comparator, taken at its maximum).
