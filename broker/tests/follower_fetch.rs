@@ -348,6 +348,27 @@ fn without_the_selector_the_leader_serves_a_rack_b_consumer_itself() {
         values(&from_follower.records),
         vec![(0, b"one".to_vec()), (1, b"two".to_vec())]
     );
+    // read_committed on the follower: up to its last stable offset, with the (here no)
+    // aborted transactions; past its log end, Kafka's OFFSET_OUT_OF_RANGE.
+    let mut c = Client::connect(&nodes[1].bootstrap());
+    let req = fetch_request("plain", &[(0, 0, 1 << 20)], 0, 1, 1 << 20).with_isolation_level(1);
+    let resp: FetchResponse = c.send(ApiKey::Fetch, 12, &req);
+    let committed = &resp.responses[0].partitions[0];
+    assert_eq!(
+        (
+            committed.error_code,
+            committed.last_stable_offset,
+            committed.aborted_transactions.as_ref().map(Vec::len)
+        ),
+        (0, 2, Some(0))
+    );
+    assert_eq!(values(&committed.records).len(), 2);
+    let past = consumer_fetch(&nodes[1], 12, "plain", 3, "", 0);
+    assert_eq!(
+        (past.error_code, past.high_watermark),
+        (1, 2),
+        "OFFSET_OUT_OF_RANGE"
+    );
 }
 
 /// The quorum leader as `b` reports it.

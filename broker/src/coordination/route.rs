@@ -5,7 +5,7 @@
 //! answers come back in the items' original order. Items of unknown partitions are answered
 //! with UNKNOWN_TOPIC_OR_PARTITION, and those of partitions another broker leads (or none
 //! does) with NOT_LEADER_OR_FOLLOWER, without leaving the shard — except, for work a follower
-//! may do too ([`on_replica_owners`]: a consumer's Fetch v11+, KIP-392), those this broker
+//! may do too ([`Serving::AnyReplica`]: a consumer's Fetch v11+, KIP-392), those this broker
 //! holds a replica of.
 
 use std::collections::BTreeMap;
@@ -47,32 +47,25 @@ where
     F: Fn(Rc<BrokerShard>, Vec<Item<P>>) -> Fut + Send + Clone + 'static,
     Fut: Future<Output = Vec<R>> + 'static,
 {
-    route(api, shard, items, false, fail, work).await
+    on_owners_serving(api, shard, items, Serving::Leader, fail, work).await
 }
 
-/// [`on_owners`] for work a follower may do too: a partition this broker holds a replica of
-/// runs on its owner whoever leads it (the owner decides how a follower answers).
-pub async fn on_replica_owners<P, R, F, Fut>(
+/// Which brokers' partitions run on their owner shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serving {
+    /// Only those this broker leads (per the routing shard's image).
+    Leader,
+    /// Also those it follows (a consumer's Fetch v11+, which a follower may serve: the owner
+    /// decides how a follower answers).
+    AnyReplica,
+}
+
+/// [`on_owners`] with the partitions it routes to their owners chosen by `serving`.
+pub async fn on_owners_serving<P, R, F, Fut>(
     api: Option<ApiKey>,
     shard: &Rc<BrokerShard>,
     items: Vec<Item<P>>,
-    fail: fn(i16) -> R,
-    work: F,
-) -> Vec<R>
-where
-    P: Send + 'static,
-    R: Send + 'static,
-    F: Fn(Rc<BrokerShard>, Vec<Item<P>>) -> Fut + Send + Clone + 'static,
-    Fut: Future<Output = Vec<R>> + 'static,
-{
-    route(api, shard, items, true, fail, work).await
-}
-
-async fn route<P, R, F, Fut>(
-    api: Option<ApiKey>,
-    shard: &Rc<BrokerShard>,
-    items: Vec<Item<P>>,
-    followers_too: bool,
+    serving: Serving,
     fail: fn(i16) -> R,
     work: F,
 ) -> Vec<R>
@@ -89,7 +82,10 @@ where
     let mut groups: BTreeMap<usize, (Vec<usize>, Vec<Item<P>>)> = BTreeMap::new();
     for (i, item) in items.into_iter().enumerate() {
         match image.partition(&item.topic, item.partition) {
-            Some(p) if p.leader != me && !(followers_too && p.replicas.contains(&me)) => {
+            Some(p)
+                if p.leader != me
+                    && !(serving == Serving::AnyReplica && p.replicas.contains(&me)) =>
+            {
                 results[i] = Some(fail(code(ResponseError::NotLeaderOrFollower)))
             }
             Some(p) => {

@@ -43,7 +43,7 @@ use keel_storage::{end_offset_of, Offset, StorageError};
 use super::ApiSupport;
 use crate::config::ReplicaSelector;
 use crate::coordination::parking::DataWaiter;
-use crate::coordination::route::{on_replica_owners, Item};
+use crate::coordination::route::{on_owners_serving, Item, Serving};
 use crate::errors::{code, storage_code, NONE};
 pub use crate::replication::read::{failed, ClientMetadata, FetchPart, PartData, ReplicaFetch};
 use crate::replication::selector::{self, FollowerRead};
@@ -353,6 +353,11 @@ pub async fn handle(
     let read_committed = req.isolation_level == READ_COMMITTED && !matches!(replica, Ok(Some(_)));
     // Kafka builds `ClientMetadata` for every consumer fetch from v11: a follower may serve it.
     let follower_read = version >= 11 && matches!(replica, Ok(None));
+    let serving = if follower_read {
+        Serving::AnyReplica
+    } else {
+        Serving::Leader
+    };
     let client = (follower_read
         && shard.config.replica_selector == ReplicaSelector::RackAware
         && !req.rack_id.is_empty())
@@ -436,10 +441,11 @@ pub async fn handle(
             })
             .collect();
         let client = client.clone();
-        on_replica_owners(
+        on_owners_serving(
             Some(ApiKey::Fetch),
             shard,
             batch,
+            serving,
             failed,
             move |s, items| read_on_owner(s, items, client.clone()),
         )
