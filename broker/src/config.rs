@@ -36,7 +36,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "node.id", default: "0", doc: "this broker's id" },
     BrokerKey { name: "controller.quorum.voters", default: "", doc: "the metadata quorum's voters, `ID@HOST:PORT,...` of their controller listeners; empty = this node alone, a one-voter quorum" },
     BrokerKey { name: "controller.listen", default: "", doc: "this node's controller (Raft) listener, HOST:PORT; required when the quorum has other voters, and for a broker outside the quorum" },
-    BrokerKey { name: "broker.rack", default: "", doc: "this broker's rack, for rack-aware replica placement" },
+    BrokerKey { name: "broker.rack", default: "", doc: "this broker's rack, for rack-aware replica placement and for `replica.selector.class`" },
     BrokerKey { name: "broker.session.timeout.ms", default: "9000", doc: "the controller fences a broker whose heartbeats stop for this long" },
     BrokerKey { name: "broker.heartbeat.interval.ms", default: "2000", doc: "how often a broker heartbeats to the controller; below `broker.session.timeout.ms`" },
     BrokerKey { name: "controlled.shutdown.enable", default: "true", doc: "on SIGTERM, first ask the controller to move this broker's leadership away and take it out of the ISRs (while it still serves), then stop" },
@@ -58,6 +58,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "replica.fetch.backoff.ms", default: "1000", doc: "how long a follower waits after a failed fetch, or a partition after an error" },
     BrokerKey { name: "replica.socket.timeout.ms", default: "30000", doc: "a follower's fetch unanswered for this long is abandoned and its connection reopened" },
     BrokerKey { name: "replica.high.watermark.checkpoint.interval.ms", default: "5000", doc: "how often each partition's high watermark is written to its `replication-offset-checkpoint`" },
+    BrokerKey { name: "replica.selector.class", default: "", doc: "which replica a consumer reads from (KIP-392): empty (or KIP-392's `org.apache.kafka.common.replica.LeaderSelector`) = always the leader; `org.apache.kafka.common.replica.RackAwareReplicaSelector` = a leader answers a consumer's Fetch (v11+) that names a `rack_id` (`client.rack`) with `preferred_read_replica`, an in-sync follower in that rack, unless the leader is in it; any other value stops the start" },
     BrokerKey { name: "unclean.leader.election.enable", default: "false", doc: "elect a replica outside the ISR (and ELR) when none inside is alive: available, but acknowledged records may be lost" },
     BrokerKey { name: "offsets.topic.replication.factor", default: "3", doc: "replication factor of `__consumer_offsets`; with fewer live brokers it is created with as many replicas as brokers, and a warning repeats" },
     BrokerKey { name: "transaction.state.log.replication.factor", default: "3", doc: "replication factor of `__transaction_state`; with fewer live brokers it is created with as many replicas as brokers, and a warning repeats" },
@@ -668,6 +669,8 @@ pub struct BrokerConfig {
     pub replica_fetch_backoff_ms: u64,
     pub replica_socket_timeout_ms: u64,
     pub replica_high_watermark_checkpoint_interval_ms: u64,
+    /// `replica.selector.class`: which replica a leader names for a consumer (KIP-392).
+    pub replica_selector: ReplicaSelector,
     /// Replication factors of the internal topics, and `min.insync.replicas` of
     /// `__transaction_state`.
     pub offsets_topic_replication_factor: i16,
@@ -909,6 +912,7 @@ impl BrokerConfig {
                 "replica.high.watermark.checkpoint.interval.ms",
                 &get("replica.high.watermark.checkpoint.interval.ms"),
             )?,
+            replica_selector: ReplicaSelector::from_class(&get("replica.selector.class"))?,
             offsets_topic_replication_factor: parse(
                 "offsets.topic.replication.factor",
                 &get("offsets.topic.replication.factor"),
@@ -1163,6 +1167,41 @@ impl BrokerConfig {
             .trim()
             .parse()
             .unwrap_or(1000)
+    }
+}
+
+/// Kafka's `replica.selector.class` (KIP-392), by the Kafka class names Keel implements: which
+/// replica a leader tells a consumer to read from. Static, as in Kafka.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReplicaSelector {
+    /// Unset (Kafka's default): consumers read from the leader; no `preferred_read_replica`.
+    #[default]
+    Leader,
+    /// `org.apache.kafka.common.replica.RackAwareReplicaSelector`: a replica in the client's
+    /// rack, the leader if it is there.
+    RackAware,
+}
+
+impl ReplicaSelector {
+    pub const RACK_AWARE_CLASS: &'static str =
+        "org.apache.kafka.common.replica.RackAwareReplicaSelector";
+    /// The always-the-leader selector by the name KIP-392 gave it; Kafka ships no such class
+    /// (its default is no selector), so this name is only an explicit spelling of the default.
+    pub const LEADER_CLASS: &'static str = "org.apache.kafka.common.replica.LeaderSelector";
+
+    /// The selector a `replica.selector.class` value names; an error for a class Keel does
+    /// not have (Kafka's broker stops too when it cannot load the class).
+    pub fn from_class(class: &str) -> Result<ReplicaSelector> {
+        match class.trim() {
+            "" | Self::LEADER_CLASS => Ok(ReplicaSelector::Leader),
+            Self::RACK_AWARE_CLASS => Ok(ReplicaSelector::RackAware),
+            other => bail!(
+                "replica.selector.class: unknown class {other:?}; Keel has {} (and {}, the \
+                 default: always the leader); custom selectors cannot be loaded",
+                Self::RACK_AWARE_CLASS,
+                Self::LEADER_CLASS
+            ),
+        }
     }
 }
 

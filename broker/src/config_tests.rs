@@ -53,6 +53,36 @@ fn unknown_key_is_an_error() {
 }
 
 #[test]
+fn replica_selector_class_takes_kafkas_names_and_refuses_others() {
+    let selector = |v: Option<&str>| {
+        let mut b = SettingsBuilder::default();
+        if let Some(v) = v {
+            b = b.set("replica.selector.class", v);
+        }
+        BrokerConfig::from_settings(b.build()).map(|c| c.replica_selector)
+    };
+    assert_eq!(selector(None).unwrap(), ReplicaSelector::Leader);
+    assert_eq!(
+        selector(Some(
+            "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+        ))
+        .unwrap(),
+        ReplicaSelector::RackAware
+    );
+    assert_eq!(
+        selector(Some("org.apache.kafka.common.replica.LeaderSelector")).unwrap(),
+        ReplicaSelector::Leader
+    );
+    let err = selector(Some("com.example.MySelector"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("replica.selector.class") && err.contains("com.example.MySelector"),
+        "{err}"
+    );
+}
+
+#[test]
 fn topic_overrides_inherit_broker_defaults() {
     let map = SettingsBuilder::default()
         .set("log.segment.bytes", "1048576")

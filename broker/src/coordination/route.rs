@@ -4,7 +4,9 @@
 //! The local group runs inline, the others travel over the mesh, all concurrently; the
 //! answers come back in the items' original order. Items of unknown partitions are answered
 //! with UNKNOWN_TOPIC_OR_PARTITION, and those of partitions another broker leads (or none
-//! does) with NOT_LEADER_OR_FOLLOWER, without leaving the shard.
+//! does) with NOT_LEADER_OR_FOLLOWER, without leaving the shard — except, for work a follower
+//! may do too ([`Serving::AnyReplica`]: a consumer's Fetch v11+, KIP-392), those this broker
+//! holds a replica of.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -45,13 +47,45 @@ where
     F: Fn(Rc<BrokerShard>, Vec<Item<P>>) -> Fut + Send + Clone + 'static,
     Fut: Future<Output = Vec<R>> + 'static,
 {
+    on_owners_serving(api, shard, items, Serving::Leader, fail, work).await
+}
+
+/// Which brokers' partitions run on their owner shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serving {
+    /// Only those this broker leads (per the routing shard's image).
+    Leader,
+    /// Also those it follows (a consumer's Fetch v11+, which a follower may serve: the owner
+    /// decides how a follower answers).
+    AnyReplica,
+}
+
+/// [`on_owners`] with the partitions it routes to their owners chosen by `serving`.
+pub async fn on_owners_serving<P, R, F, Fut>(
+    api: Option<ApiKey>,
+    shard: &Rc<BrokerShard>,
+    items: Vec<Item<P>>,
+    serving: Serving,
+    fail: fn(i16) -> R,
+    work: F,
+) -> Vec<R>
+where
+    P: Send + 'static,
+    R: Send + 'static,
+    F: Fn(Rc<BrokerShard>, Vec<Item<P>>) -> Fut + Send + Clone + 'static,
+    Fut: Future<Output = Vec<R>> + 'static,
+{
     let image = shard.image();
+    let me = shard.config.node_id;
     let total = items.len();
     let mut results: Vec<Option<R>> = (0..total).map(|_| None).collect();
     let mut groups: BTreeMap<usize, (Vec<usize>, Vec<Item<P>>)> = BTreeMap::new();
     for (i, item) in items.into_iter().enumerate() {
         match image.partition(&item.topic, item.partition) {
-            Some(p) if p.leader != shard.config.node_id => {
+            Some(p)
+                if p.leader != me
+                    && !(serving == Serving::AnyReplica && p.replicas.contains(&me)) =>
+            {
                 results[i] = Some(fail(code(ResponseError::NotLeaderOrFollower)))
             }
             Some(p) => {

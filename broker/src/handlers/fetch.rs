@@ -7,6 +7,13 @@
 //! move only when an append, data or marker, is committed — never a busy poll). Every answer
 //! carries the partition's real last stable offset.
 //!
+//! KIP-392 (`replication::selector`): a consumer's fetch from v11 may be served by a follower
+//! in the ISR, up to its own high watermark (or last stable offset), and long-polls on its
+//! high watermark; with `replica.selector.class` rack-aware, a leader answers a fetch naming
+//! the client's `rack_id` with `preferred_read_replica` (no records) when a follower in that
+//! rack should serve it, and a follower out of the ISR answers with the leader's id. Either
+//! answer returns at once, as Kafka does.
+//!
 //! Topics are named from v4 to v12 and by topic id from v13 (an unknown id gets
 //! UNKNOWN_TOPIC_ID). A fetch with a replica id (`replica_state` from v15) is a follower's:
 //! it is honoured only at v15+, from an assigned replica with its current broker epoch, and
@@ -20,22 +27,27 @@
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, EpochEndOffset, FetchableTopicResponse, PartitionData,
 };
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, ProducerId, RequestHeader};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ProducerId, RequestHeader,
+};
 use kafka_protocol::ResponseError;
 use keel_storage::{end_offset_of, Offset, StorageError};
 
 use super::ApiSupport;
+use crate::config::ReplicaSelector;
 use crate::coordination::parking::DataWaiter;
-use crate::coordination::route::{on_owners, Item};
+use crate::coordination::route::{on_owners_serving, Item, Serving};
 use crate::errors::{code, storage_code, NONE};
-pub use crate::replication::read::{failed, FetchPart, PartData, ReplicaFetch};
-use crate::shard::BrokerShard;
+pub use crate::replication::read::{failed, ClientMetadata, FetchPart, PartData, ReplicaFetch};
+use crate::replication::selector::{self, FollowerRead};
+use crate::shard::{BrokerShard, Partition};
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Fetch, 4, 16);
 
@@ -56,7 +68,13 @@ pub fn check_epoch(requested: i32, current: i32) -> i16 {
     }
 }
 
-async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> Vec<PartData> {
+/// On the owner shard: reads each item's partition. `client` is set for a consumer's Fetch
+/// v11+ naming a rack while the selector is rack-aware (a leader may then name a follower).
+async fn read_on_owner(
+    shard: Rc<BrokerShard>,
+    items: Vec<Item<FetchPart>>,
+    client: Option<Arc<ClientMetadata>>,
+) -> Vec<PartData> {
     let mut out = Vec::with_capacity(items.len());
     for item in items {
         let Some(part) = shard.partition(&item.topic, item.partition) else {
@@ -73,11 +91,28 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
             out.push(failed(epoch_error));
             continue;
         }
-        if !part.is_leader() {
-            // The routing shard's image said this broker leads; the owner's state is the
-            // truth (a leadership change installed meanwhile).
-            out.push(failed(code(ResponseError::NotLeaderOrFollower)));
-            continue;
+        let as_follower = !part.is_leader();
+        if as_follower {
+            // The owner's state is the truth, whatever the routing shard's image said (a
+            // leadership change installed meanwhile). Only a consumer's v11+ fetch may be
+            // served by a follower (Kafka's `fetchOnlyLeader`).
+            let answer = if item.payload.follower_read {
+                selector::follower_read(&shard, &part)
+            } else {
+                FollowerRead::Refuse
+            };
+            match answer {
+                FollowerRead::Serve => {}
+                FollowerRead::Leader(leader) => {
+                    bump(&shard.counters.fetch_follower_redirects, 1);
+                    out.push(PartData::read_elsewhere(leader, &part.log.offsets()));
+                    continue;
+                }
+                FollowerRead::Refuse => {
+                    out.push(failed(code(ResponseError::NotLeaderOrFollower)));
+                    continue;
+                }
+            }
         }
         if item.payload.partition_max_bytes < 0 {
             // Kafka's log read refuses a negative size (as an unknown server error); say
@@ -95,47 +130,68 @@ async fn read_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<FetchPart>>) -> V
             out.push(data);
             continue;
         }
-        let offsets = part.log.offsets();
-        let max = usize::try_from(item.payload.partition_max_bytes.max(0)).unwrap_or(0);
-        let read_committed = item.payload.read_committed;
-        let upto = if read_committed {
-            offsets.last_stable_offset
-        } else {
-            offsets.high_watermark
-        };
-        let fetch_offset = Offset(item.payload.fetch_offset);
-        let data = match part.log.read(fetch_offset, max, upto).await {
-            Ok(r) => PartData {
-                error: NONE,
-                high_watermark: r.high_watermark.0,
-                last_stable_offset: r.last_stable_offset.0,
-                log_start_offset: r.log_start_offset.0,
-                aborted: read_committed.then(|| {
-                    end_offset_of(&r.records).map_or_else(Vec::new, |end| {
-                        part.log
-                            .aborted_transactions(fetch_offset, Offset(end))
-                            .into_iter()
-                            .map(|(pid, first)| (pid, first.0))
-                            .collect()
-                    })
-                }),
-                records: r.records,
-                diverging: None,
-            },
-            Err(e) => {
-                if !matches!(e, StorageError::OffsetOutOfRange { .. }) {
-                    tracing::warn!(topic = %item.topic, partition = item.partition, error = %e, "fetch read failed");
-                }
-                PartData::empty(storage_code(&e), &offsets)
+        if let Some(client) = client.as_deref().filter(|_| !as_follower) {
+            let fetch_offset = item.payload.fetch_offset;
+            if let Some(id) = selector::preferred_read_replica(&shard, &part, fetch_offset, client)
+            {
+                bump(&shard.counters.fetch_preferred_read_replica, 1);
+                out.push(PartData::read_elsewhere(id, &part.log.offsets()));
+                continue;
             }
-        };
-        shard
-            .counters
-            .fetch_bytes
-            .set(shard.counters.fetch_bytes.get() + data.records.len() as u64);
+        }
+        let data = read_for_consumer(&item, &part).await;
+        let bytes = data.records.len() as u64;
+        bump(&shard.counters.fetch_bytes, bytes);
+        if as_follower {
+            bump(&shard.counters.fetch_follower_bytes, bytes);
+        }
         out.push(data);
     }
     out
+}
+
+fn bump(counter: &std::cell::Cell<u64>, by: u64) {
+    counter.set(counter.get() + by);
+}
+
+/// A consumer's read of `part` from its local log (leader or follower): up to the high
+/// watermark, or the last stable offset with the aborted transactions for read_committed.
+async fn read_for_consumer(item: &Item<FetchPart>, part: &Partition) -> PartData {
+    let offsets = part.log.offsets();
+    let max = usize::try_from(item.payload.partition_max_bytes.max(0)).unwrap_or(0);
+    let read_committed = item.payload.read_committed;
+    let upto = if read_committed {
+        offsets.last_stable_offset
+    } else {
+        offsets.high_watermark
+    };
+    let fetch_offset = Offset(item.payload.fetch_offset);
+    match part.log.read(fetch_offset, max, upto).await {
+        Ok(r) => PartData {
+            error: NONE,
+            high_watermark: r.high_watermark.0,
+            last_stable_offset: r.last_stable_offset.0,
+            log_start_offset: r.log_start_offset.0,
+            aborted: read_committed.then(|| {
+                end_offset_of(&r.records).map_or_else(Vec::new, |end| {
+                    part.log
+                        .aborted_transactions(fetch_offset, Offset(end))
+                        .into_iter()
+                        .map(|(pid, first)| (pid, first.0))
+                        .collect()
+                })
+            }),
+            records: r.records,
+            diverging: None,
+            preferred_read_replica: -1,
+        },
+        Err(e) => {
+            if !matches!(e, StorageError::OffsetOutOfRange { .. }) {
+                tracing::warn!(topic = %item.topic, partition = item.partition, error = %e, "fetch read failed");
+            }
+            PartData::empty(storage_code(&e), &offsets)
+        }
+    }
 }
 
 /// How far a waiting fetch may read: what it waits to move past its offset.
@@ -152,11 +208,14 @@ enum Visible {
 /// data past its fetch offset (below the high watermark, the last stable offset for a
 /// read_committed fetch, the log end for a follower) or moved away, so the caller should
 /// re-read now. Returns at once: a waiting fetch holds no mesh slot on the owner.
+/// `follower_read`: a consumer's v11+ fetch, which a follower in the ISR keeps serving (it
+/// waits on the follower's high watermark, which its replica fetcher moves).
 fn wait_on_owner(
     shard: &BrokerShard,
     parts: &[(String, i32, i64)],
     waiter: DataWaiter,
     visible: Visible,
+    follower_read: bool,
 ) -> bool {
     for (topic, index, offset) in parts {
         let Some(p) = shard.partition(topic, *index) else {
@@ -168,7 +227,9 @@ fn wait_on_owner(
             Visible::LastStable => offsets.last_stable_offset,
             Visible::LogEnd => offsets.log_end_offset,
         };
-        if visible_end.0 > *offset || !p.is_leader() {
+        let still_served = p.is_leader()
+            || (follower_read && selector::follower_read(shard, &p) == FollowerRead::Serve);
+        if visible_end.0 > *offset || !still_served {
             return true;
         }
         if visible == Visible::LogEnd {
@@ -186,6 +247,7 @@ async fn wait_any(
     parts: Vec<(String, i32, i64)>,
     deadline: Instant,
     visible: Visible,
+    follower_read: bool,
 ) {
     let image = shard.image();
     let mut by_shard: BTreeMap<usize, Vec<(String, i32, i64)>> = BTreeMap::new();
@@ -199,13 +261,13 @@ async fn wait_any(
     let mut data_now = false;
     for (target, parts) in by_shard {
         let ready = if target == shard.id {
-            wait_on_owner(shard, &parts, waiter, visible)
+            wait_on_owner(shard, &parts, waiter, visible, follower_read)
         } else {
             // Unreachable owner (shutting down): re-read now.
             shard
                 .mesh
                 .call(target, move |s| async move {
-                    wait_on_owner(&s, &parts, waiter, visible)
+                    wait_on_owner(&s, &parts, waiter, visible, follower_read)
                 })
                 .await
                 .unwrap_or(true)
@@ -289,6 +351,22 @@ pub async fn handle(
     }
     let replica = replica_of(shard, version, &req, listener);
     let read_committed = req.isolation_level == READ_COMMITTED && !matches!(replica, Ok(Some(_)));
+    // Kafka builds `ClientMetadata` for every consumer fetch from v11: a follower may serve it.
+    let follower_read = version >= 11 && matches!(replica, Ok(None));
+    let serving = if follower_read {
+        Serving::AnyReplica
+    } else {
+        Serving::Leader
+    };
+    let client = (follower_read
+        && shard.config.replica_selector == ReplicaSelector::RackAware
+        && !req.rack_id.is_empty())
+    .then(|| {
+        Arc::new(ClientMetadata {
+            rack_id: req.rack_id.to_string(),
+            listener: listener.to_string(),
+        })
+    });
     let image = shard.image();
     // Per topic: its name (empty for an unknown topic id), its id, its partitions, and the
     // error all of them get without being read.
@@ -333,6 +411,7 @@ pub async fn handle(
                     },
                     log_start_offset: if version >= 5 { p.log_start_offset } else { -1 },
                     replica: replica.ok().flatten(),
+                    follower_read,
                 },
             });
         }
@@ -361,14 +440,23 @@ pub async fn handle(
                 payload: i.payload,
             })
             .collect();
-        on_owners(Some(ApiKey::Fetch), shard, batch, failed, read_on_owner)
+        let client = client.clone();
+        on_owners_serving(
+            Some(ApiKey::Fetch),
+            shard,
+            batch,
+            serving,
+            failed,
+            move |s, items| read_on_owner(s, items, client.clone()),
+        )
     };
     let results = loop {
         let results = read_all().await;
         let total: usize = results.iter().map(|r| r.records.len()).sum();
+        // Kafka answers at once on an error, a diverging epoch or a preferred read replica.
         let any_error = results
             .iter()
-            .any(|r| r.error != NONE || r.diverging.is_some());
+            .any(|r| r.error != NONE || r.diverging.is_some() || r.preferred_read_replica >= 0);
         if total >= min_bytes
             || any_error
             || Instant::now() >= deadline
@@ -380,7 +468,7 @@ pub async fn handle(
             .iter()
             .map(|i| (i.topic.clone(), i.partition, i.payload.fetch_offset))
             .collect();
-        wait_any(shard, waits, deadline, visible).await;
+        wait_any(shard, waits, deadline, visible, follower_read).await;
         if Instant::now() >= deadline {
             // One last read so data that arrived with the deadline is not missed.
             break read_all().await;
@@ -442,6 +530,9 @@ pub async fn handle(
                 // log_start_offset exists from v5.
                 .with_log_start_offset(if version >= 5 { r.log_start_offset } else { -1 })
                 .with_records(Some(r.records));
+            if version >= 11 {
+                data.preferred_read_replica = BrokerId(r.preferred_read_replica);
+            }
             if let (Some((epoch, end_offset)), true) = (r.diverging, version >= 12) {
                 data.diverging_epoch = EpochEndOffset::default()
                     .with_epoch(epoch)

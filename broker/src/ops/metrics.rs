@@ -23,7 +23,15 @@ pub struct ShardCounters {
     connections_total: Cell<u64>,
     pub produce_records: Cell<u64>,
     pub produce_batches: Cell<u64>,
+    /// Record bytes read for consumers' fetches (as leader or follower; followers' fetches
+    /// are `replica_served_bytes`), and the part read as a follower (KIP-392).
     pub fetch_bytes: Cell<u64>,
+    pub fetch_follower_bytes: Cell<u64>,
+    /// Consumers' partition fetches answered with `preferred_read_replica` instead of records:
+    /// by a leader naming a follower in the client's rack, by a follower out of the ISR
+    /// naming the leader.
+    pub fetch_preferred_read_replica: Cell<u64>,
+    pub fetch_follower_redirects: Cell<u64>,
     /// Produce work on the owner shard: partition appends, time validating and appending
     /// (CPU), and time waiting for the commit (write + fdatasync under flush.policy=group).
     pub produce_appends: Cell<u64>,
@@ -147,6 +155,9 @@ impl Default for ShardCounters {
             produce_records: Cell::new(0),
             produce_batches: Cell::new(0),
             fetch_bytes: Cell::new(0),
+            fetch_follower_bytes: Cell::new(0),
+            fetch_preferred_read_replica: Cell::new(0),
+            fetch_follower_redirects: Cell::new(0),
             produce_appends: Cell::new(0),
             produce_append_ns: Cell::new(0),
             produce_commit_ns: Cell::new(0),
@@ -289,6 +300,9 @@ impl ShardCounters {
             produce_records: self.produce_records.get(),
             produce_batches: self.produce_batches.get(),
             fetch_bytes: self.fetch_bytes.get(),
+            fetch_follower_bytes: self.fetch_follower_bytes.get(),
+            fetch_preferred_read_replica: self.fetch_preferred_read_replica.get(),
+            fetch_follower_redirects: self.fetch_follower_redirects.get(),
             produce_appends: self.produce_appends.get(),
             produce_append_s: self.produce_append_ns.get() as f64 / 1e9,
             produce_commit_s: self.produce_commit_ns.get() as f64 / 1e9,
@@ -322,6 +336,9 @@ pub struct CountersSnapshot {
     pub produce_records: u64,
     pub produce_batches: u64,
     pub fetch_bytes: u64,
+    pub fetch_follower_bytes: u64,
+    pub fetch_preferred_read_replica: u64,
+    pub fetch_follower_redirects: u64,
     pub cross_shard_hops: u64,
     pub cross_shard_jobs: u64,
     pub partitions_owned: u64,
@@ -480,8 +497,26 @@ pub fn render(shards: &[CountersSnapshot]) -> String {
     family(
         "keel_fetch_bytes_total",
         "counter",
-        "Record bytes returned by Fetch.",
+        "Record bytes read for consumers' fetches, as leader or follower (followers' fetches are keel_replica_served_bytes_total).",
         &|s| s.fetch_bytes as f64,
+    );
+    family(
+        "keel_fetch_follower_bytes_total",
+        "counter",
+        "Record bytes read for consumers' fetches of partitions this broker follows (KIP-392).",
+        &|s| s.fetch_follower_bytes as f64,
+    );
+    family(
+        "keel_fetch_preferred_read_replica_total",
+        "counter",
+        "Consumers' partition fetches a leader answered with preferred_read_replica, a follower in the client's rack, instead of records (KIP-392).",
+        &|s| s.fetch_preferred_read_replica as f64,
+    );
+    family(
+        "keel_fetch_follower_redirects_total",
+        "counter",
+        "Consumers' partition fetches a follower out of the ISR answered with preferred_read_replica = the leader.",
+        &|s| s.fetch_follower_redirects as f64,
     );
     family(
         "keel_shard_tasks_total",

@@ -11,7 +11,8 @@
 //! leader's: logged, nothing appended, the partition backs off; offset gaps, from a compacted
 //! leader, are taken once `Log::prepare_for_gaps` has made the log's recovery accept them),
 //! and the high watermark
-//! becomes the leader's, capped at the local log end.
+//! becomes the leader's, capped at the local log end; its moves wake the consumers' fetches
+//! waiting on this follower (KIP-392).
 //!
 //! A fetcher ends when it has no partitions left. It runs on the shard that owns its
 //! partitions; nothing it holds is shared with other shards.
@@ -356,8 +357,14 @@ async fn handle_partition(
     }
     let log_end = part.log.offsets().log_end_offset.0;
     if pd.high_watermark >= 0 {
-        part.log
+        let before = part.log.offsets().high_watermark;
+        let after = part
+            .log
             .advance_high_watermark(Offset(pd.high_watermark.min(log_end)));
+        if after > before {
+            // Consumers reading from this follower (KIP-392) wait on its high watermark.
+            shard.notify_data(part);
+        }
     }
     if pd.log_start_offset > part.log.offsets().log_start_offset.0 {
         if let Err(e) = part

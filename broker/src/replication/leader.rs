@@ -101,6 +101,7 @@ pub async fn serve_fetch(
             records: r.records,
             aborted: None,
             diverging: None,
+            preferred_read_replica: -1,
         },
         Err(e) => {
             if !matches!(e, StorageError::OffsetOutOfRange { .. }) {

@@ -13,12 +13,16 @@
 //! followers' progress and the high watermark; a follower's fetcher moves its log (append,
 //! truncation) and its high watermark (the leader's, capped at its own log end).
 //!
+//! Consumers may read from followers (KIP-392, `selector`): a leader names a replica in the
+//! client's rack, a follower in the ISR serves up to its high watermark.
+//!
 //! A partition with one replica keeps the single-replica path: its high watermark is its
 //! durable end, exactly as before replication.
 
 pub mod fetcher;
 pub mod leader;
 pub mod read;
+pub mod selector;
 pub mod state;
 
 use std::rc::Rc;
@@ -165,8 +169,12 @@ pub async fn apply_image(shard: &Rc<BrokerShard>) {
         let previous = part.replication.applied_role.get();
         if previous == Some((leader, epoch)) {
             // The same role; an ISR change the image committed may let the high watermark
-            // move (an expansion back to min.insync.replicas).
+            // move (an expansion back to min.insync.replicas), and on a follower it decides
+            // whether consumers waiting on it are still served there (KIP-392).
             leader::maybe_advance_high_watermark(shard, &part);
+            if !part.is_leader() {
+                shard.notify_data(&part);
+            }
             continue;
         }
         let was_leader = previous.is_some_and(|(l, _)| l == shard.config.node_id);

@@ -1,6 +1,10 @@
 //! One partition's part of a Fetch as the owner shard reads it, for a consumer or for a
 //! follower (`leader::serve_fetch`): what is asked and what comes back. Shared by the Fetch
 //! handler and replication, below both.
+//!
+//! A consumer's Fetch from v11 carries its rack (`rack_id`, KIP-392): it may then be served by
+//! a follower, and the answer may name another replica to read from instead
+//! (`preferred_read_replica`, see `selector`).
 
 use bytes::Bytes;
 use keel_storage::LogOffsets;
@@ -25,6 +29,18 @@ pub struct FetchPart {
     pub log_start_offset: i64,
     /// A follower's fetch: who sent it.
     pub replica: Option<ReplicaFetch>,
+    /// A consumer's Fetch v11+ (Kafka's `FetchParams.fetchOnlyLeader` false): a follower may
+    /// serve it, up to its own high watermark.
+    pub follower_read: bool,
+}
+
+/// What a consumer's Fetch v11+ says about the client (Kafka's `ClientMetadata`): its rack and
+/// the listener it connected to (the replicas it may be sent to are those serving it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientMetadata {
+    /// `rack_id` (the consumer's `client.rack`); empty = none.
+    pub rack_id: String,
+    pub listener: String,
 }
 
 #[derive(Clone, Debug)]
@@ -39,6 +55,9 @@ pub struct PartData {
     pub aborted: Option<Vec<(i64, i64)>>,
     /// A follower whose log diverged: (epoch, end offset) to truncate to (Fetch v12+).
     pub diverging: Option<(i32, i64)>,
+    /// KIP-392: the broker the consumer should fetch this partition from next (no records
+    /// come with it); -1 = none.
+    pub preferred_read_replica: i32,
 }
 
 impl PartData {
@@ -52,7 +71,16 @@ impl PartData {
             records: Bytes::new(),
             aborted: None,
             diverging: None,
+            preferred_read_replica: -1,
         }
+    }
+
+    /// KIP-392's redirect: no records, error NONE, the partition's offsets, and the replica to
+    /// read from next (Kafka's answer when a preferred read replica is chosen).
+    pub fn read_elsewhere(replica: i32, offsets: &LogOffsets) -> PartData {
+        let mut d = PartData::empty(0, offsets);
+        d.preferred_read_replica = replica;
+        d
     }
 }
 
@@ -65,5 +93,6 @@ pub fn failed(error: i16) -> PartData {
         records: Bytes::new(),
         aborted: None,
         diverging: None,
+        preferred_read_replica: -1,
     }
 }

@@ -74,17 +74,28 @@ const SHORT_TIMEOUTS: [&str; 8] = [
 /// Starts `n` voters (node ids 1..=n) on loopback with short replication timeouts and waits
 /// until all serve.
 pub fn cluster(n: usize, extra: &[&str]) -> Vec<Broker> {
+    cluster_in_racks(&vec![""; n], extra)
+}
+
+/// [`cluster`] with node `i + 1` in rack `racks[i]` (`--rack`; "" = none).
+pub fn cluster_in_racks(racks: &[&str], extra: &[&str]) -> Vec<Broker> {
+    let n = racks.len();
     let controller_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
     let hosts = vec!["127.0.0.1".to_string(); n];
-    start_voters(&hosts, &controller_ports, None, extra, |_| {})
+    start_voters(&hosts, &controller_ports, None, racks, extra, |_| {})
 }
 
 /// Starts one voter in each of `net`'s namespaces (node `i + 1` at `net.ip(i)`), all on the
 /// same ports (each namespace has its own), and waits until all serve.
 pub fn cluster_in(net: &Net, extra: &[&str]) -> Vec<Broker> {
+    net_cluster_in_racks(net, &vec![""; net.len()], extra)
+}
+
+/// [`cluster_in`] with node `i + 1` in rack `racks[i]` (`--rack`; "" = none).
+pub fn net_cluster_in_racks(net: &Net, racks: &[&str], extra: &[&str]) -> Vec<Broker> {
     let n = net.len();
     let hosts: Vec<String> = (0..n).map(|i| net.ip(i)).collect();
-    start_voters(&hosts, &vec![9093; n], Some(net), extra, |b| {
+    start_voters(&hosts, &vec![9093; n], Some(net), racks, extra, |b| {
         b.port = 9092;
         b.admin_port = 9644;
     })
@@ -94,6 +105,7 @@ fn start_voters(
     hosts: &[String],
     controller_ports: &[u16],
     net: Option<&Net>,
+    racks: &[&str],
     extra: &[&str],
     adjust: impl Fn(&mut Broker),
 ) -> Vec<Broker> {
@@ -117,6 +129,9 @@ fn start_voters(
                 &listen,
             ];
             args.extend_from_slice(&SHORT_TIMEOUTS);
+            if !racks[i].is_empty() {
+                args.extend_from_slice(&["--rack", racks[i]]);
+            }
             args.extend_from_slice(extra);
             let mut b = Broker::prepare(&args);
             b.host = hosts[i].clone();
