@@ -60,6 +60,10 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "replica.high.watermark.checkpoint.interval.ms", default: "5000", doc: "how often each partition's high watermark is written to its `replication-offset-checkpoint`" },
     BrokerKey { name: "replica.selector.class", default: "", doc: "which replica a consumer reads from (KIP-392): empty (or KIP-392's `org.apache.kafka.common.replica.LeaderSelector`) = always the leader; `org.apache.kafka.common.replica.RackAwareReplicaSelector` = a leader answers a consumer's Fetch (v11+) that names a `rack_id` (`client.rack`) with `preferred_read_replica`, an in-sync follower in that rack, unless the leader is in it; any other value stops the start" },
     BrokerKey { name: "unclean.leader.election.enable", default: "false", doc: "elect a replica outside the ISR (and ELR) when none inside is alive: available, but acknowledged records may be lost" },
+    BrokerKey { name: "leader.replication.throttled.rate", default: "9223372036854775807", doc: "bytes per second this broker, as leader, serves to followers outside the ISR of the throttled replicas (`leader.replication.throttled.replicas`), split evenly across its shards; dynamic (AlterConfigs on broker `ID`, or `\"\"` for every broker)" },
+    BrokerKey { name: "follower.replication.throttled.rate", default: "9223372036854775807", doc: "bytes per second this broker, as a follower outside the ISR, fetches for the throttled replicas (`follower.replication.throttled.replicas`), split evenly across its shards; dynamic like the leader's" },
+    BrokerKey { name: "leader.replication.throttled.replicas", default: "", doc: "topics' default `leader.replication.throttled.replicas` (Kafka has it per topic only): `PARTITION:BROKER,...` or `*`; empty = none" },
+    BrokerKey { name: "follower.replication.throttled.replicas", default: "", doc: "topics' default `follower.replication.throttled.replicas` (per topic in Kafka): `PARTITION:BROKER,...` or `*`; empty = none" },
     BrokerKey { name: "offsets.topic.replication.factor", default: "3", doc: "replication factor of `__consumer_offsets`; with fewer live brokers it is created with as many replicas as brokers, and a warning repeats" },
     BrokerKey { name: "transaction.state.log.replication.factor", default: "3", doc: "replication factor of `__transaction_state`; with fewer live brokers it is created with as many replicas as brokers, and a warning repeats" },
     BrokerKey { name: "transaction.state.log.min.isr", default: "2", doc: "`min.insync.replicas` of `__transaction_state` (capped at its replication factor)" },
@@ -228,6 +232,63 @@ fn check_int_min1(v: &str) -> Result<()> {
         _ => bail!("must be an integer >= 1: {v}"),
     }
 }
+/// Kafka's throttled-replicas list: empty, `*`, or `PARTITION:BROKER` pairs.
+fn check_throttled_replicas(v: &str) -> Result<()> {
+    let v = v.trim();
+    if v.is_empty() || v == "*" {
+        return Ok(());
+    }
+    for item in v.split(',').map(str::trim) {
+        let ok = item.split_once(':').is_some_and(|(p, b)| {
+            p.trim().parse::<u32>().is_ok() && b.trim().parse::<u32>().is_ok()
+        });
+        if !ok {
+            bail!("expected `*` or PARTITION:BROKER pairs separated by commas, not {item:?}");
+        }
+    }
+    Ok(())
+}
+
+/// Whether `list` (a throttled-replicas value) names `broker`'s replica of `partition`.
+pub fn throttled_replicas_include(list: &str, partition: i32, broker: i32) -> bool {
+    let list = list.trim();
+    list == "*"
+        || list.split(',').any(|item| {
+            item.split_once(':').is_some_and(|(p, b)| {
+                p.trim().parse::<i32>() == Ok(partition) && b.trim().parse::<i32>() == Ok(broker)
+            })
+        })
+}
+
+/// The broker settings that change at run time (AlterConfigs and IncrementalAlterConfigs on a
+/// broker resource: a broker id, or `""` for every broker), as Kafka's dynamic broker configs.
+/// A broker's own value wins over the cluster-wide one, which wins over its static setting.
+pub const DYNAMIC_BROKER_KEYS: &[&str] = &[
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+];
+
+fn throttle_rate(name: &str, value: &str) -> Result<i64> {
+    validate_dynamic_broker_config(name, value)?;
+    Ok(value.trim().parse()?)
+}
+
+/// Checks one dynamic broker config: a known name and a valid value.
+pub fn validate_dynamic_broker_config(name: &str, value: &str) -> Result<()> {
+    match name {
+        "leader.replication.throttled.rate" | "follower.replication.throttled.rate" => {
+            match value.trim().parse::<i64>() {
+                Ok(n) if n >= 0 => Ok(()),
+                _ => bail!("{name} must be a whole number of bytes per second >= 0, not {value:?}"),
+            }
+        }
+        other => bail!(
+            "{other} cannot change at run time; the dynamic broker configs are {}",
+            DYNAMIC_BROKER_KEYS.join(", ")
+        ),
+    }
+}
+
 fn check_index_interval_bytes(v: &str) -> Result<()> {
     match v.trim().parse::<i32>() {
         Ok(n) if n >= 0 => Ok(()),
@@ -362,9 +423,19 @@ pub const TOPIC_CONFIGS: &[TopicKey] = &[
         check: check_flush_policy,
     },
     TopicKey {
+        name: "follower.replication.throttled.replicas",
+        broker_key: "follower.replication.throttled.replicas",
+        check: check_throttled_replicas,
+    },
+    TopicKey {
         name: "index.interval.bytes",
         broker_key: "log.index.interval.bytes",
         check: check_index_interval_bytes,
+    },
+    TopicKey {
+        name: "leader.replication.throttled.replicas",
+        broker_key: "leader.replication.throttled.replicas",
+        check: check_throttled_replicas,
     },
     TopicKey {
         name: "max.message.bytes",
@@ -609,6 +680,10 @@ pub struct BrokerConfig {
     pub broker_heartbeat_interval_ms: u64,
     pub controlled_shutdown_enable: bool,
     pub controlled_shutdown_timeout_ms: u64,
+    /// Static `leader.replication.throttled.rate` (bytes/s); the image's dynamic values win.
+    pub leader_replication_throttled_rate: i64,
+    /// Static `follower.replication.throttled.rate` (bytes/s).
+    pub follower_replication_throttled_rate: i64,
     pub metadata_snapshot_interval_ms: u64,
     pub metadata_snapshot_entries: u64,
     pub cluster_id: String,
@@ -769,6 +844,14 @@ impl BrokerConfig {
             controlled_shutdown_timeout_ms: parse(
                 "controlled.shutdown.timeout.ms",
                 &get("controlled.shutdown.timeout.ms"),
+            )?,
+            leader_replication_throttled_rate: throttle_rate(
+                "leader.replication.throttled.rate",
+                &get("leader.replication.throttled.rate"),
+            )?,
+            follower_replication_throttled_rate: throttle_rate(
+                "follower.replication.throttled.rate",
+                &get("follower.replication.throttled.rate"),
             )?,
             metadata_snapshot_interval_ms: parse(
                 "metadata.log.max.snapshot.interval.ms",

@@ -24,7 +24,7 @@ use crate::coordination::parking::DataWaiters;
 use crate::metadata::{partition_dir, MetadataImage, PartitionMeta, TopicMeta};
 use crate::ops::metrics::ShardCounters;
 use crate::replication::state::AlterPartitionManager;
-use crate::replication::state::{PartitionReplication, ReplicaFetchers};
+use crate::replication::state::{PartitionReplication, ReplicaFetchers, ReplicationQuotas};
 
 /// A partition whose log this shard owns.
 pub struct Partition {
@@ -104,6 +104,8 @@ pub struct BrokerShard {
     pub clock: Rc<dyn Clock>,
     /// The fetchers of the partitions this shard follows (see `replication::fetcher`).
     pub replica_fetchers: ReplicaFetchers,
+    /// This shard's share of the replication throttles (see `replication::throttle`).
+    pub replication_quotas: ReplicationQuotas,
     /// The ISR changes this shard's leaders send the controller, one request at a time (see
     /// `replication::leader::alter_partition`).
     pub alter_partition: AlterPartitionManager<Rc<Partition>>,
@@ -150,6 +152,7 @@ impl BrokerShard {
             txns: crate::txn::shard_state::TxnShard::default(),
             clock,
             replica_fetchers: ReplicaFetchers::default(),
+            replication_quotas: ReplicationQuotas::default(),
             alter_partition: AlterPartitionManager::default(),
             loaders,
         })

@@ -218,3 +218,145 @@ fn reassignments_grow_shrink_cancel_and_replace_without_losing_a_record() {
     assert_eq!(r.acked_all, sent as u64);
     assert_eq!(checker.unacknowledged_reads(), Vec::<String>::new());
 }
+
+/// IncrementalAlterConfigs SET of one config on one resource (2 = topic, 4 = broker): the
+/// resource's (error code, message).
+fn set_config(b: &Broker, resource_type: i8, name: &str, key: &str, value: &str) -> (i16, String) {
+    let mut c = Client::connect(&b.bootstrap());
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        incremental_alter_configs_request::AlterConfigsResource::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(name.to_string().into())
+            .with_configs(vec![
+                incremental_alter_configs_request::AlterableConfig::default()
+                    .with_name(key.to_string().into())
+                    .with_config_operation(0)
+                    .with_value(Some(value.to_string().into())),
+            ]),
+    ]);
+    let resp: IncrementalAlterConfigsResponse = c.send(ApiKey::IncrementalAlterConfigs, 1, &req);
+    let r = &resp.responses[0];
+    (
+        r.error_code,
+        r.error_message
+            .as_ref()
+            .map(|m| m.to_string())
+            .unwrap_or_default(),
+    )
+}
+
+/// A broker config as `b` describes it: (value, config source).
+fn describe_broker_config(b: &Broker, id: i32, key: &str) -> (String, i8) {
+    let mut c = Client::connect(&b.bootstrap());
+    let req = DescribeConfigsRequest::default().with_resources(vec![
+        describe_configs_request::DescribeConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(id.to_string().into())
+            .with_configuration_keys(Some(vec![key.to_string().into()])),
+    ]);
+    let resp: DescribeConfigsResponse = c.send(ApiKey::DescribeConfigs, 4, &req);
+    let r = &resp.results[0].configs[0];
+    (
+        r.value.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+        r.config_source,
+    )
+}
+
+#[test]
+fn a_throttled_reassignment_copies_at_the_throttled_rate() {
+    let _serial = serial();
+    // One shard per broker, so a broker's throttle (split evenly across its shards) is the
+    // whole rate for the one partition; small fetches, so the rate is kept in small steps.
+    let nodes = cluster(
+        3,
+        &["--set", "smp=1", "--set", "replica.fetch.max.bytes=65536"],
+    );
+    create(&nodes[0], "thr", 1, 1, 1);
+    let (leader, _, _, _) = partition(&nodes[0], "thr", 0).unwrap();
+    let target = (1..=3).find(|b| *b != leader).unwrap();
+    let reports = Reports::default();
+    let p = producer(&nodes[0].bootstrap(), &reports);
+    let value = "x".repeat(1000);
+    for i in 0..4000 {
+        let key = format!("t{i}");
+        loop {
+            let record = rdkafka::producer::BaseRecord::to("thr")
+                .partition(0)
+                .key(&key)
+                .payload(&value);
+            match p.send(record) {
+                Ok(()) => break,
+                Err(_) => {
+                    p.poll(Duration::from_millis(20));
+                }
+            }
+        }
+        p.poll(Duration::ZERO);
+    }
+    rdkafka::producer::Producer::flush(&p, Duration::from_secs(60)).unwrap();
+    assert_eq!(acked(&reports).len(), 4000);
+    let size: u64 = std::fs::read_dir(nodes[index_of(leader)].data_dir().join("thr-0"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert!(size > 3_000_000, "{size} bytes to copy");
+
+    // A negative rate is refused with a clear message, and nothing changes.
+    let (code, message) = set_config(
+        &nodes[0],
+        4,
+        &leader.to_string(),
+        "leader.replication.throttled.rate",
+        "-5",
+    );
+    assert_eq!(code, 40, "INVALID_CONFIG: {message}");
+    assert!(message.contains(">= 0"), "{message}");
+    let rate: u64 = 1_000_000;
+    for (id, key) in [
+        (leader, "leader.replication.throttled.rate"),
+        (target, "follower.replication.throttled.rate"),
+    ] {
+        assert_eq!(
+            set_config(&nodes[0], 4, &id.to_string(), key, &rate.to_string()),
+            (0, String::new())
+        );
+        // Dynamic: its own broker describes it so (DYNAMIC_BROKER_CONFIG).
+        wait_until("the throttle is installed", Duration::from_secs(5), || {
+            describe_broker_config(&nodes[index_of(id)], id, key) == (rate.to_string(), 2)
+        });
+    }
+    for (key, replica) in [
+        ("leader.replication.throttled.replicas", leader),
+        ("follower.replication.throttled.replicas", target),
+    ] {
+        assert_eq!(
+            set_config(&nodes[0], 2, "thr", key, &format!("0:{replica}")),
+            (0, String::new())
+        );
+    }
+    let started = std::time::Instant::now();
+    assert_eq!(
+        alter(&nodes[0], "thr", 0, Some(&[leader, target])),
+        (0, None)
+    );
+    wait_until(
+        "the throttled copy completes",
+        Duration::from_secs(60),
+        || ongoing(&nodes[0], "thr").is_empty(),
+    );
+    let elapsed = started.elapsed().as_secs_f64();
+    let copied = size as f64 / elapsed;
+    eprintln!(
+        "throttled copy: {size} bytes in {elapsed:.2} s = {:.0} B/s against {rate} B/s",
+        copied
+    );
+    assert!(
+        copied >= 0.8 * rate as f64 && copied <= 1.2 * rate as f64,
+        "copied at {copied:.0} B/s, throttle {rate} B/s"
+    );
+    wait_assigned(&nodes, "thr", 0, &[leader, target]);
+    let read = read_all(&nodes[index_of(target)].bootstrap(), "thr", 0, 3999);
+    assert_eq!(read.len(), 4000);
+}

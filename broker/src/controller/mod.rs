@@ -27,11 +27,11 @@ use kafka_protocol::ResponseError;
 use keel_raft::network::BrokerRegistration;
 use keel_raft::node::{Event, MetadataHandle, NodeConfig};
 use keel_raft::partition_change::{AlterPartitionRequest, IsrMember};
-use keel_raft::records::RESOURCE_TOPIC;
+use keel_raft::records::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use keel_raft::{ApplyOutcome, ClusterImage, Record};
 use tracing::{info, warn};
 
-use crate::config::{validate_topic_config, BrokerConfig};
+use crate::config::{validate_dynamic_broker_config, validate_topic_config, BrokerConfig};
 use crate::coordination::parking::join_all;
 use crate::metadata::{validate_topic_name, LegacyImage, MetadataImage, TopicMeta};
 use crate::shard::BrokerShard;
@@ -959,7 +959,7 @@ pub async fn alter_topic_configs(
         let image = image.clone();
         async move {
             let topic = known_topic(&image, &name)?;
-            let next = apply_change(&topic.configs, &change)?;
+            let next = apply_change(&topic.configs, &change, validate_topic_config)?;
             if validate_only || next == topic.configs {
                 return Ok(());
             }
@@ -988,9 +988,68 @@ pub async fn alter_topic_configs(
     join_all(runs.collect::<Vec<_>>()).await
 }
 
+/// Changes the dynamic config overrides of brokers (resource name: a broker id, or `""` for
+/// the cluster-wide default); see `config::DYNAMIC_BROKER_KEYS`.
+pub async fn alter_broker_configs(
+    shard: Rc<BrokerShard>,
+    changes: Vec<(String, ConfigChange)>,
+    validate_only: bool,
+) -> Vec<Result<(), OpError>> {
+    let image = shard.image();
+    let runs = changes.into_iter().map(|(name, change)| {
+        let shard = shard.clone();
+        let image = image.clone();
+        async move {
+            if !name.is_empty() && name.parse::<i32>().is_err() {
+                return Err(OpError::new(
+                    ResponseError::InvalidRequest,
+                    format!(
+                        "broker resource {name:?} is neither a broker id nor \"\" (every broker)"
+                    ),
+                ));
+            }
+            let empty = BTreeMap::new();
+            let current = image.cluster.broker_configs.get(&name).unwrap_or(&empty);
+            let next = apply_change(current, &change, validate_dynamic_broker_config)?;
+            if validate_only || next == *current {
+                return Ok(());
+            }
+            let mut records = Vec::new();
+            for (k, v) in &next {
+                if current.get(k) != Some(v) {
+                    records.push(Record::ConfigChanged {
+                        resource_type: RESOURCE_BROKER,
+                        resource_name: name.clone(),
+                        name: k.clone(),
+                        value: Some(v.clone()),
+                    });
+                }
+            }
+            for k in current.keys().filter(|k| !next.contains_key(*k)) {
+                records.push(Record::ConfigChanged {
+                    resource_type: RESOURCE_BROKER,
+                    resource_name: name.clone(),
+                    name: k.clone(),
+                    value: None,
+                });
+            }
+            propose(&shard, records).await
+        }
+    });
+    join_all(runs.collect::<Vec<_>>()).await
+}
+
+/// The configs whose values are comma-separated lists (APPEND and SUBTRACT apply to them).
+const LIST_CONFIGS: &[&str] = &[
+    "cleanup.policy",
+    "leader.replication.throttled.replicas",
+    "follower.replication.throttled.replicas",
+];
+
 fn apply_change(
     current: &BTreeMap<String, String>,
     change: &ConfigChange,
+    validate: fn(&str, &str) -> Result<()>,
 ) -> Result<BTreeMap<String, String>, OpError> {
     let invalid = |m: String| OpError::new(ResponseError::InvalidConfig, m);
     let next = match change {
@@ -1009,7 +1068,7 @@ fn apply_change(
                         next.remove(name);
                     }
                     2 | 3 => {
-                        if name != "cleanup.policy" {
+                        if !LIST_CONFIGS.contains(&name.as_str()) {
                             return Err(invalid(format!(
                                 "{name} is not a list config; APPEND/SUBTRACT apply to lists"
                             )));
@@ -1049,7 +1108,7 @@ fn apply_change(
         }
     };
     for (k, v) in &next {
-        validate_topic_config(k, v).map_err(|e| invalid(format!("{e:#}")))?;
+        validate(k, v).map_err(|e| invalid(format!("{e:#}")))?;
     }
     Ok(next)
 }

@@ -74,9 +74,25 @@ fn incremental_ops() {
             ("cleanup.policy".into(), 2, Some("compact".into())),
             ("cleanup.policy".into(), 2, Some("delete".into())),
             ("cleanup.policy".into(), 3, Some("compact".into())),
+            (
+                "follower.replication.throttled.replicas".into(),
+                2,
+                Some("0:1".into()),
+            ),
+            (
+                "follower.replication.throttled.replicas".into(),
+                2,
+                Some("1:2".into()),
+            ),
         ]),
+        validate_topic_config,
     )
     .unwrap();
+    assert_eq!(
+        next.get("follower.replication.throttled.replicas")
+            .map(String::as_str),
+        Some("0:1,1:2")
+    );
     assert_eq!(
         next.get("segment.bytes").map(String::as_str),
         Some("1048576")
@@ -89,13 +105,44 @@ fn incremental_ops() {
     let err = apply_change(
         &cur,
         &ConfigChange::Incremental(vec![("retention.ms".into(), 2, Some("1".into()))]),
+        validate_topic_config,
     )
     .unwrap_err();
     assert_eq!(err.code, ErrorCode::of(ResponseError::InvalidConfig));
     let err = apply_change(
         &cur,
         &ConfigChange::Replace([("bogus".to_string(), "1".to_string())].into()),
+        validate_topic_config,
     )
     .unwrap_err();
     assert_eq!(err.code, ErrorCode::of(ResponseError::InvalidConfig));
+    // Dynamic broker configs: the throttle rates only, never negative.
+    let ok = apply_change(
+        &BTreeMap::new(),
+        &ConfigChange::Incremental(vec![(
+            "leader.replication.throttled.rate".into(),
+            0,
+            Some("1000".into()),
+        )]),
+        validate_dynamic_broker_config,
+    )
+    .unwrap();
+    assert_eq!(ok["leader.replication.throttled.rate"], "1000");
+    for (name, value) in [
+        ("leader.replication.throttled.rate", "-1"),
+        ("follower.replication.throttled.rate", "fast"),
+        ("log.retention.ms", "1"),
+    ] {
+        let err = apply_change(
+            &BTreeMap::new(),
+            &ConfigChange::Incremental(vec![(name.into(), 0, Some(value.into()))]),
+            validate_dynamic_broker_config,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.code,
+            ErrorCode::of(ResponseError::InvalidConfig),
+            "{name}"
+        );
+    }
 }

@@ -1,6 +1,6 @@
-//! AlterConfigs (key 33, v0-2): replaces a topic's config overrides. Changes go through the
-//! controller, which validates every value before anything changes; broker configs are
-//! static and refused.
+//! AlterConfigs (key 33, v0-2): replaces a topic's config overrides, or a broker's dynamic
+//! ones (a broker id, or "" for every broker; `config::DYNAMIC_BROKER_KEYS`). Changes go
+//! through the controller, which validates every value before anything changes.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -17,8 +17,8 @@ use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AlterConfigs, 0, 2);
 
-/// Sends topic changes to the controller; non-topic resources are refused. Answers in order:
-/// (resource type, name, result).
+/// Sends topic and broker changes to the controller; other resources are refused. Answers in
+/// order: (resource type, name, result).
 pub(super) async fn alter(
     shard: &Rc<BrokerShard>,
     asked: Vec<(i8, String, ConfigChange)>,
@@ -29,9 +29,23 @@ pub(super) async fn alter(
         .filter(|a| a.0 == TOPIC)
         .map(|a| (a.1.clone(), a.2.clone()))
         .collect();
+    let brokers: Vec<(String, ConfigChange)> = asked
+        .iter()
+        .filter(|a| a.0 == BROKER)
+        .map(|a| (a.1.clone(), a.2.clone()))
+        .collect();
     let n = topics.len();
     let mut results = match controller::call(shard, move |s| {
         controller::alter_topic_configs(s, topics, validate_only)
+    })
+    .await
+    {
+        Ok(r) => r.into_iter(),
+        Err(e) => vec![Err(e); n].into_iter(),
+    };
+    let n = brokers.len();
+    let mut broker_results = match controller::call(shard, move |s| {
+        controller::alter_broker_configs(s, brokers, validate_only)
     })
     .await
     {
@@ -49,10 +63,12 @@ pub(super) async fn alter(
                     ))
                 })
             } else if ty == BROKER {
-                Err(OpError::new(
-                    ResponseError::InvalidRequest,
-                    "Keel's broker configs are static: set them in the config file or flags",
-                ))
+                broker_results.next().unwrap_or_else(|| {
+                    Err(OpError::new(
+                        ResponseError::UnknownServerError,
+                        "lost result",
+                    ))
+                })
             } else {
                 Err(OpError::new(
                     ResponseError::InvalidRequest,

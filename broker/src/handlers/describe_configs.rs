@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
-use crate::config::{BROKER_KEYS, TOPIC_CONFIGS};
+use crate::config::{BROKER_KEYS, DYNAMIC_BROKER_KEYS, TOPIC_CONFIGS};
 use crate::errors::code;
 use crate::shard::BrokerShard;
 
@@ -25,6 +25,9 @@ pub(super) const BROKER: i8 = 4;
 // Kafka's config sources.
 const SOURCE_TOPIC: i8 = 1;
 const SOURCE_STATIC_BROKER: i8 = 4;
+/// Kafka's DYNAMIC_BROKER_CONFIG and DYNAMIC_DEFAULT_BROKER_CONFIG.
+const SOURCE_DYNAMIC_BROKER: i8 = 2;
+const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 const SOURCE_DEFAULT: i8 = 5;
 
 /// Kafka's ConfigType for a config name.
@@ -137,20 +140,40 @@ fn describe_broker(
                 cfg.node_id
             ))));
     }
+    let image = shard.image();
+    let dynamic = |scope: &str, key: &str| {
+        image
+            .cluster
+            .broker_configs
+            .get(scope)
+            .and_then(|c| c.get(key))
+            .cloned()
+    };
     let configs = BROKER_KEYS
         .iter()
         .filter(|k| wanted(keys, k.name))
         .map(|k| {
-            let value = cfg.values.get(k.name).cloned().unwrap_or_default();
-            let source = if cfg.explicit.contains_key(k.name) {
-                SOURCE_STATIC_BROKER
-            } else {
-                SOURCE_DEFAULT
-            };
+            let is_dynamic = DYNAMIC_BROKER_KEYS.contains(&k.name);
+            let (value, source) =
+                if let Some(v) = dynamic(&cfg.node_id.to_string(), k.name).filter(|_| is_dynamic) {
+                    (v, SOURCE_DYNAMIC_BROKER)
+                } else if let Some(v) = dynamic("", k.name).filter(|_| is_dynamic) {
+                    (v, SOURCE_DYNAMIC_DEFAULT_BROKER)
+                } else if cfg.explicit.contains_key(k.name) {
+                    (
+                        cfg.values.get(k.name).cloned().unwrap_or_default(),
+                        SOURCE_STATIC_BROKER,
+                    )
+                } else {
+                    (
+                        cfg.values.get(k.name).cloned().unwrap_or_default(),
+                        SOURCE_DEFAULT,
+                    )
+                };
             DescribeConfigsResourceResult::default()
                 .with_name(str_bytes(k.name))
                 .with_value(Some(str_bytes(value)))
-                .with_read_only(true)
+                .with_read_only(!is_dynamic)
                 .with_config_source(source)
                 .with_config_type(config_type(k.name))
                 .with_documentation(Some(str_bytes(k.doc)))

@@ -47,6 +47,7 @@ use crate::coordination::route::{on_owners_serving, Item, Serving};
 use crate::errors::{code, storage_code, NONE};
 pub use crate::replication::read::{failed, ClientMetadata, FetchPart, PartData, ReplicaFetch};
 use crate::replication::selector::{self, FollowerRead};
+use crate::replication::throttle;
 use crate::shard::{BrokerShard, Partition};
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Fetch, 4, 16);
@@ -210,16 +211,21 @@ enum Visible {
 /// re-read now. Returns at once: a waiting fetch holds no mesh slot on the owner.
 /// `follower_read`: a consumer's v11+ fetch, which a follower in the ISR keeps serving (it
 /// waits on the follower's high watermark, which its replica fetcher moves).
+/// `replica`: the follower of a replica fetch, whose throttled partitions (see
+/// `replication::throttle`) count as ready only once the leader's quota allows them; until then
+/// the answer says how long the quota needs (`Readiness::Later`).
 fn wait_on_owner(
     shard: &BrokerShard,
     parts: &[(String, i32, i64)],
     waiter: DataWaiter,
     visible: Visible,
     follower_read: bool,
-) -> bool {
+    replica: Option<i32>,
+) -> Readiness {
+    let mut quota_wait: Option<Duration> = None;
     for (topic, index, offset) in parts {
         let Some(p) = shard.partition(topic, *index) else {
-            return true;
+            return Readiness::Now;
         };
         let offsets = p.log.offsets();
         let visible_end = match visible {
@@ -229,8 +235,17 @@ fn wait_on_owner(
         };
         let still_served = p.is_leader()
             || (follower_read && selector::follower_read(shard, &p) == FollowerRead::Serve);
-        if visible_end.0 > *offset || !still_served {
-            return true;
+        if !still_served {
+            return Readiness::Now;
+        }
+        if visible_end.0 > *offset {
+            match replica {
+                Some(r) if !throttle::leader_may_serve(shard, &p, r) => {
+                    let hint = shard.replication_quotas.leader.wait_hint();
+                    quota_wait = Some(quota_wait.map_or(hint, |w| w.min(hint)));
+                }
+                _ => return Readiness::Now,
+            }
         }
         if visible == Visible::LogEnd {
             p.replication.follower_waiters.register(waiter);
@@ -238,16 +253,25 @@ fn wait_on_owner(
             p.waiters.register(waiter);
         }
     }
-    false
+    Readiness::Later(quota_wait)
 }
 
-/// Waits until any owner reports new data, the deadline passes or shutdown begins.
+/// Whether a waiting fetch should read again now, or later: at the latest after the given
+/// time, when a replication throttle holds back data that is there.
+enum Readiness {
+    Now,
+    Later(Option<Duration>),
+}
+
+/// Waits until any owner reports new data, a throttled partition's quota refills, the
+/// deadline passes or shutdown begins. `replica`: the follower of a replica fetch.
 async fn wait_any(
     shard: &Rc<BrokerShard>,
     parts: Vec<(String, i32, i64)>,
     deadline: Instant,
     visible: Visible,
     follower_read: bool,
+    replica: Option<i32>,
 ) {
     let image = shard.image();
     let mut by_shard: BTreeMap<usize, Vec<(String, i32, i64)>> = BTreeMap::new();
@@ -259,26 +283,36 @@ async fn wait_any(
     let (token, woken) = shard.add_fetch_wait();
     let waiter = (shard.id, token);
     let mut data_now = false;
+    let mut quota_wait: Option<Duration> = None;
     for (target, parts) in by_shard {
         let ready = if target == shard.id {
-            wait_on_owner(shard, &parts, waiter, visible, follower_read)
+            wait_on_owner(shard, &parts, waiter, visible, follower_read, replica)
         } else {
             // Unreachable owner (shutting down): re-read now.
             shard
                 .mesh
                 .call(target, move |s| async move {
-                    wait_on_owner(&s, &parts, waiter, visible, follower_read)
+                    wait_on_owner(&s, &parts, waiter, visible, follower_read, replica)
                 })
                 .await
-                .unwrap_or(true)
+                .unwrap_or(Readiness::Now)
         };
-        if ready {
-            data_now = true;
-            break;
+        match ready {
+            Readiness::Now => {
+                data_now = true;
+                break;
+            }
+            Readiness::Later(Some(w)) => {
+                quota_wait = Some(quota_wait.map_or(w, |q| q.min(w)));
+            }
+            Readiness::Later(None) => {}
         }
     }
     if !data_now {
-        let timeout = deadline.saturating_duration_since(Instant::now());
+        let mut timeout = deadline.saturating_duration_since(Instant::now());
+        if let Some(w) = quota_wait {
+            timeout = timeout.min(w.max(Duration::from_millis(1)));
+        }
         futures_lite::future::or(
             async {
                 woken.wait_timeout(timeout).await;
@@ -468,7 +502,8 @@ pub async fn handle(
             .iter()
             .map(|i| (i.topic.clone(), i.partition, i.payload.fetch_offset))
             .collect();
-        wait_any(shard, waits, deadline, visible, follower_read).await;
+        let follower = replica.as_ref().ok().and_then(|r| r.map(|r| r.broker_id));
+        wait_any(shard, waits, deadline, visible, follower_read, follower).await;
         if Instant::now() >= deadline {
             // One last read so data that arrived with the deadline is not missed.
             break read_all().await;

@@ -31,6 +31,7 @@ use keel_vocab::ErrorCode;
 use tracing::{debug, info, warn};
 
 use super::state::{FetcherKey, FetcherState};
+use super::throttle;
 use crate::metadata::MetadataImage;
 use crate::shard::{BrokerShard, Partition};
 
@@ -168,14 +169,27 @@ async fn run(shard: Rc<BrokerShard>, key: FetcherKey, state: Rc<FetcherState>) {
         }
         let now = Instant::now();
         delayed.retain(|_, until| *until > now);
+        let mut throttled = false;
         let parts: Vec<Rc<Partition>> = ids
             .iter()
             .filter(|id| !delayed.contains_key(*id))
             .filter_map(|(t, i)| shard.partition(t, *i))
             .filter(|p| p.replication.leader.get() == key.leader && !p.is_leader())
+            .filter(|p| {
+                // A throttled replica outside the ISR waits while this shard's share of
+                // follower.replication.throttled.rate is spent.
+                let may = throttle::follower_may_fetch(&shard, p);
+                throttled |= !may;
+                may
+            })
             .collect();
         if parts.is_empty() {
-            state.wait(&shard, backoff).await;
+            let wait = if throttled {
+                throttle::follower_wait(&shard)
+            } else {
+                backoff
+            };
+            state.wait(&shard, wait).await;
             continue;
         }
         let image = shard.image();
@@ -263,6 +277,8 @@ async fn run(shard: Rc<BrokerShard>, key: FetcherKey, state: Rc<FetcherState>) {
                 }) else {
                     continue;
                 };
+                let bytes = pd.records.as_ref().map_or(0, |r| r.len());
+                throttle::follower_fetched(&shard, part, bytes);
                 if let Err(why) = handle_partition(&shard, part, pd).await {
                     debug!(topic = %part.topic, partition = part.index, why, "follower partition backs off");
                     delayed.insert((part.topic.clone(), part.index), Instant::now() + backoff);

@@ -20,6 +20,7 @@ use tracing::{debug, info, warn};
 
 use super::read::{failed, FetchPart, PartData, ReplicaFetch};
 use super::state::FollowerProgress;
+use super::throttle;
 use super::CommitError;
 use crate::errors::{code, storage_code, NONE};
 use crate::shard::{BrokerShard, Partition};
@@ -90,19 +91,27 @@ pub async fn serve_fetch(
         offsets.log_end_offset.0,
     );
     maybe_advance_high_watermark(shard, part);
+    if !throttle::leader_may_serve(shard, part, replica.broker_id) {
+        // This shard's share of leader.replication.throttled.rate is spent: nothing this
+        // round for a throttled follower outside the ISR.
+        return answer(NONE);
+    }
     let max = usize::try_from(fetch.partition_max_bytes.max(0)).unwrap_or(0);
     let log_end = part.log.offsets().log_end_offset;
     match part.log.read(Offset(fetch_offset), max, log_end).await {
-        Ok(r) => PartData {
-            error: NONE,
-            high_watermark: r.high_watermark.0,
-            last_stable_offset: r.last_stable_offset.0,
-            log_start_offset: r.log_start_offset.0,
-            records: r.records,
-            aborted: None,
-            diverging: None,
-            preferred_read_replica: -1,
-        },
+        Ok(r) => {
+            throttle::leader_served(shard, part, replica.broker_id, r.records.len());
+            PartData {
+                error: NONE,
+                high_watermark: r.high_watermark.0,
+                last_stable_offset: r.last_stable_offset.0,
+                log_start_offset: r.log_start_offset.0,
+                records: r.records,
+                aborted: None,
+                diverging: None,
+                preferred_read_replica: -1,
+            }
+        }
         Err(e) => {
             if !matches!(e, StorageError::OffsetOutOfRange { .. }) {
                 warn!(topic = %part.topic, partition = part.index, error = %e, "replica fetch read failed");

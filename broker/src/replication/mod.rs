@@ -24,6 +24,7 @@ pub mod leader;
 pub mod read;
 pub mod selector;
 pub mod state;
+pub mod throttle;
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -161,6 +162,7 @@ pub fn coordinator_commit_error(
 pub async fn apply_image(shard: &Rc<BrokerShard>) {
     let image = shard.image();
     fetcher::prune(shard);
+    throttle::apply(shard, &image);
     for part in shard.all_partitions() {
         let leader = part.replication.leader.get();
         let epoch = part.leader_epoch.get();

@@ -65,6 +65,13 @@ pub struct PartitionReplication {
     /// Fired (and replaced) whenever the high watermark moves, the ISR changes or leadership
     /// changes: acks=all produces and the coordinators' writes wait on it.
     hw_moved: RefCell<Rc<Event>>,
+    /// This broker's replica of the partition is listed in the topic's
+    /// `leader.replication.throttled.replicas` (or it is `*`): as leader, it serves followers
+    /// outside the ISR within `leader.replication.throttled.rate`.
+    pub leader_throttled: Cell<bool>,
+    /// Listed in `follower.replication.throttled.replicas`: while outside the ISR, it fetches
+    /// within `follower.replication.throttled.rate`.
+    pub follower_throttled: Cell<bool>,
 }
 
 impl Default for PartitionReplication {
@@ -81,8 +88,80 @@ impl Default for PartitionReplication {
             follower_waiters: DataWaiters::default(),
             applied_role: Cell::new(None),
             hw_moved: RefCell::new(Event::new()),
+            leader_throttled: Cell::new(false),
+            follower_throttled: Cell::new(false),
         }
     }
+}
+
+/// One shard's share of a replication throttle (Kafka's replication quota:
+/// `leader.replication.throttled.rate` or `follower.replication.throttled.rate`, bytes per
+/// second per broker, split evenly across its shards): a token bucket. A throttled replica
+/// copies only while the bucket is not in debt, and what it copied is taken out afterwards,
+/// so one read may overdraw it (by at most a fetch's bytes) and the next ones wait.
+#[derive(Debug, Default)]
+pub struct ReplicationQuota {
+    /// Bytes per second for this shard; None = unlimited.
+    rate: Cell<Option<f64>>,
+    tokens: Cell<f64>,
+    refilled: Cell<Option<std::time::Instant>>,
+}
+
+impl ReplicationQuota {
+    /// At most this much credit builds up while nothing is copied.
+    const BURST_SECS: f64 = 0.1;
+
+    pub fn set_rate(&self, bytes_per_sec: Option<f64>) {
+        if self.rate.get() != bytes_per_sec {
+            self.rate.set(bytes_per_sec);
+            self.tokens.set(0.0);
+            self.refilled.set(None);
+        }
+    }
+
+    fn refill(&self, now: std::time::Instant) {
+        let Some(rate) = self.rate.get() else { return };
+        let last = self.refilled.get().unwrap_or(now);
+        let credit = rate * now.saturating_duration_since(last).as_secs_f64();
+        self.tokens
+            .set((self.tokens.get() + credit).min(rate * Self::BURST_SECS));
+        self.refilled.set(Some(now));
+    }
+
+    /// Whether a throttled replica may copy now.
+    pub fn allows(&self, now: std::time::Instant) -> bool {
+        if self.rate.get().is_none() {
+            return true;
+        }
+        self.refill(now);
+        self.tokens.get() > 0.0
+    }
+
+    /// Takes `bytes` a throttled replica copied out of the bucket.
+    pub fn record(&self, bytes: usize, now: std::time::Instant) {
+        if self.rate.get().is_some() {
+            self.refill(now);
+            self.tokens.set(self.tokens.get() - bytes as f64);
+        }
+    }
+
+    /// How long until the bucket is out of debt (zero when it is).
+    pub fn wait_hint(&self) -> std::time::Duration {
+        match self.rate.get() {
+            Some(rate) if rate > 0.0 && self.tokens.get() <= 0.0 => {
+                std::time::Duration::from_secs_f64((-self.tokens.get() + 1.0) / rate)
+            }
+            Some(_) if self.tokens.get() <= 0.0 => std::time::Duration::from_secs(1),
+            _ => std::time::Duration::ZERO,
+        }
+    }
+}
+
+/// A shard's replication throttles.
+#[derive(Debug, Default)]
+pub struct ReplicationQuotas {
+    pub leader: ReplicationQuota,
+    pub follower: ReplicationQuota,
 }
 
 impl PartitionReplication {

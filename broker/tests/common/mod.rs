@@ -162,17 +162,25 @@ impl Broker {
 
     /// Waits until the process started at `log_start` serves.
     pub fn wait_serving(&mut self, log_start: usize) {
-        // Ready when both shards say they serve. (A successful connect alone is not proof:
-        // right after a kill -9 the dead process's listening socket can linger.)
+        // Ready when every shard says it serves (the start line names the shard count). (A
+        // successful connect alone is not proof: right after a kill -9 the dead process's
+        // listening socket can linger.)
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             let text = self.log_text();
-            if text
-                .get(log_start..)
-                .unwrap_or("")
-                .matches("shard serving")
-                .count()
-                >= 2
+            let since = text.get(log_start..).unwrap_or("");
+            let shards = since
+                .split("shards\u{1b}[0m\u{1b}[2m=\u{1b}[0m")
+                .nth(1)
+                .or_else(|| since.split("shards=").nth(1))
+                .and_then(|rest| {
+                    rest.split(|c: char| !c.is_ascii_digit())
+                        .next()?
+                        .parse::<usize>()
+                        .ok()
+                })
+                .unwrap_or(2);
+            if since.matches("shard serving").count() >= shards
                 && TcpStream::connect((self.host.as_str(), self.port)).is_ok()
             {
                 return;
