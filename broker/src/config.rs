@@ -57,6 +57,9 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "replica.socket.timeout.ms", default: "30000", doc: "a follower's fetch unanswered for this long is abandoned and its connection reopened" },
     BrokerKey { name: "replica.high.watermark.checkpoint.interval.ms", default: "5000", doc: "how often each partition's high watermark is written to its `replication-offset-checkpoint`" },
     BrokerKey { name: "unclean.leader.election.enable", default: "false", doc: "elect a replica outside the ISR (and ELR) when none inside is alive: available, but acknowledged records may be lost" },
+    BrokerKey { name: "auto.leader.rebalance.enable", default: "true", doc: "the controller moves leadership back to preferred replicas (each partition's first replica) on its own: every `leader.imbalance.check.interval.seconds`, for each broker whose imbalance is above `leader.imbalance.per.broker.percentage`, where the broker is live and in the ISR (so leadership returns after a restart)" },
+    BrokerKey { name: "leader.imbalance.check.interval.seconds", default: "300", doc: "how often the controller checks the leader imbalance (at least 1)" },
+    BrokerKey { name: "leader.imbalance.per.broker.percentage", default: "10", doc: "a broker's imbalance: of the partitions it is the preferred replica of, the percentage that another broker (or nobody) leads; above this the controller elects it back (0 to 100)" },
     BrokerKey { name: "offsets.topic.replication.factor", default: "3", doc: "replication factor of `__consumer_offsets`; with fewer live brokers it is created with as many replicas as brokers, and a warning repeats" },
     BrokerKey { name: "transaction.state.log.replication.factor", default: "3", doc: "replication factor of `__transaction_state`; with fewer live brokers it is created with as many replicas as brokers, and a warning repeats" },
     BrokerKey { name: "transaction.state.log.min.isr", default: "2", doc: "`min.insync.replicas` of `__transaction_state` (capped at its replication factor)" },
@@ -592,6 +595,12 @@ pub struct BrokerConfig {
     pub rack: Option<String>,
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
+    /// The controller's automatic preferred-leader rebalance (Kafka's
+    /// `auto.leader.rebalance.enable`, `leader.imbalance.check.interval.seconds`,
+    /// `leader.imbalance.per.broker.percentage`).
+    pub auto_leader_rebalance_enable: bool,
+    pub leader_imbalance_check_interval_seconds: u64,
+    pub leader_imbalance_per_broker_percentage: u32,
     pub metadata_snapshot_interval_ms: u64,
     pub metadata_snapshot_entries: u64,
     pub cluster_id: String,
@@ -742,6 +751,18 @@ impl BrokerConfig {
             broker_heartbeat_interval_ms: parse(
                 "broker.heartbeat.interval.ms",
                 &get("broker.heartbeat.interval.ms"),
+            )?,
+            auto_leader_rebalance_enable: parse(
+                "auto.leader.rebalance.enable",
+                &get("auto.leader.rebalance.enable"),
+            )?,
+            leader_imbalance_check_interval_seconds: parse(
+                "leader.imbalance.check.interval.seconds",
+                &get("leader.imbalance.check.interval.seconds"),
+            )?,
+            leader_imbalance_per_broker_percentage: parse(
+                "leader.imbalance.per.broker.percentage",
+                &get("leader.imbalance.per.broker.percentage"),
             )?,
             metadata_snapshot_interval_ms: parse(
                 "metadata.log.max.snapshot.interval.ms",
@@ -992,6 +1013,12 @@ impl BrokerConfig {
             || cfg.broker_heartbeat_interval_ms >= cfg.broker_session_timeout_ms
         {
             bail!("broker.heartbeat.interval.ms must be > 0 and below broker.session.timeout.ms");
+        }
+        if cfg.leader_imbalance_check_interval_seconds < 1 {
+            bail!("leader.imbalance.check.interval.seconds must be >= 1");
+        }
+        if cfg.leader_imbalance_per_broker_percentage > 100 {
+            bail!("leader.imbalance.per.broker.percentage must be between 0 and 100");
         }
         for tk in TOPIC_CONFIGS {
             let v = values
