@@ -88,9 +88,11 @@ fn create_assigned(b: &Broker, name: &str, replicas: &[Vec<i32>], min_isr: i32) 
                     })
                     .collect(),
             )
-            .with_configs(vec![create_topics_request::CreatableTopicConfig::default()
-                .with_name("min.insync.replicas".to_string().into())
-                .with_value(Some(min_isr.to_string().into()))])]);
+            .with_configs(vec![
+                create_topics_request::CreatableTopicConfig::default()
+                    .with_name("min.insync.replicas".to_string().into())
+                    .with_value(Some(min_isr.to_string().into())),
+            ])]);
     let resp: CreateTopicsResponse = c.send(ApiKey::CreateTopics, 7, &req);
     assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
 }
@@ -99,7 +101,10 @@ fn create_assigned(b: &Broker, name: &str, replicas: &[Vec<i32>], min_isr: i32) 
 /// without costing the quorum its majority.
 fn learner(voters: &[Broker], node_id: i32) -> Broker {
     let extra = &voters[0].extra;
-    let at = extra.iter().position(|a| a == "--controller-quorum").unwrap();
+    let at = extra
+        .iter()
+        .position(|a| a == "--controller-quorum")
+        .unwrap();
     let quorum = extra[at + 1].clone();
     let id = node_id.to_string();
     let listen = format!("127.0.0.1:{}", free_port());
@@ -190,17 +195,18 @@ fn elect_leaders_moves_leadership_back_and_answers_kafkas_codes() {
     // Broker 1 (preferred for 0 and 3) stops: both move to another ISR member.
     nodes[index_of(1)].stop();
     let b2 = &nodes[index_of(2)];
-    wait_until("leadership of 0 and 3 moves", Duration::from_secs(15), || {
-        let l = leaders(b2, "t", 6);
-        l[0].0 > 1 && l[3].0 > 1
-    });
+    wait_until(
+        "leadership of 0 and 3 moves",
+        Duration::from_secs(15),
+        || {
+            let l = leaders(b2, "t", 6);
+            l[0].0 > 1 && l[3].0 > 1
+        },
+    );
     // While it is down: PREFERRED_LEADER_NOT_AVAILABLE; UNCLEAN for a led partition is not
     // needed.
     let resp = elect(b2, 2, PREFERRED, Some(&[("t", &[0])]));
-    assert_eq!(
-        codes(&resp),
-        [tp("t", 0, PREFERRED_LEADER_NOT_AVAILABLE)]
-    );
+    assert_eq!(codes(&resp), [tp("t", 0, PREFERRED_LEADER_NOT_AVAILABLE)]);
     assert_eq!(resp.error_code, 0);
     let resp = elect(b2, 1, UNCLEAN, Some(&[("t", &[0])]));
     assert_eq!(codes(&resp), [tp("t", 0, ELECTION_NOT_NEEDED)]);
@@ -266,9 +272,11 @@ fn elect_leaders_moves_leadership_back_and_answers_kafkas_codes() {
     assert!(after[0].1 > moved[0].1, "{moved:?} -> {after:?}");
     assert_eq!(after[3], moved[3], "partition 3 was not asked for");
     let sent_by_then = sent_so_far.load(Ordering::Relaxed);
-    wait_until("the producer writes on after the election", Duration::from_secs(10), || {
-        sent_so_far.load(Ordering::Relaxed) > sent_by_then + 20
-    });
+    wait_until(
+        "the producer writes on after the election",
+        Duration::from_secs(10),
+        || sent_so_far.load(Ordering::Relaxed) > sent_by_then + 20,
+    );
     writing.store(false, Ordering::Relaxed);
     let sent = producer_thread.join().unwrap();
     let acked = acked(&reports);
@@ -331,7 +339,9 @@ fn elect_leaders_moves_leadership_back_and_answers_kafkas_codes() {
         .expect("every topic is answered");
     assert!(t.partition_result.is_empty(), "{resp:?}");
     assert!(
-        codes(&resp).iter().all(|(_, _, c)| *c != ELECTION_NOT_NEEDED),
+        codes(&resp)
+            .iter()
+            .all(|(_, _, c)| *c != ELECTION_NOT_NEEDED),
         "{resp:?}"
     );
     let (code, doc) = cli_elect(b2, &["--all", "--type", "preferred"]);
@@ -339,9 +349,11 @@ fn elect_leaders_moves_leadership_back_and_answers_kafkas_codes() {
 
     // UNCLEAN: partition u-0 on [4, 3]. 3 stops (ISR [4]), then 4 (offline, ISR [4]).
     create_assigned(&nodes[0], "u", &[vec![4, 3]], 1);
-    wait_until("u-0 has both replicas in its ISR", Duration::from_secs(15), || {
-        partition(&nodes[0], "u", 0).is_some_and(|(l, _, _, isr)| l == 4 && isr.len() == 2)
-    });
+    wait_until(
+        "u-0 has both replicas in its ISR",
+        Duration::from_secs(15),
+        || partition(&nodes[0], "u", 0).is_some_and(|(l, _, _, isr)| l == 4 && isr.len() == 2),
+    );
     nodes[index_of(3)].stop();
     four.stop();
     let b1 = &nodes[index_of(1)];
@@ -360,7 +372,10 @@ fn elect_leaders_moves_leadership_back_and_answers_kafkas_codes() {
     assert_eq!(partition(b1, "u", 0).unwrap().0, -1);
     let resp = elect(b1, 2, PREFERRED, Some(&[("u", &[0])]));
     assert_eq!(codes(&resp), [tp("u", 0, PREFERRED_LEADER_NOT_AVAILABLE)]);
-    let (code, doc) = cli_elect(b1, &["--topic", "u", "--partition", "0", "--type", "unclean"]);
+    let (code, doc) = cli_elect(
+        b1,
+        &["--topic", "u", "--partition", "0", "--type", "unclean"],
+    );
     assert_eq!(code, 0, "{doc}");
     assert_eq!(doc["results"][0]["error"], Value::Null, "{doc}");
     assert_eq!(doc["results"][0]["leader"], 3, "{doc}");
@@ -369,9 +384,11 @@ fn elect_leaders_moves_leadership_back_and_answers_kafkas_codes() {
     assert!(epoch > offline_epoch);
     // The partition takes writes again, at its new leader.
     let b3 = &nodes[index_of(3)];
-    wait_until("u-0 takes an acks=all write", Duration::from_secs(10), || {
-        raw_produce(b3, "u", 0, -1, &[b"after-unclean"]).is_ok()
-    });
+    wait_until(
+        "u-0 takes an acks=all write",
+        Duration::from_secs(10),
+        || raw_produce(b3, "u", 0, -1, &[b"after-unclean"]).is_ok(),
+    );
 }
 
 /// With `leader.imbalance.check.interval.seconds=1`, leadership returns to the preferred
@@ -398,9 +415,11 @@ fn automatic_rebalance_returns_leadership_after_a_restart() {
     wait_until("broker 2 rejoins the ISR", Duration::from_secs(20), || {
         partition(b1, "t", 1).is_some_and(|(_, _, _, isr)| isr.contains(&2))
     });
-    let took = wait_until("leadership returns to broker 2", Duration::from_secs(10), || {
-        leaders(b1, "t", 3)[1].0 == 2
-    });
+    let took = wait_until(
+        "leadership returns to broker 2",
+        Duration::from_secs(10),
+        || leaders(b1, "t", 3)[1].0 == 2,
+    );
     assert!(took < Duration::from_secs(5), "took {took:?}");
     let after = leaders(b1, "t", 3);
     assert!(after[1].1 > moved[1].1, "{moved:?} -> {after:?}");

@@ -823,7 +823,9 @@ async fn balance_partition_leaders(ctx: Arc<Ctx>) {
                     continue;
                 }
                 again_now = records.len() >= LEADER_REBALANCE_ELECTIONS_MAX;
-                write_records(&ctx, &records).await.map(|a| (a, records.len()))
+                write_records(&ctx, &records)
+                    .await
+                    .map(|a| (a, records.len()))
             }
             Err(e) => Err(e),
         };

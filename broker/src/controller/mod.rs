@@ -148,10 +148,12 @@ fn node_config(config: &BrokerConfig, shard_count: usize) -> NodeConfig {
         snapshot_entries: config.metadata_snapshot_entries,
         snapshot_interval: Duration::from_millis(config.metadata_snapshot_interval_ms),
         propose_timeout: Duration::from_secs(10),
-        leader_rebalance: config.auto_leader_rebalance_enable.then(|| LeaderRebalance {
-            check_interval: Duration::from_secs(config.leader_imbalance_check_interval_seconds),
-            imbalance_percentage: config.leader_imbalance_per_broker_percentage,
-        }),
+        leader_rebalance: config
+            .auto_leader_rebalance_enable
+            .then(|| LeaderRebalance {
+                check_interval: Duration::from_secs(config.leader_imbalance_check_interval_seconds),
+                imbalance_percentage: config.leader_imbalance_per_broker_percentage,
+            }),
     }
 }
 

@@ -50,11 +50,7 @@ pub async fn handle(
         let message = format!("Unknown election type {}", req.election_type);
         return error_response(version, topics.as_deref(), invalid_request(), message);
     };
-    let named: usize = topics
-        .iter()
-        .flatten()
-        .map(|t| t.partitions.len())
-        .sum();
+    let named: usize = topics.iter().flatten().map(|t| t.partitions.len()).sum();
     if named > PARTITIONS_MAX {
         let message = format!("{named} partitions named; at most {PARTITIONS_MAX} per request");
         return error_response(version, None, invalid_request(), message);

@@ -229,7 +229,11 @@ fn preferred_target(
     let leader = if valid_leader(image, p, preferred) {
         preferred
     } else if p.leader != -1 && valid_leader(image, p, p.leader) {
-        return Err(not_available(t, p, "the preferred replica is fenced or not in the ISR"));
+        return Err(not_available(
+            t,
+            p,
+            "the preferred replica is fenced or not in the ISR",
+        ));
     } else {
         p.replicas[1..]
             .iter()
@@ -295,6 +299,14 @@ fn unclean_target(
 /// `maxElectionsPerImbalance`); a round that reaches it runs again at once.
 pub const LEADER_REBALANCE_ELECTIONS_MAX: usize = 1000;
 
+/// One broker's partitions as their preferred replica, in image order.
+#[derive(Default)]
+struct PreferredBy<'a> {
+    count: usize,
+    /// Those another broker (or nobody) leads.
+    led_by_others: Vec<(&'a TopicInfo, &'a PartitionInfo)>,
+}
+
 /// The preferred elections of one automatic rebalance round (`auto.leader.rebalance.enable`):
 /// for each live broker, its imbalance is the share of the partitions whose preferred replica
 /// it is that another broker (or nobody) leads; above `imbalance_percentage` percent, each of
@@ -305,9 +317,7 @@ pub fn leader_rebalance_records(
     imbalance_percentage: u32,
     max: usize,
 ) -> Vec<Record> {
-    // broker -> (partitions it is preferred for, those it does not lead), in image order.
-    let mut by_broker: BTreeMap<i32, (usize, Vec<(&TopicInfo, &PartitionInfo)>)> =
-        BTreeMap::new();
+    let mut by_broker: BTreeMap<i32, PreferredBy<'_>> = BTreeMap::new();
     for t in image.topics.values() {
         for p in &t.partitions {
             let Some(&preferred) = p.replicas.first() else {
@@ -317,20 +327,28 @@ pub fn leader_rebalance_records(
                 continue;
             }
             let entry = by_broker.entry(preferred).or_default();
-            entry.0 += 1;
+            entry.count += 1;
             if p.leader != preferred {
-                entry.1.push((t.as_ref(), p));
+                entry.led_by_others.push((t.as_ref(), p));
             }
         }
     }
     let mut records = Vec::new();
-    for (broker, (preferred_count, not_led)) in by_broker {
-        // not_led / preferred_count > percentage / 100, in integers.
-        let imbalanced = not_led.len() as u64 * 100 > u64::from(imbalance_percentage) * preferred_count as u64;
+    for (
+        broker,
+        PreferredBy {
+            count,
+            led_by_others,
+        },
+    ) in by_broker
+    {
+        // led_by_others / count > percentage / 100, in integers.
+        let imbalanced =
+            led_by_others.len() as u64 * 100 > u64::from(imbalance_percentage) * count as u64;
         if !imbalanced {
             continue;
         }
-        for (t, p) in not_led {
+        for (t, p) in led_by_others {
             if records.len() >= max {
                 return records;
             }
@@ -460,7 +478,8 @@ mod tests {
     fn preferred_election_moves_leadership_back_with_a_new_epoch_and_the_same_isr() {
         let image = set(&cluster(1), 0, 2, &[1, 2, 3]);
         let before = part(&image, 0).clone();
-        let (results, records) = elect_leaders(&image, &request(ElectionType::Preferred, &[("t", &[0])]));
+        let (results, records) =
+            elect_leaders(&image, &request(ElectionType::Preferred, &[("t", &[0])]));
         assert_eq!(codes_of(&results), [("t".to_string(), 0, 0)]);
         let after = apply(&image, &records);
         let p = part(&after, 0);
@@ -507,10 +526,16 @@ mod tests {
         let image = apply(&image, &fence_records(&image, 1, Unclean::Disabled));
         let image = apply(&image, &fence_records(&image, 2, Unclean::Disabled));
         let image = apply(&image, &fence_records(&image, 3, Unclean::Disabled));
-        assert_eq!((part(&image, 0).leader, part(&image, 0).isr.clone()), (-1, vec![3]));
+        assert_eq!(
+            (part(&image, 0).leader, part(&image, 0).isr.clone()),
+            (-1, vec![3])
+        );
         let req = request(ElectionType::Preferred, &[("t", &[0])]);
         let (results, _) = elect_leaders(&image, &req);
-        assert_eq!(results[0].partitions[0].error_code, PREFERRED_LEADER_NOT_AVAILABLE);
+        assert_eq!(
+            results[0].partitions[0].error_code,
+            PREFERRED_LEADER_NOT_AVAILABLE
+        );
         // 3 live again but its unfencing not yet decided on partitions: the preferred
         // election elects it, the first live ISR member, though it is not preferred.
         let image = apply(&image, &[Record::BrokerUnfenced { broker_id: 3 }]);
@@ -562,16 +587,26 @@ mod tests {
         let image = apply(&image, &fence_records(&image, 3, Unclean::Disabled));
         let req = request(ElectionType::Unclean, &[("t", &[0])]);
         let (results, _) = elect_leaders(&image, &req);
-        assert_eq!(results[0].partitions[0].error_code, ELIGIBLE_LEADERS_NOT_AVAILABLE);
+        assert_eq!(
+            results[0].partitions[0].error_code,
+            ELIGIBLE_LEADERS_NOT_AVAILABLE
+        );
 
         let image = apply(&image, &unfence_records(&image, 1, Unclean::Disabled));
-        assert_eq!(part(&image, 0).leader, -1, "clean election leaves it offline");
+        assert_eq!(
+            part(&image, 0).leader,
+            -1,
+            "clean election leaves it offline"
+        );
         let epoch = part(&image, 0).leader_epoch;
         let (results, records) = elect_leaders(&image, &req);
         assert_eq!(results[0].partitions[0].error_code, 0);
         let image = apply(&image, &records);
         let p = part(&image, 0);
-        assert_eq!((p.leader, p.isr.clone(), p.leader_epoch), (1, vec![1], epoch + 1));
+        assert_eq!(
+            (p.leader, p.isr.clone(), p.leader_epoch),
+            (1, vec![1], epoch + 1)
+        );
 
         let (results, records) = elect_leaders(&image, &req);
         assert_eq!(results[0].partitions[0].error_code, ELECTION_NOT_NEEDED);
@@ -597,7 +632,10 @@ mod tests {
         assert_eq!(records.len(), 2);
         let after = apply(&image, &records);
         assert_eq!((part(&after, 0).leader, part(&after, 3).leader), (1, 1));
-        assert_eq!(part(&after, 0).leader_epoch, part(&image, 0).leader_epoch + 1);
+        assert_eq!(
+            part(&after, 0).leader_epoch,
+            part(&image, 0).leader_epoch + 1
+        );
         assert!(leader_rebalance_records(&image, 50, 1000).is_empty());
         assert!(leader_rebalance_records(&after, 0, 1000).is_empty());
         // The bound per round.
