@@ -656,4 +656,156 @@ mod tests {
         assert_eq!(records.len(), 1);
         assert_eq!(part(&apply(&image, &records), 0).leader, 1);
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::partition_change::{alter_partitions, AlterPartitionRequest, IsrMember};
+
+        const PARTITIONS: i32 = 6;
+
+        #[derive(Clone, Debug)]
+        enum Op {
+            Fence(i32),
+            Unfence(i32),
+            /// The leader of a partition drops one follower from the ISR.
+            Shrink(i32, usize),
+            /// The leader of a partition takes a live replica back into the ISR.
+            Expand(i32, i32),
+            Elect(ElectionType, Vec<i32>),
+            ElectAll(ElectionType),
+            Rebalance(u32),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            let broker = || 1..=3i32;
+            let p = || 0..PARTITIONS;
+            let election = prop_oneof![Just(ElectionType::Preferred), Just(ElectionType::Unclean)];
+            prop_oneof![
+                2 => broker().prop_map(Op::Fence),
+                2 => broker().prop_map(Op::Unfence),
+                2 => (p(), 0..3usize).prop_map(|(p, m)| Op::Shrink(p, m)),
+                2 => (p(), broker()).prop_map(|(p, b)| Op::Expand(p, b)),
+                3 => (election.clone(), proptest::collection::vec(p(), 1..4))
+                    .prop_map(|(e, ps)| Op::Elect(e, ps)),
+                1 => election.prop_map(Op::ElectAll),
+                2 => (0..=100u32).prop_map(Op::Rebalance),
+            ]
+        }
+
+        fn alter(image: &Arc<ClusterImage>, p: i32, isr: Vec<i32>) -> Vec<Record> {
+            let part = part(image, p as usize);
+            let request = AlterPartitionRequest {
+                topic_id: TOPIC,
+                partition: p,
+                leader_id: part.leader,
+                leader_epoch: part.leader_epoch,
+                partition_epoch: part.partition_epoch,
+                new_isr: isr
+                    .iter()
+                    .map(|b| IsrMember {
+                        broker_id: *b,
+                        broker_epoch: image.brokers[b].broker_epoch,
+                    })
+                    .collect(),
+            };
+            alter_partitions(image, &[request]).1
+        }
+
+        /// The records `op` makes on `image`, and the leaders elected by ElectLeaders or the
+        /// rebalance (the only elections whose rules this module owns).
+        fn records_of(image: &Arc<ClusterImage>, op: &Op) -> (Vec<Record>, Option<ElectionType>) {
+            let live = |b: i32| !image.brokers[&b].fenced;
+            match op {
+                Op::Fence(b) if live(*b) => (fence_records(image, *b, Unclean::Disabled), None),
+                Op::Unfence(b) if !live(*b) => {
+                    (unfence_records(image, *b, Unclean::Disabled), None)
+                }
+                Op::Shrink(p, m) => {
+                    let part = part(image, *p as usize);
+                    let Some(&member) = part.isr.get(*m) else {
+                        return (Vec::new(), None);
+                    };
+                    if part.leader == -1 || member == part.leader {
+                        return (Vec::new(), None);
+                    }
+                    let isr = part.isr.iter().copied().filter(|r| *r != member).collect();
+                    (alter(image, *p, isr), None)
+                }
+                Op::Expand(p, b) => {
+                    let part = part(image, *p as usize);
+                    if part.leader == -1 || part.isr.contains(b) || !live(*b) {
+                        return (Vec::new(), None);
+                    }
+                    let mut isr = part.isr.clone();
+                    isr.push(*b);
+                    (alter(image, *p, isr), None)
+                }
+                Op::Elect(e, ps) => {
+                    let (_, records) = elect_leaders(image, &request(*e, &[("t", ps)]));
+                    (records, Some(*e))
+                }
+                Op::ElectAll(e) => {
+                    let all = ElectLeadersRequest {
+                        election_type: *e,
+                        topics: None,
+                    };
+                    (elect_leaders(image, &all).1, Some(*e))
+                }
+                Op::Rebalance(pct) => (
+                    leader_rebalance_records(image, *pct, LEADER_REBALANCE_ELECTIONS_MAX),
+                    Some(ElectionType::Preferred),
+                ),
+                _ => (Vec::new(), None),
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+            /// Every election made here is accepted by the image's checks, elects a live
+            /// replica, and (preferred) one from the ISR (or the ELR of an empty ISR), so it
+            /// holds every committed record; a preferred election keeps the ISR; the rebalance
+            /// only elects preferred replicas.
+            #[test]
+            fn elections_elect_live_in_sync_replicas(ops in proptest::collection::vec(op(), 1..40)) {
+                let mut image = cluster(PARTITIONS);
+                for op in &ops {
+                    let (records, election) = records_of(&image, op);
+                    if records.is_empty() {
+                        continue;
+                    }
+                    let next = apply(&image, &records);
+                    if let Some(election) = election {
+                        for p in 0..PARTITIONS as usize {
+                            let (old, new) = (part(&image, p), part(&next, p));
+                            if old == new {
+                                continue;
+                            }
+                            prop_assert!(new.leader != old.leader, "{old:?} -> {new:?}");
+                            prop_assert!(!next.brokers[&new.leader].fenced);
+                            prop_assert_eq!(new.leader_epoch, old.leader_epoch + 1);
+                            match election {
+                                ElectionType::Preferred => {
+                                    let eligible = if old.isr.is_empty() { &old.elr } else { &old.isr };
+                                    prop_assert!(eligible.contains(&new.leader), "{old:?} -> {new:?}");
+                                    if !old.isr.is_empty() {
+                                        prop_assert_eq!(&new.isr, &old.isr);
+                                    }
+                                    if matches!(op, Op::Rebalance(_)) {
+                                        prop_assert_eq!(new.leader, new.replicas[0]);
+                                    }
+                                }
+                                ElectionType::Unclean => {
+                                    prop_assert_eq!(old.leader, -1);
+                                }
+                            }
+                        }
+                    }
+                    image = next;
+                }
+            }
+        }
+    }
 }
