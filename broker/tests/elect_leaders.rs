@@ -293,6 +293,10 @@ fn elect_leaders_moves_leadership_back_and_answers_kafkas_codes() {
         codes(&resp),
         [tp("t", 0, INVALID_REQUEST), tp("t", 1, INVALID_REQUEST)]
     );
+    let too_many: Vec<i32> = (0..100_001).map(|p| p % 6).collect();
+    let resp = elect(b2, 2, PREFERRED, Some(&[("t", &too_many)]));
+    assert_eq!(resp.error_code, INVALID_REQUEST);
+    assert!(resp.replica_election_results.is_empty());
     let resp = elect(b2, 2, PREFERRED, Some(&[("nope", &[0]), ("t", &[6, -1])]));
     assert_eq!(
         codes(&resp),

@@ -211,11 +211,11 @@ fn elect_leaders(
     json: bool,
     out: &mut dyn Write,
 ) -> Result<i32> {
-    let meta = client.metadata(election.topic.as_ref().map(std::slice::from_ref))?;
     let partitions: Option<Vec<i32>> = match &election.topic {
         None => None,
         Some(_) if !election.partitions.is_empty() => Some(election.partitions.clone()),
         Some(name) => {
+            let meta = client.metadata(Some(std::slice::from_ref(name)))?;
             let t = meta
                 .topic(name)
                 .filter(|t| t.error_code == 0)
