@@ -430,21 +430,14 @@ mod tests {
         &image.topic("t").unwrap().partitions[p]
     }
 
-    /// Sets partition `p`'s leader and ISR as a controller would (epochs checked).
+    /// Sets partition `p`'s leader and ISR as a controller would (epochs checked; the record
+    /// built by `Target`, so it has whatever fields `PartitionChanged` has).
     fn set(image: &Arc<ClusterImage>, p: i32, leader: i32, isr: &[i32]) -> Arc<ClusterImage> {
         let old = part(image, p as usize);
-        let record = Record::PartitionChanged {
-            topic_id: TOPIC,
-            partition: p,
-            leader: Some(leader),
-            leader_epoch: Some(old.leader_epoch + 1),
-            isr: Some(isr.to_vec()),
-            replicas: None,
-            expected_leader_epoch: Some(old.leader_epoch),
-            expected_partition_epoch: Some(old.partition_epoch),
-            elr: None,
-            last_known_elr: None,
-        };
+        let mut target = Target::of(old);
+        target.leader = leader;
+        target.isr = isr.to_vec();
+        let record = target.record(TOPIC, old).expect("a change");
         apply(image, &[record])
     }
 
