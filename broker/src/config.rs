@@ -64,6 +64,9 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "follower.replication.throttled.rate", default: "9223372036854775807", doc: "bytes per second this broker, as a follower outside the ISR, fetches for the throttled replicas (`follower.replication.throttled.replicas`), split evenly across its shards; dynamic like the leader's" },
     BrokerKey { name: "leader.replication.throttled.replicas", default: "", doc: "topics' default `leader.replication.throttled.replicas` (Kafka has it per topic only): `PARTITION:BROKER,...` or `*`; empty = none" },
     BrokerKey { name: "follower.replication.throttled.replicas", default: "", doc: "topics' default `follower.replication.throttled.replicas` (per topic in Kafka): `PARTITION:BROKER,...` or `*`; empty = none" },
+    BrokerKey { name: "auto.leader.rebalance.enable", default: "true", doc: "the controller moves leadership back to preferred replicas (each partition's first replica) on its own: every `leader.imbalance.check.interval.seconds`, for each broker whose imbalance is above `leader.imbalance.per.broker.percentage`, where the broker is live and in the ISR (so leadership returns after a restart)" },
+    BrokerKey { name: "leader.imbalance.check.interval.seconds", default: "300", doc: "how often the controller checks the leader imbalance (at least 1)" },
+    BrokerKey { name: "leader.imbalance.per.broker.percentage", default: "10", doc: "a broker's imbalance: of the partitions it is the preferred replica of, the percentage that another broker (or nobody) leads; above this the controller elects it back (0 to 100)" },
     BrokerKey { name: "offsets.topic.replication.factor", default: "3", doc: "replication factor of `__consumer_offsets`; with fewer live brokers it is created with as many replicas as brokers, and a warning repeats" },
     BrokerKey { name: "transaction.state.log.replication.factor", default: "3", doc: "replication factor of `__transaction_state`; with fewer live brokers it is created with as many replicas as brokers, and a warning repeats" },
     BrokerKey { name: "transaction.state.log.min.isr", default: "2", doc: "`min.insync.replicas` of `__transaction_state` (capped at its replication factor)" },
@@ -684,6 +687,12 @@ pub struct BrokerConfig {
     pub leader_replication_throttled_rate: i64,
     /// Static `follower.replication.throttled.rate` (bytes/s).
     pub follower_replication_throttled_rate: i64,
+    /// The controller's automatic preferred-leader rebalance (Kafka's
+    /// `auto.leader.rebalance.enable`, `leader.imbalance.check.interval.seconds`,
+    /// `leader.imbalance.per.broker.percentage`).
+    pub auto_leader_rebalance_enable: bool,
+    pub leader_imbalance_check_interval_seconds: u64,
+    pub leader_imbalance_per_broker_percentage: u32,
     pub metadata_snapshot_interval_ms: u64,
     pub metadata_snapshot_entries: u64,
     pub cluster_id: String,
@@ -852,6 +861,18 @@ impl BrokerConfig {
             follower_replication_throttled_rate: throttle_rate(
                 "follower.replication.throttled.rate",
                 &get("follower.replication.throttled.rate"),
+            )?,
+            auto_leader_rebalance_enable: parse(
+                "auto.leader.rebalance.enable",
+                &get("auto.leader.rebalance.enable"),
+            )?,
+            leader_imbalance_check_interval_seconds: parse(
+                "leader.imbalance.check.interval.seconds",
+                &get("leader.imbalance.check.interval.seconds"),
+            )?,
+            leader_imbalance_per_broker_percentage: parse(
+                "leader.imbalance.per.broker.percentage",
+                &get("leader.imbalance.per.broker.percentage"),
             )?,
             metadata_snapshot_interval_ms: parse(
                 "metadata.log.max.snapshot.interval.ms",
@@ -1103,6 +1124,12 @@ impl BrokerConfig {
             || cfg.broker_heartbeat_interval_ms >= cfg.broker_session_timeout_ms
         {
             bail!("broker.heartbeat.interval.ms must be > 0 and below broker.session.timeout.ms");
+        }
+        if cfg.leader_imbalance_check_interval_seconds < 1 {
+            bail!("leader.imbalance.check.interval.seconds must be >= 1");
+        }
+        if cfg.leader_imbalance_per_broker_percentage > 100 {
+            bail!("leader.imbalance.per.broker.percentage must be between 0 and 100");
         }
         for tk in TOPIC_CONFIGS {
             let v = values

@@ -41,7 +41,7 @@ admin commands (over the Kafka protocol, against any Kafka-compatible broker; ea
   keel produce TOPIC        records from stdin (one per line) or --value
   keel consume TOPIC        records to stdout (--format, --json)
   keel group list|describe|lag|reset-offsets|delete
-  keel cluster info|health
+  keel cluster info|health|elect-leaders
 ";
 
 /// Runs `args` (starting with the command, e.g. `["topic", "list"]`); returns the exit code.

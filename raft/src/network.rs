@@ -20,8 +20,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::partition_change::{AlterPartitionRequest, AlterPartitionResult};
+use crate::partition_change::{ElectLeadersRequest, TopicElectionResults};
 pub use crate::registration::BrokerRegistration;
-use crate::{Applied, NodeId, Proposal, TypeConfig};
+use crate::{Applied, LogIndex, NodeId, Proposal, TypeConfig};
 
 /// Largest frame read from a peer.
 pub const FRAME_BYTES_MAX: usize = 128 << 20;
@@ -44,6 +45,8 @@ pub enum ControllerRequest {
     },
     /// ISR changes from partition leaders (Kafka's AlterPartition), answered per partition.
     AlterPartition(Vec<AlterPartitionRequest>),
+    /// Kafka's ElectLeaders: preferred or unclean elections of the named partitions (or all).
+    ElectLeaders(ElectLeadersRequest),
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -62,6 +65,12 @@ pub enum ControllerResponse {
     },
     /// One result per AlterPartition request, in order.
     AlterPartition(Vec<AlterPartitionResult>),
+    /// The answer to ElectLeaders, per request entry, once its elections are committed:
+    /// `index` is the log index of the image that holds them (to wait for before answering).
+    ElectLeaders {
+        results: Vec<TopicElectionResults>,
+        index: LogIndex,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, thiserror::Error)]

@@ -24,6 +24,11 @@
 //! here too: the broker's shard 0 sends the ISR changes of its partitions in one batch and
 //! gets a result per partition; on `shutdown` this node asks the controller to move its
 //! leadership away and fence it before Raft stops (bounded wait, best effort).
+//!
+//! Preferred leaders: ElectLeaders ([`MetadataHandle::elect_leaders`]) is decided here on the
+//! latest image and answered once committed, and while `leader_rebalance` is set the leader
+//! moves leadership back to preferred replicas every check interval (Kafka's
+//! `auto.leader.rebalance.enable`), one decision at a time like the others.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Write;
@@ -53,9 +58,13 @@ use crate::partition_change::{
     unfence_records, AlterPartitionRequest, AlterPartitionResult, Unclean,
     ALTER_PARTITION_BATCH_MAX,
 };
+use crate::partition_change::{
+    elect_leaders, leader_rebalance_records, ElectLeadersRequest, TopicElectionResults,
+    LEADER_REBALANCE_ELECTIONS_MAX,
+};
 use crate::records::Record;
 use crate::state_machine::StateMachine;
-use crate::{Applied, ApplyOutcome, NodeId, Proposal, RaftError, TypeConfig};
+use crate::{Applied, ApplyOutcome, LogIndex, NodeId, Proposal, RaftError, TypeConfig};
 
 /// How a node is set up.
 #[derive(Clone, Debug)]
@@ -78,6 +87,17 @@ pub struct NodeConfig {
     pub snapshot_interval: Duration,
     /// How long a proposal may wait for a controller leader.
     pub propose_timeout: Duration,
+    /// The automatic preferred-leader rebalance this node runs while it leads the quorum
+    /// (`auto.leader.rebalance.enable`); None = off.
+    pub leader_rebalance: Option<LeaderRebalance>,
+}
+
+/// Kafka's `leader.imbalance.check.interval.seconds` and
+/// `leader.imbalance.per.broker.percentage`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaderRebalance {
+    pub check_interval: Duration,
+    pub imbalance_percentage: u32,
 }
 
 /// What comes back to the broker.
@@ -100,6 +120,12 @@ pub enum Event {
     /// leadership away and took it out of the ISRs; false when the broker is not registered
     /// (yet, or the controller forgot its epoch), so it had nothing to hand over.
     ControlledShutdownDone { approved: bool },
+    /// The answer to an `elect_leaders` ticket: the results per request entry and the log
+    /// index of the image holding the elections, or why the controller gave none.
+    ElectLeadersDone {
+        ticket: u64,
+        result: Result<(Vec<TopicElectionResults>, LogIndex), String>,
+    },
 }
 
 /// The quorum as this node sees it (admin HTTP).
@@ -154,6 +180,10 @@ enum Command {
         requests: Vec<AlterPartitionRequest>,
     },
     BeginControlledShutdown,
+    ElectLeaders {
+        ticket: u64,
+        request: ElectLeadersRequest,
+    },
     Shutdown(std::sync::mpsc::Sender<()>),
 }
 
@@ -241,6 +271,18 @@ impl MetadataHandle {
         self.submit(
             |ticket| Command::AlterPartition { ticket, requests },
             |ticket, why| Event::AlterPartitionDone {
+                ticket,
+                result: Err(why),
+            },
+        )
+    }
+
+    /// Queues an ElectLeaders request for the controller; the answer comes as
+    /// `Event::ElectLeadersDone` with the returned ticket, once the elections are committed.
+    pub fn elect_leaders(&self, request: ElectLeadersRequest) -> u64 {
+        self.submit(
+            |ticket| Command::ElectLeaders { ticket, request },
+            |ticket, why| Event::ElectLeadersDone {
                 ticket,
                 result: Err(why),
             },
@@ -363,6 +405,7 @@ async fn run(
     tokio::spawn(fence_silent_brokers(ctx.clone()));
     tokio::spawn(broker_lifecycle(ctx.clone()));
     tokio::spawn(snapshot_by_time(ctx.clone()));
+    tokio::spawn(balance_partition_leaders(ctx.clone()));
     while let Some(cmd) = commands.recv().await {
         match cmd {
             Command::Propose { ticket, batch } => {
@@ -406,6 +449,24 @@ async fn run(
             Command::BeginControlledShutdown => {
                 ctx.want_shutdown.store(true, Ordering::Relaxed);
                 ctx.lifecycle_wake.notify_one();
+            }
+            Command::ElectLeaders { ticket, request } => {
+                let ctx = ctx.clone();
+                let bell = bell.clone();
+                tokio::spawn(async move {
+                    let deadline = Instant::now() + ctx.cfg.propose_timeout;
+                    let result =
+                        controller_call(&ctx, ControllerRequest::ElectLeaders(request), deadline)
+                            .await;
+                    let result = match result {
+                        Ok(ControllerResponse::ElectLeaders { results, index }) => {
+                            Ok((results, index))
+                        }
+                        Ok(other) => Err(format!("unexpected controller answer {other:?}")),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    bell.push(Event::ElectLeadersDone { ticket, result });
+                });
             }
             Command::Shutdown(done) => {
                 ctx.stopping.store(true, Ordering::Relaxed);
@@ -651,6 +712,7 @@ async fn handle_controller(
                 .await
                 .map(ControllerResponse::AlterPartition)
         }
+        ControllerRequest::ElectLeaders(request) => handle_elect_leaders(ctx, &request).await,
     }
 }
 
@@ -698,6 +760,103 @@ async fn handle_alter_partition(
         r.error_code = code;
     }
     Ok(results)
+}
+
+/// ElectLeaders on the leader: decides every named partition on the current image, commits
+/// the elections in one batch and answers with the index of the image that holds them. A
+/// batch rejected at apply (a concurrent change made a precondition stale) is decided again
+/// on the newer image.
+async fn handle_elect_leaders(
+    ctx: &Ctx,
+    request: &ElectLeadersRequest,
+) -> Result<ControllerResponse, ControllerError> {
+    let _decide = ctx.decide.lock().await;
+    let mut last_rejection = String::new();
+    for _ in 0..WRITE_ATTEMPTS {
+        let image = current_image(ctx).await?;
+        let (results, records) = elect_leaders(&image, request);
+        if records.is_empty() {
+            return Ok(ControllerResponse::ElectLeaders {
+                results,
+                index: image.applied_index,
+            });
+        }
+        let applied = write_records(ctx, &records).await?;
+        match applied.outcome {
+            ApplyOutcome::Applied => {
+                info!(
+                    election = ?request.election_type,
+                    elected = records.len(),
+                    "leaders elected (ElectLeaders)"
+                );
+                return Ok(ControllerResponse::ElectLeaders {
+                    results,
+                    index: applied.index,
+                });
+            }
+            ApplyOutcome::Rejected { message, .. } => last_rejection = message,
+        }
+    }
+    Err(ControllerError::Failed(format!(
+        "ElectLeaders raced other partition changes; try again ({last_rejection})"
+    )))
+}
+
+/// On the leader, when `leader_rebalance` is set: every check interval, moves leadership back
+/// to preferred replicas where a broker's imbalance is above the percentage (see
+/// [`leader_rebalance_records`]), at most `LEADER_REBALANCE_ELECTIONS_MAX` elections a round;
+/// a round that reaches the bound runs again at once. A rejected batch (a concurrent change)
+/// waits for the next round.
+async fn balance_partition_leaders(ctx: Arc<Ctx>) {
+    let Some(rebalance) = ctx.cfg.leader_rebalance else {
+        return;
+    };
+    let mut again_now = false;
+    loop {
+        if !again_now {
+            tokio::time::sleep(rebalance.check_interval).await;
+        }
+        again_now = false;
+        if ctx.stopping.load(Ordering::Relaxed) || !is_leader(&ctx) {
+            continue;
+        }
+        let decide = ctx.decide.lock().await;
+        let written = match current_image(&ctx).await {
+            Ok(image) => {
+                let records = leader_rebalance_records(
+                    &image,
+                    rebalance.imbalance_percentage,
+                    LEADER_REBALANCE_ELECTIONS_MAX,
+                );
+                if records.is_empty() {
+                    continue;
+                }
+                again_now = records.len() >= LEADER_REBALANCE_ELECTIONS_MAX;
+                write_records(&ctx, &records)
+                    .await
+                    .map(|a| (a, records.len()))
+            }
+            Err(e) => Err(e),
+        };
+        drop(decide);
+        match written {
+            Ok((
+                Applied {
+                    outcome: ApplyOutcome::Rejected { message, .. },
+                    ..
+                },
+                _,
+            )) => {
+                again_now = false;
+                warn!(%message, "leader rebalance rejected; retrying next round");
+            }
+            Ok((_, elected)) => info!(elected, "leadership moved back to preferred replicas"),
+            Err(e) => {
+                again_now = false;
+                warn!(error = %e, "leader rebalance failed");
+            }
+        }
+    }
 }
 
 /// Leader side of a heartbeat that wants to shut down (Kafka's controlled shutdown, KRaft's

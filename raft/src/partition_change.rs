@@ -42,6 +42,9 @@ use crate::image::{codes, ClusterImage, PartitionInfo, TopicInfo};
 use crate::records::{Record, TopicId};
 use crate::registration::BrokerRegistration;
 
+mod leader_election;
+pub use leader_election::*;
+
 /// Topic config (with a cluster default under broker config "") read by elections.
 pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
 /// Topic config (with a cluster default under broker config "") read by elections.

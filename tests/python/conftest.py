@@ -32,11 +32,20 @@ ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 _LIVE_BROKERS = []
 
 
+_GIVEN_PORTS = set()
+
+
 def free_port():
-    """A TCP port that nothing listens on right now (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port that nothing listens on right now (the kernel picks it) and that this session
+    has not handed out before: the kernel may hand out one free port twice in a row, and every
+    port here is bound later by a broker (a cluster needs nine)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN_PORTS:
+            _GIVEN_PORTS.add(port)
+            return port
 
 
 def unique(prefix):
@@ -117,6 +126,13 @@ class KeelBroker:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self):
+        self.spawn()
+        self._wait_ready()
+
+    def spawn(self):
+        """Start the process without waiting until it serves (a cluster's nodes serve only
+        once their metadata quorum has a leader, so they are spawned together, then waited
+        for with `wait_ready`)."""
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
         cmd = [KEEL_BIN, "--listen", self.bootstrap, "--data-dir", self.data_dir,
                "--smp", str(self.smp), "--admin", "127.0.0.1:%d" % self.admin_port]
@@ -133,6 +149,8 @@ class KeelBroker:
             log.write(("\n===== start #%d: %s\n" % (self.starts, " ".join(cmd))).encode())
             log.flush()
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)
+
+    def wait_ready(self):
         self._wait_ready()
 
     def _wait_ready(self):
@@ -272,6 +290,61 @@ def keel_factory(request):
         b = _make_broker(request, settings, name=name)
         made.append(b)
         return b
+
+    yield make
+    failed = _test_failed(request.node)
+    for b in made:
+        _finish_broker(b, failed)
+
+
+# Settings every cluster test runs with: short fencing and lag timeouts, as the Rust harness's
+# (broker/tests/common/replicated.rs).
+CLUSTER_SETTINGS = {
+    "broker.session.timeout.ms": 3000,
+    "broker.heartbeat.interval.ms": 500,
+    "replica.lag.time.max.ms": 3000,
+    "replica.fetch.backoff.ms": 200,
+}
+
+
+class KeelCluster:
+    """Brokers 1..n, every one a voter of the metadata quorum (as the Rust harness's
+    `cluster(n, extra)`)."""
+
+    def __init__(self, brokers):
+        self.brokers = brokers
+
+    def node(self, node_id):
+        return self.brokers[node_id - 1]
+
+    @property
+    def bootstrap(self):
+        return ",".join(b.bootstrap for b in self.brokers if b.alive())
+
+
+@pytest.fixture
+def keel_cluster(request):
+    """Start clusters: keel_cluster(3, {'auto.leader.rebalance.enable': 'false'}) -> KeelCluster."""
+    made = []
+
+    def make(n=3, settings=None):
+        controller_ports = [free_port() for _ in range(n)]
+        quorum = ",".join("%d@127.0.0.1:%d" % (i + 1, p) for i, p in enumerate(controller_ports))
+        brokers = []
+        for i in range(n):
+            s = dict(CLUSTER_SETTINGS)
+            s.update(settings or {})
+            s.update({"node.id": i + 1, "controller.quorum.voters": quorum,
+                      "controller.listen": "127.0.0.1:%d" % controller_ports[i]})
+            b = KeelBroker(s, name="keel-node-%d" % (i + 1))
+            _LIVE_BROKERS.append(b)
+            made.append(b)
+            brokers.append(b)
+        for b in brokers:
+            b.spawn()
+        for b in brokers:
+            b.wait_ready()
+        return KeelCluster(brokers)
 
     yield make
     failed = _test_failed(request.node)

@@ -25,8 +25,9 @@ use futures_channel::oneshot;
 use futures_lite::AsyncReadExt;
 use kafka_protocol::ResponseError;
 use keel_raft::network::BrokerRegistration;
-use keel_raft::node::{Event, MetadataHandle, NodeConfig};
+use keel_raft::node::{Event, LeaderRebalance, MetadataHandle, NodeConfig};
 use keel_raft::partition_change::{AlterPartitionRequest, IsrMember};
+use keel_raft::partition_change::{ElectLeadersRequest, TopicElectionResults};
 use keel_raft::records::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use keel_raft::{ApplyOutcome, ClusterImage, Record};
 use tracing::{info, warn};
@@ -152,6 +153,12 @@ fn node_config(config: &BrokerConfig, shard_count: usize) -> NodeConfig {
         snapshot_entries: config.metadata_snapshot_entries,
         snapshot_interval: Duration::from_millis(config.metadata_snapshot_interval_ms),
         propose_timeout: Duration::from_secs(10),
+        leader_rebalance: config
+            .auto_leader_rebalance_enable
+            .then(|| LeaderRebalance {
+                check_interval: Duration::from_secs(config.leader_imbalance_check_interval_seconds),
+                imbalance_percentage: config.leader_imbalance_per_broker_percentage,
+            }),
     }
 }
 
@@ -286,6 +293,7 @@ pub fn start(
             incarnation_id,
             tickets: RefCell::new(HashMap::new()),
             alter_tickets: RefCell::new(HashMap::new()),
+            elect_tickets: RefCell::new(HashMap::new()),
             installed: Cell::new(0),
             install_waiters: RefCell::new(Vec::new()),
             producer_ids: Cell::new((0, 0)),
@@ -372,6 +380,11 @@ async fn follow_events(shard: Rc<BrokerShard>, mut doorbell: glommio::net::UnixS
                 Event::ControlledShutdownDone { approved } => {
                     ctl.shutdown_approved.set(Some(approved))
                 }
+                Event::ElectLeadersDone { ticket, result } => {
+                    if let Some(tx) = ctl.elect_tickets.borrow_mut().remove(&ticket) {
+                        let _ = tx.send(result);
+                    }
+                }
             }
         }
         if let Some(cluster) = newest {
@@ -429,6 +442,42 @@ async fn publish(shard: &Rc<BrokerShard>, image: MetadataImage) -> Result<(), Op
         r.map_err(|e| OpError::new(ResponseError::UnknownServerError, e.to_string()))?;
     }
     Ok(())
+}
+
+/// Waits until the image of log index `index` (or a later one) is installed on every shard.
+async fn wait_installed(ctl: &Controller, index: u64) {
+    if ctl.installed.get() < index {
+        let (tx, rx) = oneshot::channel();
+        ctl.install_waiters.borrow_mut().push((index, tx));
+        let _ = rx.await;
+    }
+}
+
+/// ElectLeaders (on shard 0): the controller decides and commits the elections; the answer,
+/// per request entry, comes once the image holding them is installed on every shard here, so
+/// the client's next Metadata from this broker names the new leaders.
+pub async fn elect_leaders(
+    shard: Rc<BrokerShard>,
+    request: ElectLeadersRequest,
+) -> Result<Vec<TopicElectionResults>, OpError> {
+    let ctl = controller(&shard);
+    let (tx, rx) = oneshot::channel();
+    let ticket = ctl.handle.elect_leaders(request);
+    ctl.elect_tickets.borrow_mut().insert(ticket, tx);
+    match rx.await {
+        Ok(Ok((results, index))) => {
+            wait_installed(ctl, index).await;
+            Ok(results)
+        }
+        Ok(Err(why)) => Err(OpError::new(
+            ResponseError::RequestTimedOut,
+            format!("leader election not committed: {why}"),
+        )),
+        Err(_) => Err(OpError::new(
+            ResponseError::UnknownServerError,
+            "the metadata node went away",
+        )),
+    }
 }
 
 /// Proposes one record batch and waits until it is committed and (if applied) installed here.

@@ -14,6 +14,21 @@ pub(super) type AlterTickets = HashMap<
     oneshot::Sender<Result<Vec<keel_raft::partition_change::AlterPartitionResult>, String>>,
 >;
 
+/// Where each ElectLeaders answer goes: the results per request entry and the log index of
+/// the image holding the elections, or why none came.
+pub(super) type ElectTickets = HashMap<
+    u64,
+    oneshot::Sender<
+        Result<
+            (
+                Vec<keel_raft::partition_change::TopicElectionResults>,
+                keel_raft::LogIndex,
+            ),
+            String,
+        >,
+    >,
+>;
+
 /// The metadata quorum as shard 0 sees it: the node's handle, the proposals awaiting their
 /// answer, the image installed on every shard, and this broker's block of producer ids.
 pub struct Controller {
@@ -24,6 +39,8 @@ pub struct Controller {
     pub(super) tickets: RefCell<HashMap<u64, oneshot::Sender<Result<keel_raft::Applied, String>>>>,
     /// AlterPartition requests awaiting their answer, by ticket.
     pub(super) alter_tickets: RefCell<AlterTickets>,
+    /// ElectLeaders requests awaiting their answer, by ticket.
+    pub(super) elect_tickets: RefCell<ElectTickets>,
     /// The Raft index of the image installed on every shard.
     pub(super) installed: Cell<u64>,
     pub(super) install_waiters: RefCell<Vec<(u64, oneshot::Sender<()>)>>,

@@ -32,6 +32,7 @@ pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod describe_topic_partitions;
 pub mod describe_transactions;
+pub mod elect_leaders;
 pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
@@ -178,6 +179,7 @@ api_table! {
     AlterConfigs: alter_configs::SUPPORT => plain alter_configs::handle, AlterConfigsRequest;
     CreatePartitions: create_partitions::SUPPORT
         => plain create_partitions::handle, CreatePartitionsRequest;
+    ElectLeaders: elect_leaders::SUPPORT => plain elect_leaders::handle, ElectLeadersRequest;
     IncrementalAlterConfigs: incremental_alter_configs::SUPPORT
         => plain incremental_alter_configs::handle, IncrementalAlterConfigsRequest;
     DescribeCluster: describe_cluster::SUPPORT
