@@ -447,7 +447,9 @@ fn two_replicas_down_refuse_acks_all_then_recover() {
 #[test]
 fn rolling_restarts_lose_no_acknowledged_record() {
     let _serial = serial();
-    let mut nodes = cluster(3, &[]);
+    // SIGTERM is a controlled shutdown; the controller hands leadership back to the preferred
+    // replicas once each restarted broker is in sync (checked every second here).
+    let mut nodes = cluster(3, &["--set", "leader.imbalance.check.interval.seconds=1"]);
     create(&nodes[0], "rolling", 2, 3, 2);
     for p in 0..2 {
         wait_for_full_isr(&nodes[0], "rolling", p);
@@ -509,7 +511,14 @@ fn rolling_restarts_lose_no_acknowledged_record() {
             sent
         })
     };
-    for i in 0..3 {
+    // The preferred leader of partition 0 restarts last: nothing but the rebalance gives it
+    // its leadership back.
+    let preferred = index_of(partition(&nodes[0], "rolling", 0).unwrap().2[0]);
+    let order: Vec<usize> = (0..3)
+        .filter(|i| *i != preferred)
+        .chain([preferred])
+        .collect();
+    for i in order {
         std::thread::sleep(Duration::from_secs(2));
         nodes[i].restart();
         for p in 0..2 {
@@ -519,9 +528,30 @@ fn rolling_restarts_lose_no_acknowledged_record() {
             });
         }
     }
+    // Leadership is balanced again: every partition led by its preferred (first) replica.
+    for p in 0..2 {
+        wait_until(
+            "the preferred replica leads again",
+            Duration::from_secs(20),
+            || {
+                partition(&nodes[0], "rolling", p)
+                    .is_some_and(|(l, _, replicas, isr)| l == replicas[0] && isr.len() == 3)
+            },
+        );
+    }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let sent = writer.join().unwrap();
     let sent1 = writer1.join().unwrap();
+    // The idempotent acks=all producer saw no error that reached the application: every
+    // error on the way (NOT_LEADER_OR_FOLLOWER while leadership moved) was retriable.
+    let errors: Vec<String> = reports
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+        .collect();
+    assert_eq!(errors, Vec::<String>::new(), "non-retriable errors");
     let acked = acked(&reports);
     assert_eq!(acked.len(), sent as usize);
     eprintln!("rolling restarts: {sent} acks=all records acknowledged, {sent1} acks=1 sent");
