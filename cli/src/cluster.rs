@@ -1,6 +1,7 @@
-//! `keel cluster info|health`: the cluster as Metadata describes it. `health` counts offline
-//! partitions (no leader) and under-replicated ones (ISR smaller than the replica set), and
-//! exits 1 when there are any, or when there is no controller, so scripts can gate on it.
+//! `keel cluster info|health|decommission`: the cluster as Metadata describes it. `health`
+//! counts offline partitions (no leader) and under-replicated ones (ISR smaller than the
+//! replica set), and exits 1 when there are any, or when there is no controller, so scripts
+//! can gate on it. `decommission` drains a broker (`crate::decommission`).
 
 use std::io::Write;
 
@@ -19,10 +20,13 @@ usage:
 ";
 
 pub fn run(args: &[String], out: &mut dyn Write) -> Result<i32> {
-    let usage = format!("{USAGE}{COMMON_OPTIONS}");
+    let usage = format!("{USAGE}{}{COMMON_OPTIONS}", crate::decommission::USAGE);
     let Some((sub, rest)) = subcommand(args, &usage, out)? else {
         return Ok(0);
     };
+    if sub == "decommission" {
+        return crate::decommission::run(rest, out);
+    }
     if sub != "info" && sub != "health" {
         return Err(CliError::Usage(format!(
             "unknown cluster subcommand {sub:?}"
