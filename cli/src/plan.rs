@@ -79,9 +79,27 @@ impl Plan {
         json!({ "version": 1, "partitions": partitions })
     }
 
-    /// The plan on one line, as kafka-reassign-partitions.sh prints it.
+    /// The plan on one line, as kafka-reassign-partitions.sh prints it (its key order, which
+    /// `to_json`'s map does not keep).
     pub fn to_text(&self) -> String {
-        serde_json::to_string(&self.to_json()).expect("a Value always serializes")
+        let partitions: Vec<String> = self
+            .partitions
+            .iter()
+            .map(|a| {
+                let topic = serde_json::to_string(&a.topic).expect("a string serializes");
+                let replicas: Vec<String> = a.replicas.iter().map(i32::to_string).collect();
+                format!(
+                    "{{\"topic\":{topic},\"partition\":{},\"replicas\":[{}],\"log_dirs\":[{}]}}",
+                    a.partition,
+                    replicas.join(","),
+                    vec!["\"any\""; a.replicas.len()].join(",")
+                )
+            })
+            .collect();
+        format!(
+            "{{\"version\":1,\"partitions\":[{}]}}",
+            partitions.join(",")
+        )
     }
 }
 
@@ -367,9 +385,14 @@ mod tests {
         );
         assert_eq!(
             plan.to_text(),
-            r#"{"partitions":[{"log_dirs":["any","any","any"],"partition":0,"replicas":[1,2,3],"topic":"t"},{"log_dirs":["any"],"partition":2,"replicas":[3],"topic":"u"}],"version":1}"#
+            r#"{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2,3],"log_dirs":["any","any","any"]},{"topic":"u","partition":2,"replicas":[3],"log_dirs":["any"]}]}"#
         );
         assert_eq!(Plan::parse(&plan.to_text()).unwrap(), plan);
+        assert_eq!(Plan::parse(&plan.to_json().to_string()).unwrap(), plan);
+        let quoted = Plan {
+            partitions: vec![a("a\"b", 0, &[1])],
+        };
+        assert_eq!(Plan::parse(&quoted.to_text()).unwrap(), quoted);
     }
 
     #[test]
