@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use crate::args::{self, Spec};
 use crate::client::{Client, ClusterInfo, OngoingByPartition};
 use crate::error::{error_name, CliError, Result};
-use crate::plan::{self, Assignment, Move, Node, Progress};
+use crate::plan::{self, Assignment, Move, Node, Standing};
 use crate::reassign::{ongoing, progress_word, replicas_of};
 use crate::table::{ids, Table};
 use crate::{connect, emit, emit_json};
@@ -114,14 +114,14 @@ struct Outcome {
     moved: Move,
     /// The refusal of AlterPartitionReassignments, if it refused.
     refused: Option<(i16, Option<String>)>,
-    progress: Progress,
+    progress: Standing,
 }
 
 impl Outcome {
     fn status(&self) -> String {
         match &self.refused {
             Some((code, _)) => error_name(*code),
-            None if self.progress == Progress::Complete => "moved".into(),
+            None if self.progress == Standing::Complete => "moved".into(),
             None => progress_word(&self.progress),
         }
     }
@@ -171,7 +171,7 @@ fn decommission(
             outcomes.push(Outcome {
                 moved: m,
                 refused: (r.error_code != 0).then_some((r.error_code, r.error_message)),
-                progress: Progress::InProgress {
+                progress: Standing::InProgress {
                     adding: Vec::new(),
                     removing: Vec::new(),
                 },
@@ -185,7 +185,7 @@ fn decommission(
         for o in outcomes.iter_mut().filter(|o| o.refused.is_none()) {
             let (topic, partition) = (&o.moved.topic, o.moved.partition);
             let current = ongoing_now.get(&(topic.clone(), partition));
-            o.progress = plan::progress(
+            o.progress = plan::standing(
                 &o.moved.to,
                 replicas_of(&meta, topic, partition),
                 current.map(|c| (c.adding.as_slice(), c.removing.as_slice())),
@@ -193,7 +193,7 @@ fn decommission(
         }
         let moving = outcomes
             .iter()
-            .any(|o| matches!(o.progress, Progress::InProgress { .. }) && o.refused.is_none());
+            .any(|o| matches!(o.progress, Standing::InProgress { .. }) && o.refused.is_none());
         // Partitions reassigned by someone else that are still taking replicas off the broker.
         let others_moving = left_on(&meta, broker)
             .iter()
@@ -206,7 +206,7 @@ fn decommission(
     let left = left_on(&meta, broker);
     let all_moved = outcomes
         .iter()
-        .all(|o| o.refused.is_none() && o.progress == Progress::Complete);
+        .all(|o| o.refused.is_none() && o.progress == Standing::Complete);
     let unregister = if !unregister {
         Unregister::NotAsked
     } else if !left.is_empty() || !all_moved {
@@ -234,7 +234,7 @@ impl Report {
     fn moved(&self) -> usize {
         self.outcomes
             .iter()
-            .filter(|o| o.refused.is_none() && o.progress == Progress::Complete)
+            .filter(|o| o.refused.is_none() && o.progress == Standing::Complete)
             .count()
     }
 
@@ -303,7 +303,7 @@ impl Report {
             ]);
             for o in &self.outcomes {
                 let (adding, removing) = match &o.progress {
-                    Progress::InProgress { adding, removing } if o.refused.is_none() => {
+                    Standing::InProgress { adding, removing } if o.refused.is_none() => {
                         (adding.clone(), removing.clone())
                     }
                     _ => (Vec::new(), Vec::new()),
@@ -343,7 +343,7 @@ impl Report {
             .iter()
             .map(|o| {
                 let (adding, removing) = match &o.progress {
-                    Progress::InProgress { adding, removing } if o.refused.is_none() => {
+                    Standing::InProgress { adding, removing } if o.refused.is_none() => {
                         (adding.clone(), removing.clone())
                     }
                     _ => (Vec::new(), Vec::new()),

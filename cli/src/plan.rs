@@ -2,7 +2,7 @@
 //! `keel cluster decommission`: Kafka's plan file (kafka-reassign-partitions.sh's
 //! `{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2,3]}]}`), a proposed
 //! placement over chosen brokers (`propose`), a plan that drains one broker (`drain`), and how a
-//! partition stands against its plan (`progress`). No I/O here: the commands fetch Metadata
+//! partition stands against its plan (`standing`). No I/O here: the commands fetch Metadata
 //! and ListPartitionReassignments, call these, and send what they return.
 //!
 //! Invariants every plan keeps (checked when one is read, and held by what is built here):
@@ -322,7 +322,7 @@ fn ids_text(ids: &[i32]) -> String {
 
 /// How a partition stands against its plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Progress {
+pub enum Standing {
     /// Its replicas are the plan's, in order, and no reassignment is in progress.
     Complete,
     /// A reassignment is in progress: replicas being added and removed.
@@ -338,19 +338,19 @@ pub enum Progress {
 
 /// Where a partition with `replicas` (Metadata's list; None: no such partition) and a
 /// reassignment in progress or not (`ongoing`: adding, removing) stands against `planned`.
-pub fn progress(
+pub fn standing(
     planned: &[i32],
     replicas: Option<&[i32]>,
     ongoing: Option<(&[i32], &[i32])>,
-) -> Progress {
+) -> Standing {
     match (replicas, ongoing) {
-        (None, _) => Progress::Unknown,
-        (Some(_), Some((adding, removing))) => Progress::InProgress {
+        (None, _) => Standing::Unknown,
+        (Some(_), Some((adding, removing))) => Standing::InProgress {
             adding: adding.to_vec(),
             removing: removing.to_vec(),
         },
-        (Some(r), None) if r == planned => Progress::Complete,
-        (Some(_), None) => Progress::Different,
+        (Some(r), None) if r == planned => Standing::Complete,
+        (Some(_), None) => Standing::Different,
     }
 }
 
@@ -531,13 +531,13 @@ mod tests {
     }
 
     #[test]
-    fn progress_against_a_plan() {
-        assert_eq!(progress(&[1, 2], Some(&[1, 2]), None), Progress::Complete);
-        assert_eq!(progress(&[1, 2], Some(&[2, 1]), None), Progress::Different);
-        assert_eq!(progress(&[1, 2], None, None), Progress::Unknown);
+    fn standing_against_a_plan() {
+        assert_eq!(standing(&[1, 2], Some(&[1, 2]), None), Standing::Complete);
+        assert_eq!(standing(&[1, 2], Some(&[2, 1]), None), Standing::Different);
+        assert_eq!(standing(&[1, 2], None, None), Standing::Unknown);
         assert_eq!(
-            progress(&[1, 2], Some(&[1, 2, 3]), Some((&[2], &[3]))),
-            Progress::InProgress {
+            standing(&[1, 2], Some(&[1, 2, 3]), Some((&[2], &[3]))),
+            Standing::InProgress {
                 adding: vec![2],
                 removing: vec![3]
             }

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use crate::args::{self, Parsed, Spec};
 use crate::client::{Client, ClusterInfo, OngoingByPartition, ReassignResult};
 use crate::error::{error_name, CliError, Result};
-use crate::plan::{self, Assignment, Node, Plan, Progress};
+use crate::plan::{self, Assignment, Node, Plan, Standing};
 use crate::table::{ids, Table};
 use crate::{connect, emit, emit_json, subcommand, COMMON_OPTIONS};
 
@@ -349,12 +349,12 @@ pub(crate) fn ongoing(client: &mut Client) -> Result<OngoingByPartition> {
 }
 
 /// A partition's standing against its plan, as its status word.
-pub(crate) fn progress_word(p: &Progress) -> String {
+pub(crate) fn progress_word(p: &Standing) -> String {
     match p {
-        Progress::Complete => "complete".into(),
-        Progress::InProgress { .. } => "in progress".into(),
-        Progress::Different => "different".into(),
-        Progress::Unknown => error_name(3), // UNKNOWN_TOPIC_OR_PARTITION
+        Standing::Complete => "complete".into(),
+        Standing::InProgress { .. } => "in progress".into(),
+        Standing::Different => "different".into(),
+        Standing::Unknown => error_name(3), // UNKNOWN_TOPIC_OR_PARTITION
     }
 }
 
@@ -375,16 +375,16 @@ fn verify(client: &mut Client, plan: &Plan, json: bool, out: &mut dyn Write) -> 
     for a in &plan.partitions {
         let replicas = replicas_of(&meta, &a.topic, a.partition);
         let o = ongoing.get(&(a.topic.clone(), a.partition));
-        let progress = plan::progress(
+        let progress = plan::standing(
             &a.replicas,
             replicas,
             o.map(|o| (o.adding.as_slice(), o.removing.as_slice())),
         );
-        if progress == Progress::Complete {
+        if progress == Standing::Complete {
             complete += 1;
         }
         let (adding, removing) = match &progress {
-            Progress::InProgress { adding, removing } => (adding.clone(), removing.clone()),
+            Standing::InProgress { adding, removing } => (adding.clone(), removing.clone()),
             _ => (Vec::new(), Vec::new()),
         };
         let show = |v: &[i32]| {

@@ -627,12 +627,15 @@ fn partition_records(topic_id: [u8; 16], first: i32, replicas: Vec<Vec<i32>>) ->
     new_partition_records(topic_id, first, partitions)
 }
 
+/// A partition to create: its replicas and its ISR.
+type NewPartition = (Vec<i32>, Vec<i32>);
+
 /// Records creating partitions `first..` of a topic from their (replicas, ISR); each leads
 /// with the first replica in its ISR.
 fn new_partition_records(
     topic_id: [u8; 16],
     first: i32,
-    partitions: Vec<(Vec<i32>, Vec<i32>)>,
+    partitions: Vec<NewPartition>,
 ) -> Vec<Record> {
     partitions
         .into_iter()
@@ -994,7 +997,7 @@ fn manual_partitions(
     count: i32,
     rf: i16,
     assignments: &[Vec<i32>],
-) -> Result<Vec<(Vec<i32>, Vec<i32>)>, OpError> {
+) -> Result<Vec<NewPartition>, OpError> {
     let invalid = |m: String| OpError::new(ResponseError::InvalidReplicaAssignment, m);
     let additional = (count - current) as usize;
     if assignments.len() != additional {
