@@ -546,6 +546,7 @@ fn decommission_drains_a_broker_under_an_idempotent_producer_then_unregisters_it
     assert_eq!(moved, on_3, "{report}");
     assert_eq!(report["moved"], report["total"]);
     assert_eq!(report["left_on_broker"], serde_json::json!([]));
+    assert_eq!(report["listed_in_metadata"], true);
     assert_eq!(report["unregister"]["status"], "not sent", "{report}");
     assert!(
         report["unregister"]["error_message"]
@@ -580,7 +581,10 @@ fn decommission_drains_a_broker_under_an_idempotent_producer_then_unregisters_it
         metadata(b1).brokers.iter().all(|b| b.node_id.0 != 3)
     });
     let out = expect(b1, &["cluster", "decommission", "3", "--unregister"], 0);
-    assert!(out.contains("Broker 3 holds no replicas."), "{out}");
+    assert!(
+        out.contains("Broker 3 holds no replicas. Metadata does not list broker 3"),
+        "{out}"
+    );
     assert!(out.contains("Unregister: broker 3 unregistered."), "{out}");
     let again = json(b1, &["cluster", "decommission", "3", "--unregister"], 1);
     assert_eq!(

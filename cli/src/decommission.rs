@@ -27,8 +27,7 @@ const WAIT_SECS_DEFAULT: u64 = 300;
 /// How often the moves' progress is read.
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
-pub const USAGE: &str = "\
-  keel cluster decommission BROKER [--wait-secs N] [--unregister]
+pub const USAGE: &str = "  keel cluster decommission BROKER [--wait-secs N] [--unregister]
                          moves every replica off BROKER (each replaced, in its place, by a
                          live broker that is not yet a replica of the partition, least loaded
                          first), waits until done (default 300 s; 0: does not wait) and
@@ -139,6 +138,8 @@ struct Report {
     outcomes: Vec<Outcome>,
     /// Partitions that still name the broker at the end.
     left: Vec<Assignment>,
+    /// Whether Metadata listed the broker at the end (it runs, unfenced).
+    listed: bool,
     unregister: Unregister,
 }
 
@@ -204,6 +205,7 @@ fn decommission(
         std::thread::sleep(POLL_INTERVAL);
     };
     let left = left_on(&meta, broker);
+    let listed = meta.brokers.iter().any(|b| b.id == broker);
     let all_moved = outcomes
         .iter()
         .all(|o| o.refused.is_none() && o.progress == Standing::Complete);
@@ -213,7 +215,7 @@ fn decommission(
         Unregister::NotSent(format!(
             "broker {broker} still holds replicas; run the command again once they have moved"
         ))
-    } else if meta.brokers.iter().any(|b| b.id == broker) {
+    } else if listed {
         Unregister::NotSent(format!(
             "broker {broker} is still running and would register again at its next heartbeat: \
              stop it, then run `keel cluster decommission {broker} --unregister`"
@@ -226,6 +228,7 @@ fn decommission(
         broker,
         outcomes,
         left,
+        listed,
         unregister,
     })
 }
@@ -266,6 +269,12 @@ impl Report {
                 " Still on broker {}: {}.",
                 self.broker,
                 names.join(", ")
+            ));
+        }
+        if !self.listed {
+            text.push_str(&format!(
+                " Metadata does not list broker {} (stopped, fenced or unknown).",
+                self.broker
             ));
         }
         text
@@ -379,6 +388,7 @@ impl Report {
             "moved": self.moved(),
             "total": self.outcomes.len(),
             "left_on_broker": left,
+            "listed_in_metadata": self.listed,
             "done": self.succeeded(),
             "unregister": unregister,
         })

@@ -152,6 +152,7 @@ def test_confluent_kafka_places_new_partitions_as_assigned(cluster):
         for i in range(10):
             prod.produce(t, key=b"k%d" % i, value=b"v%d-%d" % (p, i), partition=p)
     assert prod.flush(20) == 0
+    del prod  # closes its connections before the cluster stops
     got = consume_all(servers, t, [1, 2])
     for p in (1, 2):
         assert [(m.key, m.value) for m in got[p]] == [(b"k%d" % i, b"v%d-%d" % (p, i)) for i in range(10)]
