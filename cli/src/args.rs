@@ -28,6 +28,7 @@ fn canonical(flag: &str) -> &str {
         "-f" => "--format",
         "-k" => "--key",
         "-H" => "--header",
+        "--reassignment-json-file" => "--plan",
         other => other,
     }
 }

@@ -5,7 +5,9 @@
 //! how to fill in. Requests go one at a time (no pipelining); every read has a timeout, so a
 //! silent broker becomes an error, never a hang. Partition requests are routed to the
 //! partition leader from Metadata, group requests to the group's coordinator from
-//! FindCoordinator.
+//! FindCoordinator, and the controller's requests (AlterPartitionReassignments,
+//! ListPartitionReassignments, UnregisterBroker) to the controller Metadata names (a KRaft
+//! broker, Keel included, names itself and forwards).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -21,6 +23,8 @@ const CLIENT_ID: &str = "keel-cli";
 /// Largest response frame accepted (a fetch answers at most a few MiB).
 const RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the controller may take over a reassignment request (Kafka's admin default).
+const REASSIGN_TIMEOUT_MS: i32 = 30_000;
 
 /// One broker connection with the API versions it advertised.
 pub struct Conn {
@@ -231,6 +235,27 @@ impl TopicInfo {
     }
 }
 
+/// A partition's reassignment in progress (KIP-455), as ListPartitionReassignments lists it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Ongoing {
+    /// Target replicas, then the ones being removed (Metadata's list while it lasts).
+    pub replicas: Vec<i32>,
+    pub adding: Vec<i32>,
+    pub removing: Vec<i32>,
+}
+
+/// Reassignments in progress by (topic, partition).
+pub type OngoingByPartition = BTreeMap<(String, i32), Ongoing>;
+
+/// One partition's answer to AlterPartitionReassignments.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReassignResult {
+    pub topic: String,
+    pub partition: i32,
+    pub error_code: i16,
+    pub error_message: Option<String>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClusterInfo {
     pub cluster_id: Option<String>,
@@ -285,6 +310,8 @@ pub struct Client {
     nodes: HashMap<i32, Conn>,
     /// node id -> "host:port", from the last Metadata.
     addrs: BTreeMap<i32, String>,
+    /// The controller the last Metadata named (-1: none known).
+    controller_id: i32,
 }
 
 impl Client {
@@ -294,6 +321,7 @@ impl Client {
             request_timeout,
             nodes: HashMap::new(),
             addrs: BTreeMap::new(),
+            controller_id: -1,
         })
     }
 
@@ -337,7 +365,146 @@ impl Client {
         for b in &info.brokers {
             self.addrs.insert(b.id, b.addr());
         }
+        self.controller_id = info.controller_id;
         Ok(info)
+    }
+
+    /// The controller's connection (named by the last Metadata; asked for when none was
+    /// read yet), or the bootstrap broker when no controller is known or reachable by address.
+    fn controller(&mut self) -> Result<&mut Conn> {
+        if self.controller_id < 0 {
+            self.metadata(Some(&[][..]))?;
+        }
+        let id = self.controller_id;
+        if id >= 0 && self.addrs.contains_key(&id) {
+            return self.node(id);
+        }
+        Ok(&mut self.bootstrap)
+    }
+
+    /// Every reassignment in progress (ListPartitionReassignments v0, from the controller);
+    /// `None` when the broker does not serve the API.
+    pub fn list_reassignments(&mut self) -> Result<Option<OngoingByPartition>> {
+        let conn = self.controller()?;
+        if !conn.supports(ApiKey::ListPartitionReassignments, 0, 0) {
+            return Ok(None);
+        }
+        let (_, resp): (i16, ListPartitionReassignmentsResponse) =
+            conn.call(ApiKey::ListPartitionReassignments, (0, 0), |_| {
+                ListPartitionReassignmentsRequest::default()
+                    .with_timeout_ms(REASSIGN_TIMEOUT_MS)
+                    .with_topics(None)
+            })?;
+        check(
+            resp.error_code,
+            || "list partition reassignments".into(),
+            resp.error_message.map(|m| m.to_string()),
+        )?;
+        let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<_>>();
+        let mut out = BTreeMap::new();
+        for t in &resp.topics {
+            for p in &t.partitions {
+                out.insert(
+                    (t.name.0.to_string(), p.partition_index),
+                    Ongoing {
+                        replicas: ids(&p.replicas),
+                        adding: ids(&p.adding_replicas),
+                        removing: ids(&p.removing_replicas),
+                    },
+                );
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// Starts, replaces or (None) cancels each partition's reassignment
+    /// (AlterPartitionReassignments v0-1, at the controller; v1 allows a change of replication
+    /// factor, as v0 always did). A result per partition, in request order.
+    pub fn alter_reassignments(
+        &mut self,
+        moves: &[(String, i32, Option<Vec<i32>>)],
+    ) -> Result<Vec<ReassignResult>> {
+        use alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
+        // Grouped by topic, each topic once, in order of first appearance.
+        let mut topics: Vec<ReassignableTopic> = Vec::new();
+        for (topic, partition, replicas) in moves {
+            let part = ReassignablePartition::default()
+                .with_partition_index(*partition)
+                .with_replicas(
+                    replicas
+                        .as_ref()
+                        .map(|r| r.iter().map(|b| BrokerId(*b)).collect()),
+                );
+            match topics.iter_mut().find(|t| t.name.0.as_str() == topic) {
+                Some(t) => t.partitions.push(part),
+                None => topics.push(
+                    ReassignableTopic::default()
+                        .with_name(topic_name(topic))
+                        .with_partitions(vec![part]),
+                ),
+            }
+        }
+        let (_, resp): (i16, AlterPartitionReassignmentsResponse) =
+            self.controller()?
+                .call(ApiKey::AlterPartitionReassignments, (0, 1), |_| {
+                    AlterPartitionReassignmentsRequest::default()
+                        .with_timeout_ms(REASSIGN_TIMEOUT_MS)
+                        .with_allow_replication_factor_change(true)
+                        .with_topics(topics.clone())
+                })?;
+        check(
+            resp.error_code,
+            || "alter partition reassignments".into(),
+            resp.error_message.map(|m| m.to_string()),
+        )?;
+        let mut answered: BTreeMap<(String, i32), (i16, Option<String>)> = BTreeMap::new();
+        for t in resp.responses {
+            for p in t.partitions {
+                answered.insert(
+                    (t.name.0.to_string(), p.partition_index),
+                    (
+                        p.error_code,
+                        p.error_message
+                            .map(|m| m.to_string())
+                            .filter(|m| !m.is_empty()),
+                    ),
+                );
+            }
+        }
+        moves
+            .iter()
+            .map(|(topic, partition, _)| {
+                let (error_code, error_message) = answered
+                    .remove(&(topic.clone(), *partition))
+                    .ok_or_else(|| {
+                        CliError::Protocol(format!(
+                            "AlterPartitionReassignments answered nothing for {topic}-{partition}"
+                        ))
+                    })?;
+                Ok(ReassignResult {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    error_code,
+                    error_message,
+                })
+            })
+            .collect()
+    }
+
+    /// Removes broker `id`'s registration (UnregisterBroker v0, at the controller): its error
+    /// code (0: done) and message.
+    pub fn unregister_broker(&mut self, id: i32) -> Result<(i16, Option<String>)> {
+        let (_, resp): (i16, UnregisterBrokerResponse) =
+            self.controller()?
+                .call(ApiKey::UnregisterBroker, (0, 0), |_| {
+                    UnregisterBrokerRequest::default().with_broker_id(BrokerId(id))
+                })?;
+        Ok((
+            resp.error_code,
+            resp.error_message
+                .map(|m| m.to_string())
+                .filter(|m| !m.is_empty()),
+        ))
     }
 
     /// Each partition's eligible leader replicas (KIP-966) by topic and partition, from

@@ -1,9 +1,10 @@
-//! `keel cluster info|health|elect-leaders`: the cluster as Metadata describes it. `health`
-//! counts offline partitions (no leader) and under-replicated ones (ISR smaller than the
-//! replica set), and exits 1 when there are any, or when there is no controller, so scripts
-//! can gate on it. `elect-leaders` sends ElectLeaders (kafka-leader-election.sh's options):
-//! preferred or unclean elections of a topic's partitions or of all, a result per partition,
-//! exit 1 when one failed (ELECTION_NOT_NEEDED is no failure, as for Kafka's tool).
+//! `keel cluster info|health|elect-leaders|decommission`: the cluster as Metadata describes
+//! it. `health` counts offline partitions (no leader) and under-replicated ones (ISR smaller
+//! than the replica set), and exits 1 when there are any, or when there is no controller, so
+//! scripts can gate on it. `elect-leaders` sends ElectLeaders (kafka-leader-election.sh's
+//! options): preferred or unclean elections of a topic's partitions or of all, a result per
+//! partition, exit 1 when one failed (ELECTION_NOT_NEEDED is no failure, as for Kafka's tool).
+//! `decommission` drains a broker (`crate::decommission`).
 
 use std::io::Write;
 
@@ -32,10 +33,13 @@ usage:
 ";
 
 pub fn run(args: &[String], out: &mut dyn Write) -> Result<i32> {
-    let usage = format!("{USAGE}{COMMON_OPTIONS}");
+    let usage = format!("{USAGE}{}{COMMON_OPTIONS}", crate::decommission::USAGE);
     let Some((sub, rest)) = subcommand(args, &usage, out)? else {
         return Ok(0);
     };
+    if sub == "decommission" {
+        return crate::decommission::run(rest, out);
+    }
     let spec = match sub {
         "info" | "health" => Spec {
             values: &[],

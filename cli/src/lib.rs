@@ -11,12 +11,15 @@ mod args;
 mod client;
 mod cluster;
 mod consume;
+mod decommission;
 mod error;
 #[cfg(test)]
 mod fake_broker;
 mod group;
 mod ops;
+mod plan;
 mod produce;
+mod reassign;
 mod records;
 mod table;
 mod topic;
@@ -38,10 +41,12 @@ pub const HELP: &str = "\
 admin commands (over the Kafka protocol, against any Kafka-compatible broker; each takes
 -b/--bootstrap-server HOST:PORT (default 127.0.0.1:9092) and --json; see keel COMMAND --help):
   keel topic create|list|describe|alter-config|add-partitions|delete
+  keel topic reassign generate|execute|verify|cancel   move partitions (Kafka's plan file)
   keel produce TOPIC        records from stdin (one per line) or --value
   keel consume TOPIC        records to stdout (--format, --json)
   keel group list|describe|lag|reset-offsets|delete
   keel cluster info|health|elect-leaders
+  keel cluster decommission BROKER   move every replica off a broker
 ";
 
 /// Runs `args` (starting with the command, e.g. `["topic", "list"]`); returns the exit code.

@@ -1,7 +1,9 @@
 //! `keel topic create|list|describe|alter-config|add-partitions|delete`: topics through
 //! Metadata, CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs and
-//! IncrementalAlterConfigs (AlterConfigs where a broker lacks it). Flags follow
-//! kafka-topics.sh and kafka-configs.sh.
+//! IncrementalAlterConfigs (AlterConfigs where a broker lacks it); `describe` also shows the
+//! replicas a reassignment in progress is adding and removing (ListPartitionReassignments).
+//! Flags follow kafka-topics.sh and kafka-configs.sh. `keel topic reassign` is
+//! `crate::reassign`.
 
 use keel_vocab::TopicPartition;
 use std::collections::BTreeMap;
@@ -11,7 +13,7 @@ use kafka_protocol::messages::*;
 use serde_json::{json, Value};
 
 use crate::args::{self, key_value, Parsed, Spec};
-use crate::client::{str_bytes, topic_name, Client, TopicInfo};
+use crate::client::{str_bytes, topic_name, Client, OngoingByPartition, TopicInfo};
 use crate::error::{error_name, CliError, Result};
 use crate::ops::{self, ConfigEntry, RESOURCE_TOPIC};
 use crate::table::{ids, Table};
@@ -25,6 +27,7 @@ usage:
   keel topic alter-config NAME [--add-config K=V]... [--delete-config K]...
   keel topic add-partitions NAME --partitions N      (N: the new total)
   keel topic delete NAME...
+  keel topic reassign generate|execute|verify|cancel ...   (see keel topic reassign --help)
 NAME may also be given as --topic NAME.
 ";
 
@@ -35,6 +38,9 @@ pub fn run(args: &[String], out: &mut dyn Write) -> Result<i32> {
     let Some((sub, rest)) = subcommand(args, &usage, out)? else {
         return Ok(0);
     };
+    if sub == "reassign" {
+        return crate::reassign::run(rest, out);
+    }
     let spec = match sub {
         "create" => Spec {
             values: &[
@@ -225,6 +231,7 @@ fn describe(client: &mut Client, p: &Parsed, out: &mut dyn Write) -> Result<i32>
     let meta = client.metadata((!asked.is_empty()).then_some(asked.as_slice()))?;
     let names: Vec<String> = meta.topics.iter().map(|t| t.name.clone()).collect();
     let elr = client.elr(&names)?;
+    let ongoing = client.list_reassignments()?;
     let mut json_topics = Vec::new();
     let mut text = String::new();
     for topic in &meta.topics {
@@ -248,12 +255,24 @@ fn describe(client: &mut Client, p: &Parsed, out: &mut dyn Write) -> Result<i32>
             ends: ops::list_offsets(client, &meta, &served, ops::LATEST)?,
         };
         if p.json() {
-            json_topics.push(describe_json(topic, &configs, &offsets, elr.as_ref()));
+            json_topics.push(describe_json(
+                topic,
+                &configs,
+                &offsets,
+                elr.as_ref(),
+                ongoing.as_ref(),
+            ));
         } else {
             if !text.is_empty() {
                 text.push('\n');
             }
-            text.push_str(&describe_text(topic, &configs, &offsets, elr.as_ref()));
+            text.push_str(&describe_text(
+                topic,
+                &configs,
+                &offsets,
+                elr.as_ref(),
+                ongoing.as_ref(),
+            ));
         }
     }
     if p.json() {
@@ -280,17 +299,33 @@ impl LogOffsets {
 /// Each partition's eligible leader replicas, when the broker reports them.
 type Elr = crate::client::ElrByPartition;
 
+/// The replicas a reassignment in progress is adding and removing in `topic`-`partition`
+/// (empty when none is); None when the broker does not list reassignments.
+fn moving(
+    ongoing: Option<&OngoingByPartition>,
+    topic: &str,
+    partition: i32,
+) -> Option<(Vec<i32>, Vec<i32>)> {
+    ongoing.map(|o| {
+        o.get(&(topic.to_string(), partition))
+            .map(|r| (r.adding.clone(), r.removing.clone()))
+            .unwrap_or_default()
+    })
+}
+
 fn describe_json(
     topic: &TopicInfo,
     configs: &[ConfigEntry],
     offsets: &LogOffsets,
     elr: Option<&Elr>,
+    ongoing: Option<&OngoingByPartition>,
 ) -> Value {
     let partitions: Vec<Value> = topic
         .partitions
         .iter()
         .map(|pi| {
             let (start, end) = offsets.get(&topic.name, pi.partition);
+            let moving = moving(ongoing, &topic.name, pi.partition);
             json!({
                 "partition": pi.partition,
                 "leader": pi.leader,
@@ -298,6 +333,8 @@ fn describe_json(
                 "isr": pi.isr,
                 "elr": elr.map(|e| e.get(&(topic.name.clone(), pi.partition)).cloned().unwrap_or_default()),
                 "offline_replicas": pi.offline,
+                "adding": moving.as_ref().map(|m| &m.0),
+                "removing": moving.as_ref().map(|m| &m.1),
                 "log_start_offset": start,
                 "log_end_offset": end,
             })
@@ -323,6 +360,7 @@ fn describe_text(
     configs: &[ConfigEntry],
     offsets: &LogOffsets,
     elr: Option<&Elr>,
+    ongoing: Option<&OngoingByPartition>,
 ) -> String {
     let mut text = format!(
         "Topic: {}  TopicId: {}  PartitionCount: {}  ReplicationFactor: {}\n",
@@ -349,6 +387,15 @@ fn describe_text(
         header.push("ELR");
     }
     header.extend(["LOG-START", "LOG-END"]);
+    // As kafka-topics.sh, the replicas being added and removed only while a reassignment of
+    // the topic is in progress.
+    let reassigning = topic.partitions.iter().any(|pi| {
+        moving(ongoing, &topic.name, pi.partition)
+            .is_some_and(|(a, r)| !a.is_empty() || !r.is_empty())
+    });
+    if reassigning {
+        header.extend(["ADDING", "REMOVING"]);
+    }
     let mut t = Table::new(&header);
     let show = |o: Option<i64>| o.map(|o| o.to_string()).unwrap_or_else(|| "-".into());
     for pi in &topic.partitions {
@@ -371,6 +418,11 @@ fn describe_text(
             });
         }
         row.extend([show(start), show(end)]);
+        if reassigning {
+            let (adding, removing) = moving(ongoing, &topic.name, pi.partition).unwrap_or_default();
+            let list = |v: &[i32]| if v.is_empty() { "-".into() } else { ids(v) };
+            row.extend([list(&adding), list(&removing)]);
+        }
         t.row(row);
     }
     text.push_str(&t.render());

@@ -101,12 +101,14 @@ def parse_metrics(text):
 
 
 class KeelBroker:
-    def __init__(self, extra_settings=None, smp=2, name="keel"):
+    def __init__(self, extra_settings=None, smp=2, name="keel", extra_args=None):
         if not os.path.exists(KEEL_BIN):
             raise RuntimeError("keel binary not found at %s (set KEEL_BIN)" % KEEL_BIN)
         self.name = name
         self.smp = smp
         self.settings = dict(extra_settings or {})
+        # Flags other than settings (a cluster member's --node-id, --controller-quorum, ...).
+        self.extra_args = list(extra_args or [])
         self.data_dir = tempfile.mkdtemp(prefix="keel-data-")
         self.log_path = os.path.join(tempfile.mkdtemp(prefix="keel-log-"), "keel.log")
         self.port = free_port()
@@ -138,6 +140,7 @@ class KeelBroker:
                "--smp", str(self.smp), "--admin", "127.0.0.1:%d" % self.admin_port]
         for k, v in self.settings.items():
             cmd += ["--set", "%s=%s" % (k, v)]
+        cmd += self.extra_args
         # keel reads KEEL_* variables as settings, so the test's own (KEEL_BIN) must not leak.
         env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
         # Groups form without Kafka's 3 s initial rebalance delay unless a test sets it.
@@ -349,6 +352,53 @@ def keel_cluster(request):
     yield make
     failed = _test_failed(request.node)
     for b in made:
+        _finish_broker(b, failed)
+
+
+def start_cluster(n, settings=None, name="keel-node"):
+    """`n` voters (node ids 1..n) on loopback, started together as broker/tests/common's
+    `cluster` starts them (each a controller voter with its own controller port), then each
+    waited for. Returns the brokers, registered for log tails; `finish_cluster` stops them."""
+    merged = dict(CLUSTER_SETTINGS)
+    merged.update(settings or {})
+    brokers = [KeelBroker(merged, name="%s-%d" % (name, i + 1)) for i in range(n)]
+    taken = {p for b in brokers for p in (b.port, b.admin_port)}
+    controller_ports = []
+    while len(controller_ports) < n:
+        port = free_port()
+        if port not in taken:
+            taken.add(port)
+            controller_ports.append(port)
+    quorum = ",".join("%d@127.0.0.1:%d" % (i + 1, p) for i, p in enumerate(controller_ports))
+    for i, b in enumerate(brokers):
+        b.extra_args = ["--node-id", str(i + 1), "--controller-quorum", quorum,
+                        "--controller-listen", "127.0.0.1:%d" % controller_ports[i]]
+        _LIVE_BROKERS.append(b)
+    try:
+        for b in brokers:
+            b.spawn()
+        for b in brokers:
+            b._wait_ready()
+    except Exception:
+        finish_cluster(brokers, True)
+        raise
+    return brokers
+
+
+def finish_cluster(brokers, failed):
+    """Stops every member at once (one by one, the last would wait for a quorum that is
+    gone), then reports and cleans up each as `_finish_broker` does."""
+    running = [b for b in brokers if b.proc is not None and b.proc.poll() is None]
+    for b in running:
+        b.proc.send_signal(signal.SIGCONT)  # a test may have stopped it
+        b.proc.send_signal(signal.SIGTERM)
+    for b in running:
+        try:
+            b.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            b.proc.kill()
+            b.proc.wait(timeout=STOP_TIMEOUT_S)
+    for b in brokers:
         _finish_broker(b, failed)
 
 

@@ -672,15 +672,33 @@ pub fn place_replicas(image: &MetadataImage, count: i32, rf: i16) -> Vec<Vec<i32
 }
 
 fn partition_records(topic_id: [u8; 16], first: i32, replicas: Vec<Vec<i32>>) -> Vec<Record> {
-    replicas
+    let partitions = replicas.into_iter().map(|r| (r.clone(), r)).collect();
+    new_partition_records(topic_id, first, partitions)
+}
+
+/// A partition to create: its replicas and its ISR.
+type NewPartition = (Vec<i32>, Vec<i32>);
+
+/// Records creating partitions `first..` of a topic from their (replicas, ISR); each leads
+/// with the first replica in its ISR.
+fn new_partition_records(
+    topic_id: [u8; 16],
+    first: i32,
+    partitions: Vec<NewPartition>,
+) -> Vec<Record> {
+    partitions
         .into_iter()
         .enumerate()
-        .map(|(i, r)| Record::PartitionCreated {
+        .map(|(i, (replicas, isr))| Record::PartitionCreated {
             topic_id,
             partition: first + i as i32,
-            leader: r.first().copied().unwrap_or(-1),
-            isr: r.clone(),
-            replicas: r,
+            leader: replicas
+                .iter()
+                .copied()
+                .find(|r| isr.contains(r))
+                .unwrap_or(-1),
+            isr,
+            replicas,
             leader_epoch: 0,
         })
         .collect()
@@ -957,19 +975,30 @@ fn known_topic<'a>(image: &'a MetadataImage, name: &str) -> Result<&'a Arc<Topic
     })
 }
 
-/// Grows each named topic to the given partition count.
+/// One topic's CreatePartitions request: the new partition count and, optionally, the
+/// replicas of each new partition (Kafka's manual assignment; None: placed as CreateTopics
+/// places them).
+pub struct PartitionsRequest {
+    pub topic: String,
+    pub count: i32,
+    pub assignments: Option<Vec<Vec<i32>>>,
+}
+
+/// Grows each named topic to the given partition count, on the brokers the request assigns
+/// or on the ones `place_replicas` picks.
 pub async fn create_partitions(
     shard: Rc<BrokerShard>,
-    requests: Vec<(String, i32)>,
+    requests: Vec<PartitionsRequest>,
     validate_only: bool,
 ) -> Vec<Result<(), OpError>> {
     let image = shard.image();
-    let runs = requests.into_iter().map(|(name, count)| {
+    let runs = requests.into_iter().map(|r| {
         let shard = shard.clone();
         let image = image.clone();
         async move {
-            let topic = known_topic(&image, &name)?;
+            let topic = known_topic(&image, &r.topic)?;
             let current = topic.partitions.len() as i32;
+            let count = r.count;
             if count <= current {
                 let msg = if count == current {
                     format!("Topic already has {current} partitions.")
@@ -985,15 +1014,90 @@ pub async fn create_partitions(
                 ));
             }
             let rf = topic.replication_factor.max(1);
-            check_replication_factor(&image, rf)?;
+            let partitions = match &r.assignments {
+                Some(assignments) => {
+                    manual_partitions(&image.cluster, current, count, rf, assignments)?
+                }
+                None => {
+                    check_replication_factor(&image, rf)?;
+                    place_replicas(&image, count - current, rf)
+                        .into_iter()
+                        .map(|replicas| (replicas.clone(), replicas))
+                        .collect()
+                }
+            };
             if validate_only {
                 return Ok(());
             }
-            let replicas = place_replicas(&image, count - current, rf);
-            propose(&shard, partition_records(topic.id, current, replicas)).await
+            propose(&shard, new_partition_records(topic.id, current, partitions)).await
         }
     });
     join_all(runs.collect::<Vec<_>>()).await
+}
+
+/// Checks a CreatePartitions request's manual assignment as Kafka's controller does: one
+/// replica list per new partition, each of the topic's replication factor, no broker twice,
+/// every broker registered, and at least one of them unfenced (INVALID_REPLICA_ASSIGNMENT
+/// otherwise, with Kafka's message). Each new partition's (replicas, ISR): its unfenced
+/// replicas are its ISR, the first of them its leader.
+fn manual_partitions(
+    cluster: &ClusterImage,
+    current: i32,
+    count: i32,
+    rf: i16,
+    assignments: &[Vec<i32>],
+) -> Result<Vec<NewPartition>, OpError> {
+    let invalid = |m: String| OpError::new(ResponseError::InvalidReplicaAssignment, m);
+    let additional = (count - current) as usize;
+    if assignments.len() != additional {
+        return Err(invalid(format!(
+            "Attempted to add {additional} additional partition(s), but only {} assignment(s) were specified.",
+            assignments.len()
+        )));
+    }
+    assignments
+        .iter()
+        .enumerate()
+        .map(|(i, replicas)| {
+            if replicas.is_empty() {
+                return Err(invalid(
+                    "The manual partition assignment includes an empty replica list.".into(),
+                ));
+            }
+            let mut sorted = replicas.clone();
+            sorted.sort_unstable();
+            for (k, id) in sorted.iter().enumerate() {
+                if !cluster.brokers.contains_key(id) {
+                    return Err(invalid(format!(
+                        "The manual partition assignment includes broker {id}, but no such broker is registered."
+                    )));
+                }
+                if k > 0 && sorted[k - 1] == *id {
+                    return Err(invalid(format!(
+                        "The manual partition assignment includes the broker {id} more than once."
+                    )));
+                }
+            }
+            if replicas.len() != rf as usize {
+                return Err(invalid(format!(
+                    "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {rf} replica(s).",
+                    replicas.len()
+                )));
+            }
+            let isr: Vec<i32> = replicas
+                .iter()
+                .copied()
+                .filter(|id| cluster.brokers.get(id).is_some_and(|b| !b.fenced))
+                .collect();
+            if isr.is_empty() {
+                return Err(invalid(format!(
+                    "All brokers specified in the manual partition assignment for partition {} are fenced or in controlled shutdown.",
+                    current as usize + i
+                )));
+            }
+            Ok((replicas.clone(), isr))
+        })
+        .collect()
 }
 
 /// Changes topic config overrides.

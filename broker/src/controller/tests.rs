@@ -146,3 +146,66 @@ fn incremental_ops() {
         );
     }
 }
+
+fn cluster_with(brokers: &[(i32, bool)]) -> ClusterImage {
+    let mut image = ClusterImage::default();
+    for (id, fenced) in brokers {
+        image.brokers.insert(
+            *id,
+            keel_raft::image::BrokerInfo {
+                broker_id: *id,
+                incarnation_id: [0; 16],
+                host: "h".into(),
+                port: 9092,
+                rack: None,
+                fenced: *fenced,
+                broker_epoch: 1,
+                shard_count: 1,
+                inter_broker_host: None,
+                inter_broker_port: None,
+                inter_broker_shard_ports: Vec::new(),
+                previous_broker_epoch: -1,
+                listeners: Vec::new(),
+            },
+        );
+    }
+    image
+}
+
+#[test]
+fn manual_partition_assignments_are_checked_as_kafka_checks_them() {
+    // Broker 3 is registered but fenced.
+    let image = cluster_with(&[(1, false), (2, false), (3, true)]);
+    let ok = manual_partitions(&image, 2, 4, 2, &[vec![3, 1], vec![2, 3]]).unwrap();
+    // The fenced broker is a replica, not in the ISR; the first unfenced replica leads.
+    assert_eq!(ok, vec![(vec![3, 1], vec![1]), (vec![2, 3], vec![2])]);
+    let records = new_partition_records([7; 16], 2, ok);
+    assert!(matches!(
+        &records[0],
+        Record::PartitionCreated {
+            partition: 2,
+            leader: 1,
+            ..
+        }
+    ));
+    let refused = |assignments: &[Vec<i32>], count: i32| {
+        let e = manual_partitions(&image, 2, count, 2, assignments).unwrap_err();
+        assert_eq!(
+            e.code,
+            ErrorCode::of(ResponseError::InvalidReplicaAssignment)
+        );
+        e.message
+    };
+    assert!(refused(&[vec![1, 2]], 4).contains("add 2 additional partition(s), but only 1"));
+    assert!(refused(&[vec![1, 2, 3]], 3).contains("with 3 replica(s)"));
+    assert!(refused(&[vec![1, 1]], 3).contains("broker 1 more than once"));
+    assert!(refused(&[vec![1, 9]], 3).contains("broker 9, but no such broker is registered"));
+    assert!(refused(&[vec![]], 3).contains("empty replica list"));
+    assert!(refused(&[vec![3]], 3).contains("with 1 replica(s)"));
+    let e = manual_partitions(&image, 2, 3, 1, &[vec![3]]).unwrap_err();
+    assert!(
+        e.message.contains("partition 2 are fenced"),
+        "{}",
+        e.message
+    );
+}

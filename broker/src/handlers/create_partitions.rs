@@ -1,4 +1,6 @@
-//! CreatePartitions (key 37), v0-3: grows a topic's partition count; validate_only.
+//! CreatePartitions (key 37), v0-3: grows a topic's partition count, placing the new
+//! partitions as CreateTopics does or on the brokers the request's `assignments` name (checked
+//! as Kafka's controller checks them); validate_only.
 
 use std::rc::Rc;
 
@@ -8,7 +10,7 @@ use kafka_protocol::messages::{
 };
 
 use super::{str_bytes, ApiSupport};
-use crate::controller;
+use crate::controller::{self, PartitionsRequest};
 use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::CreatePartitions, 0, 3);
@@ -18,16 +20,24 @@ pub async fn handle(
     _hdr: &RequestHeader,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
-    let asked: Vec<(String, i32)> = req
+    let asked: Vec<PartitionsRequest> = req
         .topics
         .iter()
-        .map(|t| (t.name.0.to_string(), t.count))
+        .map(|t| PartitionsRequest {
+            topic: t.name.0.to_string(),
+            count: t.count,
+            assignments: t.assignments.as_ref().map(|a| {
+                a.iter()
+                    .map(|p| p.broker_ids.iter().map(|b| b.0).collect())
+                    .collect()
+            }),
+        })
         .collect();
+    let names: Vec<String> = asked.iter().map(|r| r.topic.clone()).collect();
     let n = asked.len();
     let validate_only = req.validate_only;
-    let call_asked = asked.clone();
     let results = match controller::call(shard, move |s| {
-        controller::create_partitions(s, call_asked, validate_only)
+        controller::create_partitions(s, asked, validate_only)
     })
     .await
     {
@@ -35,7 +45,7 @@ pub async fn handle(
         Err(e) => vec![Err(e); n],
     };
     let mut resp = CreatePartitionsResponse::default();
-    for ((name, _), r) in asked.into_iter().zip(results) {
+    for (name, r) in names.into_iter().zip(results) {
         let mut t = CreatePartitionsTopicResult::default().with_name(super::topic_name(&name));
         if let Err(e) = r {
             t.error_code = e.code.code();
