@@ -142,6 +142,49 @@ fn assignment(b: &Broker) -> BTreeMap<(String, i32), Vec<i32>> {
         .collect()
 }
 
+/// A config as DescribeConfigs answers it: (value, source). A broker's own configs are asked
+/// of that broker (`nodes` holds it).
+fn describe_config(b: &Broker, ty: i8, name: &str, key: &str, nodes: &[Broker]) -> (String, i8) {
+    let at = if ty == 4 {
+        &nodes[index_of(name.parse().unwrap())]
+    } else {
+        b
+    };
+    let mut c = Client::connect(&at.bootstrap());
+    let req = DescribeConfigsRequest::default().with_resources(vec![
+        describe_configs_request::DescribeConfigsResource::default()
+            .with_resource_type(ty)
+            .with_resource_name(name.to_string().into())
+            .with_configuration_keys(Some(vec![key.to_string().into()])),
+    ]);
+    let resp: DescribeConfigsResponse = c.send(ApiKey::DescribeConfigs, 4, &req);
+    let r = &resp.results[0];
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let c = &r.configs[0];
+    (
+        c.value.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+        c.config_source,
+    )
+}
+
+/// The reassignments in progress, as `b` lists them: (topic, partition).
+fn ongoing_of(b: &Broker) -> Vec<(String, i32)> {
+    let mut c = Client::connect(&b.bootstrap());
+    let resp: ListPartitionReassignmentsResponse = c.send(
+        ApiKey::ListPartitionReassignments,
+        0,
+        &ListPartitionReassignmentsRequest::default(),
+    );
+    resp.topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (t.name.0.to_string(), p.partition_index))
+        })
+        .collect()
+}
+
 fn has_log(b: &Broker, name: &str, p: i32) -> bool {
     b.data_dir().join(format!("{name}-{p}")).exists()
 }
@@ -243,11 +286,82 @@ fn reassign_generate_execute_verify_and_cancel() {
         "{text}"
     );
     let grow = plan_file(&dir, "grow.json", proposed);
-    let out = expect(b1, &["topic", "reassign", "execute", "--plan", &grow], 0);
-    assert!(
-        out.starts_with("Current partition replica assignment"),
-        "{out}"
+    // A negative throttle is refused before anything changes.
+    let r = keel(
+        b1,
+        &[
+            "topic",
+            "reassign",
+            "execute",
+            "--plan",
+            &grow,
+            "--throttle",
+            "-1",
+        ],
     );
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains(">= 0"), "{}", r.stderr);
+    assert!(ongoing_of(b1).is_empty());
+    let out = expect(
+        b1,
+        &[
+            "topic",
+            "reassign",
+            "execute",
+            "--plan",
+            &grow,
+            "--throttle",
+            "50000000",
+        ],
+        0,
+    );
+    assert!(out.starts_with("Throttle set to 50000000 B/s"), "{out}");
+    // Kafka's --throttle: both rates on every broker involved (dynamic), the current replicas
+    // as leaders and the added ones as followers in the topic's throttled replicas.
+    for id in 1..=3 {
+        for key in [
+            "leader.replication.throttled.rate",
+            "follower.replication.throttled.rate",
+        ] {
+            assert_eq!(
+                describe_config(b1, 4, &id.to_string(), key, &nodes),
+                ("50000000".to_string(), 2),
+                "broker {id} {key}"
+            );
+        }
+    }
+    let leaders = describe_config(
+        b1,
+        2,
+        "grow",
+        "leader.replication.throttled.replicas",
+        &nodes,
+    )
+    .0;
+    let followers = describe_config(
+        b1,
+        2,
+        "grow",
+        "follower.replication.throttled.replicas",
+        &nodes,
+    )
+    .0;
+    for e in entries {
+        let p = e["partition"].as_i64().unwrap() as i32;
+        let was = &now[&("grow".to_string(), p)];
+        for r in ints(&e["replicas"]) {
+            let item = format!("{p}:{r}");
+            let listed = if was.contains(&r) {
+                &leaders
+            } else {
+                &followers
+            };
+            assert!(
+                listed.split(',').any(|x| x == item),
+                "{item}: {leaders} / {followers}"
+            );
+        }
+    }
     let rows = table(&out, "TOPIC");
     assert_eq!(rows.len(), 2, "{out}");
     for (row, e) in rows.iter().zip(entries) {
@@ -258,6 +372,23 @@ fn reassign_generate_execute_verify_and_cancel() {
         "the RF 1 -> 3 plan verifies",
         Duration::from_secs(30),
         || keel(b1, &["topic", "reassign", "verify", "--plan", &grow]).code == 0,
+    );
+    // verify removed the throttles once the plan was complete.
+    assert_eq!(
+        describe_config(b1, 4, "2", "leader.replication.throttled.rate", &nodes).1,
+        5,
+        "back to the default"
+    );
+    assert_eq!(
+        describe_config(
+            b1,
+            2,
+            "grow",
+            "follower.replication.throttled.replicas",
+            &nodes
+        )
+        .0,
+        ""
     );
     let verified = json(b1, &["topic", "reassign", "verify", "--plan", &grow], 0);
     for (v, e) in verified.as_array().unwrap().iter().zip(entries) {

@@ -18,6 +18,7 @@ use keel_client::blocking::{self, ConnectOptions};
 use keel_client::{ClientError, Versions};
 
 use crate::error::{check, CliError, Result};
+pub use crate::plan::ConfigOps;
 
 const CLIENT_ID: &str = "keel-cli";
 /// Largest response frame accepted (a fetch answers at most a few MiB).
@@ -489,6 +490,50 @@ impl Client {
                 })
             })
             .collect()
+    }
+
+    /// IncrementalAlterConfigs v0-1: per resource (Kafka's resource type, name, and
+    /// (config, op, value) with op 0 SET, 1 DELETE), its (error code, message), in order.
+    pub fn incremental_alter_configs(
+        &mut self,
+        resources: &[ConfigOps],
+    ) -> Result<Vec<(i16, Option<String>)>> {
+        use incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+        let req: Vec<AlterConfigsResource> = resources
+            .iter()
+            .map(|(ty, name, ops)| {
+                AlterConfigsResource::default()
+                    .with_resource_type(*ty)
+                    .with_resource_name(str_bytes(name))
+                    .with_configs(
+                        ops.iter()
+                            .map(|(k, op, v)| {
+                                AlterableConfig::default()
+                                    .with_name(str_bytes(k))
+                                    .with_config_operation(*op)
+                                    .with_value(v.as_deref().map(str_bytes))
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        let (_, resp): (i16, IncrementalAlterConfigsResponse) =
+            self.any()
+                .call(ApiKey::IncrementalAlterConfigs, (0, 1), |_| {
+                    IncrementalAlterConfigsRequest::default().with_resources(req.clone())
+                })?;
+        Ok(resp
+            .responses
+            .into_iter()
+            .map(|r| {
+                (
+                    r.error_code,
+                    r.error_message
+                        .map(|m| m.to_string())
+                        .filter(|m| !m.is_empty()),
+                )
+            })
+            .collect())
     }
 
     /// Removes broker `id`'s registration (UnregisterBroker v0, at the controller): its error

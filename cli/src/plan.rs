@@ -27,6 +27,99 @@ pub struct Plan {
     pub partitions: Vec<Assignment>,
 }
 
+/// Config changes of one resource: (Kafka's resource type, name, [(config, op, value)] with
+/// op 0 SET, 1 DELETE).
+pub type ConfigOps = (i8, String, Vec<(String, i8, Option<String>)>);
+
+/// Kafka's resource types for configs.
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+const LEADER_RATE: &str = "leader.replication.throttled.rate";
+const FOLLOWER_RATE: &str = "follower.replication.throttled.rate";
+const LEADER_REPLICAS: &str = "leader.replication.throttled.replicas";
+const FOLLOWER_REPLICAS: &str = "follower.replication.throttled.replicas";
+
+/// The config changes that throttle `plan`'s copy at `rate` bytes/s, as
+/// kafka-reassign-partitions.sh `--throttle` makes them: both rates on every broker involved,
+/// and per topic the leader throttle on the current replicas of each moving partition and the
+/// follower throttle on the replicas it adds. `current`: each partition's replicas now.
+pub fn throttle_configs(
+    current: &Plan,
+    plan: &Plan,
+    rate: i64,
+) -> Vec<ConfigOps> {
+    let mut brokers: BTreeSet<i32> = BTreeSet::new();
+    let mut topics: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
+    for a in &plan.partitions {
+        let now: Vec<i32> = current
+            .partitions
+            .iter()
+            .find(|c| c.topic == a.topic && c.partition == a.partition)
+            .map(|c| c.replicas.clone())
+            .unwrap_or_default();
+        if now == a.replicas {
+            continue;
+        }
+        let lists = topics.entry(a.topic.clone()).or_default();
+        for b in &now {
+            lists.0.push(format!("{}:{b}", a.partition));
+        }
+        for b in a.replicas.iter().filter(|b| !now.contains(b)) {
+            lists.1.push(format!("{}:{b}", a.partition));
+        }
+        brokers.extend(now.iter().chain(&a.replicas));
+    }
+    let set = |k: &str, v: String| (k.to_string(), 0i8, Some(v));
+    let mut out: Vec<ConfigOps> = brokers
+        .into_iter()
+        .map(|b| {
+            (
+                RESOURCE_BROKER,
+                b.to_string(),
+                vec![
+                    set(LEADER_RATE, rate.to_string()),
+                    set(FOLLOWER_RATE, rate.to_string()),
+                ],
+            )
+        })
+        .collect();
+    for (topic, (leaders, followers)) in topics {
+        let mut ops = vec![set(LEADER_REPLICAS, leaders.join(","))];
+        if !followers.is_empty() {
+            ops.push(set(FOLLOWER_REPLICAS, followers.join(",")));
+        }
+        out.push((RESOURCE_TOPIC, topic, ops));
+    }
+    out
+}
+
+/// The config changes that remove the throttles again: both rates on `brokers`, both lists on
+/// the plan's topics (Kafka's `--verify` clears them once the plan is complete).
+pub fn unthrottle_configs(
+    brokers: &[i32],
+    plan: &Plan,
+) -> Vec<ConfigOps> {
+    let delete = |k: &str| (k.to_string(), 1i8, None);
+    let topics: BTreeSet<&str> = plan.partitions.iter().map(|a| a.topic.as_str()).collect();
+    brokers
+        .iter()
+        .map(|b| {
+            (
+                RESOURCE_BROKER,
+                b.to_string(),
+                vec![delete(LEADER_RATE), delete(FOLLOWER_RATE)],
+            )
+        })
+        .chain(topics.into_iter().map(|t| {
+            (
+                RESOURCE_TOPIC,
+                t.to_string(),
+                vec![delete(LEADER_REPLICAS), delete(FOLLOWER_REPLICAS)],
+            )
+        }))
+        .collect()
+}
+
 /// Why a plan file was refused, in words for the operator.
 pub type PlanError = String;
 
@@ -542,5 +635,41 @@ mod tests {
                 removing: vec![3]
             }
         );
+    }
+
+    #[test]
+    fn throttle_configs_are_kafkas_lists() {
+        let a = |p: i32, r: &[i32]| Assignment {
+            topic: "t".into(),
+            partition: p,
+            replicas: r.to_vec(),
+        };
+        let current = Plan {
+            partitions: vec![a(0, &[1]), a(1, &[2, 3])],
+        };
+        let plan = Plan {
+            partitions: vec![a(0, &[1, 2]), a(1, &[2, 3])],
+        };
+        let changes = throttle_configs(&current, &plan, 100);
+        // Partition 1 does not move: only brokers 1 and 2 are involved.
+        let brokers: Vec<&str> = changes
+            .iter()
+            .filter(|c| c.0 == RESOURCE_BROKER)
+            .map(|c| c.1.as_str())
+            .collect();
+        assert_eq!(brokers, vec!["1", "2"]);
+        let topic = changes.iter().find(|c| c.0 == RESOURCE_TOPIC).unwrap();
+        assert_eq!(
+            topic.2,
+            vec![
+                (LEADER_REPLICAS.to_string(), 0, Some("0:1".to_string())),
+                (FOLLOWER_REPLICAS.to_string(), 0, Some("0:2".to_string())),
+            ]
+        );
+        let undo = unthrottle_configs(&[1, 2, 3], &plan);
+        assert_eq!(undo.len(), 4);
+        assert!(undo
+            .iter()
+            .all(|c| c.2.iter().all(|(_, op, v)| *op == 1 && v.is_none())));
     }
 }

@@ -21,8 +21,8 @@ use crate::{connect, emit, emit_json, subcommand, COMMON_OPTIONS};
 const USAGE: &str = "\
 usage:
   keel topic reassign generate --topics T[,T...] --brokers ID[,ID...] [--replication-factor N]
-  keel topic reassign execute --plan FILE
-  keel topic reassign verify --plan FILE
+  keel topic reassign execute --plan FILE [--throttle BYTES_PER_SEC]
+  keel topic reassign verify --plan FILE [--preserve-throttles]
   keel topic reassign cancel --plan FILE
 Moves partitions between brokers the way kafka-reassign-partitions.sh does, with its plan
 file ({\"version\":1,\"partitions\":[{\"topic\":\"t\",\"partition\":0,\"replicas\":[1,2,3]}]};
@@ -32,10 +32,14 @@ FILE - reads stdin; --reassignment-json-file is accepted for --plan):
             nothing changes. --replication-factor N proposes N replicas per partition (a
             Keel extension; Kafka's tool keeps each topic's own).
   execute   starts the plan's reassignments and prints the assignment they replace (save it
-            to roll back); exit 1 when any partition was refused.
+            to roll back); exit 1 when any partition was refused. --throttle sets Kafka's
+            replication throttles first: leader and follower.replication.throttled.rate on
+            every broker involved, and the topics' throttled replicas (the moving partitions'
+            current replicas as leaders, the added ones as followers).
   verify    per partition: complete (replicas are the plan's, nothing in progress), in
             progress (with the replicas being added and removed) or different; exit 0 only
-            when every partition is complete.
+            when every partition is complete; then it removes the throttles (from every
+            broker, and the plan's topics) unless --preserve-throttles.
   cancel    cancels the plan's reassignments in progress: each partition goes back to the
             replicas it had before (NO_REASSIGNMENT_IN_PROGRESS is reported, not an error).
 ";
@@ -50,7 +54,15 @@ pub fn run(args: &[String], out: &mut dyn Write) -> Result<i32> {
             values: &["--topics", "--topic", "--brokers", "--replication-factor"],
             switches: &[],
         },
-        "execute" | "verify" | "cancel" => Spec {
+        "execute" => Spec {
+            values: &["--plan", "--throttle"],
+            switches: &[],
+        },
+        "verify" => Spec {
+            values: &["--plan"],
+            switches: &["--preserve-throttles"],
+        },
+        "cancel" => Spec {
             values: &["--plan"],
             switches: &[],
         },
@@ -78,8 +90,39 @@ pub fn run(args: &[String], out: &mut dyn Write) -> Result<i32> {
     let plan = read_plan(&p)?;
     let mut client = connect(&p)?;
     match sub {
-        "execute" => execute(&mut client, &plan, p.json(), out),
-        "verify" => verify(&mut client, &plan, p.json(), out),
+        "execute" => {
+            let throttle = match p.get("--throttle") {
+                None => None,
+                Some(v) => Some(
+                    v.trim()
+                        .parse::<i64>()
+                        .ok()
+                        .filter(|r| *r >= 0)
+                        .ok_or_else(|| {
+                            CliError::Usage(format!(
+                            "--throttle must be a whole number of bytes per second >= 0, not {v:?}"
+                        ))
+                        })?,
+                ),
+            };
+            execute(&mut client, &plan, throttle, p.json(), out)
+        }
+        "verify" => {
+            let code = verify(&mut client, &plan, p.json(), out)?;
+            if code == 0 && !p.has("--preserve-throttles") {
+                let brokers: Vec<i32> = client
+                    .metadata(Some(&[]))?
+                    .brokers
+                    .iter()
+                    .map(|b| b.id)
+                    .collect();
+                set_configs(&mut client, &plan::unthrottle_configs(&brokers, &plan))?;
+                if !p.json() {
+                    emit(out, "Throttles removed.")?;
+                }
+            }
+            Ok(code)
+        }
         _ => cancel(&mut client, &plan, p.json(), out),
     }
 }
@@ -287,9 +330,42 @@ fn results_report(
     (t.render(), Value::Array(list))
 }
 
-fn execute(client: &mut Client, plan: &Plan, json: bool, out: &mut dyn Write) -> Result<i32> {
+/// Applies config changes; the first refused one is an error naming it.
+fn set_configs(client: &mut Client, changes: &[crate::client::ConfigOps]) -> Result<()> {
+    for ((ty, name, _), (code, message)) in changes
+        .iter()
+        .zip(client.incremental_alter_configs(changes)?)
+    {
+        if code != 0 {
+            let what = if *ty == 4 { "broker" } else { "topic" };
+            return Err(CliError::Protocol(format!(
+                "setting the throttle on {what} {name:?}: {}{}",
+                error_name(code),
+                message.map(|m| format!(": {m}")).unwrap_or_default()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn execute(
+    client: &mut Client,
+    plan: &Plan,
+    throttle: Option<i64>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<i32> {
     let meta = client.metadata(Some(&plan_topics(plan)))?;
     let current = current_of(&meta, plan);
+    if let Some(rate) = throttle {
+        set_configs(client, &plan::throttle_configs(&current, plan, rate))?;
+        if !json {
+            emit(
+                out,
+                &format!("Throttle set to {rate} B/s on the brokers and replicas involved."),
+            )?;
+        }
+    }
     let moves: Vec<(String, i32, Option<Vec<i32>>)> = plan
         .partitions
         .iter()
