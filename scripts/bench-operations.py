@@ -19,8 +19,10 @@ reassign: `keel-bench probe` measures the data disk's sequential O_DIRECT write 
 Usage: scripts/bench-operations.py [--keel target/release/keel]
        [--bench target/release/keel-bench] [--only shutdown|reassign] [--rate 2000]
        [--reassign-mb 500]
-Needs: cargo build --release -p keel-broker -p keel-bench; confluent-kafka
-(tests/python/requirements.txt). Prints one JSON document.
+Environment: BENCH_BROKER_EXTRA (more broker arguments, e.g. "--set replica.fetch.wait.max.ms=100"),
+BENCH_PRODUCER_EXTRA (JSON of more producer settings).
+Needs: cargo build --release -p keel-broker -p keel-bench; confluent-kafka and kafka-python
+(tests/python/requirements.txt; kafka-python sends the AlterPartitionReassignments). Prints one JSON document.
 """
 
 import argparse
@@ -38,6 +40,7 @@ import time
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaAdminClient, TopicPartition
 
 # The cluster node of the failover benchmark: one definition of how a node starts and stops.
 _spec = importlib.util.spec_from_file_location(
@@ -69,7 +72,8 @@ class Load:
         self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                            "enable.idempotence": True, "linger.ms": 1,
                            "message.timeout.ms": 60000,
-                           "topic.metadata.refresh.interval.ms": 1000})
+                           "topic.metadata.refresh.interval.ms": 1000,
+                           **json.loads(os.environ.get("BENCH_PRODUCER_EXTRA", "{}"))})
         self.acks, self.errors, self.sent = [], [], 0
         self.stop_flag = False
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -120,7 +124,8 @@ def cluster(keel, workdir, extra=()):
         "--node-id", str(i + 1), "--controller-quorum", quorum,
         "--controller-listen", f"127.0.0.1:{cports[i]}",
         "--set", "broker.session.timeout.ms=9000",
-        "--set", "broker.heartbeat.interval.ms=500"] + list(extra)) for i in range(3)]
+        "--set", "broker.heartbeat.interval.ms=500"] + list(extra)
+        + os.environ.get("BENCH_BROKER_EXTRA", "").split()) for i in range(3)]
     for n in nodes:
         n.start()
     for n in nodes:
@@ -233,10 +238,8 @@ def bench_reassign(a, workdir):
     load = Load(every, "other", 6, a.rate).start()
     time.sleep(a.steady_s)
     t0 = time.perf_counter()
-    subprocess.run([a.keel, "topic", "reassign", "execute", "--plan", "-", "-b", every],
-                   input=json.dumps({"version": 1, "partitions": [
-                       {"topic": "big", "partition": 0, "replicas": [src, dst]}]}),
-                   text=True, check=True, capture_output=True)
+    KafkaAdminClient(bootstrap_servers=every).alter_partition_reassignments(
+        {TopicPartition("big", 0): [src, dst]})
     done_ms = None
     while time.perf_counter() - t0 < 600:
         p = admin.list_topics("big", timeout=5).topics["big"].partitions[0]

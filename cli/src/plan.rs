@@ -43,11 +43,7 @@ const FOLLOWER_REPLICAS: &str = "follower.replication.throttled.replicas";
 /// kafka-reassign-partitions.sh `--throttle` makes them: both rates on every broker involved,
 /// and per topic the leader throttle on the current replicas of each moving partition and the
 /// follower throttle on the replicas it adds. `current`: each partition's replicas now.
-pub fn throttle_configs(
-    current: &Plan,
-    plan: &Plan,
-    rate: i64,
-) -> Vec<ConfigOps> {
+pub fn throttle_configs(current: &Plan, plan: &Plan, rate: i64) -> Vec<ConfigOps> {
     let mut brokers: BTreeSet<i32> = BTreeSet::new();
     let mut topics: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
     for a in &plan.partitions {
@@ -95,10 +91,7 @@ pub fn throttle_configs(
 
 /// The config changes that remove the throttles again: both rates on `brokers`, both lists on
 /// the plan's topics (Kafka's `--verify` clears them once the plan is complete).
-pub fn unthrottle_configs(
-    brokers: &[i32],
-    plan: &Plan,
-) -> Vec<ConfigOps> {
+pub fn unthrottle_configs(brokers: &[i32], plan: &Plan) -> Vec<ConfigOps> {
     let delete = |k: &str| (k.to_string(), 1i8, None);
     let topics: BTreeSet<&str> = plan.partitions.iter().map(|a| a.topic.as_str()).collect();
     brokers
