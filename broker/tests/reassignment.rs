@@ -276,9 +276,11 @@ fn a_throttled_reassignment_copies_at_the_throttled_rate() {
     let target = (1..=3).find(|b| *b != leader).unwrap();
     let reports = Reports::default();
     let p = producer(&nodes[0].bootstrap(), &reports);
-    let value = "x".repeat(1000);
-    for i in 0..4000 {
-        let key = format!("t{i}");
+    // Each record about 2 kB, named by its key (value `value-of-{key}`) for the checker.
+    let pad = "x".repeat(990);
+    for i in 0..2000 {
+        let key = format!("t{i}-{pad}");
+        let value = format!("value-of-{key}");
         loop {
             let record = rdkafka::producer::BaseRecord::to("thr")
                 .partition(0)
@@ -294,7 +296,7 @@ fn a_throttled_reassignment_copies_at_the_throttled_rate() {
         p.poll(Duration::ZERO);
     }
     rdkafka::producer::Producer::flush(&p, Duration::from_secs(60)).unwrap();
-    assert_eq!(acked(&reports).len(), 4000);
+    assert_eq!(acked(&reports).len(), 2000);
     let size: u64 = std::fs::read_dir(nodes[index_of(leader)].data_dir().join("thr-0"))
         .unwrap()
         .filter_map(|e| e.ok())
@@ -336,6 +338,38 @@ fn a_throttled_reassignment_copies_at_the_throttled_rate() {
             (0, String::new())
         );
     }
+    // An idempotent acks=all producer keeps writing (slowly: 20 small records/s) during the
+    // copy, and a consumer reads throughout; the checker compares them at the end.
+    let all: String = nodes
+        .iter()
+        .map(|b| b.bootstrap())
+        .collect::<Vec<_>>()
+        .join(",");
+    let checker = Checker::default();
+    let background = Background::start(&checker, &all, "thr", 1);
+    let during = Reports::default();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (all, during, stop) = (all.clone(), during.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let p = producer(&all, &during);
+            let mut sent = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && sent < 400 {
+                let key = format!("d{sent}");
+                let value = format!("value-of-{key}");
+                let record = rdkafka::producer::BaseRecord::to("thr")
+                    .partition(0)
+                    .key(&key)
+                    .payload(&value);
+                if p.send(record).is_ok() {
+                    sent += 1;
+                }
+                p.poll(Duration::from_millis(50));
+            }
+            rdkafka::producer::Producer::flush(&p, Duration::from_secs(60)).unwrap();
+            sent
+        })
+    };
     let started = std::time::Instant::now();
     assert_eq!(
         alter(&nodes[0], "thr", 0, Some(&[leader, target])),
@@ -347,6 +381,13 @@ fn a_throttled_reassignment_copies_at_the_throttled_rate() {
         || ongoing(&nodes[0], "thr").is_empty(),
     );
     let elapsed = started.elapsed().as_secs_f64();
+    // What was copied: the log as it was, and what the producer added meanwhile.
+    let size: u64 = std::fs::read_dir(nodes[index_of(target)].data_dir().join("thr-0"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
     let copied = size as f64 / elapsed;
     eprintln!(
         "throttled copy: {size} bytes in {elapsed:.2} s = {:.0} B/s against {rate} B/s",
@@ -357,6 +398,17 @@ fn a_throttled_reassignment_copies_at_the_throttled_rate() {
         "copied at {copied:.0} B/s, throttle {rate} B/s"
     );
     wait_assigned(&nodes, "thr", 0, &[leader, target]);
-    let read = read_all(&nodes[index_of(target)].bootstrap(), "thr", 0, 3999);
-    assert_eq!(read.len(), 4000);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = writer.join().unwrap();
+    checker.acked_reports(&reports, "thr", Acks::All);
+    assert_eq!(
+        checker.acked_reports(&during, "thr", Acks::All),
+        0,
+        "no write failed"
+    );
+    assert!(background.stop() > 0, "the consumer read during the copy");
+    final_pass(&checker, &nodes[index_of(target)].bootstrap(), "thr", 0);
+    let r = checker.assert_clean("throttled reassignment");
+    assert_eq!(r.acked_all, 2000 + sent as u64);
+    assert_eq!(checker.unacknowledged_reads(), Vec::<String>::new());
 }
