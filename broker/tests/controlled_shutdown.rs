@@ -11,8 +11,6 @@
 mod common;
 
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::replicated::*;
@@ -121,28 +119,7 @@ fn sigterm_hands_leadership_over_before_stopping_and_the_restart_skips_recovery(
         send_all(&p, "cs", part, &keys(&format!("pre{part}-"), 300));
     }
     // An idempotent acks=all producer writes throughout (bounded).
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (all, reports, stop) = (all.clone(), reports.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let p = producer(&all, &reports);
-            let mut sent = 0;
-            while !stop.load(Ordering::Relaxed) && sent < 3000 {
-                let key = format!("k{sent}");
-                let value = format!("value-of-{key}");
-                let record = BaseRecord::to("cs")
-                    .partition(sent % 3)
-                    .key(&key)
-                    .payload(&value);
-                if p.send(record).is_ok() {
-                    sent += 1;
-                }
-                p.poll(Duration::from_millis(5));
-            }
-            p.flush(Duration::from_secs(60)).unwrap();
-            sent
-        })
-    };
+    let writer = Writer::start(&all, "cs", 3, "k", 3000, Duration::from_millis(5));
     std::thread::sleep(Duration::from_secs(1));
 
     let code = nodes[v].stop();
@@ -209,12 +186,12 @@ fn sigterm_hands_leadership_over_before_stopping_and_the_restart_skips_recovery(
         "a clean restart rescanned {clean_scan} bytes of cs-0"
     );
 
-    stop.store(true, Ordering::Relaxed);
-    let sent = writer.join().unwrap();
-    let results = reports.0.lock().unwrap().clone();
-    let errors: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-    assert!(errors.is_empty(), "the producer saw errors: {errors:?}");
-    let acked_all = acked(&reports);
+    let errors = writer.errors();
+    let written = writer.reports.clone();
+    let sent = writer.stop();
+    assert_eq!(errors, Vec::<String>::new(), "the producer saw errors");
+    let mut acked_all = acked(&reports);
+    acked_all.extend(acked(&written));
     assert_eq!(acked_all.len(), 900 + sent as usize);
 
     // After a kill -9 nothing is trusted: the active segment is scanned whole.

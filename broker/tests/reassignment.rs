@@ -103,29 +103,7 @@ fn reassignments_grow_shrink_cancel_and_replace_without_losing_a_record() {
         .join(",");
     let checker = Checker::default();
     let background = Background::start(&checker, &all, "re", 2);
-    let reports = Reports::default();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let (all, reports, stop) = (all.clone(), reports.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let p = producer(&all, &reports);
-            let mut sent = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) && sent < 4000 {
-                let key = format!("k{sent}");
-                let value = format!("value-of-{key}");
-                let record = rdkafka::producer::BaseRecord::to("re")
-                    .partition(sent % 2)
-                    .key(&key)
-                    .payload(&value);
-                if p.send(record).is_ok() {
-                    sent += 1;
-                }
-                p.poll(Duration::from_millis(4));
-            }
-            rdkafka::producer::Producer::flush(&p, Duration::from_secs(60)).unwrap();
-            sent
-        })
-    };
+    let writer = Writer::start(&all, "re", 2, "k", 4000, Duration::from_millis(4));
     std::thread::sleep(Duration::from_secs(1));
 
     // RF 1 -> 3: the two added replicas copy the log, join the ISR, and it completes.
@@ -204,18 +182,17 @@ fn reassignments_grow_shrink_cancel_and_replace_without_losing_a_record() {
     assert_eq!(partition(&nodes[0], "re", 1).unwrap(), before);
     assert!(ongoing(&nodes[0], "re").is_empty());
 
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let sent = writer.join().unwrap();
-    let results = reports.0.lock().unwrap().clone();
-    let errors: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-    assert!(errors.is_empty(), "the producer saw errors: {errors:?}");
-    checker.acked_reports(&reports, "re", Acks::All);
+    let errors = writer.errors();
+    let reports = writer.reports.clone();
+    let sent = writer.stop();
+    assert_eq!(errors, Vec::<String>::new(), "the producer saw errors");
+    assert_eq!(checker.acked_reports(&reports, "re", Acks::All), 0);
     assert!(background.stop() > 0, "the consumer read during the moves");
     for p in 0..2 {
         final_pass(&checker, &nodes[0].bootstrap(), "re", p);
     }
     let r = checker.assert_clean("reassignments");
-    assert_eq!(r.acked_all, sent as u64);
+    assert_eq!(r.acked_all, sent);
     assert_eq!(checker.unacknowledged_reads(), Vec::<String>::new());
 }
 
@@ -347,29 +324,7 @@ fn a_throttled_reassignment_copies_at_the_throttled_rate() {
         .join(",");
     let checker = Checker::default();
     let background = Background::start(&checker, &all, "thr", 1);
-    let during = Reports::default();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let (all, during, stop) = (all.clone(), during.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let p = producer(&all, &during);
-            let mut sent = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) && sent < 400 {
-                let key = format!("d{sent}");
-                let value = format!("value-of-{key}");
-                let record = rdkafka::producer::BaseRecord::to("thr")
-                    .partition(0)
-                    .key(&key)
-                    .payload(&value);
-                if p.send(record).is_ok() {
-                    sent += 1;
-                }
-                p.poll(Duration::from_millis(50));
-            }
-            rdkafka::producer::Producer::flush(&p, Duration::from_secs(60)).unwrap();
-            sent
-        })
-    };
+    let writer = Writer::start(&all, "thr", 1, "d", 400, Duration::from_millis(50));
     let started = std::time::Instant::now();
     assert_eq!(
         alter(&nodes[0], "thr", 0, Some(&[leader, target])),
@@ -398,8 +353,8 @@ fn a_throttled_reassignment_copies_at_the_throttled_rate() {
         "copied at {copied:.0} B/s, throttle {rate} B/s"
     );
     wait_assigned(&nodes, "thr", 0, &[leader, target]);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let sent = writer.join().unwrap();
+    let during = writer.reports.clone();
+    let sent = writer.stop();
     checker.acked_reports(&reports, "thr", Acks::All);
     assert_eq!(
         checker.acked_reports(&during, "thr", Acks::All),
@@ -409,6 +364,6 @@ fn a_throttled_reassignment_copies_at_the_throttled_rate() {
     assert!(background.stop() > 0, "the consumer read during the copy");
     final_pass(&checker, &nodes[index_of(target)].bootstrap(), "thr", 0);
     let r = checker.assert_clean("throttled reassignment");
-    assert_eq!(r.acked_all, 2000 + sent as u64);
+    assert_eq!(r.acked_all, 2000 + sent);
     assert_eq!(checker.unacknowledged_reads(), Vec::<String>::new());
 }

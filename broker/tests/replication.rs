@@ -459,7 +459,6 @@ fn rolling_restarts_lose_no_acknowledged_record() {
         .map(|b| b.bootstrap())
         .collect::<Vec<_>>()
         .join(",");
-    let reports = Reports::default();
     let reports1 = Reports::default();
     let checker = Checker::default();
     let background = Background::start(&checker, &all, "rolling", 2);
@@ -487,30 +486,7 @@ fn rolling_restarts_lose_no_acknowledged_record() {
         })
     };
     // An idempotent acks=all producer runs throughout, bounded to 3000 records.
-    let writer = {
-        let (all, reports, stop) = (all.clone(), reports.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let p = producer(&all, &reports);
-            let mut sent = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) && sent < 3000 {
-                let key = format!("k{sent}");
-                let value = format!("value-of-{key}");
-                if p.send(
-                    BaseRecord::to("rolling")
-                        .partition(sent % 2)
-                        .key(&key)
-                        .payload(&value),
-                )
-                .is_ok()
-                {
-                    sent += 1;
-                }
-                p.poll(Duration::from_millis(5));
-            }
-            p.flush(Duration::from_secs(90)).unwrap();
-            sent
-        })
-    };
+    let writer = Writer::start(&all, "rolling", 2, "k", 3000, Duration::from_millis(5));
     // The preferred leader of partition 0 restarts last: nothing but the rebalance gives it
     // its leadership back.
     let preferred = index_of(partition(&nodes[0], "rolling", 0).unwrap().2[0]);
@@ -540,17 +516,12 @@ fn rolling_restarts_lose_no_acknowledged_record() {
         );
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let sent = writer.join().unwrap();
-    let sent1 = writer1.join().unwrap();
     // The idempotent acks=all producer saw no error that reached the application: every
     // error on the way (NOT_LEADER_OR_FOLLOWER while leadership moved) was retriable.
-    let errors: Vec<String> = reports
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
-        .collect();
+    let errors = writer.errors();
+    let reports = writer.reports.clone();
+    let sent = writer.stop();
+    let sent1 = writer1.join().unwrap();
     assert_eq!(errors, Vec::<String>::new(), "non-retriable errors");
     let acked = acked(&reports);
     assert_eq!(acked.len(), sent as usize);
@@ -573,7 +544,7 @@ fn rolling_restarts_lose_no_acknowledged_record() {
     }
     // An idempotent producer writes each record once: a duplicate is an error.
     let r = checker.assert_clean("rolling restarts");
-    assert_eq!(r.acked_all, sent as u64);
+    assert_eq!(r.acked_all, sent);
     let unacked = checker.unacknowledged_reads();
     assert!(
         unacked.len() <= failed1 && unacked.iter().all(|k| k.starts_with("one-")),

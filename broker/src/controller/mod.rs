@@ -1116,25 +1116,7 @@ pub async fn alter_topic_configs(
             if validate_only || next == topic.configs {
                 return Ok(());
             }
-            let mut records = Vec::new();
-            for (k, v) in &next {
-                if topic.configs.get(k) != Some(v) {
-                    records.push(Record::ConfigChanged {
-                        resource_type: RESOURCE_TOPIC,
-                        resource_name: name.clone(),
-                        name: k.clone(),
-                        value: Some(v.clone()),
-                    });
-                }
-            }
-            for k in topic.configs.keys().filter(|k| !next.contains_key(*k)) {
-                records.push(Record::ConfigChanged {
-                    resource_type: RESOURCE_TOPIC,
-                    resource_name: name.clone(),
-                    name: k.clone(),
-                    value: None,
-                });
-            }
+            let records = config_records(RESOURCE_TOPIC, &name, &topic.configs, &next);
             propose(&shard, records).await
         }
     });
@@ -1167,29 +1149,38 @@ pub async fn alter_broker_configs(
             if validate_only || next == *current {
                 return Ok(());
             }
-            let mut records = Vec::new();
-            for (k, v) in &next {
-                if current.get(k) != Some(v) {
-                    records.push(Record::ConfigChanged {
-                        resource_type: RESOURCE_BROKER,
-                        resource_name: name.clone(),
-                        name: k.clone(),
-                        value: Some(v.clone()),
-                    });
-                }
-            }
-            for k in current.keys().filter(|k| !next.contains_key(*k)) {
-                records.push(Record::ConfigChanged {
-                    resource_type: RESOURCE_BROKER,
-                    resource_name: name.clone(),
-                    name: k.clone(),
-                    value: None,
-                });
-            }
+            let records = config_records(RESOURCE_BROKER, &name, current, &next);
             propose(&shard, records).await
         }
     });
     join_all(runs.collect::<Vec<_>>()).await
+}
+
+/// The records that take resource `name`'s overrides from `current` to `next`: each set or
+/// changed value, then each removed one.
+fn config_records(
+    resource_type: i8,
+    name: &str,
+    current: &BTreeMap<String, String>,
+    next: &BTreeMap<String, String>,
+) -> Vec<Record> {
+    let changed = next
+        .iter()
+        .filter(|(k, v)| current.get(*k) != Some(*v))
+        .map(|(k, v)| (k, Some(v.clone())));
+    let removed = current
+        .keys()
+        .filter(|k| !next.contains_key(*k))
+        .map(|k| (k, None));
+    changed
+        .chain(removed)
+        .map(|(k, value)| Record::ConfigChanged {
+            resource_type,
+            resource_name: name.to_string(),
+            name: k.clone(),
+            value,
+        })
+        .collect()
 }
 
 /// The configs whose values are comma-separated lists (APPEND and SUBTRACT apply to them).

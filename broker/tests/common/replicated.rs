@@ -494,6 +494,73 @@ fn checker_consumer(bootstrap: &str) -> BaseConsumer {
 /// A consumer reading `topic`'s `partitions` from their start on a thread while the faults
 /// happen, recording every read into the checker; bounded by a stop flag and
 /// [`BACKGROUND_MAX`].
+/// An idempotent acks=all producer in a thread: records keyed `{prefix}{n}` with value
+/// `value-of-{key}`, round-robin over `partitions` partitions of a topic, one every `pace`,
+/// until stopped or `limit` are sent. Its delivery reports are in `reports`.
+pub struct Writer {
+    pub reports: Reports,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<u64>,
+}
+
+impl Writer {
+    pub fn start(
+        bootstrap: &str,
+        topic: &str,
+        partitions: i32,
+        prefix: &str,
+        limit: u64,
+        pace: Duration,
+    ) -> Writer {
+        let reports = Reports::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (bootstrap, reports, stop) = (bootstrap.to_string(), reports.clone(), stop.clone());
+            let (topic, prefix) = (topic.to_string(), prefix.to_string());
+            std::thread::spawn(move || {
+                let p = producer(&bootstrap, &reports);
+                let mut sent = 0u64;
+                while !stop.load(Ordering::Relaxed) && sent < limit {
+                    let key = format!("{prefix}{sent}");
+                    let value = format!("value-of-{key}");
+                    let record = BaseRecord::to(&topic)
+                        .partition((sent % partitions as u64) as i32)
+                        .key(&key)
+                        .payload(&value);
+                    if p.send(record).is_ok() {
+                        sent += 1;
+                    }
+                    p.poll(pace);
+                }
+                p.flush(Duration::from_secs(90)).unwrap();
+                sent
+            })
+        };
+        Writer {
+            reports,
+            stop,
+            thread,
+        }
+    }
+
+    /// Stops, waits for every delivery report; returns how many records were sent.
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+
+    /// The errors delivery reports carried (none when every error was retriable).
+    pub fn errors(&self) -> Vec<String> {
+        self.reports
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+            .collect()
+    }
+}
+
 pub struct Background {
     stop: Arc<AtomicBool>,
     reads: Arc<std::sync::atomic::AtomicU64>,
