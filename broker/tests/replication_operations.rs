@@ -36,33 +36,6 @@ fn follower_lag(b: &Broker, topic: &str, follower: i32) -> Option<u64> {
         .find_map(|l| l.strip_prefix(&prefix).map(|v| v.trim().parse().unwrap()))
 }
 
-fn describe(b: &Broker, topic: &str) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args(["topic", "describe", topic, "--json", "-b", &b.bootstrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v[0]["partitions"][0].clone()
-}
-
-fn ids(v: &Value) -> Vec<i64> {
-    let mut out: Vec<i64> = v
-        .as_array()
-        .unwrap_or_else(|| panic!("not a list: {v}"))
-        .iter()
-        .map(|x| x.as_i64().unwrap())
-        .collect();
-    out.sort();
-    out
-}
-
 #[test]
 fn replication_shows_in_metrics_describe_and_profile() {
     let _serial = serial();

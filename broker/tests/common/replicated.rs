@@ -10,6 +10,7 @@
 //! records).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -24,6 +25,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
 
 pub use keel_bench::checker::{Acks, LedgerReport};
 use keel_bench::checker::{Ledger, MessageId, Pass};
@@ -797,4 +799,34 @@ pub fn topic_id(b: &Broker, name: &str) -> uuid::Uuid {
         .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == name))
         .map(|t| t.topic_id)
         .expect("topic exists")
+}
+
+/// `keel topic describe TOPIC --json` through `b`: partition 0's entry (leader, replicas,
+/// ISR, ELR, ...).
+pub fn describe(b: &Broker, topic: &str) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["topic", "describe", topic, "--json", "-b", &b.bootstrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v[0]["partitions"][0].clone()
+}
+
+/// A JSON list of broker ids, sorted.
+pub fn ids(v: &Value) -> Vec<i64> {
+    let mut out: Vec<i64> = v
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .collect();
+    out.sort();
+    out
 }
