@@ -22,8 +22,11 @@
 //!
 //! AlterPartition ([`MetadataHandle::alter_partition`]) and controlled shutdown are handled
 //! here too: the broker's shard 0 sends the ISR changes of its partitions in one batch and
-//! gets a result per partition; on `shutdown` this node asks the controller to move its
-//! leadership away and fence it before Raft stops (bounded wait, best effort).
+//! gets a result per partition; after `begin_controlled_shutdown` this broker's heartbeats ask
+//! to shut down (Kafka's `WantShutDown`), the controller moves its leadership away, takes it
+//! out of the ISRs and fences it, then answers `should_shut_down`, which comes back as
+//! `Event::ControlledShutdownDone` (also when no controller answers for a few election
+//! timeouts: nobody could take the leadership over).
 //!
 //! Preferred leaders: ElectLeaders ([`MetadataHandle::elect_leaders`]) is decided here on the
 //! latest image and answered once committed, and while `leader_rebalance` is set the leader
