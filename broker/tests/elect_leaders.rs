@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::client::{topic, Client};
 use common::replicated::*;
-use common::{free_port, Broker};
+use common::Broker;
 use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::*;
 use rdkafka::producer::{BaseRecord, Producer};
@@ -97,40 +97,6 @@ fn create_assigned(b: &Broker, name: &str, replicas: &[Vec<i32>], min_isr: i32) 
     assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
 }
 
-/// A broker that joins `voters`' quorum as a learner (not a voter), so it can be stopped
-/// without costing the quorum its majority.
-fn learner(voters: &[Broker], node_id: i32) -> Broker {
-    let extra = &voters[0].extra;
-    let at = extra
-        .iter()
-        .position(|a| a == "--controller-quorum")
-        .unwrap();
-    let quorum = extra[at + 1].clone();
-    let id = node_id.to_string();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let mut b = Broker::prepare(&[
-        "--node-id",
-        &id,
-        "--controller-quorum",
-        &quorum,
-        "--controller-listen",
-        &listen,
-        "--set",
-        "broker.session.timeout.ms=3000",
-        "--set",
-        "broker.heartbeat.interval.ms=500",
-        "--set",
-        "replica.lag.time.max.ms=3000",
-        "--set",
-        "replica.fetch.backoff.ms=200",
-        "--set",
-        "auto.leader.rebalance.enable=false",
-    ]);
-    let start = b.spawn_nowait();
-    b.wait_serving(start);
-    b
-}
-
 /// Leader and leader epoch of each partition of `name`, as `b` reports them.
 fn leaders(b: &Broker, name: &str, partitions: i32) -> Vec<(i32, i32)> {
     (0..partitions)
@@ -178,7 +144,7 @@ fn elect_leaders_moves_leadership_back_and_answers_kafkas_codes() {
             "leader.imbalance.check.interval.seconds=1",
         ],
     );
-    let mut four = learner(&nodes, 4);
+    let mut four = learner(&nodes, 4, &["--set", "auto.leader.rebalance.enable=false"]);
     // 6 partitions: each broker is the preferred replica of two, and leads them.
     create_assigned(&nodes[0], "t", &rotated(6), 2);
     for p in 0..6 {

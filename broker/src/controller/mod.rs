@@ -1112,12 +1112,9 @@ pub async fn alter_topic_configs(
         let image = image.clone();
         async move {
             let topic = known_topic(&image, &name)?;
-            let next = apply_change(&topic.configs, &change, validate_topic_config)?;
-            if validate_only || next == topic.configs {
-                return Ok(());
-            }
-            let records = config_records(RESOURCE_TOPIC, &name, &topic.configs, &next);
-            propose(&shard, records).await
+            let scope = (RESOURCE_TOPIC, name.as_str());
+            let check: Validator = validate_topic_config;
+            alter_overrides(&shard, scope, &topic.configs, &change, check, validate_only).await
         }
     });
     join_all(runs.collect::<Vec<_>>()).await
@@ -1145,15 +1142,32 @@ pub async fn alter_broker_configs(
             }
             let empty = BTreeMap::new();
             let current = image.cluster.broker_configs.get(&name).unwrap_or(&empty);
-            let next = apply_change(current, &change, validate_dynamic_broker_config)?;
-            if validate_only || next == *current {
-                return Ok(());
-            }
-            let records = config_records(RESOURCE_BROKER, &name, current, &next);
-            propose(&shard, records).await
+            let scope = (RESOURCE_BROKER, name.as_str());
+            let check: Validator = validate_dynamic_broker_config;
+            alter_overrides(&shard, scope, current, &change, check, validate_only).await
         }
     });
     join_all(runs.collect::<Vec<_>>()).await
+}
+
+/// Checks one config's name and value.
+type Validator = fn(&str, &str) -> Result<()>;
+
+/// Applies `change` to one resource's overrides (`scope`: Kafka's resource type and name),
+/// each value checked by `check`, and commits what differs (nothing under `validate_only`).
+async fn alter_overrides(
+    shard: &Rc<BrokerShard>,
+    scope: (i8, &str),
+    current: &BTreeMap<String, String>,
+    change: &ConfigChange,
+    check: Validator,
+    validate_only: bool,
+) -> Result<(), OpError> {
+    let next = apply_change(current, change, check)?;
+    if validate_only || next == *current {
+        return Ok(());
+    }
+    propose(shard, config_records(scope.0, scope.1, current, &next)).await
 }
 
 /// The records that take resource `name`'s overrides from `current` to `next`: each set or
@@ -1193,7 +1207,7 @@ const LIST_CONFIGS: &[&str] = &[
 fn apply_change(
     current: &BTreeMap<String, String>,
     change: &ConfigChange,
-    validate: fn(&str, &str) -> Result<()>,
+    validate: Validator,
 ) -> Result<BTreeMap<String, String>, OpError> {
     let invalid = |m: String| OpError::new(ResponseError::InvalidConfig, m);
     let next = match change {

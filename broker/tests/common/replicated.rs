@@ -149,6 +149,33 @@ fn start_voters(
     nodes
 }
 
+/// A broker (node `node_id`) that joins `voters`' quorum as a learner, not a voter, so it can
+/// be stopped without costing the quorum its majority; the same short timeouts, plus `extra`.
+pub fn learner(voters: &[Broker], node_id: i32, extra: &[&str]) -> Broker {
+    let given = &voters[0].extra;
+    let at = given
+        .iter()
+        .position(|a| a == "--controller-quorum")
+        .expect("a voter's --controller-quorum");
+    let quorum = given[at + 1].clone();
+    let id = node_id.to_string();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut args = vec![
+        "--node-id",
+        &id,
+        "--controller-quorum",
+        &quorum,
+        "--controller-listen",
+        &listen,
+    ];
+    args.extend_from_slice(&SHORT_TIMEOUTS);
+    args.extend_from_slice(extra);
+    let mut b = Broker::prepare(&args);
+    let start = b.spawn_nowait();
+    b.wait_serving(start);
+    b
+}
+
 pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
     while start.elapsed() < timeout {
