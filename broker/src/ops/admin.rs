@@ -183,6 +183,9 @@ async fn serve(shard: Rc<BrokerShard>, mut stream: TcpStream) {
                 body.push_str(&render_quorum(&c.handle.quorum()));
             }
             body.push_str(&render_offline(&shard));
+            body.push_str(&crate::ops::metrics::render_process_cpu(
+                crate::ops::metrics::process_cpu(),
+            ));
             let _ = respond(&mut stream, "200 OK", &body).await;
         }
         ("GET", "/quorum") => {

@@ -320,9 +320,57 @@ impl ShardCounters {
             replica_served_bytes: self.replica_served_bytes.get(),
             replica_truncations: self.replica_truncations.get(),
             replica_truncations_below_hw: self.replica_truncations_below_hw.get(),
+            cpu: thread_cpu(),
             ..Default::default()
         }
     }
+}
+
+/// User and system CPU seconds, as the kernel accounts them.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct CpuSeconds {
+    pub user_s: f64,
+    pub system_s: f64,
+}
+
+fn cpu_of(who: libc::c_int) -> CpuSeconds {
+    // SAFETY: an all-zero rusage is a valid value, and getrusage writes only into it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a local struct; `who` is one of the RUSAGE_* constants.
+    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
+        return CpuSeconds::default();
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    CpuSeconds {
+        user_s: secs(usage.ru_utime),
+        system_s: secs(usage.ru_stime),
+    }
+}
+
+/// The calling thread's CPU time (a shard's, when called on the shard).
+pub fn thread_cpu() -> CpuSeconds {
+    cpu_of(libc::RUSAGE_THREAD)
+}
+
+/// The whole process's CPU time: every shard, the metadata thread, glommio's helper threads.
+pub fn process_cpu() -> CpuSeconds {
+    cpu_of(libc::RUSAGE_SELF)
+}
+
+/// Prometheus' standard `process_cpu_seconds_total`, and the same split by mode.
+pub fn render_process_cpu(cpu: CpuSeconds) -> String {
+    format!(
+        "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n\
+         # TYPE process_cpu_seconds_total counter\n\
+         process_cpu_seconds_total {}\n\
+         # HELP keel_process_cpu_seconds_total The process's CPU time by mode (user, system): every thread, shards and others.\n\
+         # TYPE keel_process_cpu_seconds_total counter\n\
+         keel_process_cpu_seconds_total{{mode=\"user\"}} {}\n\
+         keel_process_cpu_seconds_total{{mode=\"system\"}} {}\n",
+        cpu.user_s + cpu.system_s,
+        cpu.user_s,
+        cpu.system_s
+    )
 }
 
 #[derive(Debug, Default, Clone)]
@@ -382,6 +430,8 @@ pub struct CountersSnapshot {
     pub replica_served_bytes: u64,
     pub replica_truncations: u64,
     pub replica_truncations_below_hw: u64,
+    /// The shard thread's CPU time, read on the shard (getrusage RUSAGE_THREAD).
+    pub cpu: CpuSeconds,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -732,6 +782,21 @@ fn render_shard_details(out: &mut String, shards: &[CountersSnapshot]) {
             "Time the shard's executor was parked or spinning with nothing to run (its uptime less busy time).",
         ),
         |s| one(s.idle_s),
+    );
+    per_shard(
+        out,
+        shards,
+        (
+            "keel_shard_cpu_seconds_total",
+            "counter",
+            "CPU time of the shard's thread by mode (user, system), as the kernel accounts it: unlike busy time, it counts parking and waking and excludes time the thread was runnable but not running.",
+        ),
+        |s| {
+            vec![
+                (",mode=\"user\"".to_string(), s.cpu.user_s),
+                (",mode=\"system\"".to_string(), s.cpu.system_s),
+            ]
+        },
     );
     per_shard(
         out,

@@ -77,3 +77,47 @@ fn histograms_bucket_merge_and_render_cumulatively() {
     );
     assert!(!text.contains("stage=\"total\""), "{text}");
 }
+
+#[test]
+fn shard_and_process_cpu_are_the_kernel_accounting() {
+    // A shard that spins 200 ms of CPU shows at least most of it as its own user time; a
+    // shard that sleeps shows next to none.
+    let (busy, idle) = on_executor(|| {
+        let before = thread_cpu();
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_millis(200) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let busy = ShardCounters::default().snapshot().cpu;
+        let slept = thread_cpu();
+        std::thread::sleep(Duration::from_millis(200));
+        let idle = thread_cpu();
+        (
+            busy.user_s + busy.system_s - before.user_s - before.system_s,
+            idle.user_s + idle.system_s - slept.user_s - slept.system_s,
+        )
+    });
+    assert!(busy >= 0.1, "a 200 ms spin counted {busy} s");
+    assert!(idle < 0.05, "a 200 ms sleep counted {idle} s");
+
+    let mut s = CountersSnapshot::default();
+    s.cpu = CpuSeconds {
+        user_s: 1.5,
+        system_s: 0.25,
+    };
+    let text = render(&[s]);
+    assert!(text.contains("keel_shard_cpu_seconds_total{shard=\"0\",mode=\"user\"} 1.5"));
+    assert!(text.contains("keel_shard_cpu_seconds_total{shard=\"0\",mode=\"system\"} 0.25"));
+    let p = render_process_cpu(CpuSeconds {
+        user_s: 2.0,
+        system_s: 0.5,
+    });
+    assert!(p.contains("\nprocess_cpu_seconds_total 2.5\n"), "{p}");
+    assert!(p.contains("keel_process_cpu_seconds_total{mode=\"system\"} 0.5\n"));
+    let now = process_cpu();
+    assert!(
+        now.user_s >= busy * 0.5,
+        "the process counts its threads: {now:?}"
+    );
+}
