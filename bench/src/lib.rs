@@ -3,6 +3,7 @@
 
 pub mod checker;
 pub mod client;
+pub mod cpu;
 pub mod hist;
 pub mod keys;
 pub mod message_set;
