@@ -4,6 +4,7 @@
 pub mod checker;
 pub mod client;
 pub mod cpu;
+pub mod floor;
 pub mod hist;
 pub mod keys;
 pub mod message_set;

@@ -1343,6 +1343,7 @@ mod tests {
             fdatasync: latency(0.5, 2.5),
             loopback_mb_per_s: 2048.0,
             loopback_rtt: latency(0.02, 0.05),
+            floor: None,
         });
         r
     }

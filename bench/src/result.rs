@@ -77,6 +77,51 @@ pub struct ShardDelta {
     pub produce_commit_s: f64,
 }
 
+/// The floor: what a minimal server (one glommio core: receive length-prefixed frames,
+/// O_DIRECT append, group-commit fdatasync, acknowledge, send the bytes to a reader) spends
+/// in CPU to move the same bytes in the same frames as the run (`keel-bench probe --floor`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct FloorResult {
+    /// Bytes per produce frame (the workload's batch in whole records).
+    pub frame_bytes: u64,
+    /// The producer's pace in bytes/s; 0 = as fast as the acknowledgements allow.
+    pub rate_bytes_per_s: u64,
+    /// Bytes the producer was to send.
+    pub bytes_asked: u64,
+    /// Bytes the server received from the producer.
+    pub bytes_received: u64,
+    /// Bytes the server sent to the reader (equal to `bytes_received` in a complete run).
+    pub bytes_sent_to_reader: u64,
+    /// Bytes appended to the file and made durable (fdatasync'ed).
+    pub bytes_written: u64,
+    /// The file's size after the last commit (trimmed to `bytes_written`), before removal.
+    pub file_bytes: u64,
+    /// Produce frames received.
+    pub frames: u64,
+    /// Group commits (fdatasyncs).
+    pub commits: u64,
+    /// From the first frame to the last byte sent to the reader.
+    pub elapsed_s: f64,
+    /// The core the server was pinned to (None: the affinity mask could not be read).
+    pub core: Option<u32>,
+    /// The server's CPU seconds in user and system mode over `elapsed_s`: its thread, plus
+    /// the io_uring workers it started (fdatasync runs there), which count as system time.
+    pub user_s: f64,
+    pub system_s: f64,
+    /// Of `system_s`, the io_uring workers' share.
+    pub io_worker_s: f64,
+    /// The producer stopped early at the probe's time limit (`bytes_received` < `bytes_asked`).
+    pub time_limited: bool,
+}
+
+impl FloorResult {
+    /// Bytes moved: received from the producer plus sent to the reader.
+    pub fn bytes_moved(&self) -> u64 {
+        self.bytes_received
+            .saturating_add(self.bytes_sent_to_reader)
+    }
+}
+
 /// The machine's own limits (`keel-bench probe`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct ProbeResult {
@@ -90,6 +135,10 @@ pub struct ProbeResult {
     pub loopback_mb_per_s: f64,
     /// Loopback TCP round trip of a small message.
     pub loopback_rtt: LatencySummary,
+    /// The CPU floor for the run's workload shape (absent from results before it existed,
+    /// and from `keel-bench probe` without `--floor`).
+    #[serde(default)]
+    pub floor: Option<FloorResult>,
 }
 
 /// The workload as run, for the report header.
