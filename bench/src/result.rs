@@ -75,6 +75,24 @@ pub struct ShardDelta {
     pub produce_append_s: f64,
     #[serde(default)]
     pub produce_commit_s: f64,
+    /// CPU seconds the shard's thread used in user and in system mode
+    /// (`keel_shard_cpu_seconds_total`); None when the target does not export them.
+    #[serde(default)]
+    pub cpu_user_s: Option<f64>,
+    #[serde(default)]
+    pub cpu_system_s: Option<f64>,
+}
+
+/// CPU seconds the target broker's process used during the measured phase.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TargetCpu {
+    /// Where the figures come from: "/metrics" or "/proc/PID/stat".
+    pub source: String,
+    /// User + system.
+    pub total_s: f64,
+    /// The split by mode, when the source gives it (`process_cpu_seconds_total` alone does not).
+    pub user_s: Option<f64>,
+    pub system_s: Option<f64>,
 }
 
 /// The floor: what a minimal server (one glommio core: receive length-prefixed frames,

@@ -1352,7 +1352,7 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
     let mut result = run_phase(opts, &w, &cluster, false)?;
     if let (Some(addr), Some(before)) = (opts.metrics.as_deref(), before) {
         if let Ok(after) = crate::scrape::fetch(addr) {
-            result.shards = Some(crate::scrape::delta(&before, &after));
+            result.shards = Some(crate::scrape::delta(&before.shards, &after.shards));
         }
     }
     if w.delete_topics_after && w.create_topics {
