@@ -220,6 +220,29 @@ pub struct RunResult {
     /// small machine the tool shares the cores with the broker.
     #[serde(default)]
     pub tool_cpu_s: f64,
+    /// `tool_cpu_s` by mode.
+    #[serde(default)]
+    pub tool_cpu_user_s: f64,
+    #[serde(default)]
+    pub tool_cpu_system_s: f64,
+    /// Executor threads keel-bench's producers and consumers ran on (0: not recorded).
+    #[serde(default)]
+    pub tool_threads: u32,
+    /// The target's CPU during the measured phase, from `--target-pid` or its /metrics.
+    #[serde(default)]
+    pub target_cpu: Option<TargetCpu>,
+}
+
+impl RunResult {
+    /// Bytes moved in the measured phase: produced plus consumed record bytes.
+    pub fn bytes_moved(&self) -> u64 {
+        self.produced_bytes.saturating_add(self.consumed_bytes)
+    }
+
+    /// The floor measured for this run's workload, if any.
+    pub fn floor(&self) -> Option<&FloorResult> {
+        self.probe.as_ref().and_then(|p| p.floor.as_ref())
+    }
 }
 
 /// A `compare` run: the same workload against several targets, in rounds.
