@@ -23,8 +23,8 @@
 //! producer by a time limit, the server's queues by a frame count (so its memory is a few
 //! frames). O_DIRECT wants aligned offsets and lengths, so each commit writes from the start
 //! of the file's last partial block, padded with zeros to a whole block, as a log does; the
-//! file is trimmed to the bytes appended before it is measured, and removed afterwards, also
-//! on error. io_memory stays small because RLIMIT_MEMLOCK may be 8 MiB; larger buffers come
+//! file is trimmed to the bytes appended before it is measured (and, with `check_file`, read
+//! back and checked byte for byte), and removed afterwards, also on error. io_memory stays small because RLIMIT_MEMLOCK may be 8 MiB; larger buffers come
 //! from the heap.
 
 use std::cell::{Cell, RefCell};
@@ -101,6 +101,9 @@ pub struct FloorPlan {
     pub rate_bytes_per_s: u64,
     /// The producer sends no frame after this long.
     pub duration_max: Duration,
+    /// Read the file back after the measured part and check it holds exactly the bytes sent
+    /// (tests; a report's floor skips it, reading a GB back is time not worth spending).
+    pub check_file: bool,
 }
 
 impl FloorPlan {
@@ -135,6 +138,7 @@ impl FloorPlan {
             } else {
                 DURATION_MAX_FULL
             },
+            check_file: false,
         }
     }
 
@@ -151,6 +155,7 @@ pub fn run(dir: &Path, plan: &FloorPlan) -> anyhow::Result<FloorResult> {
     }
     let path = dir.join(format!(".keel-bench-floor-{}", std::process::id()));
     let _cleanup = RemoveOnDrop(path.clone());
+    let file_path = path.clone();
     let listener = StdListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let core = last_allowed_core();
@@ -185,6 +190,9 @@ pub fn run(dir: &Path, plan: &FloorPlan) -> anyhow::Result<FloorResult> {
     let produced = produced?.context("floor producer")?;
     let read_bytes = read_bytes?.context("floor reader")?;
     check_counts(plan, &produced, read_bytes, &served)?;
+    if plan.check_file {
+        check_file(&file_path, served.written)?;
+    }
     Ok(FloorResult {
         frame_bytes: plan.frame_bytes,
         rate_bytes_per_s: plan.rate_bytes_per_s,
@@ -228,6 +236,37 @@ fn check_counts(
             produced.sent,
             plan.total_bytes
         );
+    }
+    Ok(())
+}
+
+/// Reads the closed file back (buffered: the DMA file is closed, so no mix of the two):
+/// exactly `written` bytes, every one of them a frame's.
+fn check_file(path: &Path, written: u64) -> anyhow::Result<()> {
+    const CHUNK_BYTES: usize = 1 << 20;
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    let mut pos = 0u64;
+    // One more round than the chunks, to see the end.
+    for _ in 0..=written.div_ceil(CHUNK_BYTES as u64) {
+        let n = file
+            .read(&mut buf)
+            .with_context(|| format!("reading {} back at {pos}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        if let Some(i) = buf[..n].iter().position(|&b| b != FILL) {
+            bail!(
+                "file byte {} is {:#04x}, not a frame's",
+                pos + i as u64,
+                buf[i]
+            );
+        }
+        pos += n as u64;
+    }
+    if pos != written {
+        bail!("the file holds {pos} bytes, {written} were written");
     }
     Ok(())
 }
@@ -768,6 +807,7 @@ mod tests {
             total_bytes,
             rate_bytes_per_s,
             duration_max: Duration::from_secs(60),
+            check_file: true,
         }
     }
 

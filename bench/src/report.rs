@@ -206,7 +206,7 @@ pub fn floor_rate(rate_bytes_per_s: u64) -> String {
     if rate_bytes_per_s == 0 {
         "as fast as the acks allow".into()
     } else {
-        format!("{} MB/s", fmt_mb(rate_bytes_per_s as f64 / 1e6))
+        format!("at {} MB/s", fmt_mb(rate_bytes_per_s as f64 / 1e6))
     }
 }
 
