@@ -255,3 +255,38 @@ pub struct CompareResult {
     pub probe: Option<ProbeResult>,
     pub machine_cores: u32,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_written_before_the_cpu_fields_still_load() {
+        let r = RunResult {
+            shards: Some(vec![ShardDelta::default()]),
+            probe: Some(ProbeResult::default()),
+            ..Default::default()
+        };
+        let mut v = serde_json::to_value(&r).unwrap();
+        let top = v.as_object_mut().unwrap();
+        for key in [
+            "tool_cpu_user_s",
+            "tool_cpu_system_s",
+            "tool_threads",
+            "target_cpu",
+        ] {
+            assert!(top.remove(key).is_some(), "{key}");
+        }
+        assert!(v["probe"]
+            .as_object_mut()
+            .unwrap()
+            .remove("floor")
+            .is_some());
+        let shard = v["shards"][0].as_object_mut().unwrap();
+        for key in ["cpu_user_s", "cpu_system_s"] {
+            assert!(shard.remove(key).is_some(), "{key}");
+        }
+        let back: RunResult = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+    }
+}
