@@ -3,6 +3,8 @@
 
 pub mod checker;
 pub mod client;
+pub mod cpu;
+pub mod floor;
 pub mod hist;
 pub mod keys;
 pub mod message_set;

@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use keel_bench::result::{CompareResult, ProbeResult, RunResult};
+use keel_bench::floor::{self, FloorPlan};
+use keel_bench::result::{CompareResult, FloorResult, ProbeResult, RunResult};
 use keel_bench::run::{run, RunOptions};
 use keel_bench::workload::Workload;
-use keel_bench::{probe, report};
+use keel_bench::{cpu, probe, report};
 
 const USAGE: &str = "\
 keel-bench: latency and throughput of any Kafka-compatible broker
@@ -17,6 +18,7 @@ usage:
   keel-bench run --bootstrap HOST:PORT [--workload FILE] [options]
   keel-bench compare NAME=HOST:PORT[@WORKLOAD] NAME=HOST:PORT[@WORKLOAD] ... [--workload FILE] [--rounds N] [options]
   keel-bench probe [--dir DIR] [--quick] [--out DIR]
+                   [--floor [--message-size B] [--batch-bytes B] [--rate N]]
 
 options:
   --workload FILE        workload TOML (see bench/workloads/); default: built-in defaults
@@ -27,16 +29,30 @@ options:
   --rate N               total records/s over all producers, 0 = as fast as possible
   --duration S           measured seconds;  --warmup S  warm-up seconds
   --threads N            executor threads for the tool's producers and consumers (default 1)
-  --metrics HOST:PORT    Keel admin address: per-shard profile from /metrics (run);
-                         compare takes NAME=HOST:PORT
+  --metrics HOST:PORT    Keel admin address: per-shard profile and the broker's CPU from
+                         /metrics (run); compare takes NAME=HOST:PORT
+  --target-pid PID       the target runs on this machine as process PID: its CPU (user,
+                         system) from /proc/PID/stat, for a broker without Keel's /metrics
+                         (with --metrics too, the pid gives the process CPU); compare takes
+                         NAME=PID (repeatable)
+  --message-size B       same as --set message_size=B;  --batch-bytes B  same as
+                         --set batch_size=B
   --verify               check every acknowledged message was consumed once, in order, at
                          the partition and offset it was acknowledged at
   --probe-dir DIR        probe this directory's disk first (full probe) and report ratios to it;
-                         without it a quick probe of the temp directory runs
-  --quick-probe          a shorter probe;   --no-probe  no probe, no ratios
+                         without it a quick probe of the temp directory runs. The probe
+                         includes the CPU floor of the run's workload: a one-core glommio
+                         server receiving the run's produce-sized frames, O_DIRECT append,
+                         group-commit fdatasync, ack, and sending them to a reader; reports
+                         give the target's CPU per GB moved as a ratio to it
+  --quick-probe          a shorter probe (floor: 256 MB, else 1 GB);
+                         --no-probe  no probe, no floor, no ratios
   --out DIR              where result.json and report.html go (default ./keel-bench-results/<time>)
   --name NAME            the target's name in reports (run)
   --quiet                no live line
+  --floor                (probe) also measure the CPU floor of frames of --batch-bytes
+                         (default 131072) in whole records of --message-size (default 1024)
+                         at --rate records/s (default 0: as fast as the acks allow)
 ";
 
 #[derive(Default)]
@@ -45,6 +61,9 @@ struct Common {
     sets: Vec<(String, String)>,
     threads: usize,
     metrics: Vec<String>,
+    /// `--target-pid`: PID (run) or NAME=PID (compare).
+    target_pids: Vec<String>,
+    floor: bool,
     verify: bool,
     probe_dir: Option<PathBuf>,
     quick_probe: bool,
@@ -89,6 +108,10 @@ fn parse(args: &[String], positional_targets: bool) -> Result<Common> {
             "--warmup" => c.sets.push(("warmup_s".into(), val("--warmup")?)),
             "--threads" => c.threads = val("--threads")?.parse().context("--threads")?,
             "--metrics" => c.metrics.push(val("--metrics")?),
+            "--target-pid" => c.target_pids.push(val("--target-pid")?),
+            "--message-size" => c.sets.push(("message_size".into(), val("--message-size")?)),
+            "--batch-bytes" => c.sets.push(("batch_size".into(), val("--batch-bytes")?)),
+            "--floor" => c.floor = true,
             "--verify" => c.verify = true,
             "--probe-dir" => c.probe_dir = Some(val("--probe-dir")?.into()),
             "--quick-probe" => c.quick_probe = true,
@@ -151,16 +174,22 @@ fn out_dir(c: &Common) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The probe's directory, and whether the probe is quick: `--probe-dir` (full unless
+/// `--quick-probe`), else the temp directory, quick.
+fn probe_where(c: &Common) -> (PathBuf, bool) {
+    match &c.probe_dir {
+        Some(d) => (d.clone(), c.quick_probe),
+        None => (std::env::temp_dir(), true),
+    }
+}
+
 /// Every report carries the machine's own limits, so its figures read as ratios to them:
 /// a full probe of `--probe-dir`, or a quick one of the temp directory by default.
 fn maybe_probe(c: &Common) -> Result<Option<ProbeResult>> {
     if c.no_probe {
         return Ok(None);
     }
-    let (dir, quick) = match &c.probe_dir {
-        Some(d) => (d.clone(), c.quick_probe),
-        None => (std::env::temp_dir(), true),
-    };
+    let (dir, quick) = probe_where(c);
     if !c.quiet {
         let kind = if quick { "quick" } else { "full" };
         eprintln!(
@@ -171,11 +200,82 @@ fn maybe_probe(c: &Common) -> Result<Option<ProbeResult>> {
     Ok(Some(probe::run(&dir, quick)?))
 }
 
+/// Floors measured so far, one per shape: a compare measures each workload's once.
+type Floors = Vec<(FloorPlan, Option<FloorResult>)>;
+
+/// `probe` with the CPU floor of workload `w` (None without a probe). A floor that fails is
+/// reported and left out: the run goes on without its ratios.
+fn probe_with_floor(
+    c: &Common,
+    probe: &Option<ProbeResult>,
+    w: &Workload,
+    floors: &mut Floors,
+) -> Option<ProbeResult> {
+    let mut p = probe.clone()?;
+    let (dir, quick) = probe_where(c);
+    let plan = FloorPlan::for_workload(w, quick);
+    if let Some((_, f)) = floors.iter().find(|(known, _)| *known == plan) {
+        p.floor = f.clone();
+        return Some(p);
+    }
+    if !c.quiet {
+        eprintln!(
+            "measuring the CPU floor in {} ({} B frames, {} bytes, {}) ...",
+            dir.display(),
+            plan.frame_bytes,
+            plan.total_bytes,
+            report::floor_rate(plan.rate_bytes_per_s)
+        );
+    }
+    let f = match floor::run(&dir, &plan) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            eprintln!("keel-bench: the CPU floor failed; the report goes without it: {e:#}");
+            None
+        }
+    };
+    floors.push((plan, f.clone()));
+    p.floor = f;
+    Some(p)
+}
+
+/// `--target-pid` of a run: one PID, checked now (a typo fails before any load runs).
+fn run_target_pid(c: &Common) -> Result<Option<u32>> {
+    match c.target_pids.as_slice() {
+        [] => Ok(None),
+        [one] => parse_pid(one).map(Some),
+        _ => bail!("run takes one --target-pid"),
+    }
+}
+
+/// `--target-pid NAME=PID` of a compare, for target `name`.
+fn compare_target_pid(c: &Common, name: &str) -> Result<Option<u32>> {
+    for given in &c.target_pids {
+        let (n, pid) = given
+            .split_once('=')
+            .with_context(|| format!("compare takes --target-pid NAME=PID, got {given:?}"))?;
+        if n == name {
+            return parse_pid(pid).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+fn parse_pid(text: &str) -> Result<u32> {
+    let pid: u32 = text
+        .trim()
+        .parse()
+        .with_context(|| format!("--target-pid {text:?}: not a process id"))?;
+    cpu::read_pid(pid).with_context(|| format!("--target-pid {pid}"))?;
+    Ok(pid)
+}
+
 fn options(
     c: &Common,
     target: &str,
     bootstrap: &str,
     metrics: Option<String>,
+    target_pid: Option<u32>,
     w: &Workload,
     probe: Option<ProbeResult>,
 ) -> RunOptions {
@@ -185,6 +285,7 @@ fn options(
         workload: w.clone(),
         threads: c.threads,
         metrics,
+        target_pid,
         verify: c.verify,
         probe,
         live: !c.quiet,
@@ -199,14 +300,17 @@ fn cmd_run(args: &[String]) -> Result<i32> {
         .clone()
         .context("run needs --bootstrap HOST:PORT")?;
     let w = workload(&c)?;
+    let target_pid = run_target_pid(&c)?;
     let out = out_dir(&c)?;
     let probe = maybe_probe(&c)?;
+    let probe = probe_with_floor(&c, &probe, &w, &mut Floors::new());
     let name = c.name.clone().unwrap_or_else(|| "target".into());
     let r: RunResult = run(&options(
         &c,
         &name,
         &bootstrap,
         c.metrics.first().cloned(),
+        target_pid,
         &w,
         probe,
     ))?;
@@ -249,8 +353,26 @@ fn cmd_compare(args: &[String]) -> Result<i32> {
             None => Ok(w.clone()),
         })
         .collect::<Result<Vec<Workload>>>()?;
+    for given in &c.target_pids {
+        let name = given.split_once('=').map_or("", |(n, _)| n);
+        if !c.targets.iter().any(|(n, _, _)| n == name) {
+            bail!("--target-pid {given:?}: compare takes NAME=PID for a target NAME");
+        }
+    }
+    let target_pids = c
+        .targets
+        .iter()
+        .map(|(name, _, _)| compare_target_pid(&c, name))
+        .collect::<Result<Vec<Option<u32>>>>()?;
     let out = out_dir(&c)?;
     let probe = maybe_probe(&c)?;
+    let mut floors = Floors::new();
+    let probes: Vec<Option<ProbeResult>> = workloads
+        .iter()
+        .map(|w| probe_with_floor(&c, &probe, w, &mut floors))
+        .collect();
+    // The header's probe carries the floor of the compare's own workload.
+    let probe = probe_with_floor(&c, &probe, &w, &mut floors);
     let metrics_for = |name: &str| -> Option<String> {
         c.metrics.iter().find_map(|m| {
             m.split_once('=')
@@ -263,8 +385,9 @@ fn cmd_compare(args: &[String]) -> Result<i32> {
         // Rotate the order each round so drift and warm caches hit every target alike.
         let n = c.targets.len();
         for i in 0..n {
-            let (name, addr, _) = &c.targets[(i + round as usize) % n];
-            let w = &workloads[(i + round as usize) % n];
+            let k = (i + round as usize) % n;
+            let (name, addr, _) = &c.targets[k];
+            let w = &workloads[k];
             eprintln!(
                 "== round {}/{}: {name} ({addr})",
                 round + 1,
@@ -275,8 +398,9 @@ fn cmd_compare(args: &[String]) -> Result<i32> {
                 name,
                 addr,
                 metrics_for(name),
+                target_pids[k],
                 w,
-                probe.clone(),
+                probes[k].clone(),
             ))?;
             eprintln!(
                 "   {name}: {:.0} rec/s, {:.1} MB/s, publish p99 {:.2} ms, errors {}",
@@ -308,7 +432,7 @@ fn cmd_compare(args: &[String]) -> Result<i32> {
 fn cmd_probe(args: &[String]) -> Result<i32> {
     let c = parse(args, false)?;
     let dir = c.dir.clone().unwrap_or_else(|| PathBuf::from("."));
-    let p = probe::run(Path::new(&dir), c.quick_probe)?;
+    let mut p = probe::run(Path::new(&dir), c.quick_probe)?;
     println!(
         "probe of {} ({} cores)\n  sequential O_DIRECT write  {:>10.1} MB/s\n  4 KiB write+fdatasync      p50 {:.3} ms  p99 {:.3} ms  p99.9 {:.3} ms  max {:.3} ms\n  loopback TCP               {:>10.1} MB/s\n  loopback round trip        p50 {:.3} ms  p99 {:.3} ms  p99.9 {:.3} ms",
         p.dir,
@@ -323,11 +447,33 @@ fn cmd_probe(args: &[String]) -> Result<i32> {
         p.loopback_rtt.p99_ms,
         p.loopback_rtt.p999_ms,
     );
+    if c.floor {
+        let plan = FloorPlan::for_workload(&floor_workload(&c)?, c.quick_probe);
+        let f = floor::run(Path::new(&dir), &plan).context("CPU floor")?;
+        for line in report::floor_lines(&f) {
+            println!("{line}");
+        }
+        p.floor = Some(f);
+    }
     if c.out.is_some() {
         let out = out_dir(&c)?;
         report::write_json(&out.join("probe.json"), &p)?;
     }
     Ok(0)
+}
+
+/// The shape `probe --floor` measures: the workload defaults with 128 KiB batches, then
+/// --message-size, --batch-bytes, --rate (and any --set).
+fn floor_workload(c: &Common) -> Result<Workload> {
+    let mut w = Workload {
+        batch_size: 131_072,
+        ..Workload::default()
+    };
+    for (k, v) in &c.sets {
+        w.set(k, v).with_context(|| format!("{k}={v}"))?;
+    }
+    w.validate()?;
+    Ok(w)
 }
 
 fn main() {
@@ -362,8 +508,74 @@ fn main() {
 
 #[cfg(test)]
 mod tests {
-    use super::exit_code;
+    use super::{compare_target_pid, exit_code, parse, run_target_pid};
     use keel_bench::result::{RunResult, VerifySummary};
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn target_pids_are_checked_before_any_load() {
+        let me = std::process::id().to_string();
+        let run = |a: &[&str]| run_target_pid(&parse(&args(a), false).unwrap());
+        assert_eq!(run(&[]).unwrap(), None);
+        assert_eq!(
+            run(&["--target-pid", &me]).unwrap(),
+            Some(std::process::id())
+        );
+        assert!(run(&["--target-pid", "abc"]).is_err());
+        assert!(
+            run(&["--target-pid", &u32::MAX.to_string()]).is_err(),
+            "no such process"
+        );
+        assert!(run(&["--target-pid", &me, "--target-pid", &me]).is_err());
+
+        let both = format!("a={me}");
+        let c = parse(
+            &args(&["a=127.0.0.1:1", "b=127.0.0.1:2", "--target-pid", &both]),
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            compare_target_pid(&c, "a").unwrap(),
+            Some(std::process::id())
+        );
+        assert_eq!(compare_target_pid(&c, "b").unwrap(), None);
+        let c = parse(&args(&["a=127.0.0.1:1", "--target-pid", &me]), true).unwrap();
+        assert!(
+            compare_target_pid(&c, "a").is_err(),
+            "compare needs NAME=PID"
+        );
+    }
+
+    #[test]
+    fn shape_flags_set_the_workload() {
+        let c = parse(
+            &args(&[
+                "--floor",
+                "--message-size",
+                "100",
+                "--batch-bytes",
+                "16384",
+                "--rate",
+                "7",
+            ]),
+            false,
+        )
+        .unwrap();
+        assert!(c.floor);
+        let w = super::floor_workload(&c).unwrap();
+        assert_eq!(
+            (w.message_size, w.batch_size, w.producer_rate),
+            (100, 16_384, 7)
+        );
+        let d = super::floor_workload(&parse(&args(&["--floor"]), false).unwrap()).unwrap();
+        assert_eq!(
+            (d.message_size, d.batch_size, d.producer_rate),
+            (1024, 131_072, 0)
+        );
+    }
 
     #[test]
     fn an_offset_error_fails_the_run() {

@@ -86,6 +86,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<ProbeResult> {
         fdatasync,
         loopback_mb_per_s,
         loopback_rtt,
+        floor: None,
     })
 }
 

@@ -14,9 +14,10 @@ use std::path::Path;
 use anyhow::Context;
 
 use crate::checker::LedgerReport;
+use crate::cpu;
 use crate::result::{
-    CompareResult, LatencySummary, PercentilePoint, ProbeResult, RunResult, ShardDelta,
-    TimelinePoint, WorkloadSummary,
+    CompareResult, FloorResult, LatencySummary, PercentilePoint, ProbeResult, RunResult,
+    ShardDelta, TimelinePoint, WorkloadSummary,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -177,6 +178,195 @@ fn fmt_pct(num: f64, den: f64) -> String {
         Some(p) if den != 0.0 => format!("{p:.1}%"),
         _ => "-".into(),
     }
+}
+
+/// CPU seconds per GB, or "-" for no figure (nothing moved, nothing measured).
+fn fmt_per_gb(v: Option<f64>) -> String {
+    match v.and_then(finite) {
+        None => "-".into(),
+        Some(v) if v.abs() < 10.0 => format!("{v:.3}"),
+        Some(v) if v.abs() < 100.0 => format!("{v:.2}"),
+        Some(v) => format!("{v:.1}"),
+    }
+}
+
+/// A ratio already divided, as "x1.23", or "-".
+fn fmt_x(v: Option<f64>) -> String {
+    v.and_then(finite)
+        .map_or("-".into(), |x| format!("x{x:.2}"))
+}
+
+/// Seconds, or "-" for a figure the target did not give.
+fn fmt_opt_s(v: Option<f64>) -> String {
+    v.map_or("-".into(), fmt_s)
+}
+
+/// The floor producer's pace.
+pub fn floor_rate(rate_bytes_per_s: u64) -> String {
+    if rate_bytes_per_s == 0 {
+        "as fast as the acks allow".into()
+    } else {
+        format!("at {} MB/s", fmt_mb(rate_bytes_per_s as f64 / 1e6))
+    }
+}
+
+/// What the floor did and what it cost, for the probe command and the reports.
+pub fn floor_lines(f: &FloorResult) -> Vec<String> {
+    let core = f.core.map_or(String::new(), |c| format!(" (core {c})"));
+    let limited = if f.time_limited {
+        format!(
+            ", stopped at the time limit ({} of {} bytes)",
+            f.bytes_received, f.bytes_asked
+        )
+    } else {
+        String::new()
+    };
+    let moved = f.bytes_moved();
+    vec![
+        format!(
+            "floor: one glommio core{core}, {} B frames {}: {} B received, {} B sent to the \
+             reader, {} B appended with O_DIRECT in {} group commits (fdatasync), {} s{limited}",
+            f.frame_bytes,
+            floor_rate(f.rate_bytes_per_s),
+            f.bytes_received,
+            f.bytes_sent_to_reader,
+            f.bytes_written,
+            f.commits,
+            fmt_s(f.elapsed_s),
+        ),
+        format!(
+            "floor CPU-s per GB moved: user {}, system {} (io_uring workers {} s of it), total {}",
+            fmt_per_gb(cpu::per_gb(f.user_s, moved)),
+            fmt_per_gb(cpu::per_gb(f.system_s, moved)),
+            fmt_s(f.io_worker_s),
+            fmt_per_gb(floor_per_gb(f)),
+        ),
+    ]
+}
+
+fn floor_per_gb(f: &FloorResult) -> Option<f64> {
+    cpu::per_gb(f.user_s + f.system_s, f.bytes_moved())
+}
+
+/// The target's CPU-s per GB moved in run `r`.
+fn target_per_gb(r: &RunResult) -> Option<f64> {
+    cpu::per_gb(r.target_cpu.as_ref()?.total_s, r.bytes_moved())
+}
+
+/// The target's CPU per GB over its floor's.
+fn target_over_floor(r: &RunResult) -> Option<f64> {
+    cpu::ratio(target_per_gb(r), r.floor().and_then(floor_per_gb))
+}
+
+/// Whether the tool's CPU split by mode is known (results before it had only the total).
+fn tool_split_known(r: &RunResult) -> bool {
+    r.tool_cpu_user_s + r.tool_cpu_system_s > 0.0 || r.tool_cpu_s == 0.0
+}
+
+fn tool_per_gb(r: &RunResult) -> Option<f64> {
+    cpu::per_gb(r.tool_cpu_s, r.bytes_moved())
+}
+
+/// "N.NN" cores: CPU seconds over wall seconds.
+fn fmt_cores(cpu_s: f64, secs: f64) -> String {
+    if secs > 0.0 {
+        finite(cpu_s / secs).map_or("-".into(), |c| format!("{c:.2}"))
+    } else {
+        "-".into()
+    }
+}
+
+/// CPU per GB moved over the measured phase: the target, the floor, keel-bench itself.
+fn cpu_blocks(r: &RunResult) -> Vec<Block> {
+    let moved = r.bytes_moved();
+    let per = |s: f64| cpu::per_gb(s, moved);
+    let mut t = Table::new(
+        format!(
+            "CPU per GB moved (measured phase: {} GB = (produced + consumed bytes) / 1e9)",
+            fmt_per_gb(Some(moved as f64 / cpu::GB))
+        ),
+        &[
+            "",
+            "user CPU-s/GB",
+            "system CPU-s/GB",
+            "total CPU-s/GB",
+            "x floor",
+            "cores busy",
+        ],
+    );
+    let floor = r.floor();
+    match &r.target_cpu {
+        Some(c) => t.row(vec![
+            format!("target ({})", c.source),
+            fmt_per_gb(c.user_s.and_then(per)),
+            fmt_per_gb(c.system_s.and_then(per)),
+            fmt_per_gb(target_per_gb(r)),
+            fmt_x(target_over_floor(r)),
+            fmt_cores(c.total_s, r.measured_s),
+        ]),
+        None => t.row(vec![
+            "target (not measured)".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+        ]),
+    }
+    match floor {
+        Some(f) => t.row(vec![
+            "floor (one core, same frames)".into(),
+            fmt_per_gb(cpu::per_gb(f.user_s, f.bytes_moved())),
+            fmt_per_gb(cpu::per_gb(f.system_s, f.bytes_moved())),
+            fmt_per_gb(floor_per_gb(f)),
+            fmt_x(floor_per_gb(f).map(|_| 1.0)),
+            fmt_cores(f.user_s + f.system_s, f.elapsed_s),
+        ]),
+        None => t.row(vec![
+            "floor (not measured)".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+        ]),
+    }
+    let split = tool_split_known(r);
+    t.row(vec![
+        format!("keel-bench ({} thread(s))", r.tool_threads),
+        fmt_per_gb(per(r.tool_cpu_user_s).filter(|_| split)),
+        fmt_per_gb(per(r.tool_cpu_system_s).filter(|_| split)),
+        fmt_per_gb(tool_per_gb(r)),
+        "-".into(),
+        fmt_cores(r.tool_cpu_s, r.measured_s),
+    ]);
+    let mut blocks = vec![Block::Table(t)];
+    let why = match (&r.target_cpu, floor) {
+        (None, _) => " (no target CPU: give --metrics HOST:PORT of a Keel broker, or --target-pid PID of a broker on this machine)",
+        (Some(_), None) => " (no floor: --no-probe, or the floor failed)",
+        _ if moved == 0 => " (nothing moved)",
+        _ => "",
+    };
+    blocks.push(Block::Line(format!(
+        "  target CPU per GB / floor CPU per GB: {}{why}",
+        fmt_x(target_over_floor(r))
+    )));
+    if let Some(f) = floor {
+        blocks.extend(
+            floor_lines(f)
+                .into_iter()
+                .map(|l| Block::Line(format!("  {l}"))),
+        );
+    }
+    let tool_cores = r.tool_cpu_s / r.measured_s.max(1e-9);
+    if r.tool_threads > 0 && tool_cores >= 0.9 * f64::from(r.tool_threads) {
+        blocks.push(Block::Line(format!(
+            "  keel-bench kept its {} thread(s) {} busy: the tool may be what limits this run (try --threads)",
+            r.tool_threads,
+            fmt_pct(tool_cores, f64::from(r.tool_threads))
+        )));
+    }
+    blocks
 }
 
 /// The median, or NaN for no values. NaNs in the input are ignored.
@@ -445,6 +635,9 @@ fn run_blocks(r: &RunResult) -> Vec<Block> {
         blocks.extend(ledger_blocks(&v.ledger));
     }
 
+    blocks.push(Block::Line(String::new()));
+    blocks.extend(cpu_blocks(r));
+
     if let Some(shards) = &r.shards {
         blocks.push(Block::Table(shard_table(shards, r.measured_s)));
         blocks.push(Block::Line(String::new()));
@@ -495,6 +688,15 @@ fn where_the_time_goes(r: &RunResult, shards: &[ShardDelta]) -> Vec<String> {
             ""
         }
     ));
+    if let Some(c) = &r.target_cpu {
+        out.push(format!(
+            "  CPU: broker process {} cores (user {} s, system {} s, from {})",
+            fmt_cores(c.total_s, r.measured_s),
+            fmt_opt_s(c.user_s),
+            fmt_opt_s(c.system_s),
+            c.source
+        ));
+    }
     out
 }
 
@@ -513,6 +715,8 @@ fn shard_table(shards: &[ShardDelta], measured_s: f64) -> Table {
             "appends",
             "append µs/each",
             "commit ms/each",
+            "CPU user s",
+            "CPU sys s",
         ],
     );
     let per = |secs: f64, n: u64, scale: f64| {
@@ -536,7 +740,15 @@ fn shard_table(shards: &[ShardDelta], measured_s: f64) -> Table {
             s.produce_appends.to_string(),
             per(s.produce_append_s, s.produce_appends, 1e6),
             per(s.produce_commit_s, s.produce_appends, 1e3),
+            fmt_opt_s(s.cpu_user_s),
+            fmt_opt_s(s.cpu_system_s),
         ]);
+        let add = |sum: Option<f64>, v: Option<f64>| match (sum, v) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        total.cpu_user_s = add(total.cpu_user_s, s.cpu_user_s);
+        total.cpu_system_s = add(total.cpu_system_s, s.cpu_system_s);
         total.produce_appends = total.produce_appends.saturating_add(s.produce_appends);
         total.produce_append_s += s.produce_append_s;
         total.produce_commit_s += s.produce_commit_s;
@@ -561,6 +773,8 @@ fn shard_table(shards: &[ShardDelta], measured_s: f64) -> Table {
             total.produce_appends.to_string(),
             per(total.produce_append_s, total.produce_appends, 1e6),
             per(total.produce_commit_s, total.produce_appends, 1e3),
+            fmt_opt_s(total.cpu_user_s),
+            fmt_opt_s(total.cpu_system_s),
         ]);
     }
     t
@@ -621,6 +835,11 @@ struct Medians {
     publish_p99_ms: f64,
     publish_p999_ms: f64,
     e2e_p99_ms: f64,
+    /// The target's CPU-s per GB moved, its ratio to the run's floor, the tool's CPU-s per
+    /// GB (NaN where a run has no figure).
+    cpu_per_gb: f64,
+    over_floor: f64,
+    tool_per_gb: f64,
 }
 
 impl Medians {
@@ -633,6 +852,9 @@ impl Medians {
             publish_p99_ms: m(|r| r.publish_latency.p99_ms),
             publish_p999_ms: m(|r| r.publish_latency.p999_ms),
             e2e_p99_ms: m(|r| r.e2e_latency.p99_ms),
+            cpu_per_gb: m(|r| target_per_gb(r).unwrap_or(f64::NAN)),
+            over_floor: m(|r| target_over_floor(r).unwrap_or(f64::NAN)),
+            tool_per_gb: m(|r| tool_per_gb(r).unwrap_or(f64::NAN)),
         }
     }
 }
@@ -663,6 +885,18 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
     if let Some(p) = &c.probe {
         blocks.push(Block::Line(probe_line(p)));
     }
+    // Each target's floor is that of its workload; list each distinct one once.
+    let mut floors: Vec<&FloorResult> = Vec::new();
+    for f in c.runs.iter().filter_map(RunResult::floor) {
+        if !floors.iter().any(|known| {
+            (known.frame_bytes, known.rate_bytes_per_s) == (f.frame_bytes, f.rate_bytes_per_s)
+        }) {
+            floors.push(f);
+        }
+    }
+    for f in floors {
+        blocks.extend(floor_lines(f).into_iter().map(Block::Line));
+    }
     if targets.is_empty() {
         blocks.push(Block::Line("no runs".into()));
         return blocks;
@@ -679,6 +913,9 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
         "publish p99.9 ms",
         "e2e p99 ms",
         "errors",
+        "CPU-s/GB",
+        "x floor",
+        "keel-bench CPU-s/GB",
     ];
     if any_verify {
         header.extend(["lost", "duplicated", "reordered", "offset errors"]);
@@ -703,6 +940,9 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
                 .map(|r| r.errors)
                 .fold(0u64, u64::saturating_add)
                 .to_string(),
+            fmt_per_gb(Some(m.cpu_per_gb)),
+            fmt_x(Some(m.over_floor)),
+            fmt_per_gb(Some(m.tool_per_gb)),
         ];
         if any_verify {
             // Totals over rounds: a single lost message in any round matters.
@@ -743,6 +983,7 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
             "publish p99",
             "publish p99.9",
             "e2e p99",
+            "CPU/GB",
         ],
     );
     for (t, m) in targets.iter().zip(&medians) {
@@ -754,6 +995,7 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
             fmt_ratio(m.publish_p99_ms, base.publish_p99_ms),
             fmt_ratio(m.publish_p999_ms, base.publish_p999_ms),
             fmt_ratio(m.e2e_p99_ms, base.e2e_p99_ms),
+            fmt_ratio(m.cpu_per_gb, base.cpu_per_gb),
         ]);
     }
     blocks.push(Block::Table(ratios));
@@ -765,8 +1007,16 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
             .iter()
             .filter_map(|t| t.runs.get(round).map(|r| (t.name, r)))
             .map(|(name, r)| {
+                let cpu = match target_per_gb(r) {
+                    Some(v) => format!(
+                        " CPU-s/GB {} (x floor {})",
+                        fmt_per_gb(Some(v)),
+                        fmt_x(target_over_floor(r))
+                    ),
+                    None => String::new(),
+                };
                 format!(
-                    "{name} {} records/s {} MB/s publish p99 {} ms e2e p99 {} ms errors {}",
+                    "{name} {} records/s {} MB/s publish p99 {} ms e2e p99 {} ms errors {}{cpu}",
                     fmt_rate(r.produce_records_per_s),
                     fmt_mb(r.produce_mb_per_s),
                     fmt_ms(r.publish_latency.p99_ms),
@@ -1208,7 +1458,7 @@ fn ledger_blocks(l: &LedgerReport) -> Vec<Block> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result::{ProbeResult, VerifySummary};
+    use crate::result::{ProbeResult, TargetCpu, VerifySummary};
 
     fn latency(p50: f64, p99: f64) -> LatencySummary {
         LatencySummary {
@@ -1290,6 +1540,10 @@ mod tests {
             probe: None,
             machine_cores: 16,
             tool_cpu_s: 4.0,
+            tool_cpu_user_s: 3.0,
+            tool_cpu_system_s: 1.0,
+            tool_threads: 1,
+            target_cpu: None,
         }
     }
 
@@ -1343,8 +1597,37 @@ mod tests {
             fdatasync: latency(0.5, 2.5),
             loopback_mb_per_s: 2048.0,
             loopback_rtt: latency(0.02, 0.05),
+            floor: Some(floor()),
+        });
+        r.target_cpu = Some(TargetCpu {
+            source: "/metrics".into(),
+            // 3, 2 and 1 CPU-s per GB of the 12.286976 GB moved.
+            total_s: 36.860928,
+            user_s: Some(24.573952),
+            system_s: Some(12.286976),
         });
         r
+    }
+
+    /// A floor of 0.5 CPU-s per GB (0.3 user, 0.2 system) over 2 GB moved.
+    fn floor() -> FloorResult {
+        FloorResult {
+            frame_bytes: 16384,
+            rate_bytes_per_s: 0,
+            bytes_asked: 1_000_000_000,
+            bytes_received: 1_000_000_000,
+            bytes_sent_to_reader: 1_000_000_000,
+            bytes_written: 1_000_000_000,
+            file_bytes: 1_000_000_000,
+            frames: 61036,
+            commits: 12000,
+            elapsed_s: 4.0,
+            core: Some(1),
+            user_s: 0.6,
+            system_s: 0.4,
+            io_worker_s: 0.1,
+            time_limited: false,
+        }
     }
 
     fn compare(runs: Vec<RunResult>) -> CompareResult {
@@ -1429,6 +1712,17 @@ mod tests {
             "25.0%", // produce 102.4 MB/s of 409.6 MB/s disk
             "5.0%",  // of 2048 MB/s loopback
             "x3.00", // publish p99 7.5 / fdatasync p99 2.5
+            "CPU per GB moved (measured phase: 12.29 GB",
+            "target (/metrics)",
+            "floor: one glommio core (core 1), 16384 B frames as fast as the acks allow",
+            "12000 group commits",
+            "io_uring workers 0.10 s of it",
+            "keel-bench (1 thread(s))",
+            "0.326", // keel-bench: 4 CPU-s over 12.29 GB
+            "0.244", // of which user
+            "0.081",
+            "target CPU per GB / floor CPU per GB: x6.00",
+            "CPU: broker process 0.61 cores (user 24.57 s, system 12.29 s, from /metrics)",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
@@ -1443,6 +1737,188 @@ mod tests {
             .collect();
         assert_eq!(latency_rows.len(), 2, "{text}");
         assert_eq!(latency_rows[0].len(), latency_rows[1].len(), "{text}");
+    }
+
+    /// The CPU table's row that starts with `name`, split into cells.
+    fn cpu_row(text: &str, name: &str) -> Vec<String> {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no {name:?} row in\n{text}"));
+        line[line.rfind(')').map_or(0, |i| i + 1)..]
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn cpu_per_gb_block_divides_and_compares_to_the_floor() {
+        let r = full_run();
+        let text = run_table(&r);
+        assert_eq!(
+            cpu_row(&text, "target ("),
+            ["2.000", "1.000", "3.000", "x6.00", "0.61"],
+            "{text}"
+        );
+        // The floor moved 2 GB with 1 CPU-s over 4 s.
+        assert_eq!(
+            cpu_row(&text, "floor (one core"),
+            ["0.300", "0.200", "0.500", "x1.00", "0.25"],
+            "{text}"
+        );
+        assert_eq!(
+            cpu_row(&text, "keel-bench ("),
+            ["0.244", "0.081", "0.326", "-", "0.07"],
+            "{text}"
+        );
+        assert!(!text.contains("may be what limits"), "{text}");
+
+        // The tool at 95% of its one thread: say it may be the bottleneck.
+        let mut busy = full_run();
+        busy.tool_cpu_s = 57.0;
+        let text = run_table(&busy);
+        assert!(
+            text.contains("kept its 1 thread(s) 95.0% busy: the tool may be what limits"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn cpu_per_gb_without_bytes_target_or_floor_prints_dashes() {
+        // Nothing moved: no division by zero, every per-GB figure is "-".
+        let mut r = full_run();
+        r.produced_bytes = 0;
+        r.consumed_bytes = 0;
+        let text = run_table(&r);
+        assert_eq!(
+            cpu_row(&text, "target ("),
+            ["-", "-", "-", "-", "0.61"],
+            "{text}"
+        );
+        assert!(
+            text.contains("floor CPU per GB: - (nothing moved)"),
+            "{text}"
+        );
+        // No target CPU: the row says so and the line says how to get it.
+        let mut r = full_run();
+        r.target_cpu = None;
+        let text = run_table(&r);
+        assert!(text.contains("target (not measured)"), "{text}");
+        assert!(text.contains("--target-pid PID"), "{text}");
+        // A target giving only its total: no split.
+        r.target_cpu = Some(TargetCpu {
+            source: "/metrics".into(),
+            total_s: 36.860928,
+            user_s: None,
+            system_s: None,
+        });
+        assert_eq!(
+            cpu_row(&run_table(&r), "target ("),
+            ["-", "-", "3.000", "x6.00", "0.61"]
+        );
+        // No floor (--no-probe): no ratio.
+        r.probe = None;
+        let text = run_table(&r);
+        assert!(text.contains("floor (not measured)"), "{text}");
+        assert!(text.contains("(no floor: --no-probe"), "{text}");
+        // A result written before the split: the tool's modes are unknown.
+        r.tool_cpu_user_s = 0.0;
+        r.tool_cpu_system_s = 0.0;
+        assert_eq!(
+            cpu_row(&run_table(&r), "keel-bench ("),
+            ["-", "-", "0.326", "-", "0.07"]
+        );
+        // A floor that moved nothing has no per-GB figure and no ratio.
+        let mut r = full_run();
+        if let Some(f) = r.probe.as_mut().and_then(|p| p.floor.as_mut()) {
+            f.bytes_received = 0;
+            f.bytes_sent_to_reader = 0;
+        }
+        assert_eq!(
+            cpu_row(&run_table(&r), "floor (one core"),
+            ["-", "-", "-", "-", "0.25"]
+        );
+        assert_eq!(target_over_floor(&r), None);
+    }
+
+    #[test]
+    fn shard_table_has_cpu_columns() {
+        let mut r = full_run();
+        if let Some(shards) = r.shards.as_mut() {
+            shards[0].cpu_user_s = Some(12.5);
+            shards[0].cpu_system_s = Some(2.25);
+            shards[1].cpu_user_s = Some(1.5);
+        }
+        let text = run_table(&r);
+        let row = |shard: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(shard))
+                .unwrap_or_else(|| panic!("no shard {shard} row in {text}"))
+                .split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            text.contains("CPU user s") && text.contains("CPU sys s"),
+            "{text}"
+        );
+        assert_eq!(row("0 ").last().map(String::as_str), Some("2.25"), "{text}");
+        assert_eq!(row("1 ").last().map(String::as_str), Some("-"), "{text}");
+        let all = row("all ");
+        assert_eq!(&all[all.len() - 2..], ["14.00", "2.25"], "{text}");
+    }
+
+    #[test]
+    fn compare_table_has_cpu_per_gb_and_floor_ratio() {
+        let with_cpu = |name: &str, cpu_per_gb: f64| {
+            let mut r = full_run();
+            r.target = name.into();
+            r.target_cpu = Some(TargetCpu {
+                source: "/proc/1/stat".into(),
+                total_s: cpu_per_gb * r.bytes_moved() as f64 / 1e9,
+                user_s: None,
+                system_s: None,
+            });
+            r
+        };
+        let runs = vec![
+            with_cpu("keel", 1.0),
+            with_cpu("other", 4.0),
+            with_cpu("keel", 1.5),
+            with_cpu("other", 5.0),
+            with_cpu("keel", 2.0),
+            with_cpu("other", 6.0),
+        ];
+        let text = compare_table(&compare(runs));
+        let has = |name: &str, cells: [&str; 3]| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(name))
+                .unwrap()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .windows(3)
+                .any(|w| w == cells)
+        };
+        // Medians: keel 1.5 CPU-s/GB = x3 the floor's 0.5; other 5 = x10.
+        assert!(has("keel ", ["1.500", "x3.00", "0.326"]), "{text}");
+        assert!(has("other", ["5.000", "x10.00", "0.326"]), "{text}");
+        let other_ratio = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("other"))
+            .nth(1)
+            .unwrap();
+        assert!(other_ratio.trim_end().ends_with("x3.33"), "{other_ratio}");
+        assert!(
+            text.contains("CPU-s/GB 2.000 (x floor x4.00)"),
+            "round lines: {text}"
+        );
+        assert!(
+            text.contains("floor: one glommio core (core 1), 16384 B frames"),
+            "{text}"
+        );
+        // Runs without CPU figures: dashes, not NaN.
+        let text = compare_table(&compare(vec![run("a", 1.0, 1.0), run("b", 2.0, 2.0)]));
+        assert!(!text.contains("NaN"), "{text}");
     }
 
     #[test]

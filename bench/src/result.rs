@@ -75,6 +75,69 @@ pub struct ShardDelta {
     pub produce_append_s: f64,
     #[serde(default)]
     pub produce_commit_s: f64,
+    /// CPU seconds the shard's thread used in user and in system mode
+    /// (`keel_shard_cpu_seconds_total`); None when the target does not export them.
+    #[serde(default)]
+    pub cpu_user_s: Option<f64>,
+    #[serde(default)]
+    pub cpu_system_s: Option<f64>,
+}
+
+/// CPU seconds the target broker's process used during the measured phase.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TargetCpu {
+    /// Where the figures come from: "/metrics" or "/proc/PID/stat".
+    pub source: String,
+    /// User + system.
+    pub total_s: f64,
+    /// The split by mode, when the source gives it (`process_cpu_seconds_total` alone does not).
+    pub user_s: Option<f64>,
+    pub system_s: Option<f64>,
+}
+
+/// The floor: what a minimal server (one glommio core: receive length-prefixed frames,
+/// O_DIRECT append, group-commit fdatasync, acknowledge, send the bytes to a reader) spends
+/// in CPU to move the same bytes in the same frames as the run (`keel-bench probe --floor`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct FloorResult {
+    /// Bytes per produce frame (the workload's batch in whole records).
+    pub frame_bytes: u64,
+    /// The producer's pace in bytes/s; 0 = as fast as the acknowledgements allow.
+    pub rate_bytes_per_s: u64,
+    /// Bytes the producer was to send.
+    pub bytes_asked: u64,
+    /// Bytes the server received from the producer.
+    pub bytes_received: u64,
+    /// Bytes the server sent to the reader (equal to `bytes_received` in a complete run).
+    pub bytes_sent_to_reader: u64,
+    /// Bytes appended to the file and made durable (fdatasync'ed).
+    pub bytes_written: u64,
+    /// The file's size after the last commit (trimmed to `bytes_written`), before removal.
+    pub file_bytes: u64,
+    /// Produce frames received.
+    pub frames: u64,
+    /// Group commits (fdatasyncs).
+    pub commits: u64,
+    /// From the first frame to the last byte sent to the reader.
+    pub elapsed_s: f64,
+    /// The core the server was pinned to (None: the affinity mask could not be read).
+    pub core: Option<u32>,
+    /// The server's CPU seconds in user and system mode over `elapsed_s`: its thread, plus
+    /// the io_uring workers it started (fdatasync runs there), which count as system time.
+    pub user_s: f64,
+    pub system_s: f64,
+    /// Of `system_s`, the io_uring workers' share.
+    pub io_worker_s: f64,
+    /// The producer stopped early at the probe's time limit (`bytes_received` < `bytes_asked`).
+    pub time_limited: bool,
+}
+
+impl FloorResult {
+    /// Bytes moved: received from the producer plus sent to the reader.
+    pub fn bytes_moved(&self) -> u64 {
+        self.bytes_received
+            .saturating_add(self.bytes_sent_to_reader)
+    }
 }
 
 /// The machine's own limits (`keel-bench probe`).
@@ -90,6 +153,10 @@ pub struct ProbeResult {
     pub loopback_mb_per_s: f64,
     /// Loopback TCP round trip of a small message.
     pub loopback_rtt: LatencySummary,
+    /// The CPU floor for the run's workload shape (absent from results before it existed,
+    /// and from `keel-bench probe` without `--floor`).
+    #[serde(default)]
+    pub floor: Option<FloorResult>,
 }
 
 /// The workload as run, for the report header.
@@ -153,6 +220,29 @@ pub struct RunResult {
     /// small machine the tool shares the cores with the broker.
     #[serde(default)]
     pub tool_cpu_s: f64,
+    /// `tool_cpu_s` by mode.
+    #[serde(default)]
+    pub tool_cpu_user_s: f64,
+    #[serde(default)]
+    pub tool_cpu_system_s: f64,
+    /// Executor threads keel-bench's producers and consumers ran on (0: not recorded).
+    #[serde(default)]
+    pub tool_threads: u32,
+    /// The target's CPU during the measured phase, from `--target-pid` or its /metrics.
+    #[serde(default)]
+    pub target_cpu: Option<TargetCpu>,
+}
+
+impl RunResult {
+    /// Bytes moved in the measured phase: produced plus consumed record bytes.
+    pub fn bytes_moved(&self) -> u64 {
+        self.produced_bytes.saturating_add(self.consumed_bytes)
+    }
+
+    /// The floor measured for this run's workload, if any.
+    pub fn floor(&self) -> Option<&FloorResult> {
+        self.probe.as_ref().and_then(|p| p.floor.as_ref())
+    }
 }
 
 /// A `compare` run: the same workload against several targets, in rounds.
@@ -164,4 +254,39 @@ pub struct CompareResult {
     pub runs: Vec<RunResult>,
     pub probe: Option<ProbeResult>,
     pub machine_cores: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_written_before_the_cpu_fields_still_load() {
+        let r = RunResult {
+            shards: Some(vec![ShardDelta::default()]),
+            probe: Some(ProbeResult::default()),
+            ..Default::default()
+        };
+        let mut v = serde_json::to_value(&r).unwrap();
+        let top = v.as_object_mut().unwrap();
+        for key in [
+            "tool_cpu_user_s",
+            "tool_cpu_system_s",
+            "tool_threads",
+            "target_cpu",
+        ] {
+            assert!(top.remove(key).is_some(), "{key}");
+        }
+        assert!(v["probe"]
+            .as_object_mut()
+            .unwrap()
+            .remove("floor")
+            .is_some());
+        let shard = v["shards"][0].as_object_mut().unwrap();
+        for key in ["cpu_user_s", "cpu_system_s"] {
+            assert!(shard.remove(key).is_some(), "{key}");
+        }
+        let back: RunResult = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+    }
 }

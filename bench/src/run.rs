@@ -6,7 +6,9 @@
 //! count from that time, so a stalled producer's backlog shows up as latency (no
 //! coordinated omission). Warm-up traffic is sent but not measured. Everything is bounded:
 //! producers stop at the end of the measured phase or at `max_messages`, consumers drain for
-//! at most `DRAIN_MAX` after that.
+//! at most `DRAIN_MAX` after that. CPU (keel-bench's own, and the target's from
+//! `/proc/PID/stat` or its /metrics) is read at both ends of the measured phase, the interval
+//! whose bytes the result counts.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -27,11 +29,13 @@ use crate::client::admin::{self, ClusterMap, Connections};
 use crate::client::batch::Sequences;
 use crate::client::conn::{self, Conn};
 use crate::client::txn::{self, ProducerIdentity};
+use crate::cpu::{self, CpuTimes};
 use crate::hist::LatencyHist;
 use crate::keys::{KeyDistribution, KeyGen};
 use crate::payload::{PayloadGen, PayloadHeader, PayloadSource};
-use crate::result::{ProbeResult, RunResult, TimelinePoint};
+use crate::result::{ProbeResult, RunResult, TargetCpu, TimelinePoint};
 use crate::schedule::Schedule;
+use crate::scrape::{self, Scrape};
 use crate::verify::Verifier;
 use crate::workload::Workload;
 
@@ -56,8 +60,11 @@ pub struct RunOptions {
     pub workload: Workload,
     /// Executor threads for producers and consumers.
     pub threads: usize,
-    /// Keel's admin address for /metrics (per-shard profile), if any.
+    /// Keel's admin address for /metrics (per-shard profile, process CPU), if any.
     pub metrics: Option<String>,
+    /// The target's process id when it runs on this machine: its CPU from /proc/PID/stat
+    /// (takes precedence over /metrics for the process's CPU).
+    pub target_pid: Option<u32>,
     pub verify: bool,
     pub probe: Option<ProbeResult>,
     /// Print a live line every `live_every`.
@@ -121,15 +128,62 @@ impl Clock {
     }
 }
 
-/// CPU seconds (user + system) this process has used so far.
-fn process_cpu_s() -> f64 {
-    // SAFETY: getrusage with a valid pointer to a zeroed local struct.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        return 0.0;
+/// The counters read at each end of the measured phase: keel-bench's own CPU, and the
+/// target's (its /proc/PID/stat, its /metrics) when asked for.
+#[derive(Clone)]
+struct CpuMark {
+    tool: CpuTimes,
+    pid: Option<CpuTimes>,
+    scrape: Option<Scrape>,
+}
+
+/// Reads the counters now. A target that does not answer leaves its part None (warned): the
+/// run goes on without those figures.
+fn cpu_mark(opts: &RunOptions, target: bool) -> CpuMark {
+    let tool = cpu::this_process();
+    if !target {
+        return CpuMark {
+            tool,
+            pid: None,
+            scrape: None,
+        };
     }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(u.ru_utime) + tv(u.ru_stime)
+    let pid = opts.target_pid.and_then(|pid| match cpu::read_pid(pid) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!("target CPU of pid {pid}: {e:#}");
+            None
+        }
+    });
+    let scrape = opts
+        .metrics
+        .as_deref()
+        .and_then(|addr| match scrape::fetch(addr) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!("target metrics: {e:#}");
+                None
+            }
+        });
+    CpuMark { tool, pid, scrape }
+}
+
+/// The target's CPU between two marks: from its pid when both reads worked, else from its
+/// /metrics' process families.
+fn target_cpu(pid: Option<u32>, start: &CpuMark, end: &CpuMark) -> Option<TargetCpu> {
+    if let (Some(pid), Some(before), Some(after)) = (pid, start.pid, end.pid) {
+        let d = after.since(&before);
+        return Some(TargetCpu {
+            source: format!("/proc/{pid}/stat"),
+            total_s: d.total_s(),
+            user_s: Some(d.user_s),
+            system_s: Some(d.system_s),
+        });
+    }
+    match (&start.scrape, &end.scrape) {
+        (Some(before), Some(after)) => scrape::process_cpu(before, after),
+        _ => None,
+    }
 }
 
 fn now_unix_us() -> u64 {
@@ -1080,7 +1134,11 @@ fn fmt_rate(x: f64) -> String {
     }
 }
 
-/// Runs the workload's phases on `threads` executors; returns the measured result.
+/// Runs the workload's phases on `threads` executors; returns the measured result. CPU
+/// counters (the tool's, and the target's unless `quiet`, which the maximum-rate probe is)
+/// are read when the measured phase starts and when it ends, so CPU and bytes cover the same
+/// interval (work on records that straddle an end is counted at one end and not the other,
+/// which evens out over a steady phase).
 fn run_phase(
     opts: &RunOptions,
     w: &Workload,
@@ -1162,14 +1220,11 @@ fn run_phase(
     let mut timeline = Vec::new();
     let mut last = (Instant::now(), 0u64, 0u64, 0u64, 0u64);
     let backlog_release = start + Duration::from_secs_f64(w.backlog_s.max(0.0));
-    let mut cpu_at_measure_start: Option<f64> = None;
+    let mut start_mark: Option<CpuMark> = None;
     loop {
         let now = Instant::now();
         if now >= clock.end {
             break;
-        }
-        if cpu_at_measure_start.is_none() && now >= clock.measure_start {
-            cpu_at_measure_start = Some(process_cpu_s());
         }
         if !shared.consumers_go.load(Ordering::Relaxed) && now >= backlog_release {
             shared.consumers_go.store(true, Ordering::Relaxed);
@@ -1179,11 +1234,21 @@ fn run_phase(
         {
             break;
         }
-        std::thread::sleep(
-            opts.live_every
+        let wake = now
+            + opts
+                .live_every
                 .min(clock.end.saturating_duration_since(now))
-                .max(Duration::from_millis(10)),
-        );
+                .max(Duration::from_millis(10));
+        // The start mark is read at the measured phase's start, not at the next live line.
+        if start_mark.is_none() && clock.measure_start < wake {
+            std::thread::sleep(
+                clock
+                    .measure_start
+                    .saturating_duration_since(Instant::now()),
+            );
+            start_mark = Some(cpu_mark(opts, !quiet));
+        }
+        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
         let now = Instant::now();
         let cur = (
             now,
@@ -1240,7 +1305,15 @@ fn run_phase(
             timeline.push(point);
         }
     }
-    let tool_cpu_s = process_cpu_s() - cpu_at_measure_start.unwrap_or_else(process_cpu_s);
+    let end_mark = cpu_mark(opts, !quiet);
+    // No start mark: the phase ended before it began (max_messages), nothing was measured.
+    let start_mark = start_mark.unwrap_or_else(|| end_mark.clone());
+    let tool_cpu = end_mark.tool.since(&start_mark.tool);
+    let shards = match (&start_mark.scrape, &end_mark.scrape) {
+        (Some(before), Some(after)) => Some(scrape::delta(&before.shards, &after.shards)),
+        _ => None,
+    };
+    let target_cpu = target_cpu(opts.target_pid, &start_mark, &end_mark);
     shared.consumers_go.store(true, Ordering::Relaxed);
     shared.stop.store(true, Ordering::Relaxed);
     let measured_s = Instant::now()
@@ -1297,12 +1370,16 @@ fn run_phase(
                 .report();
             summary
         }),
-        shards: None,
+        shards,
         probe: opts.probe.clone(),
         machine_cores: std::thread::available_parallelism()
             .map(|n| n.get() as u32)
             .unwrap_or(1),
-        tool_cpu_s,
+        tool_cpu_s: tool_cpu.total_s(),
+        tool_cpu_user_s: tool_cpu.user_s,
+        tool_cpu_system_s: tool_cpu.system_s,
+        tool_threads: threads as u32,
+        target_cpu,
     })
 }
 
@@ -1342,19 +1419,7 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
         teardown(&opts.bootstrap, &w)?;
         setup(&opts.bootstrap, &w)?;
     }
-    let before = opts
-        .metrics
-        .as_deref()
-        .map(crate::scrape::fetch)
-        .transpose()
-        .ok()
-        .flatten();
-    let mut result = run_phase(opts, &w, &cluster, false)?;
-    if let (Some(addr), Some(before)) = (opts.metrics.as_deref(), before) {
-        if let Ok(after) = crate::scrape::fetch(addr) {
-            result.shards = Some(crate::scrape::delta(&before, &after));
-        }
-    }
+    let result = run_phase(opts, &w, &cluster, false)?;
     if w.delete_topics_after && w.create_topics {
         teardown(&opts.bootstrap, &w)?;
     }

@@ -1,11 +1,16 @@
-//! Scrapes a Keel broker's per-shard counters from its admin endpoint (`GET /metrics`,
-//! Prometheus text format) so a run can report what each shard did.
+//! Scrapes a Keel broker's counters from its admin endpoint (`GET /metrics`, Prometheus text
+//! format) so a run can report what each shard did and what CPU the broker used.
 //!
-//! Runs on the caller's thread with plain blocking std I/O: it is called once before and once
-//! after the measured phase, never on a load-generating executor. Every wait is bounded
-//! (connect, read and whole-exchange timeouts, a response size cap), and the parser never
-//! panics on whatever the other side sends: unknown families, comments and malformed lines
-//! are skipped, and a family the target does not export counts as 0.
+//! Kept: per-shard samples (a `shard` label), the process's CPU (`process_cpu_seconds_total`
+//! without labels, `keel_process_cpu_seconds_total{mode="user"|"system"}`) and each shard
+//! thread's CPU (`keel_shard_cpu_seconds_total{shard,mode}`).
+//!
+//! Runs on the caller's thread with plain blocking std I/O: it is called once at the start
+//! and once at the end of the measured phase, never on a load-generating executor. Every wait
+//! is bounded (connect, read and whole-exchange timeouts, a response size cap), and the parser
+//! never panics on whatever the other side sends: unknown families, comments and malformed
+//! lines are skipped, and a family the target does not export counts as 0 (a CPU family as
+//! absent: None).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -14,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::result::ShardDelta;
+use crate::result::{ShardDelta, TargetCpu};
 
 /// Connect timeout, and the timeout of each read and write.
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
@@ -28,14 +33,44 @@ const RESPONSE_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// `partitions_owned` is a gauge.
 pub type ShardCounters = ShardDelta;
 
-/// Parses Prometheus text into per-shard counters, sorted by shard.
-/// Only samples carrying a `shard` label that parses as a u32 are counted.
-pub fn parse(text: &str) -> Vec<ShardCounters> {
+/// One scrape: cumulative per-shard counters and the process's CPU seconds so far.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Scrape {
+    /// Sorted by shard.
+    pub shards: Vec<ShardCounters>,
+    /// `process_cpu_seconds_total` (user + system), if exported.
+    pub process_total_s: Option<f64>,
+    /// `keel_process_cpu_seconds_total{mode="user"}` and `{mode="system"}`, if exported.
+    pub process_user_s: Option<f64>,
+    pub process_system_s: Option<f64>,
+}
+
+/// Parses Prometheus text. Shard samples count only with a `shard` label that parses as a
+/// u32; a CPU sample only with a finite, non-negative value (and, for the per-mode families,
+/// a `mode` of "user" or "system").
+pub fn parse(text: &str) -> Scrape {
+    let mut scrape = Scrape::default();
     let mut shards: BTreeMap<u32, ShardCounters> = BTreeMap::new();
     for line in text.lines() {
         let Some((name, labels, value)) = parse_sample(line) else {
             continue;
         };
+        let mode = label(labels, "mode");
+        match name {
+            "process_cpu_seconds_total" if labels.trim().is_empty() => {
+                scrape.process_total_s = cpu_seconds(value).or(scrape.process_total_s);
+                continue;
+            }
+            "keel_process_cpu_seconds_total" => {
+                match mode {
+                    Some("user") => scrape.process_user_s = cpu_seconds(value),
+                    Some("system") => scrape.process_system_s = cpu_seconds(value),
+                    _ => {}
+                }
+                continue;
+            }
+            _ => {}
+        }
         let Some(shard) = label(labels, "shard").and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
@@ -53,10 +88,21 @@ pub fn parse(text: &str) -> Vec<ShardCounters> {
             "keel_produce_appends_total" => entry.produce_appends = as_u64(value),
             "keel_produce_append_seconds_total" => entry.produce_append_s = as_seconds(value),
             "keel_produce_commit_seconds_total" => entry.produce_commit_s = as_seconds(value),
+            "keel_shard_cpu_seconds_total" => match mode {
+                Some("user") => entry.cpu_user_s = cpu_seconds(value),
+                Some("system") => entry.cpu_system_s = cpu_seconds(value),
+                _ => {}
+            },
             _ => {}
         }
     }
-    shards.into_values().collect()
+    scrape.shards = shards.into_values().collect();
+    scrape
+}
+
+/// A CPU counter's value: None for what no counter can read (NaN, infinite, negative).
+fn cpu_seconds(value: f64) -> Option<f64> {
+    (value.is_finite() && value >= 0.0).then_some(value)
 }
 
 fn as_seconds(value: f64) -> f64 {
@@ -68,7 +114,7 @@ fn as_seconds(value: f64) -> f64 {
 }
 
 /// Fetches and parses `http://{admin}/metrics`. `admin` is "HOST:PORT".
-pub fn fetch(admin: &str) -> anyhow::Result<Vec<ShardCounters>> {
+pub fn fetch(admin: &str) -> anyhow::Result<Scrape> {
     let body = http_get(admin, "/metrics")?;
     Ok(parse(&body))
 }
@@ -95,11 +141,38 @@ pub fn delta(before: &[ShardCounters], after: &[ShardCounters]) -> Vec<ShardDelt
                 produce_appends: a.produce_appends.saturating_sub(b.produce_appends),
                 produce_append_s: secs(a.produce_append_s - b.produce_append_s),
                 produce_commit_s: secs(a.produce_commit_s - b.produce_commit_s),
+                cpu_user_s: cpu_delta(b.cpu_user_s, a.cpu_user_s),
+                cpu_system_s: cpu_delta(b.cpu_system_s, a.cpu_system_s),
             }
         })
         .collect();
     out.sort_by_key(|d| d.shard);
     out
+}
+
+/// A CPU counter's growth: None when the after scrape lacks it; a counter absent before
+/// counts from zero (like a shard that appeared), and one that went backwards reads 0.
+fn cpu_delta(before: Option<f64>, after: Option<f64>) -> Option<f64> {
+    Some((after? - before.unwrap_or(0.0)).max(0.0))
+}
+
+/// The process's CPU between two scrapes, or None if the target exports no CPU family in
+/// both. The total is `process_cpu_seconds_total`'s growth, else user + system; the split
+/// needs both `keel_process_cpu_seconds_total` modes in both scrapes.
+pub fn process_cpu(before: &Scrape, after: &Scrape) -> Option<TargetCpu> {
+    let both = |b: Option<f64>, a: Option<f64>| Some((a? - b?).max(0.0));
+    let user_s = both(before.process_user_s, after.process_user_s);
+    let system_s = both(before.process_system_s, after.process_system_s);
+    let split = user_s.zip(system_s);
+    let (user_s, system_s) = (split.map(|s| s.0), split.map(|s| s.1));
+    let total_s = both(before.process_total_s, after.process_total_s)
+        .or_else(|| split.map(|(u, s)| u + s))?;
+    Some(TargetCpu {
+        source: "/metrics".into(),
+        total_s,
+        user_s,
+        system_s,
+    })
 }
 
 /// Splits one exposition line into (metric name, raw label block, value).
@@ -328,8 +401,9 @@ keel_up 1
     #[test]
     fn parses_the_sample() {
         let got = parse(SAMPLE);
+        assert_eq!(got.process_total_s, None, "no CPU family in the sample");
         assert_eq!(
-            got,
+            got.shards,
             vec![
                 ShardCounters {
                     shard: 0,
@@ -375,7 +449,7 @@ keel_up 1
         for input in inputs {
             let _ = parse(input);
         }
-        let odd = parse(&inputs.join("\n"));
+        let odd = parse(&inputs.join("\n")).shards;
         // The escaped-quote line parses: the `}` inside the quoted api value is not the end.
         assert_eq!(
             odd.iter().find(|s| s.shard == 0).map(|s| s.requests),
@@ -391,7 +465,7 @@ keel_up 1
 
     #[test]
     fn delta_subtracts_and_keeps_the_gauge() {
-        let before = parse(SAMPLE);
+        let before = parse(SAMPLE).shards;
         let mut after = before.clone();
         after[0].requests += 100;
         after[0].bytes_in += 1000;
@@ -424,6 +498,110 @@ keel_up 1
         assert_eq!(d[1].bytes_in, 0);
         assert_eq!(d[2].requests, 9);
         assert_eq!(d[2].busy_s, 0.5);
+    }
+
+    const CPU_SAMPLE: &str = "\
+# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.
+# TYPE process_cpu_seconds_total counter
+process_cpu_seconds_total 12.5
+keel_process_cpu_seconds_total{mode=\"user\"} 9.25
+keel_process_cpu_seconds_total{mode=\"system\"} 3.25
+keel_shard_cpu_seconds_total{shard=\"0\",mode=\"user\"} 4.5
+keel_shard_cpu_seconds_total{shard=\"0\",mode=\"system\"} 1.5
+keel_shard_cpu_seconds_total{mode=\"user\",shard=\"1\"} 3
+keel_shard_cpu_seconds_total{shard=\"1\",mode=\"system\"} 1 1700000000000
+keel_bytes_in_total{shard=\"1\"} 7
+";
+
+    #[test]
+    fn parses_the_cpu_families() {
+        let got = parse(CPU_SAMPLE);
+        assert_eq!(got.process_total_s, Some(12.5));
+        assert_eq!(got.process_user_s, Some(9.25));
+        assert_eq!(got.process_system_s, Some(3.25));
+        assert_eq!(got.shards.len(), 2);
+        assert_eq!(got.shards[0].cpu_user_s, Some(4.5));
+        assert_eq!(got.shards[0].cpu_system_s, Some(1.5));
+        assert_eq!(got.shards[1].cpu_user_s, Some(3.0), "label order");
+        assert_eq!(got.shards[1].cpu_system_s, Some(1.0), "timestamp");
+        assert_eq!(got.shards[1].bytes_in, 7);
+        // The shard families do not leak into the process figures, nor the other way round.
+        let only_process = parse("process_cpu_seconds_total 2\n");
+        assert!(only_process.shards.is_empty());
+        assert_eq!(only_process.process_user_s, None);
+    }
+
+    #[test]
+    fn malformed_cpu_lines_are_skipped() {
+        let inputs = [
+            // A process total with labels is some other exporter's family.
+            "process_cpu_seconds_total{shard=\"0\"} 5",
+            "process_cpu_seconds_total NaN",
+            "process_cpu_seconds_total -1",
+            "process_cpu_seconds_total +Inf",
+            "process_cpu_seconds_total",
+            "process_cpu_seconds_total{} ",
+            "keel_process_cpu_seconds_total 4",
+            "keel_process_cpu_seconds_total{mode=\"idle\"} 4",
+            "keel_process_cpu_seconds_total{mode=\"user\"} x",
+            "keel_process_cpu_seconds_total{mode=\"user\" 4",
+            "keel_process_cpu_seconds_total{mode=user} 4",
+            "keel_shard_cpu_seconds_total{mode=\"user\"} 4",
+            "keel_shard_cpu_seconds_total{shard=\"0\"} 4",
+            "keel_shard_cpu_seconds_total{shard=\"0\",mode=\"steal\"} 4",
+            "keel_shard_cpu_seconds_total{shard=\"0\",mode=\"user\"} -4",
+            "keel_shard_cpu_seconds_total{shard=\"0\",mode=\"system\"} NaN",
+        ];
+        let got = parse(&inputs.join("\n"));
+        assert_eq!(got.process_total_s, None, "{got:?}");
+        assert_eq!(got.process_user_s, None, "{got:?}");
+        assert_eq!(got.process_system_s, None, "{got:?}");
+        for s in &got.shards {
+            assert_eq!((s.cpu_user_s, s.cpu_system_s), (None, None), "{got:?}");
+        }
+        // An unlabelled total with empty braces is still the total.
+        assert_eq!(
+            parse("process_cpu_seconds_total{} 3").process_total_s,
+            Some(3.0)
+        );
+    }
+
+    #[test]
+    fn process_cpu_is_after_minus_before() {
+        let before = parse(CPU_SAMPLE);
+        let after = parse(
+            "process_cpu_seconds_total 22.5\n\
+             keel_process_cpu_seconds_total{mode=\"user\"} 16.25\n\
+             keel_process_cpu_seconds_total{mode=\"system\"} 6.25\n\
+             keel_shard_cpu_seconds_total{shard=\"0\",mode=\"user\"} 8.5\n\
+             keel_shard_cpu_seconds_total{shard=\"0\",mode=\"system\"} 1.0\n\
+             keel_shard_cpu_seconds_total{shard=\"2\",mode=\"user\"} 0.5\n",
+        );
+        let cpu = process_cpu(&before, &after).unwrap();
+        assert_eq!(cpu.total_s, 10.0);
+        assert_eq!((cpu.user_s, cpu.system_s), (Some(7.0), Some(3.0)));
+        assert_eq!(cpu.source, "/metrics");
+        let d = delta(&before.shards, &after.shards);
+        assert_eq!(d[0].cpu_user_s, Some(4.0));
+        assert_eq!(d[0].cpu_system_s, Some(0.0), "went backwards: 0");
+        assert_eq!(d[1].shard, 2);
+        assert_eq!(d[1].cpu_user_s, Some(0.5), "a new shard counts from zero");
+        assert_eq!(d[1].cpu_system_s, None, "not exported");
+        // Only the total: no split. Only the split: the total is their sum.
+        let total_only = |v: f64| parse(&format!("process_cpu_seconds_total {v}"));
+        let cpu = process_cpu(&total_only(1.0), &total_only(3.5)).unwrap();
+        assert_eq!((cpu.total_s, cpu.user_s, cpu.system_s), (2.5, None, None));
+        let mut split_only = after.clone();
+        split_only.process_total_s = None;
+        let mut split_before = before.clone();
+        split_before.process_total_s = None;
+        assert_eq!(
+            process_cpu(&split_before, &split_only).map(|c| c.total_s),
+            Some(10.0)
+        );
+        // Nothing exported, or only before: no figure.
+        assert_eq!(process_cpu(&parse(SAMPLE), &parse(SAMPLE)), None);
+        assert_eq!(process_cpu(&before, &parse(SAMPLE)), None);
     }
 
     /// Serves one canned answer to one connection, returning what the client sent.

@@ -105,6 +105,7 @@ fn verify_finds_nothing_lost_duplicated_or_reordered() {
             "--quiet",
         ])
         .args(["--metrics", &format!("127.0.0.1:{}", keel.admin)])
+        .args(["--target-pid", &keel.child.id().to_string()])
         .args([
             "--set",
             "partitions_per_topic=6",
@@ -193,6 +194,34 @@ fn verify_finds_nothing_lost_duplicated_or_reordered() {
         json["probe"]
     );
     assert!(stdout.contains("against the machine probe"), "{stdout}");
+    // The broker's CPU from /proc/PID/stat, per GB moved, against the floor of the same shape
+    // (200-byte records, 16 KiB batches: 81 records a frame, paced at 3000 × 200 B/s).
+    let cpu = &json["target_cpu"];
+    assert_eq!(
+        cpu["source"].as_str(),
+        Some(format!("/proc/{}/stat", keel.child.id()).as_str()),
+        "{cpu}"
+    );
+    assert!(cpu["total_s"].as_f64().unwrap() > 0.0, "{cpu}");
+    let floor = &json["probe"]["floor"];
+    assert_eq!(floor["frame_bytes"].as_u64(), Some(16_200), "{floor}");
+    assert_eq!(floor["rate_bytes_per_s"].as_u64(), Some(600_000), "{floor}");
+    assert_eq!(floor["bytes_received"], floor["bytes_asked"], "{floor}");
+    assert_eq!(
+        floor["bytes_sent_to_reader"], floor["bytes_asked"],
+        "{floor}"
+    );
+    assert!(
+        floor["user_s"].as_f64().unwrap() + floor["system_s"].as_f64().unwrap() > 0.0,
+        "{floor}"
+    );
+    assert!(json["tool_cpu_user_s"].as_f64().unwrap() > 0.0);
+    assert!(stdout.contains("CPU per GB moved"), "{stdout}");
+    let ratio_line = stdout
+        .lines()
+        .find(|l| l.contains("target CPU per GB / floor CPU per GB: x"))
+        .unwrap_or_else(|| panic!("no ratio to the floor in {stdout}"));
+    assert!(!ratio_line.contains(" -"), "{ratio_line}");
 }
 
 #[test]
