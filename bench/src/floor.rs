@@ -81,12 +81,25 @@ const FILL: u8 = 0x5a;
 
 /// The bytes of one produce frame for a workload of `message_size`-byte records and
 /// `batch_size`-byte batches: the batch in whole records, at least one record, at most
-/// [`FRAME_BYTES_MAX`]. (A real producer's request may hold less, when linger or the rate
-/// ends a batch early, or more, one batch per partition the broker leads; the batch is the
-/// simple, stated choice.)
+/// [`FRAME_BYTES_MAX`]: the shape of a producer sending as fast as it can. At a fixed rate
+/// linger ends requests first ([`paced_frame_bytes`]).
 pub fn frame_bytes(message_size: u32, batch_size: u32) -> u64 {
     let record = u64::from(message_size.max(1));
     let records = (u64::from(batch_size) / record).max(1);
+    (records * record).min(FRAME_BYTES_MAX)
+}
+
+/// At a fixed rate a producer's request holds what that producer accumulates in one linger
+/// window (at least 1 ms: a request in flight makes the next wait about that long anyway):
+/// records/s per producer × linger, in whole records, at least one. At 50,000 records/s of
+/// 1 KiB over 4 producers with linger 1 ms that is 12 records, 12,288 bytes, where the
+/// batch alone would say 131,072: a floor sized by the batch would make 10× fewer, larger
+/// requests than the broker serves, and look cheaper per byte than the same traffic is.
+pub fn paced_frame_bytes(w: &Workload) -> u64 {
+    let record = u64::from(w.message_size.max(1));
+    let producers = u64::from(w.producers_per_topic.max(1)) * u64::from(w.topics.max(1));
+    let per_producer_per_s = w.producer_rate / producers;
+    let records = (per_producer_per_s * w.linger_ms.max(1) / 1000).max(1);
     (records * record).min(FRAME_BYTES_MAX)
 }
 
@@ -117,7 +130,11 @@ impl FloorPlan {
         } else {
             w.producer_rate.saturating_mul(u64::from(w.message_size))
         };
-        Self::new(frame_bytes(w.message_size, w.batch_size), rate, quick)
+        let mut frame = frame_bytes(w.message_size, w.batch_size);
+        if rate > 0 {
+            frame = frame.min(paced_frame_bytes(w));
+        }
+        Self::new(frame, rate, quick)
     }
 
     /// A floor of `frame_bytes` frames at `rate_bytes_per_s` (0 = maximum).
@@ -754,6 +771,39 @@ mod tests {
         assert_eq!(frame_bytes(1000, 0), 1000);
         assert_eq!(frame_bytes(0, 10), 10, "a zero size counts as 1 byte");
         assert_eq!(frame_bytes(100 << 20, 64 << 20), FRAME_BYTES_MAX, "capped");
+    }
+
+    #[test]
+    fn a_paced_frame_is_one_linger_window_of_one_producer() {
+        let w = Workload {
+            topics: 1,
+            message_size: 1024,
+            batch_size: 131_072,
+            producers_per_topic: 4,
+            producer_rate: 50_000,
+            linger_ms: 1,
+            ..Workload::default()
+        };
+        assert_eq!(paced_frame_bytes(&w), 12 * 1024);
+        assert_eq!(FloorPlan::for_workload(&w, false).frame_bytes, 12 * 1024);
+        // A slow producer still sends whole records, one at least.
+        let slow = Workload {
+            producer_rate: 100,
+            ..w.clone()
+        };
+        assert_eq!(paced_frame_bytes(&slow), 1024);
+        // A long linger fills the batch, and the batch caps it.
+        let long = Workload {
+            linger_ms: 1000,
+            ..w.clone()
+        };
+        assert_eq!(FloorPlan::for_workload(&long, false).frame_bytes, 131_072);
+        // As fast as possible: the batch.
+        let max = Workload {
+            producer_rate: 0,
+            ..w
+        };
+        assert_eq!(FloorPlan::for_workload(&max, false).frame_bytes, 131_072);
     }
 
     #[test]
