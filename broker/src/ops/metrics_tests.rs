@@ -101,10 +101,12 @@ fn shard_and_process_cpu_are_the_kernel_accounting() {
     assert!(busy >= 0.1, "a 200 ms spin counted {busy} s");
     assert!(idle < 0.05, "a 200 ms sleep counted {idle} s");
 
-    let mut s = CountersSnapshot::default();
-    s.cpu = CpuSeconds {
-        user_s: 1.5,
-        system_s: 0.25,
+    let s = CountersSnapshot {
+        cpu: CpuSeconds {
+            user_s: 1.5,
+            system_s: 0.25,
+        },
+        ..CountersSnapshot::default()
     };
     let text = render(&[s]);
     assert!(text.contains("keel_shard_cpu_seconds_total{shard=\"0\",mode=\"user\"} 1.5"));
