@@ -320,13 +320,47 @@ fn run() -> Result<()> {
 /// On shard 0: once SIGINT or SIGTERM arrives, the controlled shutdown (unless
 /// `controlled.shutdown.enable=false`) while every shard still serves, then every shard stops.
 async fn drive_shutdown(shard: Rc<BrokerShard>) {
-    while !keel_shard::shutdown_requested() {
-        glommio::timer::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_shutdown_signal().await;
     if shard.config.controlled_shutdown_enable {
         crate::controller::controlled_shutdown(&shard).await;
     }
     keel_shard::request_stop();
+    // Every shard fires its shutdown event now, not at its ticker's next look at the flag.
+    for target in 0..shard.mesh.shard_count() {
+        if target == shard.id {
+            shard.shutdown.fire();
+        } else if let Err(e) = shard
+            .mesh
+            .notify(target, |s: Rc<BrokerShard>| s.shutdown.fire())
+            .await
+        {
+            warn!(target, error = %e, "could not tell a shard to stop; its ticker will");
+        }
+    }
+}
+
+/// Until SIGINT or SIGTERM: reads the signal thread's doorbell with io_uring, so an idle
+/// broker sleeps instead of polling; without a doorbell (no signal handlers installed) or
+/// once it fails, polls the flag every 20 ms.
+async fn wait_for_shutdown_signal() {
+    if let Some(bell) = keel_shard::take_shutdown_doorbell() {
+        // SAFETY: the fd is owned by `bell`, which we give up here.
+        let mut stream = unsafe { glommio::net::UnixStream::from_raw_fd(bell.into_raw_fd()) };
+        let mut byte = [0u8; 1];
+        while !keel_shard::shutdown_requested() {
+            match futures_lite::AsyncReadExt::read(&mut stream, &mut byte).await {
+                Ok(n) if n > 0 => {}
+                Ok(_) => break,
+                Err(e) => {
+                    warn!(error = %e, "reading the signal doorbell failed; polling instead");
+                    break;
+                }
+            }
+        }
+    }
+    while !keel_shard::shutdown_requested() {
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Logs a shard closes at once when it stops.

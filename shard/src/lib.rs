@@ -22,4 +22,7 @@ pub use runtime::{
     launch, memlock_limit, raise_memlock_limit, reactor_stalls, shard_of_thread_name,
     RuntimeConfig, ShardBoot,
 };
-pub use shutdown::{install_signal_handlers, request_stop, shutdown_requested, stop_requested};
+pub use shutdown::{
+    install_signal_handlers, request_stop, shutdown_requested, stop_requested,
+    take_shutdown_doorbell,
+};

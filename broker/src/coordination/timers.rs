@@ -92,18 +92,37 @@ pub async fn compaction(shard: Rc<BrokerShard>) {
     }
 }
 
+/// The ticker's period while some log needs it.
+const TICK: Duration = Duration::from_millis(50);
+/// The ticker's period while no log needs it (every 20 ticks of [`TICK`]).
+const IDLE_TICK: Duration = Duration::from_millis(1000);
+
 /// Periodic work: notice that the shards are to stop (`startup::drive_shutdown`), sync flush.policy=interval logs, retry the
 /// writes of disk-full logs.
+///
+/// It ticks every [`TICK`] while a log of the shard needs it (flush.policy=interval, or a
+/// disk-full log to retry), else every [`IDLE_TICK`], so that an idle broker sleeps: shutdown
+/// reaches the shards over the mesh (`startup::drive_shutdown`), and this tick's look at the
+/// stop flag is only a fallback.
 pub async fn ticker(shard: Rc<BrokerShard>) {
     let mut tick: u64 = 0;
+    let mut period = TICK;
     loop {
-        glommio::timer::sleep(Duration::from_millis(50)).await;
-        if stop_requested() {
+        if !shard.sleep_unless_shutdown(period).await || stop_requested() {
             shard.shutdown.fire();
             return;
         }
-        tick = tick.wrapping_add(1);
-        for part in shard.all_partitions() {
+        tick = tick.wrapping_add(period.as_millis() as u64 / TICK.as_millis() as u64);
+        let parts = shard.all_partitions();
+        period = if parts
+            .iter()
+            .any(|p| p.log.config().flush_policy == FlushPolicy::Interval || p.log.is_disk_full())
+        {
+            TICK
+        } else {
+            IDLE_TICK
+        };
+        for part in parts {
             // A disk-full log retries its staged writes once a second.
             if tick.is_multiple_of(20) && part.log.is_disk_full() && !part.syncing.get() {
                 part.syncing.set(true);
