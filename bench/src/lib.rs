@@ -16,4 +16,5 @@ pub mod run;
 pub mod schedule;
 pub mod scrape;
 pub mod verify;
+pub mod windows;
 pub mod workload;

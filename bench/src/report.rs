@@ -646,6 +646,17 @@ fn run_blocks(r: &RunResult) -> Vec<Block> {
         }
     }
 
+    let windows = crate::windows::explain(&r.timeline);
+    if !windows.is_empty() {
+        blocks.push(Block::Line(String::new()));
+        blocks.push(Block::Line(
+            "latency windows (which stage grew when a window's p99 grew)".to_string(),
+        ));
+        for line in windows {
+            blocks.push(Block::Line(line));
+        }
+    }
+
     if let Some(p) = &r.probe {
         blocks.push(Block::Line(String::new()));
         blocks.push(Block::Line(probe_line(p)));
@@ -1030,6 +1041,17 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
             round + 1,
             parts.join("; ")
         )));
+        // A run with a window whose p99 grew says which stage grew (the first line, the
+        // median, and "nothing grew" are left to the run's own report).
+        for t in &targets {
+            if let Some(r) = t.runs.get(round) {
+                for line in crate::windows::explain(&r.timeline).into_iter().skip(1) {
+                    if line.contains("window ending") {
+                        blocks.push(Block::Line(format!("    {}:{line}", t.name)));
+                    }
+                }
+            }
+        }
     }
     blocks
 }
@@ -1494,6 +1516,7 @@ mod tests {
                 consume_records_per_s: mb * 990.0,
                 consume_mb_per_s: mb - 1.0 + (i % 2) as f64,
                 publish_p99_ms: 2.0,
+                ..TimelinePoint::default()
             })
             .collect()
     }

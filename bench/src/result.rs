@@ -35,6 +35,12 @@ pub struct TimelinePoint {
     pub consume_records_per_s: f64,
     pub consume_mb_per_s: f64,
     pub publish_p99_ms: f64,
+    /// Cores keel-bench itself kept busy over the interval (its user + system CPU / wall time).
+    #[serde(default)]
+    pub tool_cores: f64,
+    /// The target's request stages over the interval (with `--metrics` on a Keel broker).
+    #[serde(default)]
+    pub stages: Vec<crate::windows::StageWindow>,
 }
 
 /// What `--verify` found.

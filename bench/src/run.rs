@@ -1221,6 +1221,16 @@ fn run_phase(
     let mut last = (Instant::now(), 0u64, 0u64, 0u64, 0u64);
     let backlog_release = start + Duration::from_secs_f64(w.backlog_s.max(0.0));
     let mut start_mark: Option<CpuMark> = None;
+    // Per interval: the target's stage histograms and this process's CPU, to explain a window
+    // whose p99 grew (`windows::explain`). A failed scrape leaves that window without stages.
+    let stages_of = |opts: &RunOptions| {
+        opts.metrics
+            .as_deref()
+            .filter(|_| !quiet)
+            .and_then(|addr| crate::scrape::fetch_stages(addr).ok())
+    };
+    let mut last_stages = stages_of(opts);
+    let mut last_tool = cpu::this_process();
     loop {
         let now = Instant::now();
         if now >= clock.end {
@@ -1269,7 +1279,19 @@ fn run_phase(
             h.clear();
             p
         };
+        let tool = cpu::this_process();
+        let tool_cores =
+            tool.since(&last_tool).total_s() / cur.0.duration_since(last.0).as_secs_f64().max(1e-9);
+        last_tool = tool;
+        let stages_now = stages_of(opts);
+        let stages = match (&last_stages, &stages_now) {
+            (Some(before), Some(after)) => crate::windows::window(before, after),
+            _ => Vec::new(),
+        };
+        last_stages = stages_now;
         let point = TimelinePoint {
+            tool_cores,
+            stages,
             t_s: now
                 .saturating_duration_since(clock.measure_start)
                 .as_secs_f64(),

@@ -119,6 +119,11 @@ pub fn fetch(admin: &str) -> anyhow::Result<Scrape> {
     Ok(parse(&body))
 }
 
+/// The request-stage histograms of `http://{admin}/metrics` (see `windows`).
+pub fn fetch_stages(admin: &str) -> anyhow::Result<crate::windows::Stages> {
+    Ok(crate::windows::parse_stages(&http_get(admin, "/metrics")?))
+}
+
 /// What each shard did between two scrapes. Counters subtract (saturating, so a broker restart
 /// reads as 0 rather than wrapping); `partitions_owned` is the gauge's value after.
 /// A shard present only after the run counts from zero.
