@@ -720,6 +720,7 @@ fn shard_table(shards: &[ShardDelta], measured_s: f64) -> Table {
             "bytes in",
             "bytes out",
             "cross-shard hops",
+            "hops/request",
             "partitions owned",
             "busy s",
             "busy %",
@@ -745,6 +746,7 @@ fn shard_table(shards: &[ShardDelta], measured_s: f64) -> Table {
             s.bytes_in.to_string(),
             s.bytes_out.to_string(),
             s.cross_shard_hops.to_string(),
+            hops_per_request(s.cross_shard_hops, s.requests),
             s.partitions_owned.to_string(),
             fmt_s(s.busy_s),
             fmt_pct(s.busy_s, measured_s),
@@ -777,6 +779,7 @@ fn shard_table(shards: &[ShardDelta], measured_s: f64) -> Table {
             total.bytes_in.to_string(),
             total.bytes_out.to_string(),
             total.cross_shard_hops.to_string(),
+            hops_per_request(total.cross_shard_hops, total.requests),
             total.partitions_owned.to_string(),
             fmt_s(total.busy_s),
             // Busy share of all shards together: the mean over shards.
@@ -789,6 +792,16 @@ fn shard_table(shards: &[ShardDelta], measured_s: f64) -> Table {
         ]);
     }
     t
+}
+
+/// Calls a shard sent to other shards per request it read ("-" without requests): 0 when
+/// every request's partitions were its own, about 1 when each was split once.
+fn hops_per_request(hops: u64, requests: u64) -> String {
+    if requests == 0 {
+        "-".to_string()
+    } else {
+        format!("{:.2}", hops as f64 / requests as f64)
+    }
 }
 
 fn probe_ratio_table(r: &RunResult, p: &ProbeResult) -> Table {
@@ -1889,6 +1902,24 @@ mod tests {
         assert_eq!(row("1 ").last().map(String::as_str), Some("-"), "{text}");
         let all = row("all ");
         assert_eq!(&all[all.len() - 2..], ["14.00", "2.25"], "{text}");
+    }
+
+    #[test]
+    fn hops_per_request_divides_and_never_by_zero() {
+        assert_eq!(hops_per_request(45, 50), "0.90");
+        assert_eq!(hops_per_request(0, 10), "0.00");
+        assert_eq!(hops_per_request(3, 0), "-");
+        let r = full_run();
+        let text = run_table(&r);
+        assert!(text.contains("hops/request"), "{text}");
+        let shards = r.shards.as_ref().unwrap();
+        let want = hops_per_request(shards[0].cross_shard_hops, shards[0].requests);
+        let row0 = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("0 "))
+            .unwrap();
+        let cols: Vec<&str> = row0.split_whitespace().collect();
+        assert_eq!(cols[5], want, "{text}");
     }
 
     #[test]

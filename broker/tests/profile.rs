@@ -115,6 +115,20 @@ fn profile_of_a_live_broker_under_load() {
             "{s}"
         );
         produce_requests += s["requests"]["Produce"].as_u64().unwrap_or(0);
+        // Hops per request read: the hop count over the shard's requests, never above the
+        // shard count's worth of splits.
+        let per = s["hops_per_request"].as_f64().unwrap();
+        let hops = s["cross_shard_hops"].as_f64().unwrap();
+        let requests: f64 = s["requests"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .sum();
+        if requests > 0.0 {
+            assert!((per - hops / requests).abs() < 0.002, "{s}");
+        }
+        assert!((0.0..=2.0).contains(&per), "{s}");
     }
     assert!(produce_requests >= 1, "{text}");
     assert!(thread_cpu > 0.0, "{text}");

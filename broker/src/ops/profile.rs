@@ -468,6 +468,14 @@ fn build_report(
                 json!({ "ops": n as u64, "mean_ms": if n > 0.0 { round3(1e3 * lat / n) } else { 0.0 } }),
             );
         }
+        // Calls this shard sent to other shards per request it read: 0 when every request's
+        // partitions were its own, about 1 when each was split once.
+        let requests_read = last.shard_delta(first, "keel_requests_total", &shard);
+        let hops_per_request = if requests_read > 0.0 {
+            round3(last.shard_delta(first, "keel_cross_shard_hops_total", &shard) / requests_read)
+        } else {
+            0.0
+        };
         shards.push(json!({
             "shard": shard.parse::<u64>().unwrap_or(0),
             "thread_id": tid.parse::<u64>().ok(),
@@ -478,6 +486,7 @@ fn build_report(
             "bytes_in_per_s": round1(last.shard_delta(first, "keel_bytes_in_total", &shard) / secs),
             "bytes_out_per_s": round1(last.shard_delta(first, "keel_bytes_out_total", &shard) / secs),
             "cross_shard_hops": last.shard_delta(first, "keel_cross_shard_hops_total", &shard) as u64,
+            "hops_per_request": hops_per_request,
             "io_mean_queue_depth": round3(last.shard_delta(first, "keel_io_queue_depth_seconds_total", &shard) / secs),
             "io": io_ops,
             "stalls": last.shard_delta(first, "keel_reactor_stalls_total", &shard) as u64,
@@ -650,12 +659,12 @@ fn render_html(r: &Value) -> String {
         r["duration_s"],
         r["started_at_ms"]
     );
-    h.push_str("<h2>Shards</h2><table><tr><th>shard</th><th class=l>thread</th><th>tid</th><th class=l>reactor busy</th><th class=l>thread CPU (kernel)</th><th>req/s</th><th>bytes in/s</th><th>bytes out/s</th><th>hops</th><th>mean I/O depth</th><th>stalls</th></tr>");
+    h.push_str("<h2>Shards</h2><table><tr><th>shard</th><th class=l>thread</th><th>tid</th><th class=l>reactor busy</th><th class=l>thread CPU (kernel)</th><th>req/s</th><th>bytes in/s</th><th>bytes out/s</th><th>hops</th><th>hops/request</th><th>mean I/O depth</th><th>stalls</th></tr>");
     for s in r["shards"].as_array().into_iter().flatten() {
         let cpu = s["thread_cpu_pct"].as_f64().map_or("-".to_string(), bar);
         let _ = write!(
             h,
-            "<tr><td>{}</td><td class=l>{}</td><td>{}</td><td class=l>{}</td><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td class=l>{}</td><td>{}</td><td class=l>{}</td><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             cell(&s["shard"]),
             cell(&s["thread_name"]),
             cell(&s["thread_id"]),
@@ -665,6 +674,7 @@ fn render_html(r: &Value) -> String {
             cell(&s["bytes_in_per_s"]),
             cell(&s["bytes_out_per_s"]),
             cell(&s["cross_shard_hops"]),
+            cell(&s["hops_per_request"]),
             cell(&s["io_mean_queue_depth"]),
             cell(&s["stalls"]),
         );
