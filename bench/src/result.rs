@@ -40,7 +40,19 @@ pub struct TimelinePoint {
     pub tool_cores: f64,
     /// The target's request stages over the interval (with `--metrics` on a Keel broker).
     #[serde(default)]
-    pub stages: Vec<crate::windows::StageWindow>,
+    pub stages: Vec<StageWindow>,
+}
+
+/// One stage over one window.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct StageWindow {
+    pub api: String,
+    pub stage: String,
+    pub count: u64,
+    pub mean_ms: f64,
+    /// The upper bound of the bucket holding the window's 99th percentile (the last finite
+    /// bound when it lies above every bound).
+    pub p99_ms: f64,
 }
 
 /// What `--verify` found.

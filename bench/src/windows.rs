@@ -12,9 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
-use crate::result::TimelinePoint;
+use crate::result::{StageWindow, TimelinePoint};
 
 /// A window is "grown" when its publish p99 exceeds this many times the median window's ...
 pub const GROWN_FACTOR: f64 = 2.0;
@@ -32,18 +30,6 @@ pub struct StageHist {
 
 /// (api, stage) -> its histogram, from one /metrics text.
 pub type Stages = BTreeMap<(String, String), StageHist>;
-
-/// One stage over one window.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct StageWindow {
-    pub api: String,
-    pub stage: String,
-    pub count: u64,
-    pub mean_ms: f64,
-    /// The upper bound of the bucket holding the window's 99th percentile (the last finite
-    /// bound when it lies above every bound).
-    pub p99_ms: f64,
-}
 
 /// Parses the `keel_request_stage_seconds` histogram families out of Prometheus text.
 pub fn parse_stages(text: &str) -> Stages {
