@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use keel_shard::{launch, Event, RuntimeConfig, ShardBoot};
+use keel_shard::{launch, Event, Mesh, RuntimeConfig, ShardBoot};
 
 #[derive(Default)]
 struct State {
@@ -28,28 +28,6 @@ fn config(capacity: usize) -> RuntimeConfig {
         mesh_channel_capacity: capacity,
         pin: false,
         ..RuntimeConfig::default()
-    }
-}
-
-/// Runs `body` (which launches shards) on a thread and fails if it has not finished within
-/// `limit`, reporting the progress counter.
-fn with_watchdog(
-    limit: Duration,
-    progress: Arc<AtomicU64>,
-    total: u64,
-    body: impl FnOnce() + Send + 'static,
-) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let runner = std::thread::spawn(move || {
-        body();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(()) => runner.join().expect("shards"),
-        Err(_) => panic!(
-            "lost wake-up: {} of {total} steps done after {limit:?}, then nothing",
-            progress.load(Ordering::Relaxed)
-        ),
     }
 }
 
@@ -69,49 +47,70 @@ fn spin_for(ns: u64) {
     }
 }
 
+/// Launches two shards: shard 1 serves its mesh (at most `jobs` calls at once, channels of
+/// `capacity`) until shard 0 has run `drive` and told it it is done. Fails if that has not
+/// happened within 120 s, reporting `drive`'s progress counter against `total`; returns the
+/// counter at the end.
+fn drive_two_shards<F, Fut>(capacity: usize, jobs: u64, total: u64, drive: F) -> u64
+where
+    F: Fn(Rc<Mesh<State>>, Arc<AtomicU64>) -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let limit = Duration::from_secs(120);
+    let progress = Arc::new(AtomicU64::new(0));
+    let seen = progress.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        launch(&config(capacity), move |boot: ShardBoot<State>| {
+            let (drive, progress) = (drive.clone(), seen.clone());
+            async move {
+                let state = Rc::new(State::default());
+                boot.mesh.serve(boot.receivers, state.clone(), jobs);
+                if boot.shard_id == 1 {
+                    state.done.wait().await;
+                    return;
+                }
+                drive(boot.mesh.clone(), progress).await;
+                // Also waits for the target to have run everything sent before (it may be
+                // parked).
+                boot.mesh
+                    .call(1, |s: Rc<State>| async move { s.done.fire() })
+                    .await
+                    .expect("answered");
+            }
+        })
+        .expect("launch");
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(()) => runner.join().expect("shards"),
+        Err(_) => panic!(
+            "lost wake-up: {} of {total} steps done after {limit:?}, then nothing",
+            progress.load(Ordering::Relaxed)
+        ),
+    }
+    progress.load(Ordering::Relaxed)
+}
+
 #[test]
 fn a_caller_parked_while_its_call_is_in_flight_wakes_for_the_answer() {
     const CALLS: u64 = 20_000;
-    let progress = Arc::new(AtomicU64::new(0));
-    let seen = progress.clone();
-    with_watchdog(
-        Duration::from_secs(120),
-        progress.clone(),
-        CALLS,
-        move || {
-            launch(&config(1024), move |boot: ShardBoot<State>| {
-                let progress = seen.clone();
-                async move {
-                    let state = Rc::new(State::default());
-                    boot.mesh.serve(boot.receivers, state.clone(), 64);
-                    if boot.shard_id == 1 {
-                        state.done.wait().await;
-                        return;
-                    }
-                    for i in 0..CALLS {
-                        // One call at a time: between calls shard 0 has nothing to do but wait,
-                        // so it parks on most of them; the target answers after 0-40 µs.
-                        let echoed = boot
-                            .mesh
-                            .call(1, move |_s: Rc<State>| async move {
-                                spin_for(delay_ns(i));
-                                i
-                            })
-                            .await
-                            .expect("answered");
-                        assert_eq!(echoed, i, "call {i} got another call's answer");
-                        progress.store(i + 1, Ordering::Relaxed);
-                    }
-                    boot.mesh
-                        .call(1, |s: Rc<State>| async move { s.done.fire() })
-                        .await
-                        .expect("answered");
-                }
-            })
-            .expect("launch");
-        },
-    );
-    assert_eq!(progress.load(Ordering::Relaxed), CALLS);
+    let done = drive_two_shards(1024, 64, CALLS, |mesh, progress| async move {
+        for i in 0..CALLS {
+            // One call at a time: between calls shard 0 has nothing to do but wait, so it
+            // parks on most of them; the target answers after 0-40 µs.
+            let echoed = mesh
+                .call(1, move |_s: Rc<State>| async move {
+                    spin_for(delay_ns(i));
+                    i
+                })
+                .await
+                .expect("answered");
+            assert_eq!(echoed, i, "call {i} got another call's answer");
+            progress.store(i + 1, Ordering::Relaxed);
+        }
+    });
+    assert_eq!(done, CALLS);
 }
 
 #[test]
@@ -120,44 +119,19 @@ fn a_target_parked_between_calls_wakes_for_each_call() {
     // call must wake it. Calls are notifications (no answer), so the caller never waits on
     // the target; the target counts what it received.
     const CALLS: u64 = 20_000;
-    let progress = Arc::new(AtomicU64::new(0));
-    let seen = progress.clone();
-    with_watchdog(
-        Duration::from_secs(120),
-        progress.clone(),
-        CALLS,
-        move || {
-            launch(&config(1024), move |boot: ShardBoot<State>| {
-                let progress = seen.clone();
-                async move {
-                    let state = Rc::new(State::default());
-                    boot.mesh.serve(boot.receivers, state.clone(), 64);
-                    if boot.shard_id == 1 {
-                        state.done.wait().await;
-                        return;
-                    }
-                    for i in 0..CALLS {
-                        spin_for(delay_ns(i));
-                        let progress = progress.clone();
-                        boot.mesh
-                            .notify(1, move |_s: Rc<State>| {
-                                let before = progress.fetch_add(1, Ordering::Relaxed);
-                                assert_eq!(before, i, "notifications arrive in order");
-                            })
-                            .await
-                            .expect("delivered");
-                    }
-                    // Wait for the target to have run every notification (it may be parked).
-                    boot.mesh
-                        .call(1, |s: Rc<State>| async move { s.done.fire() })
-                        .await
-                        .expect("answered");
-                }
+    let done = drive_two_shards(1024, 64, CALLS, |mesh, progress| async move {
+        for i in 0..CALLS {
+            spin_for(delay_ns(i));
+            let progress = progress.clone();
+            mesh.notify(1, move |_s: Rc<State>| {
+                let before = progress.fetch_add(1, Ordering::Relaxed);
+                assert_eq!(before, i, "notifications arrive in order");
             })
-            .expect("launch");
-        },
-    );
-    assert_eq!(progress.load(Ordering::Relaxed), CALLS);
+            .await
+            .expect("delivered");
+        }
+    });
+    assert_eq!(done, CALLS);
 }
 
 #[test]
@@ -166,54 +140,30 @@ fn a_sender_parked_on_a_full_channel_wakes_when_the_target_drains_it() {
     // too): shard 0's senders find the channel full on almost every call, announce that
     // they wait for room and park; only the target's pop can wake them.
     const CALLS: u64 = 3_000;
-    let progress = Arc::new(AtomicU64::new(0));
-    let seen = progress.clone();
-    with_watchdog(
-        Duration::from_secs(120),
-        progress.clone(),
-        CALLS,
-        move || {
-            launch(&config(1), move |boot: ShardBoot<State>| {
-                let progress = seen.clone();
-                async move {
-                    let state = Rc::new(State::default());
-                    boot.mesh.serve(boot.receivers, state.clone(), 1);
-                    if boot.shard_id == 1 {
-                        state.done.wait().await;
-                        return;
-                    }
-                    let tasks: Vec<_> = (0..CALLS)
-                        .map(|i| {
-                            let mesh = boot.mesh.clone();
-                            let progress = progress.clone();
-                            glommio::spawn_local(async move {
-                                let echoed = mesh
-                                    .call(1, move |_s: Rc<State>| async move {
-                                        if i % 8 == 0 {
-                                            glommio::timer::sleep(Duration::from_micros(50)).await;
-                                        } else {
-                                            spin_for(delay_ns(i) / 4);
-                                        }
-                                        i
-                                    })
-                                    .await
-                                    .expect("answered");
-                                assert_eq!(echoed, i);
-                                progress.fetch_add(1, Ordering::Relaxed);
-                            })
+    let done = drive_two_shards(1, 1, CALLS, |mesh, progress| async move {
+        let tasks: Vec<_> = (0..CALLS)
+            .map(|i| {
+                let (mesh, progress) = (mesh.clone(), progress.clone());
+                glommio::spawn_local(async move {
+                    let echoed = mesh
+                        .call(1, move |_s: Rc<State>| async move {
+                            if i % 8 == 0 {
+                                glommio::timer::sleep(Duration::from_micros(50)).await;
+                            } else {
+                                spin_for(delay_ns(i) / 4);
+                            }
+                            i
                         })
-                        .collect();
-                    for t in tasks {
-                        t.await;
-                    }
-                    boot.mesh
-                        .call(1, |s: Rc<State>| async move { s.done.fire() })
                         .await
                         .expect("answered");
-                }
+                    assert_eq!(echoed, i);
+                    progress.fetch_add(1, Ordering::Relaxed);
+                })
             })
-            .expect("launch");
-        },
-    );
-    assert_eq!(progress.load(Ordering::Relaxed), CALLS);
+            .collect();
+        for t in tasks {
+            t.await;
+        }
+    });
+    assert_eq!(done, CALLS);
 }
