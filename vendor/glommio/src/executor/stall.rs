@@ -9,7 +9,7 @@ use nix::sys;
 use std::{
     fmt,
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
     },
     thread::{self, JoinHandle},
@@ -92,8 +92,32 @@ pub struct DefaultStallDetectionHandler {}
 
 impl StallDetectionHandler for DefaultStallDetectionHandler {}
 
+/// KEEL-PATCH (stall timer): what the executor and the trigger thread share. Upstream armed the
+/// timerfd when a task queue started running and disarmed it when it stopped, two
+/// `timerfd_settime` calls per run, several runs per request on a busy shard. Now a run only
+/// publishes its deadline; the timer is armed when it is not already, and when it fires the
+/// trigger thread signals a run past its deadline, re-arms for a run still within it, or
+/// leaves the timer off when nothing runs.
+#[derive(Debug)]
+struct StallClock {
+    /// What `deadline_ns` counts from.
+    base: Instant,
+    /// The running task queue's deadline, in ns after `base`; 0 when none runs.
+    deadline_ns: AtomicU64,
+    /// Whether the timer is armed (set by whoever arms it, cleared by the trigger thread when
+    /// it fires).
+    armed: AtomicBool,
+}
+
+impl StallClock {
+    fn ns(&self, at: Instant) -> u64 {
+        (at.saturating_duration_since(self.base).as_nanos() as u64).max(1)
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct StallDetector {
+    clock: Arc<StallClock>,
     timer: Arc<sys::timerfd::TimerFd>,
     stall_handler: Box<dyn StallDetectionHandler + 'static>,
     timer_handler: Option<JoinHandle<()>>,
@@ -120,11 +144,21 @@ impl StallDetector {
         let terminated = Arc::new(AtomicBool::new(false));
         let sig = stall_handler.signal();
         let (tx, rx) = crossbeam::channel::bounded(1 << 10);
-        let timer_handler =
-            StallDetector::install_trigger(terminated.clone(), timer.clone(), sig.into());
+        let clock = Arc::new(StallClock {
+            base: Instant::now(),
+            deadline_ns: AtomicU64::new(0),
+            armed: AtomicBool::new(false),
+        });
+        let timer_handler = StallDetector::install_trigger(
+            terminated.clone(),
+            timer.clone(),
+            clock.clone(),
+            sig.into(),
+        );
         let signal_id = StallDetector::install_handler(tx, sig)?;
 
         Ok(Self {
+            clock,
             timer,
             timer_handler: Some(timer_handler),
             stall_handler,
@@ -160,6 +194,7 @@ impl StallDetector {
     fn install_trigger(
         terminated: Arc<AtomicBool>,
         timer: Arc<sys::timerfd::TimerFd>,
+        clock: Arc<StallClock>,
         signal: i32,
     ) -> JoinHandle<()> {
         struct SendWrapper(libc::pthread_t);
@@ -170,7 +205,26 @@ impl StallDetector {
                 if terminated.load(Ordering::Relaxed) {
                     return
                 }
-                unsafe { nix::libc::pthread_kill(tid.0, signal) };
+                // KEEL-PATCH (stall timer): clear `armed` before reading the deadline
+                // (SeqCst both sides): a run that saw `armed` still set published its
+                // deadline before this clear, so the read below sees it.
+                clock.armed.store(false, Ordering::SeqCst);
+                let deadline = clock.deadline_ns.load(Ordering::SeqCst);
+                if deadline == 0 {
+                    continue; // nothing runs: the next run arms the timer
+                }
+                let now = clock.ns(Instant::now());
+                if now >= deadline {
+                    // Past its deadline: one signal for this run (the next run re-arms).
+                    unsafe { nix::libc::pthread_kill(tid.0, signal) };
+                } else if !clock.armed.swap(true, Ordering::SeqCst) {
+                    let _ = timer.set(
+                        sys::timerfd::Expiration::OneShot(sys::time::TimeSpec::from(
+                            Duration::from_nanos(deadline - now),
+                        )),
+                        sys::timerfd::TimerSetTimeFlags::empty(),
+                    );
+                }
             }
         }})
     }
@@ -196,15 +250,27 @@ impl StallDetector {
             })
     }
 
-    pub(crate) fn arm(&self, threshold: Duration) -> nix::Result<()> {
+    /// KEEL-PATCH (stall timer): publishes the run's deadline and arms the timer only if it is
+    /// not armed already (see [`StallClock`]).
+    pub(crate) fn arm(&self, start: Instant, threshold: Duration) -> nix::Result<()> {
+        let deadline = self.clock.ns(start + threshold);
+        self.clock.deadline_ns.store(deadline, Ordering::SeqCst);
+        if self.clock.armed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let left = deadline.saturating_sub(self.clock.ns(Instant::now())).max(1);
         self.timer.set(
-            sys::timerfd::Expiration::OneShot(sys::time::TimeSpec::from(threshold)),
+            sys::timerfd::Expiration::OneShot(sys::time::TimeSpec::from(Duration::from_nanos(
+                left,
+            ))),
             sys::timerfd::TimerSetTimeFlags::empty(),
         )
     }
 
+    /// KEEL-PATCH (stall timer): the run ended; the timer is left as it is.
     pub(crate) fn disarm(&self) -> nix::Result<()> {
-        self.timer.unset()
+        self.clock.deadline_ns.store(0, Ordering::SeqCst);
+        Ok(())
     }
 }
 
@@ -244,7 +310,7 @@ impl<'detector> StallDetectorGuard<'detector> {
         threshold: Duration,
     ) -> nix::Result<Self> {
         detector
-            .arm(threshold)
+            .arm(start, threshold)
             .expect("Unable to arm stall detector, giving up");
         Ok(Self {
             detector,

@@ -89,6 +89,17 @@ pub(crate) fn send_syscall(fd: RawFd, buf: *const u8, len: usize, flags: i32) ->
     syscall!(send(fd, buf as _, len, flags)).map(|x| x as usize)
 }
 
+/// KEEL-PATCH: `send` of several buffers at once (`sendmsg` with an iovec array), for
+/// `AsyncWrite::poll_write_vectored`.
+pub(crate) fn sendv_syscall(fd: RawFd, bufs: &[io::IoSlice<'_>], flags: i32) -> io::Result<usize> {
+    // SAFETY: an all-zero msghdr is valid (no name, no control data); `IoSlice` is
+    // ABI-compatible with `iovec` on Unix, and the slices outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = bufs.len().min(libc::UIO_MAXIOV as usize) as _;
+    syscall!(sendmsg(fd, &msg, flags)).map(|x| x as usize)
+}
+
 pub(crate) fn recv_syscall(fd: RawFd, buf: *mut u8, len: usize, flags: i32) -> io::Result<usize> {
     syscall!(recv(fd, buf as _, len, flags)).map(|x| x as usize)
 }

@@ -294,6 +294,11 @@ impl Source {
         }
     }
 
+    /// KEEL-PATCH (sleep): submitted (or queued) and its completion not yet consumed.
+    pub(super) fn is_in_flight(&self) -> bool {
+        self.inner.borrow().enqueued.is_some()
+    }
+
     pub(super) fn raw(&self) -> RawFd {
         self.inner.borrow().raw
     }

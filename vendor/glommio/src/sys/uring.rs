@@ -1044,6 +1044,23 @@ impl SleepableRing {
         }
     }
 
+    /// KEEL-PATCH (sleep): sleeps on a link between the rings armed by an earlier
+    /// [`Self::sleep`] and still pending (its completion, or any other, wakes us).
+    fn sleep_linked(&mut self) -> io::Result<usize> {
+        assert_eq!(
+            self.waiting_kernel_submission(),
+            0,
+            "sleeping with pending SQEs"
+        );
+        self.ring
+            .cq()
+            .wait(1)
+            .map(|_| 1)
+            .or_else(Reactor::busy_ok)
+            .or_else(Reactor::again_ok)
+            .or_else(Reactor::intr_ok)
+    }
+
     fn sleep(&mut self, link: &Source) -> io::Result<usize> {
         assert_eq!(
             self.waiting_kernel_submission(),
@@ -1071,14 +1088,18 @@ impl SleepableRing {
 
             // We have now prepared the SQE that links the two rings. We now need to submit
             // it successfully to be able to safely sleep.
-
-            if self
-                .submit_sqes()
+            //
+            // KEEL-PATCH (sleep): submitted and waited for in one io_uring_enter (the kernel
+            // waits only if the SQE was submitted); upstream entered twice.
+            let submitted = self
+                .ring
+                .submit_sqes_and_wait(1)
+                .map(|x| x as usize)
                 .or_else(Reactor::busy_ok)
                 .or_else(Reactor::again_ok)
-                .or_else(Reactor::intr_ok)?
-                != 1
-            {
+                .or_else(Reactor::intr_ok)?;
+            self.in_kernel += submitted;
+            if submitted != 1 {
                 // We failed to submit the `SQE` that links the rings. Just can't sleep.
                 // Waiting here is unsafe because we could end up waiting much longer than
                 // needed.
@@ -1086,14 +1107,8 @@ impl SleepableRing {
                 unsafe { crate::uring_sys::io_uring_prep_nop(sqe_ptr) };
                 Err(io::Error::from_raw_os_error(libc::EBUSY))
             } else {
-                // The rings are linked. Goodnight!
-                self.ring
-                    .cq()
-                    .wait(1)
-                    .map(|_| 1)
-                    .or_else(Reactor::busy_ok)
-                    .or_else(Reactor::again_ok)
-                    .or_else(Reactor::intr_ok)
+                // The rings are linked, and we slept. Goodnight!
+                Ok(1)
             }
         } else {
             // Can't link rings because we ran out of `CQE`s. Just can't sleep.
@@ -1222,7 +1237,12 @@ pub(crate) struct Reactor {
     poll_ring: RefCell<PollRing>,
 
     latency_preemption_timeout_src: Cell<Option<Source>>,
+    /// KEEL-PATCH (timers): whether `latency_preemption_timeout_src` is a preemption timer
+    /// (kept while pending) rather than a user timer armed for a sleep.
+    latency_timer_is_preempt: Cell<bool>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
+    /// KEEL-PATCH (sleep): the poll linking the rings, kept while pending.
+    link_rings_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
 
@@ -1353,6 +1373,8 @@ impl Reactor {
             latency_ring: RefCell::new(latency_ring),
             poll_ring: RefCell::new(poll_ring),
             latency_preemption_timeout_src: Cell::new(None),
+            latency_timer_is_preempt: Cell::new(false),
+            link_rings_src: Cell::new(None),
             throughput_preemption_timeout_src: Cell::new(None),
             blocking_thread,
             link_fd,
@@ -1726,6 +1748,19 @@ impl Reactor {
     /// We may not be able to register an `SQE` at this point, so we return an
     /// Error and will just not sleep.
     fn link_rings_and_sleep(&self, ring: &mut SleepableRing) -> io::Result<()> {
+        // KEEL-PATCH (sleep): the poll that links the latency ring to the main ring is kept
+        // after we wake, and reused by the next sleep while it is still pending; upstream
+        // cancelled it on every wake-up (a cancellation and another io_uring_enter) and
+        // submitted a new one on every sleep.
+        if let Some(link_rings) = self.link_rings_src.take() {
+            // Its completion sets no result (see `consume_one_event`): in flight until the
+            // completion is consumed.
+            if link_rings.is_in_flight() {
+                let slept = ring.sleep_linked().or_else(Self::busy_ok).map(|_| {});
+                self.link_rings_src.set(Some(link_rings));
+                return slept;
+            }
+        }
         let link_rings = Source::new(
             IoRequirements::default(),
             self.link_fd,
@@ -1733,7 +1768,9 @@ impl Reactor {
             None,
             None,
         );
-        ring.sleep(&link_rings).or_else(Self::busy_ok).map(|_| {})
+        let slept = ring.sleep(&link_rings).or_else(Self::busy_ok).map(|_| {});
+        self.link_rings_src.set(Some(link_rings));
+        slept
     }
 
     pub(crate) fn poll_io(&self, woke: &mut usize) -> io::Result<()> {
@@ -1814,22 +1851,34 @@ impl Reactor {
         // consume all events from the rings
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
-        // Cancel the old timer regardless of whether we can sleep:
-        // if we won't sleep, we will register the new timer with its new
-        // value.
-        //
-        // But if we will sleep, there might be a timer registered that needs
-        // to be removed otherwise we'll wake up when it expires.
-        drop(self.latency_preemption_timeout_src.take());
+        // KEEL-PATCH (timers): upstream cancelled the latency timer and re-armed both
+        // preemption timers on every call, three to five submissions and cancellations and
+        // an extra io_uring_enter per loop of the executor, thousands of times a second on a
+        // shard that wakes for each request. A preemption timer still pending is kept while
+        // the executor runs (it fires at most one slice early, a harmless early yield); it is
+        // cancelled only before sleeping, so that a sleeping shard is not woken for it. A
+        // user timer armed for a sleep is never kept: it is re-armed each time we sleep.
+        let pending_preempt = self
+            .latency_preemption_timeout_src
+            .take()
+            .filter(|src| self.latency_timer_is_preempt.get() && src.result().is_none())
+            // A call that may sleep (no preemption timer asked for) cancels it here, before
+            // the flush below, as upstream did with every timer.
+            .filter(|_| preempt_timer().is_some());
 
-        // Schedule the throughput-based timeout immediately: it won't matter if we end
-        // up sleeping.
-        self.throughput_preemption_timeout_src.replace(Some(
-            main_ring.prepare_throughput_preemption_timer(
-                self.ring_depth() as u32,
-                self.eventfd_src.raw(),
-            ),
-        ));
+        // The throughput-based timeout fires after `ring_depth` completions, never by time,
+        // so it may stay armed while we sleep: it is re-armed only once it has fired.
+        let throughput = self
+            .throughput_preemption_timeout_src
+            .take()
+            .filter(|src| src.result().is_none())
+            .unwrap_or_else(|| {
+                main_ring.prepare_throughput_preemption_timer(
+                    self.ring_depth() as u32,
+                    self.eventfd_src.raw(),
+                )
+            });
+        self.throughput_preemption_timeout_src.replace(Some(throughput));
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
@@ -1853,6 +1902,7 @@ impl Reactor {
             if let Some(dur) = user_timer {
                 self.latency_preemption_timeout_src
                     .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
+                self.latency_timer_is_preempt.set(false);
                 assert!(flush_rings!(lat_ring)? > 0);
             }
             // From this moment on the remote executors are aware that we are sleeping
@@ -1884,9 +1934,19 @@ impl Reactor {
         }
 
         if let Some(preempt) = preempt_timer() {
-            self.latency_preemption_timeout_src
-                .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
-            flush_rings!(lat_ring, main_ring)?;
+            if let Some(src) = pending_preempt {
+                // KEEL-PATCH (timers): still pending, kept.
+                self.latency_preemption_timeout_src.set(Some(src));
+            } else {
+                // A user timer armed for the sleep is replaced (cancelled) here, as upstream.
+                drop(self.latency_preemption_timeout_src.take());
+                self.latency_preemption_timeout_src
+                    .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
+                self.latency_timer_is_preempt.set(true);
+                flush_rings!(lat_ring, main_ring)?;
+            }
+        } else {
+            drop(pending_preempt);
         }
 
         // A Note about `need_preempt`:
