@@ -3,11 +3,16 @@
 
 mod common;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use common::client::*;
 use common::Broker;
-use kafka_protocol::messages::{ApiKey, FetchResponse};
+use kafka_protocol::messages::{
+    produce_request, ApiKey, FetchResponse, ProduceRequest, ProduceResponse,
+};
 
 #[test]
 fn long_poll_returns_when_data_arrives() {
@@ -161,4 +166,108 @@ fn fetch_sessions_are_declined_correctly() {
     let req = fetch_request("sess", &[(0, 0, 1 << 20)], 0, 0, 1 << 20).with_session_epoch(3);
     let resp: FetchResponse = c.send(ApiKey::Fetch, 12, &req);
     assert_eq!(resp.error_code, 71);
+}
+
+/// The value of record `i` of the pipelining test: every third one long enough that a Fetch
+/// answer sends its batch from where it is stored (a part of its own), the others copied.
+fn pipelined_value(i: i32) -> Vec<u8> {
+    let fill = if i % 3 == 0 { 5000 } else { 40 };
+    let mut v = format!("v{i}-").into_bytes();
+    v.extend(std::iter::repeat_n(b'a' + (i % 26) as u8, fill));
+    v
+}
+
+fn produce_frame(i: i32, partitions: i32) -> Vec<u8> {
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![produce_request::TopicProduceData::default()
+            .with_name(topic("pipe"))
+            .with_partition_data(vec![
+                produce_request::PartitionProduceData::default()
+                    .with_index(i % partitions)
+                    .with_records(Some(batch(&[&pipelined_value(i)]))),
+            ])]);
+    keel_client::core::encode_request(ApiKey::Produce, 9, i, "pipe-test", &req)
+        .unwrap()
+        .to_vec()
+}
+
+/// Reads one response frame and decodes it as the answer to `correlation_id`.
+fn read_answer<R: kafka_protocol::protocol::Decodable>(
+    s: &mut TcpStream,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+) -> R {
+    let mut size = [0u8; 4];
+    s.read_exact(&mut size).unwrap();
+    let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+    s.read_exact(&mut frame).unwrap();
+    keel_client::core::decode_response(api, version, correlation_id, Bytes::from(frame)).unwrap()
+}
+
+/// Requests written back to back in one send, and requests split into 7-byte pieces (size
+/// prefixes cut in two), are each read and answered once, in order, on one connection; Fetch
+/// answers mixing records sent from storage and copied records carry every record.
+#[test]
+fn pipelined_and_split_requests_are_answered_in_order() {
+    const PARTITIONS: i32 = 4;
+    const EACH: i32 = 24;
+    let b = Broker::start(&[]);
+    let mut c = Client::connect(&b.bootstrap());
+    create_topic(&mut c, "pipe", PARTITIONS);
+    let mut s = TcpStream::connect(b.bootstrap()).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+
+    // Requests 0..EACH in one write.
+    let wire: Vec<u8> = (0..EACH)
+        .flat_map(|i| produce_frame(i, PARTITIONS))
+        .collect();
+    s.write_all(&wire).unwrap();
+    // Requests EACH..2*EACH in 7-byte pieces.
+    let wire: Vec<u8> = (EACH..2 * EACH)
+        .flat_map(|i| produce_frame(i, PARTITIONS))
+        .collect();
+    for piece in wire.chunks(7) {
+        s.write_all(piece).unwrap();
+    }
+    let mut next_offset = [0i64; PARTITIONS as usize];
+    for i in 0..2 * EACH {
+        let resp: ProduceResponse = read_answer(&mut s, ApiKey::Produce, 9, i);
+        let p = &resp.responses[0].partition_responses[0];
+        assert_eq!((p.index, p.error_code), (i % PARTITIONS, 0), "request {i}");
+        assert_eq!(
+            p.base_offset,
+            next_offset[(i % PARTITIONS) as usize],
+            "request {i}"
+        );
+        next_offset[(i % PARTITIONS) as usize] += 1;
+    }
+
+    // Fetches of every partition, pipelined: each answer has every record, in order.
+    let all: Vec<(i32, i64, i32)> = (0..PARTITIONS).map(|p| (p, 0, 1 << 20)).collect();
+    let fetch = fetch_request("pipe", &all, 0, 0, 1 << 24);
+    let wire: Vec<u8> = (100..104)
+        .flat_map(|cid| {
+            keel_client::core::encode_request(ApiKey::Fetch, 12, cid, "pipe-test", &fetch)
+                .unwrap()
+                .to_vec()
+        })
+        .collect();
+    s.write_all(&wire).unwrap();
+    for cid in 100..104 {
+        let resp: FetchResponse = read_answer(&mut s, ApiKey::Fetch, 12, cid);
+        for part in &resp.responses[0].partitions {
+            let got = values(&part.records);
+            let want: Vec<(i64, Vec<u8>)> = (0..2 * EACH)
+                .filter(|i| i % PARTITIONS == part.partition_index)
+                .enumerate()
+                .map(|(offset, i)| (offset as i64, pipelined_value(i)))
+                .collect();
+            assert_eq!(got, want, "fetch {cid}, partition {}", part.partition_index);
+        }
+        assert_eq!(resp.responses[0].partitions.len(), PARTITIONS as usize);
+    }
 }

@@ -12,7 +12,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use common::client::{batch, create_topic, fetch_request, topic, values, Client};
 use common::Broker;
+use kafka_protocol::messages::{
+    produce_request, ApiKey, FetchResponse, ProduceRequest, ProduceResponse,
+};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -201,4 +205,133 @@ fn hops_between_two_shards_under_load_lose_nothing() {
         jobs >= hops && jobs - hops <= 3,
         "hops sent {hops}, jobs run {jobs}: a call went missing or ran twice"
     );
+}
+
+/// Hops sent by each shard since the last reading, `before`, less what the reading itself
+/// costs (a /metrics scrape is answered by shard 0 asking the other shard for its numbers,
+/// counted by the next reading).
+fn hops_since(b: &Broker, before: &mut Vec<u64>, scrape_cost: u64) -> u64 {
+    let now = b.metric_by_shard("keel_cross_shard_hops_total");
+    let sent: u64 = now.iter().zip(before.iter()).map(|(n, o)| n - o).sum();
+    *before = now;
+    sent.checked_sub(scrape_cost)
+        .unwrap_or_else(|| panic!("{sent} hops, fewer than a scrape's {scrape_cost}"))
+}
+
+fn produce_to(c: &mut Client, parts: &[i32], round: usize) -> Vec<(i32, i16, i64)> {
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![produce_request::TopicProduceData::default()
+            .with_name(topic("split"))
+            .with_partition_data(
+                parts
+                    .iter()
+                    .map(|&p| {
+                        let value = format!("r{round}-p{p}");
+                        produce_request::PartitionProduceData::default()
+                            .with_index(p)
+                            .with_records(Some(batch(&[value.as_bytes()])))
+                    })
+                    .collect(),
+            )]);
+    let resp: ProduceResponse = c.send(ApiKey::Produce, 9, &req);
+    resp.responses[0]
+        .partition_responses
+        .iter()
+        .map(|p| (p.index, p.error_code, p.base_offset))
+        .collect()
+}
+
+/// A request is split once by owner shard and joined once: the partitions of the connection's
+/// own shard cost no hop, and all of the other shard's partitions travel in one hop, however
+/// many there are — for Produce and for Fetch.
+#[test]
+fn a_request_is_split_once_per_owner_shard() {
+    const PARTS: i32 = 6;
+    let b = Broker::start(&["--smp", "2"]);
+    let mut c = Client::connect(&b.bootstrap());
+    create_topic(&mut c, "split", PARTS);
+    let mut before = b.metric_by_shard("keel_cross_shard_hops_total");
+    assert_eq!(before.len(), 2, "--smp 2 runs two shards");
+    // What a scrape costs, once no request is in flight (the new topic's image reaches the
+    // other shard over the mesh after CreateTopics answers): three readings in a row agree.
+    let mut costs = Vec::new();
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(20));
+        costs.push(hops_since(&b, &mut before, 0));
+        if costs.len() >= 3
+            && costs[costs.len() - 3..]
+                .iter()
+                .all(|&c| c == costs[costs.len() - 1])
+        {
+            break;
+        }
+    }
+    let scrape_cost = *costs.last().unwrap();
+    assert!(
+        costs.len() < 100 && scrape_cost <= 4,
+        "hops kept coming with no request in flight: {costs:?}"
+    );
+
+    // Which partitions live on the connection's shard: a request for one alone hops or not.
+    let mut local = Vec::new();
+    let mut remote = Vec::new();
+    for p in 0..PARTS {
+        assert_eq!(produce_to(&mut c, &[p], 0), vec![(p, 0, 0)]);
+        match hops_since(&b, &mut before, scrape_cost) {
+            0 => local.push(p),
+            1 => remote.push(p),
+            n => panic!("one partition's request made {n} hops: partition {p}, local {local:?}, remote {remote:?}"),
+        }
+    }
+    assert!(
+        !local.is_empty() && remote.len() >= 2,
+        "both shards own partitions: local {local:?}, remote {remote:?}"
+    );
+
+    // Every partition at once: one hop for all the remote ones.
+    let all: Vec<i32> = (0..PARTS).collect();
+    let answers = produce_to(&mut c, &all, 1);
+    assert_eq!(answers, all.iter().map(|&p| (p, 0, 1)).collect::<Vec<_>>());
+    assert_eq!(
+        hops_since(&b, &mut before, scrape_cost),
+        1,
+        "produce to {PARTS} partitions"
+    );
+    // Only the local ones: none. Only the remote ones: one.
+    produce_to(&mut c, &local, 2);
+    assert_eq!(
+        hops_since(&b, &mut before, scrape_cost),
+        0,
+        "produce to {local:?}"
+    );
+    produce_to(&mut c, &remote, 2);
+    assert_eq!(
+        hops_since(&b, &mut before, scrape_cost),
+        1,
+        "produce to {remote:?}"
+    );
+
+    // Fetch of every partition: one hop, every record read back.
+    let parts: Vec<(i32, i64, i32)> = all.iter().map(|&p| (p, 0, 1 << 20)).collect();
+    let resp: FetchResponse = c.send(
+        ApiKey::Fetch,
+        12,
+        &fetch_request("split", &parts, 0, 0, 1 << 24),
+    );
+    assert_eq!(
+        hops_since(&b, &mut before, scrape_cost),
+        1,
+        "fetch of {PARTS} partitions"
+    );
+    for part in &resp.responses[0].partitions {
+        let p = part.partition_index;
+        let want: Vec<(i64, Vec<u8>)> = [0, 1, 2]
+            .iter()
+            .map(|r| (*r as i64, format!("r{r}-p{p}").into_bytes()))
+            .collect();
+        assert_eq!(values(&part.records), want, "partition {p}");
+    }
+    assert_eq!(resp.responses[0].partitions.len(), PARTS as usize);
 }

@@ -6,29 +6,86 @@
 //! frame, header or body closes this connection only, after the answers already due.
 //! On shutdown the reader stops at the next frame boundary; in-flight requests finish.
 
+use std::cell::RefCell;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::BytesMut;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use glommio::channels::local_channel;
+use bytes::{Bytes, BytesMut};
+use futures_lite::io::BufReader;
+use futures_lite::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use glommio::channels::local_channel::{self, LocalReceiver};
 use glommio::net::TcpStream;
 use glommio::task::JoinHandle;
 use kafka_protocol::messages::ApiKey;
 use tracing::{debug, warn};
 
 use crate::frontend::dispatch::Reply;
-use crate::frontend::framing::check_frame_size;
+use crate::frontend::framing::{check_frame_size, Frame};
 use crate::ops::metrics::Stage;
 use crate::shard::BrokerShard;
 
 const MAX_IN_FLIGHT: usize = 32;
+
+/// The connection's read buffer: one `recv` takes up to this much, so that pipelined small
+/// requests (and a frame's size prefix with its start) cost one system call, not two each.
+/// Reads at least this long go straight into the frame.
+pub const READ_BUFFER: usize = 32 * 1024;
+
+/// Answers already complete are sent together, up to this many bytes in one `sendmsg`.
+const GATHER_BYTES: usize = 1 << 20;
 
 /// A request in flight on the connection, in arrival order.
 struct Pending {
     api: i16,
     read_at: Instant,
     task: JoinHandle<Reply>,
+}
+
+/// The socket, shared by the connection's reader and writer tasks. Both run on this shard's
+/// thread and hold the borrow only inside one poll, never across an await.
+type Socket = Rc<RefCell<TcpStream>>;
+
+struct ReadSide(Socket);
+
+impl AsyncRead for ReadSide {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_read(cx, buf)
+    }
+}
+
+struct WriteSide(Socket);
+
+impl AsyncWrite for WriteSide {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_write_vectored(cx, bufs)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_close(cx)
+    }
 }
 
 /// Serves one connection accepted on the listener named `listener`.
@@ -41,45 +98,16 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream, listener: Rc<str>)
         .into();
     let _ = stream.set_nodelay(true);
     shard.counters.connection_opened();
-    let (mut reader, mut writer) = futures_lite::io::split(stream);
+    let socket: Socket = Rc::new(RefCell::new(stream));
+    let mut reader = BufReader::with_capacity(READ_BUFFER, ReadSide(socket.clone()));
     let (tx, rx) = local_channel::new_bounded::<Pending>(MAX_IN_FLIGHT);
 
-    let writer_shard = shard.clone();
-    let writer_peer = peer.clone();
-    let writer_task = glommio::spawn_local(async move {
-        while let Some(Pending { api, read_at, task }) = rx.recv().await {
-            let reply = match task.await {
-                Some(r) => r,
-                None => break,
-            };
-            let (frame, close) = match reply {
-                Reply::Frame(f) => (Some(f), false),
-                Reply::None => (None, false),
-                Reply::FrameThenClose(f) => (Some(f), true),
-                Reply::Close(e) => {
-                    warn!(shard = writer_shard.id, peer = %writer_peer, error = %e, "closing connection");
-                    (None, true)
-                }
-            };
-            if let Some(frame) = frame {
-                writer_shard.counters.add_bytes_out(frame.len());
-                let write_started = Instant::now();
-                if let Err(e) = writer.write_all(&frame).await {
-                    debug!(peer = %writer_peer, error = %e, "write failed");
-                    break;
-                }
-                let c = &writer_shard.counters;
-                c.record(api, Stage::ResponseWrite, write_started.elapsed());
-            }
-            writer_shard
-                .counters
-                .record(api, Stage::Total, read_at.elapsed());
-            if close {
-                break;
-            }
-        }
-        let _ = writer.close().await;
-    });
+    let writer_task = glommio::spawn_local(write_answers(
+        shard.clone(),
+        WriteSide(socket),
+        rx,
+        peer.clone(),
+    ));
 
     let max = shard.config.socket_request_max_bytes;
     loop {
@@ -107,13 +135,15 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream, listener: Rc<str>)
                 break;
             }
         };
-        let mut frame = BytesMut::zeroed(size);
-        if reader.read_exact(&mut frame).await.is_err() {
-            break;
-        }
+        let frame = match read_frame(&mut reader, size).await {
+            Ok(f) => f,
+            Err(e) => {
+                debug!(shard = shard.id, peer = %peer, error = %e, "connection closed mid-frame");
+                break;
+            }
+        };
         shard.counters.add_bytes_in(size + 4);
         let read_at = Instant::now();
-        let frame = frame.freeze();
         // handle_frame refuses a frame too short for an API key or with an unknown one; their
         // timings are filed under -1, so hostile keys cannot grow the histogram map.
         let api = frame
@@ -141,3 +171,167 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream, listener: Rc<str>)
     let _ = writer_task.await;
     shard.counters.connection_closed();
 }
+
+/// Reads a frame of `size` bytes (the size prefix already taken) into a buffer of its own,
+/// which a Produce hands to storage as it is. What the read buffer holds is copied out of it;
+/// the rest of a long frame is read straight into the frame.
+async fn read_frame(reader: &mut BufReader<ReadSide>, size: usize) -> io::Result<Bytes> {
+    let mut frame = BytesMut::with_capacity(size);
+    while frame.len() < size {
+        let need = size - frame.len();
+        if reader.buffer().is_empty() && need >= READ_BUFFER {
+            let at = frame.len();
+            frame.resize(size, 0);
+            reader.read_exact(&mut frame[at..]).await?;
+            break;
+        }
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let take = available.len().min(need);
+        frame.extend_from_slice(&available[..take]);
+        reader.consume(take);
+    }
+    Ok(frame.freeze())
+}
+
+/// One answer taken for sending: its API, when its request was read, its frame.
+struct Outgoing {
+    api: i16,
+    read_at: Instant,
+    frame: Option<Frame>,
+}
+
+/// Sends the answers in request order. Answers that are already complete when one is ready
+/// go with it in the same `sendmsg` (a group commit often completes several Produce requests
+/// of one connection at once); a Fetch answer's records are sent from where they are stored.
+async fn write_answers(
+    shard: Rc<BrokerShard>,
+    mut out: WriteSide,
+    rx: LocalReceiver<Pending>,
+    peer: String,
+) {
+    let mut held: Option<Pending> = None;
+    let mut batch: Vec<Outgoing> = Vec::new();
+    loop {
+        let first = match held.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => break,
+            },
+        };
+        let Some(reply) = first.task.await else {
+            break;
+        };
+        let mut close = take_reply(&shard, &peer, first.api, first.read_at, reply, &mut batch);
+        let mut gathered: usize = batch
+            .iter()
+            .filter_map(|o| o.frame.as_ref())
+            .map(Frame::len)
+            .sum();
+        let mut cancelled = false;
+        while !close && gathered < GATHER_BYTES {
+            let Some(Some(mut next)) = futures_lite::future::poll_once(rx.recv()).await else {
+                break;
+            };
+            match futures_lite::future::poll_once(&mut next.task).await {
+                Some(Some(reply)) => {
+                    close = take_reply(&shard, &peer, next.api, next.read_at, reply, &mut batch);
+                    gathered += batch
+                        .last()
+                        .and_then(|o| o.frame.as_ref())
+                        .map_or(0, Frame::len);
+                }
+                Some(None) => {
+                    cancelled = true;
+                    break;
+                }
+                None => {
+                    held = Some(next);
+                    break;
+                }
+            }
+        }
+        let write_started = Instant::now();
+        let sent = send_frames(&mut out, batch.iter().filter_map(|o| o.frame.as_ref())).await;
+        let c = &shard.counters;
+        for o in batch.drain(..) {
+            if let Some(frame) = &o.frame {
+                c.add_bytes_out(frame.len());
+                c.record(o.api, Stage::ResponseWrite, write_started.elapsed());
+            }
+            c.record(o.api, Stage::Total, o.read_at.elapsed());
+        }
+        if let Err(e) = sent {
+            debug!(peer = %peer, error = %e, "write failed");
+            break;
+        }
+        if close || cancelled {
+            break;
+        }
+    }
+    let _ = out.close().await;
+}
+
+/// Files one reply in `batch`; true when the connection closes after it.
+fn take_reply(
+    shard: &BrokerShard,
+    peer: &str,
+    api: i16,
+    read_at: Instant,
+    reply: Reply,
+    batch: &mut Vec<Outgoing>,
+) -> bool {
+    let (frame, close) = match reply {
+        Reply::Frame(f) => (Some(f), false),
+        Reply::None => (None, false),
+        Reply::FrameThenClose(f) => (Some(f), true),
+        Reply::Close(e) => {
+            warn!(shard = shard.id, peer = %peer, error = %e, "closing connection");
+            (None, true)
+        }
+    };
+    batch.push(Outgoing {
+        api,
+        read_at,
+        frame,
+    });
+    close
+}
+
+/// Writes every part of `frames`, in order, with as few `sendmsg` calls as the socket allows.
+async fn send_frames<'a>(
+    out: &mut WriteSide,
+    frames: impl Iterator<Item = &'a Frame>,
+) -> io::Result<()> {
+    let mut parts: Vec<&[u8]> = frames.flat_map(Frame::parts).map(|b| &b[..]).collect();
+    parts.retain(|p| !p.is_empty());
+    let mut first = 0;
+    while first < parts.len() {
+        let slices: Vec<IoSlice<'_>> = parts[first..]
+            .iter()
+            .take(MAX_IOVECS)
+            .map(|p| IoSlice::new(p))
+            .collect();
+        let mut written = out.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        while written > 0 {
+            let p = parts[first];
+            if written >= p.len() {
+                written -= p.len();
+                first += 1;
+            } else {
+                parts[first] = &p[written..];
+                written = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Buffers handed to one `sendmsg` (Linux's UIO_MAXIOV is 1024).
+const MAX_IOVECS: usize = 512;

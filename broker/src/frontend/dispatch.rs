@@ -7,18 +7,18 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 
 use crate::frontend::framing::{
-    decode_header, encode_response, peek_prefix, unsupported_frame, FrameError,
+    decode_header, encode_response, peek_prefix, unsupported_frame, Frame, FrameError,
 };
 use crate::handlers::{self, api_versions};
 use crate::shard::BrokerShard;
 
 /// What a request task yields: a frame to send, nothing (acks=0), or "close now".
 pub enum Reply {
-    Frame(Bytes),
+    Frame(Frame),
     None,
     Close(FrameError),
     /// Send this frame, then close (unsupported API or version).
-    FrameThenClose(Bytes),
+    FrameThenClose(Frame),
 }
 
 /// What a request frame is, before any handler runs.
@@ -100,7 +100,7 @@ pub async fn handle_frame(
             correlation_id,
         } => {
             shard.counters.count_request(api);
-            Reply::FrameThenClose(unsupported_frame(correlation_id))
+            Reply::FrameThenClose(unsupported_frame(correlation_id).into())
         }
         Framed::ApiVersionsFallback { correlation_id } => {
             shard.counters.count_request(Some(ApiKey::ApiVersions));
@@ -136,7 +136,7 @@ fn detach(hdr: &mut RequestHeader) {
     }
 }
 
-fn reply(r: Result<Bytes, FrameError>) -> Reply {
+fn reply(r: Result<Frame, FrameError>) -> Reply {
     match r {
         Ok(f) => Reply::Frame(f),
         Err(e) => Reply::Close(e),

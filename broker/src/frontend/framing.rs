@@ -5,8 +5,11 @@
 //! version the client named, inside `catch_unwind` so that a decoder bug on crafted input
 //! closes one connection instead of the shard.
 
+use std::any::Any;
+
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::messages::{ApiKey, FetchResponse, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::buf::ByteBufMut;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 
 /// Why a connection is closed.
@@ -91,29 +94,209 @@ pub fn decode_body<T: Decodable>(
     })
 }
 
-/// Encodes a whole response frame (size prefix, header, body).
-pub fn encode_response<T: Encodable + HeaderVersion>(
+/// A response frame as the buffers to send, in order: its size prefix, header and body. The
+/// record batches of a Fetch answer are not copied into it: each batch run of at least
+/// [`SHARED_MIN`] bytes is a part of its own, the stored buffer itself, and the connection
+/// sends all the parts with one `sendmsg`.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    first: Bytes,
+    rest: Vec<Bytes>,
+}
+
+impl Frame {
+    /// Bytes in the frame, its size prefix included.
+    pub fn len(&self) -> usize {
+        self.first.len() + self.rest.iter().map(Bytes::len).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The buffers, in the order they are sent.
+    pub fn parts(&self) -> impl Iterator<Item = &Bytes> {
+        std::iter::once(&self.first).chain(&self.rest)
+    }
+
+    /// The frame as one buffer (copied together when it has several parts).
+    pub fn to_bytes(&self) -> Bytes {
+        if self.rest.is_empty() {
+            return self.first.clone();
+        }
+        let mut all = BytesMut::with_capacity(self.len());
+        for part in self.parts() {
+            all.extend_from_slice(part);
+        }
+        all.freeze()
+    }
+}
+
+impl From<Bytes> for Frame {
+    fn from(first: Bytes) -> Self {
+        Frame {
+            first,
+            rest: Vec::new(),
+        }
+    }
+}
+
+/// Record batch runs shorter than this are copied into the frame: another buffer in the
+/// `sendmsg` costs more than copying a little.
+pub const SHARED_MIN: usize = 1024;
+
+/// Encodes a whole response frame (size prefix, header, body), sized before it is written so
+/// that the buffer is allocated once. A Fetch answer's records are referenced, not copied
+/// (see [`Frame`]).
+pub fn encode_response<T: Encodable + HeaderVersion + Any>(
     api: ApiKey,
     version: i16,
     correlation_id: i32,
     body: &T,
-) -> Result<Bytes, FrameError> {
-    let mut buf = BytesMut::with_capacity(256);
-    buf.put_i32(0);
+) -> Result<Frame, FrameError> {
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let header_version = T::header_version(version);
     let err = |reason: String| FrameError::Encode {
         api,
         version,
         reason,
     };
+    let size = header
+        .compute_size(header_version)
+        .and_then(|h| Ok(h + body.compute_size(version)?))
+        .map_err(|e| err(e.to_string()))?;
+    let prefix = i32::try_from(size).map_err(|_| err(format!("{size} bytes is too long")))?;
+    let shared = shared_records(body);
+    let shared_len: usize = shared.iter().map(Bytes::len).sum();
+    let mut buf = PartsBuf {
+        cur: BytesMut::with_capacity(4 + size.saturating_sub(shared_len)),
+        parts: Vec::new(),
+        shared: &shared,
+        next: 0,
+        done: 0,
+    };
+    buf.put_i32(prefix);
     header
-        .encode(&mut buf, T::header_version(version))
+        .encode(&mut buf, header_version)
         .map_err(|e| err(e.to_string()))?;
     body.encode(&mut buf, version)
         .map_err(|e| err(e.to_string()))?;
-    let size = (buf.len() - 4) as i32;
-    buf[0..4].copy_from_slice(&size.to_be_bytes());
-    Ok(buf.freeze())
+    let frame = buf.finish();
+    if frame.len() != size + 4 {
+        return Err(err(format!(
+            "{} bytes encoded, {size} computed",
+            frame.len() - 4
+        )));
+    }
+    Ok(frame)
+}
+
+/// The record batch runs of a Fetch answer worth sending from where they are stored, in the
+/// order the encoder writes them; none for other answers.
+fn shared_records(body: &dyn Any) -> Vec<Bytes> {
+    let Some(fetch) = body.downcast_ref::<FetchResponse>() else {
+        return Vec::new();
+    };
+    fetch
+        .responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .filter_map(|p| p.records.as_ref())
+        .filter(|r| r.len() >= SHARED_MIN)
+        .cloned()
+        .collect()
+}
+
+/// The encoder's buffer: bytes are written to `cur`; a slice that is one of `shared` (the same
+/// address and length, in order) ends `cur`'s part and becomes a part of its own.
+struct PartsBuf<'a> {
+    cur: BytesMut,
+    parts: Vec<Bytes>,
+    shared: &'a [Bytes],
+    /// The first of `shared` not yet met.
+    next: usize,
+    /// Bytes in `parts`.
+    done: usize,
+}
+
+impl PartsBuf<'_> {
+    fn shared_at(&mut self, src: &[u8]) -> Option<Bytes> {
+        let i = self.shared[self.next..]
+            .iter()
+            .position(|s| s.as_ptr() == src.as_ptr() && s.len() == src.len())?;
+        self.next += i + 1;
+        Some(self.shared[self.next - 1].clone())
+    }
+
+    fn push(&mut self, part: Bytes) {
+        self.done += part.len();
+        self.parts.push(part);
+    }
+
+    fn finish(mut self) -> Frame {
+        if self.parts.is_empty() {
+            return Frame::from(self.cur.freeze());
+        }
+        if !self.cur.is_empty() {
+            let last = self.cur.split().freeze();
+            self.push(last);
+        }
+        let mut parts = self.parts.into_iter();
+        let first = parts.next().unwrap_or_default();
+        Frame {
+            first,
+            rest: parts.collect(),
+        }
+    }
+}
+
+// SAFETY: every method but `put_slice` forwards to `cur`, a `BytesMut`, so its contract holds;
+// `put_slice` either copies through `cur` or appends whole buffers to `parts`.
+unsafe impl BufMut for PartsBuf<'_> {
+    fn remaining_mut(&self) -> usize {
+        self.cur.remaining_mut()
+    }
+
+    unsafe fn advance_mut(&mut self, cnt: usize) {
+        // SAFETY: the caller's promise for `self` is the same promise for `cur`.
+        unsafe { self.cur.advance_mut(cnt) }
+    }
+
+    fn chunk_mut(&mut self) -> &mut bytes::buf::UninitSlice {
+        self.cur.chunk_mut()
+    }
+
+    fn put_slice(&mut self, src: &[u8]) {
+        if self.next < self.shared.len() {
+            if let Some(part) = self.shared_at(src) {
+                if !self.cur.is_empty() {
+                    let before = self.cur.split().freeze();
+                    self.push(before);
+                }
+                self.push(part);
+                return;
+            }
+        }
+        self.cur.extend_from_slice(src);
+    }
+}
+
+// Message encoders only append; `seek` and `range` (for record batch encoding, which never
+// writes into a response) work within the current part.
+impl ByteBufMut for PartsBuf<'_> {
+    fn offset(&self) -> usize {
+        self.done + self.cur.len()
+    }
+
+    fn seek(&mut self, offset: usize) {
+        self.cur.resize(offset.saturating_sub(self.done), 0);
+    }
+
+    fn range(&mut self, r: std::ops::Range<usize>) -> &mut [u8] {
+        let start = r.start.saturating_sub(self.done);
+        let end = r.end.saturating_sub(self.done);
+        &mut self.cur[start..end]
+    }
 }
 
 /// A bare error answer for a request Keel cannot decode at all (unknown API key, or a
@@ -161,10 +344,71 @@ mod tests {
         assert!(decode_header(ApiKey::Produce, 9, &mut b).is_err());
     }
 
+    /// A Fetch answer's long record runs are parts of their own, the very buffers it held; short
+    /// ones are copied; the parts together are byte for byte what a plain encoding gives.
+    #[test]
+    fn fetch_records_are_referenced_not_copied() {
+        use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+        let long_a = Bytes::from(vec![b'a'; SHARED_MIN]);
+        let short = Bytes::from(vec![b'b'; SHARED_MIN - 1]);
+        let long_c = Bytes::from(vec![b'c'; 3 * SHARED_MIN]);
+        let part = |i: i32, r: Option<&Bytes>| {
+            PartitionData::default()
+                .with_partition_index(i)
+                .with_high_watermark(10 + i as i64)
+                .with_records(r.cloned())
+        };
+        let resp = FetchResponse::default().with_responses(vec![
+            FetchableTopicResponse::default()
+                .with_topic(topic_name("t1"))
+                .with_partitions(vec![part(0, Some(&long_a)), part(1, Some(&short))]),
+            FetchableTopicResponse::default()
+                .with_topic(topic_name("t2"))
+                .with_partitions(vec![part(0, None), part(1, Some(&long_c))]),
+        ]);
+        for version in [4, 12, 16] {
+            let frame = encode_response(ApiKey::Fetch, version, 5, &resp).unwrap();
+            let parts: Vec<&Bytes> = frame.parts().collect();
+            // Flexible versions end with tagged fields after the last records; v4 ends with them.
+            let tail = usize::from(version >= 12);
+            assert_eq!(
+                parts.len(),
+                4 + tail,
+                "v{version}: head, a, middle, c, tail"
+            );
+            assert_eq!(parts[1].as_ptr(), long_a.as_ptr());
+            assert_eq!(parts[3].as_ptr(), long_c.as_ptr());
+            assert_eq!(parts[3].len(), long_c.len());
+
+            let mut plain = BytesMut::new();
+            plain.put_i32(0);
+            ResponseHeader::default()
+                .with_correlation_id(5)
+                .encode(&mut plain, FetchResponse::header_version(version))
+                .unwrap();
+            resp.encode(&mut plain, version).unwrap();
+            let size = (plain.len() - 4) as i32;
+            plain[..4].copy_from_slice(&size.to_be_bytes());
+            assert_eq!(frame.to_bytes(), plain.freeze(), "v{version}");
+            assert_eq!(frame.len(), frame.to_bytes().len());
+        }
+        // Other answers stay one buffer.
+        let r = ApiVersionsResponse::default();
+        assert_eq!(
+            encode_response(ApiKey::ApiVersions, 3, 1, &r)
+                .unwrap()
+                .parts()
+                .count(),
+            1
+        );
+    }
+
     #[test]
     fn response_frame_has_size_and_correlation_id() {
         let r = ApiVersionsResponse::default();
-        let f = encode_response(ApiKey::ApiVersions, 3, 77, &r).unwrap();
+        let f = encode_response(ApiKey::ApiVersions, 3, 77, &r)
+            .unwrap()
+            .to_bytes();
         let size = i32::from_be_bytes([f[0], f[1], f[2], f[3]]) as usize;
         assert_eq!(size, f.len() - 4);
         assert_eq!(i32::from_be_bytes([f[4], f[5], f[6], f[7]]), 77);

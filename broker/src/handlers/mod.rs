@@ -10,7 +10,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 
-use crate::frontend::framing::{decode_body, encode_response, FrameError};
+use crate::frontend::framing::{decode_body, encode_response, Frame, FrameError};
 use crate::shard::BrokerShard;
 
 pub mod add_offsets_to_txn;
@@ -106,7 +106,7 @@ macro_rules! api_table {
             body: &mut Bytes,
             client_host: &str,
             listener: &str,
-        ) -> Result<Option<Bytes>, FrameError> {
+        ) -> Result<Option<Frame>, FrameError> {
             let version = hdr.request_api_version;
             match api {
                 $(ApiKey::$key => {

@@ -272,6 +272,7 @@ mod tests {
     fn response_frame(correlation_id: i32, r: &WriteTxnMarkersResponse) -> Vec<u8> {
         crate::frontend::framing::encode_response(ApiKey::WriteTxnMarkers, 1, correlation_id, r)
             .unwrap()
+            .to_bytes()
             .to_vec()
     }
 
