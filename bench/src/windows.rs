@@ -4,7 +4,9 @@
 //! response_write) and keel-bench's own CPU; the difference from the previous interval gives
 //! each stage's mean and p99 in that window. After the run, a window whose publish p99 is more
 //! than [`GROWN_FACTOR`] times the median window's is explained by the Produce stage whose mean
-//! grew most against its own median, and by how busy the load generator was then.
+//! grew most against its own median, if it grew enough to matter (its p99 reaches half the
+//! window's growth, or its mean grew by [`GROWN_MIN_MS`]), and by how busy the load generator
+//! was then.
 //!
 //! Pure functions over parsed text and plain values; the scrape itself is `scrape::fetch_text`.
 //! Everything read from the network is treated as hostile: unparsable lines are skipped, counts
@@ -185,9 +187,19 @@ pub fn explain(timeline: &[TimelinePoint]) -> Vec<String> {
             })
             .filter(|(s, m, _)| s.mean_ms > *m)
             .max_by(|a, b| (a.0.mean_ms - a.1).total_cmp(&(b.0.mean_ms - b.1)));
+        // A stage explains the window only if it grew by enough to matter: its p99 reaches half
+        // the window's growth, or its mean grew by GROWN_MIN_MS. A stage whose mean rose 20%
+        // with its p99 in the 10-25 ms bucket does not explain a window at 174 ms.
+        let growth = p.publish_p99_ms - med;
         let stage = match culprit {
-            Some((s, m, ratio)) => format!(
-                "Produce {} grew most: mean {:.2} ms (median {m:.2}, x{ratio:.1}), p99 {:.2} ms",
+            Some((s, m, ratio)) if s.p99_ms >= growth / 2.0 || s.mean_ms - m >= GROWN_MIN_MS => {
+                format!(
+                    "Produce {} grew most: mean {:.2} ms (median {m:.2}, x{ratio:.1}), p99 {:.2} ms",
+                    s.stage, s.mean_ms, s.p99_ms
+                )
+            }
+            Some((s, m, _)) => format!(
+                "no broker stage grew enough to explain it (the most, Produce {}: mean {:.2} ms, median {m:.2}, p99 {:.2} ms): the time went outside the broker's stages (before the request was read or after the answer was written)",
                 s.stage, s.mean_ms, s.p99_ms
             ),
             None if p.stages.is_empty() => "no stage figures (needs --metrics)".to_string(),
@@ -315,6 +327,26 @@ mod tests {
         let lines = explain(&outside);
         assert!(lines[1].contains("outside the broker"), "{lines:?}");
         assert!(lines[1].contains("busy 1.90 cores"), "{lines:?}");
+        // A stage that grew a little (mean 3.0 -> 3.6 ms, p99 7.2 ms) does not explain a
+        // window 280 ms above the median: it is named, and the window pointed elsewhere.
+        let slight = vec![
+            point(2.0, 20.0, 3.0, 0.1, 0.4),
+            point(4.0, 300.0, 3.6, 0.1, 0.4),
+            point(6.0, 20.0, 3.0, 0.1, 0.4),
+        ];
+        let lines = explain(&slight);
+        assert!(
+            lines[1].contains("no broker stage grew enough"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].contains("Produce flush: mean 3.60 ms"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].contains("outside the broker's stages"),
+            "{lines:?}"
+        );
         // Nothing grew.
         let flat = vec![
             point(2.0, 20.0, 3.0, 0.1, 0.4),
