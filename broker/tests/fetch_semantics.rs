@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::client::*;
 use common::Broker;
-use kafka_protocol::messages::{
-    produce_request, ApiKey, FetchResponse, ProduceRequest, ProduceResponse,
-};
+use kafka_protocol::messages::{ApiKey, FetchResponse, ProduceResponse};
 
 #[test]
 fn long_poll_returns_when_data_arrives() {
@@ -178,16 +176,10 @@ fn pipelined_value(i: i32) -> Vec<u8> {
 }
 
 fn produce_frame(i: i32, partitions: i32) -> Vec<u8> {
-    let req = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![produce_request::TopicProduceData::default()
-            .with_name(topic("pipe"))
-            .with_partition_data(vec![
-                produce_request::PartitionProduceData::default()
-                    .with_index(i % partitions)
-                    .with_records(Some(batch(&[&pipelined_value(i)]))),
-            ])]);
+    let req = produce_request(
+        "pipe",
+        vec![(i % partitions, batch(&[&pipelined_value(i)]))],
+    );
     keel_client::core::encode_request(ApiKey::Produce, 9, i, "pipe-test", &req)
         .unwrap()
         .to_vec()

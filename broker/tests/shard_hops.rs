@@ -12,11 +12,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::client::{batch, create_topic, fetch_request, topic, values, Client};
+use common::client::{batch, create_topic, fetch_request, produce_request, values, Client};
 use common::Broker;
-use kafka_protocol::messages::{
-    produce_request, ApiKey, FetchResponse, ProduceRequest, ProduceResponse,
-};
+use kafka_protocol::messages::{ApiKey, FetchResponse, ProduceResponse};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -219,22 +217,11 @@ fn hops_since(b: &Broker, before: &mut Vec<u64>, scrape_cost: u64) -> u64 {
 }
 
 fn produce_to(c: &mut Client, parts: &[i32], round: usize) -> Vec<(i32, i16, i64)> {
-    let req = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![produce_request::TopicProduceData::default()
-            .with_name(topic("split"))
-            .with_partition_data(
-                parts
-                    .iter()
-                    .map(|&p| {
-                        let value = format!("r{round}-p{p}");
-                        produce_request::PartitionProduceData::default()
-                            .with_index(p)
-                            .with_records(Some(batch(&[value.as_bytes()])))
-                    })
-                    .collect(),
-            )]);
+    let batches = parts
+        .iter()
+        .map(|&p| (p, batch(&[format!("r{round}-p{p}").as_bytes()])))
+        .collect();
+    let req = produce_request("split", batches);
     let resp: ProduceResponse = c.send(ApiKey::Produce, 9, &req);
     resp.responses[0]
         .partition_responses

@@ -306,29 +306,20 @@ async fn send_frames<'a>(
     out: &mut WriteSide,
     frames: impl Iterator<Item = &'a Frame>,
 ) -> io::Result<()> {
-    let mut parts: Vec<&[u8]> = frames.flat_map(Frame::parts).map(|b| &b[..]).collect();
-    parts.retain(|p| !p.is_empty());
-    let mut first = 0;
-    while first < parts.len() {
-        let slices: Vec<IoSlice<'_>> = parts[first..]
-            .iter()
-            .take(MAX_IOVECS)
-            .map(|p| IoSlice::new(p))
-            .collect();
-        let mut written = out.write_vectored(&slices).await?;
+    let mut slices: Vec<IoSlice<'_>> = frames
+        .flat_map(Frame::parts)
+        .filter(|p| !p.is_empty())
+        .map(|p| IoSlice::new(p))
+        .collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let written = out
+            .write_vectored(&rest[..rest.len().min(MAX_IOVECS)])
+            .await?;
         if written == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
-        while written > 0 {
-            let p = parts[first];
-            if written >= p.len() {
-                written -= p.len();
-                first += 1;
-            } else {
-                parts[first] = &p[written..];
-                written = 0;
-            }
-        }
+        IoSlice::advance_slices(&mut rest, written);
     }
     Ok(())
 }

@@ -134,6 +134,25 @@ pub fn produce(c: &mut Client, name: &str, partition: i32, batch: Bytes) -> i64 
     p.base_offset
 }
 
+/// An acks=all Produce request (5 s timeout) of one topic: each partition's index and batch.
+pub fn produce_request(name: &str, parts: Vec<(i32, Bytes)>) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![produce_request::TopicProduceData::default()
+            .with_name(topic(name))
+            .with_partition_data(
+                parts
+                    .into_iter()
+                    .map(|(index, batch)| {
+                        produce_request::PartitionProduceData::default()
+                            .with_index(index)
+                            .with_records(Some(batch))
+                    })
+                    .collect(),
+            )])
+}
+
 /// Produces one partition's batch (acks=all) and returns the partition's answer, errors and
 /// all.
 pub fn try_produce(
@@ -142,16 +161,7 @@ pub fn try_produce(
     partition: i32,
     batch: Bytes,
 ) -> produce_response::PartitionProduceResponse {
-    let req = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![produce_request::TopicProduceData::default()
-            .with_name(topic(name))
-            .with_partition_data(vec![
-                produce_request::PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(batch)),
-            ])]);
+    let req = produce_request(name, vec![(partition, batch)]);
     let resp: ProduceResponse = c.send(ApiKey::Produce, 9, &req);
     resp.responses[0].partition_responses[0].clone()
 }
