@@ -33,16 +33,20 @@ pub type Reply<S> = Box<dyn FnOnce(Rc<S>) + Send>;
 
 /// What travels between shards.
 pub enum Message<S: 'static> {
-    Call(Job<S>),
+    /// A job to run; `counted` is false for an observer's call, which neither side counts.
+    Call {
+        job: Job<S>,
+        counted: bool,
+    },
     Reply(Reply<S>),
 }
 
 /// Plain per-shard counters of mesh traffic (summed by whoever reads metrics).
 #[derive(Default, Debug, Clone, Copy)]
 pub struct MeshCounters {
-    /// Calls this shard sent to another shard.
+    /// Calls this shard sent to another shard (an observer's calls are not counted).
     pub hops_out: u64,
-    /// Calls this shard ran for another shard.
+    /// Counted calls this shard ran for another shard.
     pub jobs_in: u64,
 }
 
@@ -101,6 +105,34 @@ impl<S: 'static> Mesh<S> {
         Fut: Future<Output = R> + 'static,
     {
         self.check_target(target)?;
+        self.hops_out.set(self.hops_out.get() + 1);
+        self.call_inner(target, f, true).await
+    }
+
+    /// [`Mesh::call`] for an observer (a metrics scrape, a profile): the call is counted in
+    /// neither `hops_out` nor the target's `jobs_in`, so reading the counters does not change
+    /// what they measure.
+    pub async fn call_uncounted<R, F, Fut>(&self, target: usize, f: F) -> Result<R, ShardError>
+    where
+        R: Send + 'static,
+        F: FnOnce(Rc<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = R> + 'static,
+    {
+        self.check_target(target)?;
+        self.call_inner(target, f, false).await
+    }
+
+    async fn call_inner<R, F, Fut>(
+        &self,
+        target: usize,
+        f: F,
+        counted: bool,
+    ) -> Result<R, ShardError>
+    where
+        R: Send + 'static,
+        F: FnOnce(Rc<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = R> + 'static,
+    {
         let caller = self.shard_id;
         // Completed on this thread only, by the Reply the target sends back.
         let (tx, rx) = futures_channel::oneshot::channel();
@@ -120,10 +152,9 @@ impl<S: 'static> Mesh<S> {
                 }
             })
         });
-        self.hops_out.set(self.hops_out.get() + 1);
         if self
             .senders
-            .send_to(target, Message::Call(job))
+            .send_to(target, Message::Call { job, counted })
             .await
             .is_err()
         {
@@ -162,11 +193,13 @@ impl<S: 'static> Mesh<S> {
                 while let Some(msg) = receiver.recv().await {
                     match msg {
                         Message::Reply(f) => f(state.clone()),
-                        Message::Call(job) => {
+                        Message::Call { job, counted } => {
                             let Ok(permit) = limit.acquire_static_permit(1).await else {
                                 break;
                             };
-                            mesh.jobs_in.set(mesh.jobs_in.get() + 1);
+                            if counted {
+                                mesh.jobs_in.set(mesh.jobs_in.get() + 1);
+                            }
                             let fut = job(state.clone(), mesh.clone());
                             glommio::spawn_local(async move {
                                 fut.await;

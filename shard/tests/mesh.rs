@@ -1,5 +1,6 @@
 //! The mesh under a tiny channel: every call is delivered and answered exactly once
-//! (a full channel makes senders wait, it never drops), and the counters add up.
+//! (a full channel makes senders wait, it never drops), and the counters add up (an
+//! observer's call counted on neither side).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -58,6 +59,14 @@ fn a_full_channel_applies_backpressure_and_loses_nothing() {
             (1..=CALLS).collect::<Vec<_>>(),
             "every call ran exactly once"
         );
+        assert_eq!(mesh.counters().hops_out, CALLS);
+        // An observer's call is answered like any other and counted on neither side (shard 1
+        // checks its jobs_in after the last call below).
+        let served = mesh
+            .call_uncounted(1, |s: Rc<State>| async move { s.served.get() })
+            .await
+            .unwrap();
+        assert_eq!(served, CALLS);
         assert_eq!(mesh.counters().hops_out, CALLS);
         mesh.call(1, |s: Rc<State>| async move { s.done.fire() })
             .await

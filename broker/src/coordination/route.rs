@@ -32,8 +32,9 @@ pub struct Item<P> {
 /// Runs `work` on the owners of the items' partitions. `work` gets the owner shard and its
 /// items and must answer one result per item, in order. `fail(code)` builds the answer for
 /// an item that could not be routed. Each trip to another shard is timed as `api`'s hop
-/// stage (the round trip less the work done on the owner); `None` for work that is not a
-/// client request.
+/// stage (the round trip less the work done on the owner) and counted in
+/// `keel_cross_shard_hops_total`; `None` for an observer's reads (a metrics scrape), whose
+/// trips are neither timed nor counted, so scraping does not change what it measures.
 pub async fn on_owners<P, R, F, Fut>(
     api: Option<ApiKey>,
     shard: &Rc<BrokerShard>,
@@ -106,12 +107,17 @@ where
                 work(shard.clone(), items).await
             } else {
                 let sent = Instant::now();
-                let call = shard.mesh.call(target, move |s| async move {
+                let run = move |s| async move {
                     let started = Instant::now();
                     let answers = work(s, items).await;
                     (answers, started.elapsed())
-                });
-                match call.await {
+                };
+                let call = if api.is_some() {
+                    shard.mesh.call(target, run).await
+                } else {
+                    shard.mesh.call_uncounted(target, run).await
+                };
+                match call {
                     Ok((a, worked)) => {
                         if let Some(api) = api {
                             let hop = sent.elapsed().saturating_sub(worked);

@@ -72,7 +72,7 @@ async fn gather_committed(shard: &Rc<BrokerShard>) -> Committed {
         } else {
             match shard
                 .mesh
-                .call(
+                .call_uncounted(
                     target,
                     move |s| async move { committed_on(&s, budget).await },
                 )

@@ -56,7 +56,7 @@ pub async fn gather(shard: &Rc<BrokerShard>) -> Vec<CountersSnapshot> {
         } else {
             shard
                 .mesh
-                .call(target, |s| async move { snapshot(&s) })
+                .call_uncounted(target, |s| async move { snapshot(&s) })
                 .await
                 .unwrap_or_default()
         };
