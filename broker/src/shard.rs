@@ -378,12 +378,18 @@ impl BrokerShard {
             }
             self.notify_data(&part);
             let dir = part.log.dir();
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                warn!(dir = %dir.display(), error = %e, "removing a partition's log failed");
-            } else if topic_deleted {
-                info!(shard = self.id, topic = %part.topic, partition = part.index, "deleted partition log");
-            } else {
-                info!(shard = self.id, topic = %part.topic, partition = part.index, "deleted the log of a replica reassigned away");
+            // Renamed away now, unlinked by the deleter thread: a log of several GB takes
+            // hundreds of ms to unlink, which here would stall every partition of the shard.
+            match keel_storage::trash::remove_dir_later(&dir) {
+                Err(e) => {
+                    warn!(dir = %dir.display(), error = %e, "removing a partition's log failed")
+                }
+                Ok(doomed) if topic_deleted => {
+                    info!(shard = self.id, topic = %part.topic, partition = part.index, renamed = %doomed.display(), "deleted partition log (its files are unlinked in the background)")
+                }
+                Ok(doomed) => {
+                    info!(shard = self.id, topic = %part.topic, partition = part.index, renamed = %doomed.display(), "deleted the log of a replica reassigned away (its files are unlinked in the background)")
+                }
             }
         }
         for (topic, meta) in to_open {

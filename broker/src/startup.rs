@@ -242,6 +242,12 @@ fn run() -> Result<()> {
     // log syncs its directory), so the data dir is made absolute once here.
     config.data_dir = std::fs::canonicalize(&config.data_dir)
         .with_context(|| format!("resolving data dir {}", config.data_dir.display()))?;
+    // Logs deleted (renamed `*-delete`) but not yet unlinked when the broker last stopped.
+    match keel_storage::trash::sweep(&config.data_dir) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(directories = n, "deleting logs left renamed for deletion"),
+        Err(e) => tracing::warn!(error = %e, "looking for logs left for deletion failed"),
+    }
     // The disk's measured properties (keel-tune iotune) size the I/O settings left unset.
     let shard_count = RuntimeConfig {
         smp: config.smp,

@@ -1,6 +1,7 @@
 //! DescribeLogDirs and DeleteRecords through the wire protocol, against the real binary: sizes
 //! match the segment files on disk, DeleteRecords moves the log start offset (fetch, ListOffsets
-//! and a restart agree) and frees the segments wholly below it.
+//! and a restart agree) and frees the segments wholly below it. DeleteTopics renames a log
+//! away at once and deletes it off the shard; a restart deletes what a crash left renamed.
 
 mod common;
 
@@ -389,4 +390,75 @@ fn delete_records_moves_the_log_start_offset_durably() {
         size_moved < (produced - deleted_bytes) as i64,
         "the size went down again after -1"
     );
+}
+
+fn delete_topic(c: &mut Client, name: &str) {
+    let req = DeleteTopicsRequest::default()
+        .with_topic_names(vec![topic(name)])
+        .with_timeout_ms(10_000);
+    let resp: DeleteTopicsResponse = c.send(ApiKey::DeleteTopics, 4, &req);
+    assert_eq!(resp.responses[0].error_code, 0, "{resp:?}");
+}
+
+/// The entries of the data dir whose names start with `prefix`.
+fn entries(b: &Broker, prefix: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(b.data_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    names.sort();
+    names
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// DeleteTopics: each partition's log leaves its path at once (renamed `<dir>.<id>-delete`,
+/// as Kafka does) and is unlinked by the deleter thread, not on the shard; a topic created
+/// again under the same name starts empty. A directory left renamed by a crash is deleted at
+/// the next start, and nothing else is touched.
+#[test]
+fn deleted_topics_leave_no_logs_and_a_restart_deletes_leftovers() {
+    let mut b = Broker::start(&["--smp", "2"]);
+    let mut c = Client::connect(&b.bootstrap());
+    create_topic_with(&mut c, "doomed", 2, &[]);
+    create_topic_with(&mut c, "kept", 1, &[]);
+    for p in 0..2 {
+        produce_batches(&mut c, "doomed", p, 20);
+    }
+    produce_batches(&mut c, "kept", 0, 3);
+    assert_eq!(entries(&b, "doomed"), vec!["doomed-0", "doomed-1"]);
+
+    delete_topic(&mut c, "doomed");
+    wait_for("the deleted topic's logs are gone", || {
+        entries(&b, "doomed").is_empty()
+    });
+    // Created again: empty, offsets from 0.
+    create_topic_with(&mut c, "doomed", 2, &[]);
+    assert_eq!(produce(&mut c, "doomed", 1, two_record_batch()), 0);
+
+    // A crash between the rename and the unlink leaves this behind.
+    b.kill9();
+    let left = b.data_dir().join("gone-0.18c2a9f3e0b-delete");
+    std::fs::create_dir(&left).unwrap();
+    std::fs::write(left.join("00000000000000000000.log"), vec![1u8; 1 << 20]).unwrap();
+    b.restart_after_stop();
+    wait_for("the leftover is deleted at start", || !left.exists());
+    assert_eq!(entries(&b, "kept"), vec!["kept-0"]);
+    let mut c = Client::connect(&b.bootstrap());
+    let resp: FetchResponse = c.send(
+        ApiKey::Fetch,
+        12,
+        &fetch_request("kept", &[(0, 0, 1 << 20)], 0, 0, 1 << 20),
+    );
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0, "{resp:?}");
+    assert_eq!(values(&p.records).len(), 6, "kept's 3 batches of 2 records");
+    assert_eq!(p.high_watermark, 6);
 }

@@ -28,6 +28,7 @@ mod records;
 mod recovery;
 mod segment;
 pub mod tail_budget;
+pub mod trash;
 mod txn_index;
 mod types;
 pub mod write_slots;
