@@ -92,7 +92,10 @@ def assert_lag(keel, group, topic, want):
 
 class Member:
     """One subscribed KafkaConsumer, polled by its own thread (kafka-python 3.0.12 loses a join
-    that completes after the poll that started it returned); commits when asked."""
+    that completes after the poll that started it returned: it never applies that generation's
+    assignment and stops heartbeating); commits when asked. It subscribes only once its
+    metadata has the topic's partitions: subscribed earlier, the first generation is assigned
+    nothing ("No partition metadata") and the rebalance that follows can be the lost join."""
 
     def __init__(self, bootstrap, group, topic):
         self.consumer = KafkaConsumer(
@@ -100,6 +103,8 @@ class Member:
             enable_auto_commit=False, auto_offset_reset="earliest", request_timeout_ms=15000,
             fetch_max_wait_ms=100, session_timeout_ms=6000, heartbeat_interval_ms=500,
             max_poll_interval_ms=15000)
+        wait_until(lambda: self.consumer.partitions_for_topic(topic), 15.0,
+                   msg="the consumer's metadata for %s" % topic)
         self.consumer.subscribe([topic])
         self.read = 0
         self._lock = threading.Lock()
