@@ -1,0 +1,14 @@
+//! `keel-auth`: the SASL mechanisms Keel speaks, as pure state machines with no I/O.
+//!
+//! - [`scram`]: SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677) as Kafka runs them
+//!   (KIP-84): credentials stored as salt, StoredKey, ServerKey and an iteration count between
+//!   4096 and 16384 (Kafka's `UserScramCredentialRecord`), never the password or the salted
+//!   password; the server side for the broker and the client side for Keel's own clients.
+//! - [`plain`]: PLAIN's single message (RFC 4616).
+//!
+//! The broker's SASL requests (SaslHandshake, SaslAuthenticate) will drive these (issue 19);
+//! the digests, HMAC, PBKDF2 and random nonces come from `ring`, the crypto provider rustls
+//! uses too, and constant-time comparison from `subtle`.
+
+pub mod plain;
+pub mod scram;
