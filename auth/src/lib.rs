@@ -5,10 +5,13 @@
 //!   4096 and 16384 (Kafka's `UserScramCredentialRecord`), never the password or the salted
 //!   password; the server side for the broker and the client side for Keel's own clients.
 //! - [`plain`]: PLAIN's single message (RFC 4616).
+//! - [`acl`]: Kafka's ACL model (resources, patterns, operations, ALLOW and DENY), its filters,
+//!   and `StandardAuthorizer`'s rule over an index of the ACLs.
 //!
 //! The broker's SASL requests (SaslHandshake, SaslAuthenticate) will drive these (issue 19);
 //! the digests, HMAC, PBKDF2 and random nonces come from `ring`, the crypto provider rustls
 //! uses too, and constant-time comparison from `subtle`.
 
+pub mod acl;
 pub mod plain;
 pub mod scram;
