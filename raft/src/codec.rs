@@ -14,7 +14,7 @@ use flatbuffers::{FlatBufferBuilder, UnionWIPOffset, Vector, WIPOffset};
 
 use crate::error::RecordError;
 use crate::generated::metadata as fb;
-use crate::records::{ListenerEndpoint, Record, TopicId};
+use crate::records::{AclEntry, ListenerEndpoint, Record, TopicId};
 
 /// Encodes one batch. Infallible for any records, except that the flatbuffers builder panics
 /// past 2 GiB: callers must bound what they put in one batch.
@@ -227,6 +227,60 @@ fn encode_record<'b>(
             let table = fb::ProducerIdsAllocated::create(fbb, &args);
             (fb::Record::ProducerIdsAllocated, table.as_union_value())
         }
+        Record::UserScramCredentialChanged {
+            name,
+            mechanism,
+            salt,
+            stored_key,
+            server_key,
+            iterations,
+        } => {
+            let args = fb::UserScramCredentialChangedArgs {
+                name: Some(fbb.create_string(name)),
+                mechanism: *mechanism,
+                salt: Some(fbb.create_vector(salt)),
+                stored_key: Some(fbb.create_vector(stored_key)),
+                server_key: Some(fbb.create_vector(server_key)),
+                iterations: *iterations,
+            };
+            let table = fb::UserScramCredentialChanged::create(fbb, &args);
+            (
+                fb::Record::UserScramCredentialChanged,
+                table.as_union_value(),
+            )
+        }
+        Record::UserScramCredentialRemoved { name, mechanism } => {
+            let args = fb::UserScramCredentialRemovedArgs {
+                name: Some(fbb.create_string(name)),
+                mechanism: *mechanism,
+            };
+            let table = fb::UserScramCredentialRemoved::create(fbb, &args);
+            (
+                fb::Record::UserScramCredentialRemoved,
+                table.as_union_value(),
+            )
+        }
+        Record::AclCreated { id, acl } => {
+            let args = fb::AclCreatedArgs {
+                id: Some(&fb::Uuid::new(id)),
+                resource_type: acl.resource_type,
+                resource_name: Some(fbb.create_string(&acl.resource_name)),
+                pattern_type: acl.pattern_type,
+                principal: Some(fbb.create_string(&acl.principal)),
+                host: Some(fbb.create_string(&acl.host)),
+                operation: acl.operation,
+                permission_type: acl.permission_type,
+            };
+            let table = fb::AclCreated::create(fbb, &args);
+            (fb::Record::AclCreated, table.as_union_value())
+        }
+        Record::AclRemoved { id } => {
+            let args = fb::AclRemovedArgs {
+                id: Some(&fb::Uuid::new(id)),
+            };
+            let table = fb::AclRemoved::create(fbb, &args);
+            (fb::Record::AclRemoved, table.as_union_value())
+        }
     }
 }
 
@@ -257,6 +311,12 @@ impl Fields {
     fn uuid(&self, field: &str, value: Option<&fb::Uuid>) -> Result<TopicId, RecordError> {
         value
             .map(|uuid| uuid.0)
+            .ok_or_else(|| self.error(format!("missing `{field}`")))
+    }
+
+    fn bytes(&self, field: &str, value: Option<Vector<'_, u8>>) -> Result<Vec<u8>, RecordError> {
+        value
+            .map(|v| v.bytes().to_vec())
             .ok_or_else(|| self.error(format!("missing `{field}`")))
     }
 
@@ -382,6 +442,45 @@ fn decode_entry(index: usize, entry: fb::Entry<'_>) -> Result<Record, RecordErro
                 broker_id: r.broker_id(),
                 first_producer_id: r.first_producer_id(),
                 block_size: r.block_size(),
+            }
+        }
+        fb::Record::UserScramCredentialChanged => {
+            let r = f.table(entry.record_as_user_scram_credential_changed())?;
+            Record::UserScramCredentialChanged {
+                name: f.string("name", r.name())?,
+                mechanism: r.mechanism(),
+                salt: f.bytes("salt", r.salt())?,
+                stored_key: f.bytes("stored_key", r.stored_key())?,
+                server_key: f.bytes("server_key", r.server_key())?,
+                iterations: r.iterations(),
+            }
+        }
+        fb::Record::UserScramCredentialRemoved => {
+            let r = f.table(entry.record_as_user_scram_credential_removed())?;
+            Record::UserScramCredentialRemoved {
+                name: f.string("name", r.name())?,
+                mechanism: r.mechanism(),
+            }
+        }
+        fb::Record::AclCreated => {
+            let r = f.table(entry.record_as_acl_created())?;
+            Record::AclCreated {
+                id: f.uuid("id", r.id())?,
+                acl: AclEntry {
+                    resource_type: r.resource_type(),
+                    resource_name: f.string("resource_name", r.resource_name())?,
+                    pattern_type: r.pattern_type(),
+                    principal: f.string("principal", r.principal())?,
+                    host: f.string("host", r.host())?,
+                    operation: r.operation(),
+                    permission_type: r.permission_type(),
+                },
+            }
+        }
+        fb::Record::AclRemoved => {
+            let r = f.table(entry.record_as_acl_removed())?;
+            Record::AclRemoved {
+                id: f.uuid("id", r.id())?,
             }
         }
         fb::Record::NONE => return Err(f.error("entry holds no record")),
@@ -540,6 +639,31 @@ mod tests {
                 first_producer_id: i64::MAX - 1000,
                 block_size: 1000,
             },
+            Record::UserScramCredentialChanged {
+                name: "alice".to_string(),
+                mechanism: 2,
+                salt: vec![1, 2, 3],
+                stored_key: vec![4; 64],
+                server_key: vec![5; 64],
+                iterations: 8192,
+            },
+            Record::UserScramCredentialRemoved {
+                name: "bob".to_string(),
+                mechanism: 1,
+            },
+            Record::AclCreated {
+                id: [9; 16],
+                acl: AclEntry {
+                    resource_type: 2,
+                    resource_name: "orders-".to_string(),
+                    pattern_type: 4,
+                    principal: "User:alice".to_string(),
+                    host: "*".to_string(),
+                    operation: 3,
+                    permission_type: 3,
+                },
+            },
+            Record::AclRemoved { id: [9; 16] },
         ]
     }
 

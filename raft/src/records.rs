@@ -109,4 +109,42 @@ pub enum Record {
         first_producer_id: i64,
         block_size: i32,
     },
+    /// A user's SCRAM credential for `mechanism` (1 = SCRAM-SHA-256, 2 = SCRAM-SHA-512) set
+    /// or replaced: salt, StoredKey, ServerKey and iterations, as Kafka's
+    /// UserScramCredentialRecord (never a password or salted password).
+    UserScramCredentialChanged {
+        name: String,
+        mechanism: i8,
+        salt: Vec<u8>,
+        stored_key: Vec<u8>,
+        server_key: Vec<u8>,
+        iterations: i32,
+    },
+    /// A user's credential for `mechanism` removed; it must exist.
+    UserScramCredentialRemoved {
+        name: String,
+        mechanism: i8,
+    },
+    /// An ACL binding (AccessControlEntryRecord) under a new `id`, in Kafka's wire codes.
+    AclCreated {
+        id: [u8; 16],
+        acl: AclEntry,
+    },
+    /// The ACL binding `id` removed; it must exist.
+    AclRemoved {
+        id: [u8; 16],
+    },
+}
+
+/// One ACL binding in Kafka's wire codes (CreateAcls): resource type, name and pattern type,
+/// principal, host, operation and permission type.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct AclEntry {
+    pub resource_type: i8,
+    pub resource_name: String,
+    pub pattern_type: i8,
+    pub principal: String,
+    pub host: String,
+    pub operation: i8,
+    pub permission_type: i8,
 }

@@ -29,10 +29,10 @@ pub mod metadata {
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_RECORD: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_RECORD: u8 = 10;
+pub const ENUM_MAX_RECORD: u8 = 14;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_RECORD: [Record; 11] = [
+pub const ENUM_VALUES_RECORD: [Record; 15] = [
   Record::NONE,
   Record::BrokerRegistered,
   Record::BrokerFenced,
@@ -44,6 +44,10 @@ pub const ENUM_VALUES_RECORD: [Record; 11] = [
   Record::ConfigChanged,
   Record::ProducerIdsAllocated,
   Record::BrokerUnregistered,
+  Record::UserScramCredentialChanged,
+  Record::UserScramCredentialRemoved,
+  Record::AclCreated,
+  Record::AclRemoved,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -62,9 +66,13 @@ impl Record {
   pub const ConfigChanged: Self = Self(8);
   pub const ProducerIdsAllocated: Self = Self(9);
   pub const BrokerUnregistered: Self = Self(10);
+  pub const UserScramCredentialChanged: Self = Self(11);
+  pub const UserScramCredentialRemoved: Self = Self(12);
+  pub const AclCreated: Self = Self(13);
+  pub const AclRemoved: Self = Self(14);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 10;
+  pub const ENUM_MAX: u8 = 14;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::NONE,
     Self::BrokerRegistered,
@@ -77,6 +85,10 @@ impl Record {
     Self::ConfigChanged,
     Self::ProducerIdsAllocated,
     Self::BrokerUnregistered,
+    Self::UserScramCredentialChanged,
+    Self::UserScramCredentialRemoved,
+    Self::AclCreated,
+    Self::AclRemoved,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -92,6 +104,10 @@ impl Record {
       Self::ConfigChanged => Some("ConfigChanged"),
       Self::ProducerIdsAllocated => Some("ProducerIdsAllocated"),
       Self::BrokerUnregistered => Some("BrokerUnregistered"),
+      Self::UserScramCredentialChanged => Some("UserScramCredentialChanged"),
+      Self::UserScramCredentialRemoved => Some("UserScramCredentialRemoved"),
+      Self::AclCreated => Some("AclCreated"),
+      Self::AclRemoved => Some("AclRemoved"),
       _ => None,
     }
   }
@@ -1948,6 +1964,621 @@ impl core::fmt::Debug for ProducerIdsAllocated<'_> {
       ds.finish()
   }
 }
+pub enum UserScramCredentialChangedOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+/// A user's SCRAM credential for one mechanism, set or replaced (Kafka's
+/// UserScramCredentialRecord): never the password, nor the salted password.
+pub struct UserScramCredentialChanged<'a> {
+  pub _tab: flatbuffers::Table<'a>,
+}
+
+impl<'a> flatbuffers::Follow<'a> for UserScramCredentialChanged<'a> {
+  type Inner = UserScramCredentialChanged<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: flatbuffers::Table::new(buf, loc) }
+  }
+}
+
+impl<'a> UserScramCredentialChanged<'a> {
+  pub const VT_NAME: flatbuffers::VOffsetT = 4;
+  pub const VT_MECHANISM: flatbuffers::VOffsetT = 6;
+  pub const VT_SALT: flatbuffers::VOffsetT = 8;
+  pub const VT_STORED_KEY: flatbuffers::VOffsetT = 10;
+  pub const VT_SERVER_KEY: flatbuffers::VOffsetT = 12;
+  pub const VT_ITERATIONS: flatbuffers::VOffsetT = 14;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
+    UserScramCredentialChanged { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr>(
+    _fbb: &'mut_bldr mut flatbuffers::FlatBufferBuilder<'bldr>,
+    args: &'args UserScramCredentialChangedArgs<'args>
+  ) -> flatbuffers::WIPOffset<UserScramCredentialChanged<'bldr>> {
+    let mut builder = UserScramCredentialChangedBuilder::new(_fbb);
+    builder.add_iterations(args.iterations);
+    if let Some(x) = args.server_key { builder.add_server_key(x); }
+    if let Some(x) = args.stored_key { builder.add_stored_key(x); }
+    if let Some(x) = args.salt { builder.add_salt(x); }
+    if let Some(x) = args.name { builder.add_name(x); }
+    builder.add_mechanism(args.mechanism);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn name(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<&str>>(UserScramCredentialChanged::VT_NAME, None)}
+  }
+  /// Kafka's ScramMechanism: 1 = SCRAM-SHA-256, 2 = SCRAM-SHA-512.
+  #[inline]
+  pub fn mechanism(&self) -> i8 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i8>(UserScramCredentialChanged::VT_MECHANISM, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn salt(&self) -> Option<flatbuffers::Vector<'a, u8>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, u8>>>(UserScramCredentialChanged::VT_SALT, None)}
+  }
+  #[inline]
+  pub fn stored_key(&self) -> Option<flatbuffers::Vector<'a, u8>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, u8>>>(UserScramCredentialChanged::VT_STORED_KEY, None)}
+  }
+  #[inline]
+  pub fn server_key(&self) -> Option<flatbuffers::Vector<'a, u8>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, u8>>>(UserScramCredentialChanged::VT_SERVER_KEY, None)}
+  }
+  #[inline]
+  pub fn iterations(&self) -> i32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i32>(UserScramCredentialChanged::VT_ITERATIONS, Some(0)).unwrap()}
+  }
+}
+
+impl flatbuffers::Verifiable for UserScramCredentialChanged<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut flatbuffers::Verifier, pos: usize
+  ) -> Result<(), flatbuffers::InvalidFlatbuffer> {
+    use self::flatbuffers::Verifiable;
+    v.visit_table(pos)?
+     .visit_field::<flatbuffers::ForwardsUOffset<&str>>("name", Self::VT_NAME, false)?
+     .visit_field::<i8>("mechanism", Self::VT_MECHANISM, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, u8>>>("salt", Self::VT_SALT, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, u8>>>("stored_key", Self::VT_STORED_KEY, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, u8>>>("server_key", Self::VT_SERVER_KEY, false)?
+     .visit_field::<i32>("iterations", Self::VT_ITERATIONS, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct UserScramCredentialChangedArgs<'a> {
+    pub name: Option<flatbuffers::WIPOffset<&'a str>>,
+    pub mechanism: i8,
+    pub salt: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, u8>>>,
+    pub stored_key: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, u8>>>,
+    pub server_key: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, u8>>>,
+    pub iterations: i32,
+}
+impl<'a> Default for UserScramCredentialChangedArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    UserScramCredentialChangedArgs {
+      name: None,
+      mechanism: 0,
+      salt: None,
+      stored_key: None,
+      server_key: None,
+      iterations: 0,
+    }
+  }
+}
+
+pub struct UserScramCredentialChangedBuilder<'a: 'b, 'b> {
+  fbb_: &'b mut flatbuffers::FlatBufferBuilder<'a>,
+  start_: flatbuffers::WIPOffset<flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b> UserScramCredentialChangedBuilder<'a, 'b> {
+  #[inline]
+  pub fn add_name(&mut self, name: flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(UserScramCredentialChanged::VT_NAME, name);
+  }
+  #[inline]
+  pub fn add_mechanism(&mut self, mechanism: i8) {
+    self.fbb_.push_slot::<i8>(UserScramCredentialChanged::VT_MECHANISM, mechanism, 0);
+  }
+  #[inline]
+  pub fn add_salt(&mut self, salt: flatbuffers::WIPOffset<flatbuffers::Vector<'b , u8>>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(UserScramCredentialChanged::VT_SALT, salt);
+  }
+  #[inline]
+  pub fn add_stored_key(&mut self, stored_key: flatbuffers::WIPOffset<flatbuffers::Vector<'b , u8>>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(UserScramCredentialChanged::VT_STORED_KEY, stored_key);
+  }
+  #[inline]
+  pub fn add_server_key(&mut self, server_key: flatbuffers::WIPOffset<flatbuffers::Vector<'b , u8>>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(UserScramCredentialChanged::VT_SERVER_KEY, server_key);
+  }
+  #[inline]
+  pub fn add_iterations(&mut self, iterations: i32) {
+    self.fbb_.push_slot::<i32>(UserScramCredentialChanged::VT_ITERATIONS, iterations, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> UserScramCredentialChangedBuilder<'a, 'b> {
+    let start = _fbb.start_table();
+    UserScramCredentialChangedBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> flatbuffers::WIPOffset<UserScramCredentialChanged<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl core::fmt::Debug for UserScramCredentialChanged<'_> {
+  fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+    let mut ds = f.debug_struct("UserScramCredentialChanged");
+      ds.field("name", &self.name());
+      ds.field("mechanism", &self.mechanism());
+      ds.field("salt", &self.salt());
+      ds.field("stored_key", &self.stored_key());
+      ds.field("server_key", &self.server_key());
+      ds.field("iterations", &self.iterations());
+      ds.finish()
+  }
+}
+pub enum UserScramCredentialRemovedOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+/// A user's credential for one mechanism removed (RemoveUserScramCredentialRecord).
+pub struct UserScramCredentialRemoved<'a> {
+  pub _tab: flatbuffers::Table<'a>,
+}
+
+impl<'a> flatbuffers::Follow<'a> for UserScramCredentialRemoved<'a> {
+  type Inner = UserScramCredentialRemoved<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: flatbuffers::Table::new(buf, loc) }
+  }
+}
+
+impl<'a> UserScramCredentialRemoved<'a> {
+  pub const VT_NAME: flatbuffers::VOffsetT = 4;
+  pub const VT_MECHANISM: flatbuffers::VOffsetT = 6;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
+    UserScramCredentialRemoved { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr>(
+    _fbb: &'mut_bldr mut flatbuffers::FlatBufferBuilder<'bldr>,
+    args: &'args UserScramCredentialRemovedArgs<'args>
+  ) -> flatbuffers::WIPOffset<UserScramCredentialRemoved<'bldr>> {
+    let mut builder = UserScramCredentialRemovedBuilder::new(_fbb);
+    if let Some(x) = args.name { builder.add_name(x); }
+    builder.add_mechanism(args.mechanism);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn name(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<&str>>(UserScramCredentialRemoved::VT_NAME, None)}
+  }
+  #[inline]
+  pub fn mechanism(&self) -> i8 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i8>(UserScramCredentialRemoved::VT_MECHANISM, Some(0)).unwrap()}
+  }
+}
+
+impl flatbuffers::Verifiable for UserScramCredentialRemoved<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut flatbuffers::Verifier, pos: usize
+  ) -> Result<(), flatbuffers::InvalidFlatbuffer> {
+    use self::flatbuffers::Verifiable;
+    v.visit_table(pos)?
+     .visit_field::<flatbuffers::ForwardsUOffset<&str>>("name", Self::VT_NAME, false)?
+     .visit_field::<i8>("mechanism", Self::VT_MECHANISM, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct UserScramCredentialRemovedArgs<'a> {
+    pub name: Option<flatbuffers::WIPOffset<&'a str>>,
+    pub mechanism: i8,
+}
+impl<'a> Default for UserScramCredentialRemovedArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    UserScramCredentialRemovedArgs {
+      name: None,
+      mechanism: 0,
+    }
+  }
+}
+
+pub struct UserScramCredentialRemovedBuilder<'a: 'b, 'b> {
+  fbb_: &'b mut flatbuffers::FlatBufferBuilder<'a>,
+  start_: flatbuffers::WIPOffset<flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b> UserScramCredentialRemovedBuilder<'a, 'b> {
+  #[inline]
+  pub fn add_name(&mut self, name: flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(UserScramCredentialRemoved::VT_NAME, name);
+  }
+  #[inline]
+  pub fn add_mechanism(&mut self, mechanism: i8) {
+    self.fbb_.push_slot::<i8>(UserScramCredentialRemoved::VT_MECHANISM, mechanism, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> UserScramCredentialRemovedBuilder<'a, 'b> {
+    let start = _fbb.start_table();
+    UserScramCredentialRemovedBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> flatbuffers::WIPOffset<UserScramCredentialRemoved<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl core::fmt::Debug for UserScramCredentialRemoved<'_> {
+  fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+    let mut ds = f.debug_struct("UserScramCredentialRemoved");
+      ds.field("name", &self.name());
+      ds.field("mechanism", &self.mechanism());
+      ds.finish()
+  }
+}
+pub enum AclCreatedOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+/// An ACL binding (AccessControlEntryRecord), with Kafka's wire codes.
+pub struct AclCreated<'a> {
+  pub _tab: flatbuffers::Table<'a>,
+}
+
+impl<'a> flatbuffers::Follow<'a> for AclCreated<'a> {
+  type Inner = AclCreated<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: flatbuffers::Table::new(buf, loc) }
+  }
+}
+
+impl<'a> AclCreated<'a> {
+  pub const VT_ID: flatbuffers::VOffsetT = 4;
+  pub const VT_RESOURCE_TYPE: flatbuffers::VOffsetT = 6;
+  pub const VT_RESOURCE_NAME: flatbuffers::VOffsetT = 8;
+  pub const VT_PATTERN_TYPE: flatbuffers::VOffsetT = 10;
+  pub const VT_PRINCIPAL: flatbuffers::VOffsetT = 12;
+  pub const VT_HOST: flatbuffers::VOffsetT = 14;
+  pub const VT_OPERATION: flatbuffers::VOffsetT = 16;
+  pub const VT_PERMISSION_TYPE: flatbuffers::VOffsetT = 18;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
+    AclCreated { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr>(
+    _fbb: &'mut_bldr mut flatbuffers::FlatBufferBuilder<'bldr>,
+    args: &'args AclCreatedArgs<'args>
+  ) -> flatbuffers::WIPOffset<AclCreated<'bldr>> {
+    let mut builder = AclCreatedBuilder::new(_fbb);
+    if let Some(x) = args.host { builder.add_host(x); }
+    if let Some(x) = args.principal { builder.add_principal(x); }
+    if let Some(x) = args.resource_name { builder.add_resource_name(x); }
+    if let Some(x) = args.id { builder.add_id(x); }
+    builder.add_permission_type(args.permission_type);
+    builder.add_operation(args.operation);
+    builder.add_pattern_type(args.pattern_type);
+    builder.add_resource_type(args.resource_type);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn id(&self) -> Option<&'a Uuid> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<Uuid>(AclCreated::VT_ID, None)}
+  }
+  #[inline]
+  pub fn resource_type(&self) -> i8 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i8>(AclCreated::VT_RESOURCE_TYPE, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn resource_name(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<&str>>(AclCreated::VT_RESOURCE_NAME, None)}
+  }
+  #[inline]
+  pub fn pattern_type(&self) -> i8 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i8>(AclCreated::VT_PATTERN_TYPE, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn principal(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<&str>>(AclCreated::VT_PRINCIPAL, None)}
+  }
+  #[inline]
+  pub fn host(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<&str>>(AclCreated::VT_HOST, None)}
+  }
+  #[inline]
+  pub fn operation(&self) -> i8 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i8>(AclCreated::VT_OPERATION, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn permission_type(&self) -> i8 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i8>(AclCreated::VT_PERMISSION_TYPE, Some(0)).unwrap()}
+  }
+}
+
+impl flatbuffers::Verifiable for AclCreated<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut flatbuffers::Verifier, pos: usize
+  ) -> Result<(), flatbuffers::InvalidFlatbuffer> {
+    use self::flatbuffers::Verifiable;
+    v.visit_table(pos)?
+     .visit_field::<Uuid>("id", Self::VT_ID, false)?
+     .visit_field::<i8>("resource_type", Self::VT_RESOURCE_TYPE, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<&str>>("resource_name", Self::VT_RESOURCE_NAME, false)?
+     .visit_field::<i8>("pattern_type", Self::VT_PATTERN_TYPE, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<&str>>("principal", Self::VT_PRINCIPAL, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<&str>>("host", Self::VT_HOST, false)?
+     .visit_field::<i8>("operation", Self::VT_OPERATION, false)?
+     .visit_field::<i8>("permission_type", Self::VT_PERMISSION_TYPE, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct AclCreatedArgs<'a> {
+    pub id: Option<&'a Uuid>,
+    pub resource_type: i8,
+    pub resource_name: Option<flatbuffers::WIPOffset<&'a str>>,
+    pub pattern_type: i8,
+    pub principal: Option<flatbuffers::WIPOffset<&'a str>>,
+    pub host: Option<flatbuffers::WIPOffset<&'a str>>,
+    pub operation: i8,
+    pub permission_type: i8,
+}
+impl<'a> Default for AclCreatedArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    AclCreatedArgs {
+      id: None,
+      resource_type: 0,
+      resource_name: None,
+      pattern_type: 0,
+      principal: None,
+      host: None,
+      operation: 0,
+      permission_type: 0,
+    }
+  }
+}
+
+pub struct AclCreatedBuilder<'a: 'b, 'b> {
+  fbb_: &'b mut flatbuffers::FlatBufferBuilder<'a>,
+  start_: flatbuffers::WIPOffset<flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b> AclCreatedBuilder<'a, 'b> {
+  #[inline]
+  pub fn add_id(&mut self, id: &Uuid) {
+    self.fbb_.push_slot_always::<&Uuid>(AclCreated::VT_ID, id);
+  }
+  #[inline]
+  pub fn add_resource_type(&mut self, resource_type: i8) {
+    self.fbb_.push_slot::<i8>(AclCreated::VT_RESOURCE_TYPE, resource_type, 0);
+  }
+  #[inline]
+  pub fn add_resource_name(&mut self, resource_name: flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(AclCreated::VT_RESOURCE_NAME, resource_name);
+  }
+  #[inline]
+  pub fn add_pattern_type(&mut self, pattern_type: i8) {
+    self.fbb_.push_slot::<i8>(AclCreated::VT_PATTERN_TYPE, pattern_type, 0);
+  }
+  #[inline]
+  pub fn add_principal(&mut self, principal: flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(AclCreated::VT_PRINCIPAL, principal);
+  }
+  #[inline]
+  pub fn add_host(&mut self, host: flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(AclCreated::VT_HOST, host);
+  }
+  #[inline]
+  pub fn add_operation(&mut self, operation: i8) {
+    self.fbb_.push_slot::<i8>(AclCreated::VT_OPERATION, operation, 0);
+  }
+  #[inline]
+  pub fn add_permission_type(&mut self, permission_type: i8) {
+    self.fbb_.push_slot::<i8>(AclCreated::VT_PERMISSION_TYPE, permission_type, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> AclCreatedBuilder<'a, 'b> {
+    let start = _fbb.start_table();
+    AclCreatedBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> flatbuffers::WIPOffset<AclCreated<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl core::fmt::Debug for AclCreated<'_> {
+  fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+    let mut ds = f.debug_struct("AclCreated");
+      ds.field("id", &self.id());
+      ds.field("resource_type", &self.resource_type());
+      ds.field("resource_name", &self.resource_name());
+      ds.field("pattern_type", &self.pattern_type());
+      ds.field("principal", &self.principal());
+      ds.field("host", &self.host());
+      ds.field("operation", &self.operation());
+      ds.field("permission_type", &self.permission_type());
+      ds.finish()
+  }
+}
+pub enum AclRemovedOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+/// An ACL binding removed (RemoveAccessControlEntryRecord).
+pub struct AclRemoved<'a> {
+  pub _tab: flatbuffers::Table<'a>,
+}
+
+impl<'a> flatbuffers::Follow<'a> for AclRemoved<'a> {
+  type Inner = AclRemoved<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: flatbuffers::Table::new(buf, loc) }
+  }
+}
+
+impl<'a> AclRemoved<'a> {
+  pub const VT_ID: flatbuffers::VOffsetT = 4;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
+    AclRemoved { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr>(
+    _fbb: &'mut_bldr mut flatbuffers::FlatBufferBuilder<'bldr>,
+    args: &'args AclRemovedArgs<'args>
+  ) -> flatbuffers::WIPOffset<AclRemoved<'bldr>> {
+    let mut builder = AclRemovedBuilder::new(_fbb);
+    if let Some(x) = args.id { builder.add_id(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn id(&self) -> Option<&'a Uuid> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<Uuid>(AclRemoved::VT_ID, None)}
+  }
+}
+
+impl flatbuffers::Verifiable for AclRemoved<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut flatbuffers::Verifier, pos: usize
+  ) -> Result<(), flatbuffers::InvalidFlatbuffer> {
+    use self::flatbuffers::Verifiable;
+    v.visit_table(pos)?
+     .visit_field::<Uuid>("id", Self::VT_ID, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct AclRemovedArgs<'a> {
+    pub id: Option<&'a Uuid>,
+}
+impl<'a> Default for AclRemovedArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    AclRemovedArgs {
+      id: None,
+    }
+  }
+}
+
+pub struct AclRemovedBuilder<'a: 'b, 'b> {
+  fbb_: &'b mut flatbuffers::FlatBufferBuilder<'a>,
+  start_: flatbuffers::WIPOffset<flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b> AclRemovedBuilder<'a, 'b> {
+  #[inline]
+  pub fn add_id(&mut self, id: &Uuid) {
+    self.fbb_.push_slot_always::<&Uuid>(AclRemoved::VT_ID, id);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> AclRemovedBuilder<'a, 'b> {
+    let start = _fbb.start_table();
+    AclRemovedBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> flatbuffers::WIPOffset<AclRemoved<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl core::fmt::Debug for AclRemoved<'_> {
+  fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+    let mut ds = f.debug_struct("AclRemoved");
+      ds.field("id", &self.id());
+      ds.finish()
+  }
+}
 pub enum EntryOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -2148,6 +2779,66 @@ impl<'a> Entry<'a> {
     }
   }
 
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn record_as_user_scram_credential_changed(&self) -> Option<UserScramCredentialChanged<'a>> {
+    if self.record_type() == Record::UserScramCredentialChanged {
+      self.record().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { UserScramCredentialChanged::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn record_as_user_scram_credential_removed(&self) -> Option<UserScramCredentialRemoved<'a>> {
+    if self.record_type() == Record::UserScramCredentialRemoved {
+      self.record().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { UserScramCredentialRemoved::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn record_as_acl_created(&self) -> Option<AclCreated<'a>> {
+    if self.record_type() == Record::AclCreated {
+      self.record().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { AclCreated::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn record_as_acl_removed(&self) -> Option<AclRemoved<'a>> {
+    if self.record_type() == Record::AclRemoved {
+      self.record().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { AclRemoved::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
 }
 
 impl flatbuffers::Verifiable for Entry<'_> {
@@ -2169,6 +2860,10 @@ impl flatbuffers::Verifiable for Entry<'_> {
           Record::ConfigChanged => v.verify_union_variant::<flatbuffers::ForwardsUOffset<ConfigChanged>>("Record::ConfigChanged", pos),
           Record::ProducerIdsAllocated => v.verify_union_variant::<flatbuffers::ForwardsUOffset<ProducerIdsAllocated>>("Record::ProducerIdsAllocated", pos),
           Record::BrokerUnregistered => v.verify_union_variant::<flatbuffers::ForwardsUOffset<BrokerUnregistered>>("Record::BrokerUnregistered", pos),
+          Record::UserScramCredentialChanged => v.verify_union_variant::<flatbuffers::ForwardsUOffset<UserScramCredentialChanged>>("Record::UserScramCredentialChanged", pos),
+          Record::UserScramCredentialRemoved => v.verify_union_variant::<flatbuffers::ForwardsUOffset<UserScramCredentialRemoved>>("Record::UserScramCredentialRemoved", pos),
+          Record::AclCreated => v.verify_union_variant::<flatbuffers::ForwardsUOffset<AclCreated>>("Record::AclCreated", pos),
+          Record::AclRemoved => v.verify_union_variant::<flatbuffers::ForwardsUOffset<AclRemoved>>("Record::AclRemoved", pos),
           _ => Ok(()),
         }
      })?
@@ -2288,6 +2983,34 @@ impl core::fmt::Debug for Entry<'_> {
         },
         Record::BrokerUnregistered => {
           if let Some(x) = self.record_as_broker_unregistered() {
+            ds.field("record", &x)
+          } else {
+            ds.field("record", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        Record::UserScramCredentialChanged => {
+          if let Some(x) = self.record_as_user_scram_credential_changed() {
+            ds.field("record", &x)
+          } else {
+            ds.field("record", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        Record::UserScramCredentialRemoved => {
+          if let Some(x) = self.record_as_user_scram_credential_removed() {
+            ds.field("record", &x)
+          } else {
+            ds.field("record", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        Record::AclCreated => {
+          if let Some(x) = self.record_as_acl_created() {
+            ds.field("record", &x)
+          } else {
+            ds.field("record", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        Record::AclRemoved => {
+          if let Some(x) = self.record_as_acl_removed() {
             ds.field("record", &x)
           } else {
             ds.field("record", &"InvalidFlatbuffer: Union discriminant does not match value.")
