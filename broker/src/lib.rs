@@ -25,6 +25,7 @@ pub mod handlers;
 pub mod metadata;
 pub mod ops;
 pub mod replication;
+pub mod security;
 pub mod shard;
 pub mod startup;
 pub mod txn;

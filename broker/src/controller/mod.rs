@@ -43,6 +43,7 @@ use keel_vocab::ErrorCode;
 pub use state::Controller;
 
 pub mod reassignment;
+pub mod security;
 mod shutdown;
 pub mod state;
 

@@ -17,14 +17,18 @@ pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_configs;
 pub mod alter_partition_reassignments;
+pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
+pub mod create_acls;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_acls;
 pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
+pub mod describe_acls;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
@@ -32,6 +36,7 @@ pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod describe_topic_partitions;
 pub mod describe_transactions;
+pub mod describe_user_scram_credentials;
 pub mod elect_leaders;
 pub mod end_txn;
 pub mod fetch;
@@ -228,6 +233,13 @@ api_table! {
         => plain list_partition_reassignments::handle, ListPartitionReassignmentsRequest;
     UnregisterBroker: unregister_broker::SUPPORT
         => plain unregister_broker::handle, UnregisterBrokerRequest;
+    DescribeUserScramCredentials: describe_user_scram_credentials::SUPPORT
+        => plain describe_user_scram_credentials::handle, DescribeUserScramCredentialsRequest;
+    AlterUserScramCredentials: alter_user_scram_credentials::SUPPORT
+        => plain alter_user_scram_credentials::handle, AlterUserScramCredentialsRequest;
+    CreateAcls: create_acls::SUPPORT => plain create_acls::handle, CreateAclsRequest;
+    DescribeAcls: describe_acls::SUPPORT => plain describe_acls::handle, DescribeAclsRequest;
+    DeleteAcls: delete_acls::SUPPORT => plain delete_acls::handle, DeleteAclsRequest;
 }
 
 pub fn support(key: ApiKey) -> Option<ApiSupport> {
