@@ -34,6 +34,7 @@ pub fn storage_error(e: &StorageError) -> ErrorCode {
         | StorageError::DiskFull(_)
         | StorageError::CorruptSegment { .. }
         | StorageError::Io(_) => ResponseError::KafkaStorageError,
+        StorageError::Closed => ResponseError::NotLeaderOrFollower,
         #[allow(unreachable_patterns)]
         _ => ResponseError::UnknownServerError,
     })
@@ -48,6 +49,7 @@ pub fn coordinator_write_error(e: &StorageError) -> ErrorCode {
         StorageError::Poisoned(_)
         | StorageError::DiskFull(_)
         | StorageError::CorruptSegment { .. }
+        | StorageError::Closed
         | StorageError::Io(_) => ResponseError::NotCoordinator,
         #[allow(unreachable_patterns)]
         _ => ResponseError::UnknownServerError,

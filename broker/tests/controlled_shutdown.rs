@@ -44,6 +44,41 @@ fn scanned_bytes(log: &str, topic: &str, p: i32) -> u64 {
         .unwrap_or_else(|| panic!("no 'partition opened' line for {topic}-{p}"))
 }
 
+/// The segment files of a partition directory with their sizes (for a failure's message).
+fn segment_files(dir: &std::path::Path) -> Vec<(String, u64)> {
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| {
+                    let len = e.metadata().map_or(0, |m| m.len());
+                    (e.file_name().to_string_lossy().into_owned(), len)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// The log's lines about stopping and reopening cs-0 (for a failure's message).
+fn stop_lines(log: &str) -> String {
+    strip_ansi(log)
+        .lines()
+        .filter(|l| {
+            [
+                "logs closed",
+                "closing log",
+                "shard stopped",
+                "clean",
+                "topic=cs partition=0 ",
+            ]
+            .iter()
+            .any(|k| l.contains(k))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[test]
 fn sigterm_hands_leadership_over_before_stopping_and_the_restart_skips_recovery() {
     let _serial = serial();
@@ -156,7 +191,9 @@ fn sigterm_hands_leadership_over_before_stopping_and_the_restart_skips_recovery(
     let clean_scan = scanned_bytes(&log, "cs", 0);
     assert!(
         clean_scan <= 4096,
-        "a clean restart rescanned {clean_scan} bytes of cs-0"
+        "a clean restart rescanned {clean_scan} bytes of cs-0; files: {:?}; log: {}",
+        segment_files(&dir),
+        stop_lines(&log)
     );
 
     let errors = writer.errors();

@@ -81,6 +81,11 @@ pub enum StorageError {
     /// sent to a client; the replication layer truncates or refetches.
     #[error("replica append refused: {0}")]
     ReplicaAppend(String),
+    /// An append to a log whose `close` has begun (the broker is stopping or the partition
+    /// left this shard): nothing was appended. Kafka NOT_LEADER_OR_FOLLOWER, so a client asks
+    /// for the new leader.
+    #[error("the log is closed")]
+    Closed,
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -106,6 +106,9 @@ struct State {
     gaps_allowed: bool,
     /// Set while `truncate_to` or `truncate_fully_and_start_at` runs: appends are refused.
     truncating: bool,
+    /// Set as `close` begins: appends after it would miss the indexes and snapshot `close`
+    /// writes (a follower's fetch landing during a shutdown), so they are refused.
+    closed: bool,
 }
 
 impl State {
@@ -199,6 +202,9 @@ impl State {
 
     fn check_writable(&self) -> Result<(), StorageError> {
         self.check_poisoned()?;
+        if self.closed {
+            return Err(StorageError::Closed);
+        }
         if self.truncating {
             return Err(StorageError::ReplicaAppend(
                 "the log is being truncated".to_string(),
@@ -571,6 +577,7 @@ impl Log {
             hw_checkpointed,
             gaps_allowed,
             truncating: false,
+            closed: false,
         };
         let log = Log {
             inner: Rc::new(Inner {
@@ -1011,9 +1018,10 @@ impl Log {
     /// Flush + fdatasync, then writes the active segment's indexes (its aborted transaction
     /// index too), truncates its file to its logical size and, when everything appended is
     /// synced, snapshots the producer state at the log end (so the next open replays nothing);
-    /// a replicated log also writes its high watermark checkpoint. The log stays usable
-    /// afterwards.
+    /// a replicated log also writes its high watermark checkpoint. Appends are refused
+    /// (`StorageError::Closed`) from the moment it begins; reads go on.
     pub async fn close(&self) -> Result<(), StorageError> {
+        self.inner.state.borrow_mut().closed = true;
         let _permit = self.inner.flush_lock.acquire_permit(1).await?;
         self.flush_locked(true).await?;
         let (file, size, base, index, time_index, snapshot) = {

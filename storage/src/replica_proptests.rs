@@ -90,7 +90,7 @@ proptest! {
 
             let model = Log::open(model_dir.path(), config(segment_bytes)).await.unwrap();
             let (_, producer) = append_all(&model, &ops[..kept]);
-            model.close().await.unwrap();
+            model.sync().await.unwrap();
 
             assert_eq!(log.offsets(), model.offsets());
             let bytes = read_all(&log).await;

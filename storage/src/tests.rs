@@ -1134,3 +1134,42 @@ fn compaction_lags_and_dirty_ratio_decide_when_a_pass_runs() {
         assert!(out.records_dropped >= 2, "{out:?}");
     });
 }
+
+#[test]
+fn appends_are_refused_once_close_begins_and_reads_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        for i in 0..6 {
+            log.append(batch(4, 1000 + i, 100), LeaderEpoch(0), 0)
+                .unwrap();
+        }
+        // The close runs as its own task; an append that lands while it waits on its flush
+        // (a follower's fetch during a shutdown) must not slip past the indexes it writes.
+        let closing = glommio::spawn_local({
+            let log = log.clone();
+            async move { log.close().await }
+        });
+        futures_lite::future::yield_now().await;
+        let during = log.append(batch(4, 2000, 100), LeaderEpoch(0), 0);
+        assert!(matches!(during, Err(StorageError::Closed)), "{during:?}");
+        closing.await.unwrap();
+        let after = log.append(batch(4, 3000, 100), LeaderEpoch(0), 0);
+        assert!(matches!(after, Err(StorageError::Closed)), "{after:?}");
+        assert_eq!(log.offsets().log_end_offset, Offset(24));
+        let read = log.read(Offset(0), 1 << 20, Offset(24)).await.unwrap();
+        assert_eq!(read.records.len(), log_bytes_of(&log, dir.path()));
+        drop(log);
+
+        let log = Log::open(dir.path(), small_config()).await.unwrap();
+        assert_eq!(log.offsets().log_end_offset, Offset(24));
+        log.append(batch(4, 4000, 100), LeaderEpoch(0), 0).unwrap();
+        assert_eq!(log.offsets().log_end_offset, Offset(28));
+    });
+}
+
+fn log_bytes_of(_log: &Log, dir: &Path) -> usize {
+    std::fs::metadata(dir.join("00000000000000000000.log"))
+        .unwrap()
+        .len() as usize
+}
