@@ -50,6 +50,23 @@ pub fn new_acl(
     Ok(entry)
 }
 
+/// The filter of a DescribeAcls request or of one DeleteAcls filter (the two carry the same
+/// seven fields under the same names): [`filter_of`] over them.
+macro_rules! acl_filter_of {
+    ($f:expr) => {
+        $crate::security::filter_of(
+            $f.resource_type_filter,
+            $f.resource_name_filter.as_deref(),
+            $f.pattern_type_filter,
+            $f.principal_filter.as_deref(),
+            $f.host_filter.as_deref(),
+            $f.operation,
+            $f.permission_type,
+        )
+    };
+}
+pub(crate) use acl_filter_of;
+
 /// A DescribeAcls or DeleteAcls filter; Kafka refuses one with an unknown code
 /// (INVALID_REQUEST).
 pub fn filter_of(

@@ -12,7 +12,7 @@ use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
 use crate::controller::{self, OpError};
-use crate::security::filter_of;
+use crate::security::acl_filter_of;
 use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DeleteAcls, 0, 3);
@@ -24,15 +24,7 @@ pub async fn handle(
 ) -> DeleteAclsResponse {
     let mut resp = DeleteAclsResponse::default();
     for f in req.filters {
-        let filter = filter_of(
-            f.resource_type_filter,
-            f.resource_name_filter.as_deref(),
-            f.pattern_type_filter,
-            f.principal_filter.as_deref(),
-            f.host_filter.as_deref(),
-            f.operation,
-            f.permission_type,
-        );
+        let filter = acl_filter_of!(f);
         let result = match filter {
             Err(why) => Err(OpError::new(ResponseError::InvalidRequest, why)),
             Ok(filter) => {

@@ -10,7 +10,7 @@ use kafka_protocol::messages::{ApiKey, DescribeAclsRequest, DescribeAclsResponse
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
-use crate::security::{filter_of, matches};
+use crate::security::{acl_filter_of, matches};
 use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeAcls, 0, 3);
@@ -21,15 +21,7 @@ pub async fn handle(
     req: DescribeAclsRequest,
 ) -> DescribeAclsResponse {
     let mut resp = DescribeAclsResponse::default();
-    let filter = match filter_of(
-        req.resource_type_filter,
-        req.resource_name_filter.as_deref(),
-        req.pattern_type_filter,
-        req.principal_filter.as_deref(),
-        req.host_filter.as_deref(),
-        req.operation,
-        req.permission_type,
-    ) {
+    let filter = match acl_filter_of!(req) {
         Ok(f) => f,
         Err(why) => {
             resp.error_code = ResponseError::InvalidRequest.code();
