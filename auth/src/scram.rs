@@ -139,6 +139,96 @@ pub fn credential(
     }
 }
 
+/// Hi(password, salt, i) of RFC 5802 computed in slices: a PLAIN login is checked against the
+/// user's stored SCRAM credential, and 4096 to 16384 iterations take milliseconds, too long for
+/// one turn of the broker's cooperative executor. The caller runs [`SaltedPasswordJob::step`]
+/// with a bounded slice and yields between slices; the result equals [`salted_password`]'s.
+///
+/// PBKDF2 for one output block (dkLen = the digest's length, all SCRAM needs):
+/// U1 = HMAC(P, S || INT(1)), Ui = HMAC(P, U(i-1)), result = U1 xor ... xor Uc. The password
+/// is kept only inside the HMAC key (as its padded inner and outer states). Dropping a job
+/// midway is safe: it holds no resources and nothing else depends on it.
+pub struct SaltedPasswordJob {
+    mech: Mechanism,
+    key: hmac::Key,
+    /// The next iteration's HMAC input: S || INT(1) before the first, U(i-1) after.
+    u: Vec<u8>,
+    /// U1 xor ... xor U(iterations_done); the salted password once every iteration is done.
+    sum: Vec<u8>,
+    iterations_done: u32,
+    /// The credential's count (at least 1). Always `iterations_done <= iterations`.
+    iterations: u32,
+}
+
+impl SaltedPasswordJob {
+    /// A job for `iterations` PBKDF2 iterations (at least 1, as [`salted_password`]); nothing is
+    /// computed until [`SaltedPasswordJob::step`].
+    pub fn new(mech: Mechanism, password: &[u8], salt: &[u8], iterations: u32) -> Self {
+        let digest_len = mech.digest_len();
+        let mut u = Vec::with_capacity((salt.len() + 4).max(digest_len));
+        u.extend_from_slice(salt);
+        // INT(1): the index of the first and only output block.
+        u.extend_from_slice(&1u32.to_be_bytes());
+        SaltedPasswordJob {
+            mech,
+            key: hmac::Key::new(mech.hmac(), password),
+            u,
+            sum: vec![0u8; digest_len],
+            iterations_done: 0,
+            iterations: iterations.max(1),
+        }
+    }
+
+    /// Runs up to `iterations_max` more iterations (each one HMAC of a digest-sized block);
+    /// true once all are done. `step(0)` only reports.
+    pub fn step(&mut self, iterations_max: u32) -> bool {
+        let n = iterations_max.min(self.iterations - self.iterations_done);
+        for _ in 0..n {
+            let tag = hmac::sign(&self.key, &self.u);
+            let tag = tag.as_ref();
+            debug_assert_eq!(tag.len(), self.sum.len());
+            self.u.clear();
+            self.u.extend_from_slice(tag);
+            for (s, t) in self.sum.iter_mut().zip(tag) {
+                *s ^= t;
+            }
+        }
+        self.iterations_done += n;
+        assert!(self.iterations_done <= self.iterations);
+        self.is_done()
+    }
+
+    /// Whether every iteration has run ([`SaltedPasswordJob::finish`] then gives the result).
+    pub fn is_done(&self) -> bool {
+        self.iterations_done == self.iterations
+    }
+
+    /// The salted password once every iteration is done; `None` (and the job is gone) before.
+    pub fn finish(self) -> Option<Vec<u8>> {
+        self.is_done().then_some(self.sum)
+    }
+}
+
+impl std::fmt::Debug for SaltedPasswordJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key is the password and the running sum becomes the salted password.
+        f.debug_struct("SaltedPasswordJob")
+            .field("mech", &self.mech)
+            .field("iterations_done", &self.iterations_done)
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `salted_password` (a [`SaltedPasswordJob`]'s result for the credential's salt and
+/// iteration count) logs in as `cred`: its StoredKey, derived as [`credential`] derives it,
+/// compared in constant time. A caller checking a user without a credential should still run a
+/// job of the same count and call this, so the time taken does not tell the user is unknown.
+pub fn verify_password(mech: Mechanism, salted_password: &[u8], cred: &ScramCredential) -> bool {
+    let client_key = mech.mac(salted_password, b"Client Key");
+    equal(&mech.hash(&client_key), &cred.stored_key)
+}
+
 /// Why an exchange failed. The broker answers every one of them with
 /// SASL_AUTHENTICATION_FAILED; [`ScramError::client_message`] is the text it may send.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -415,7 +505,10 @@ impl ScramServer {
             known,
         } = *awaiting;
         let fin = parse_client_final(msg)?;
-        if fin.nonce != nonce {
+        // Kafka's rule (`ScramSaslServer`): the client's nonce must end with the combined one.
+        // librdkafka sends its own nonce before the combined nonce (which already starts with
+        // it); the server's part still ends the message, so a replay cannot match.
+        if !fin.nonce.ends_with(&nonce) {
             return Err(ScramError::Nonce);
         }
         if fin.channel_binding != first.gs2_header.as_bytes() {
@@ -443,18 +536,22 @@ impl ScramServer {
         Ok((server_final.into_bytes(), first.user))
     }
 
-    /// A credential for a user that does not exist: a salt derived from the user name and the
-    /// server's secret (the same on every attempt), keys no password matches.
     fn mock_credential(&self, user: &str) -> ScramCredential {
-        let mech = self.mech;
-        let salt = mech.mac(&self.mock_secret, user.as_bytes())[..16].to_vec();
-        let key = mech.mac(&self.mock_secret, &salt);
-        ScramCredential {
-            salt,
-            stored_key: mech.hash(&key),
-            server_key: key,
-            iterations: MIN_ITERATIONS,
-        }
+        mock_credential(self.mech, &self.mock_secret, user)
+    }
+}
+
+/// A credential for a user that does not exist: a salt derived from the user name and the
+/// server's secret (the same on every attempt), keys no password matches. Logins of unknown
+/// users run against it, so that they look and cost the same as a wrong password.
+pub fn mock_credential(mech: Mechanism, mock_secret: &[u8], user: &str) -> ScramCredential {
+    let salt = mech.mac(mock_secret, user.as_bytes())[..16].to_vec();
+    let key = mech.mac(mock_secret, &salt);
+    ScramCredential {
+        salt,
+        stored_key: mech.hash(&key),
+        server_key: key,
+        iterations: MIN_ITERATIONS,
     }
 }
 
@@ -600,13 +697,26 @@ mod tests {
         credential(mech, &salted, salt, iterations)
     }
 
-    /// RFC 7677 §3's example exchange, byte for byte.
+    /// RFC 7677 §3's example exchange, byte for byte, with the salted password from ring's
+    /// PBKDF2 and from the sliced job.
     #[test]
     fn rfc7677_example() {
         let mech = Mechanism::ScramSha256;
         let salt = B64.decode("W22ZaJ0SNY7soEsUEjb6gQ==").unwrap();
         let salted = salted_password(mech, b"pencil", &salt, 4096);
-        let cred = credential(mech, &salted, &salt, 4096);
+        let mut job = SaltedPasswordJob::new(mech, b"pencil", &salt, 4096);
+        while !job.step(1000) {}
+        let sliced = job.finish().unwrap();
+        assert_eq!(sliced, salted);
+        for salted in [salted, sliced] {
+            rfc7677_exchange(&salted, &salt);
+        }
+    }
+
+    fn rfc7677_exchange(salted: &[u8], salt: &[u8]) {
+        let mech = Mechanism::ScramSha256;
+        let cred = credential(mech, salted, salt, 4096);
+        assert!(verify_password(mech, salted, &cred));
         let mut server = ScramServer::new(mech, "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0".into(), SECRET);
         let mut client = ScramClient::new(mech, "user", b"pencil", "rOprNGfwEbeRWgbNEkqO".into());
         let first = client.client_first();
@@ -632,6 +742,77 @@ mod tests {
         client.server_final(&fin).unwrap();
     }
 
+    /// The job's result equals ring's PBKDF2 whatever the slice size, and it is done exactly
+    /// after its last slice.
+    #[test]
+    fn sliced_job_matches_pbkdf2() {
+        let salt = b"0123456789abcdef";
+        for mech in Mechanism::ALL {
+            for iterations in [1, 2, 4096, 4097] {
+                let want = salted_password(mech, b"pencil", salt, iterations);
+                for slice in [1, 7, 1000, u32::MAX] {
+                    let mut job = SaltedPasswordJob::new(mech, b"pencil", salt, iterations);
+                    assert!(!job.step(0));
+                    let slices_max = iterations.div_ceil(slice);
+                    for _ in 1..slices_max {
+                        assert!(!job.step(slice), "{mech:?} {iterations} {slice}");
+                    }
+                    assert!(job.step(slice));
+                    assert!(job.step(slice), "stays done");
+                    assert_eq!(
+                        job.finish().as_deref(),
+                        Some(&want[..]),
+                        "{mech:?} {iterations} {slice}"
+                    );
+                }
+            }
+        }
+        // Zero iterations count as one, as `salted_password` counts them.
+        let mut job = SaltedPasswordJob::new(Mechanism::ScramSha256, b"pw", salt, 0);
+        assert!(job.step(u32::MAX));
+        assert_eq!(
+            job.finish(),
+            Some(salted_password(Mechanism::ScramSha256, b"pw", salt, 1))
+        );
+    }
+
+    #[test]
+    fn an_unfinished_job_has_no_result_and_hides_its_secrets() {
+        let mut job = SaltedPasswordJob::new(Mechanism::ScramSha512, b"hunter2", b"salt", 10);
+        assert!(!job.step(9));
+        assert!(!job.is_done());
+        let debug = format!("{job:?}");
+        assert!(debug.contains("iterations_done: 9"), "{debug}");
+        assert!(
+            !debug.contains("hunter2") && !debug.contains("sum"),
+            "{debug}"
+        );
+        assert_eq!(job.finish(), None);
+    }
+
+    #[test]
+    fn verify_password_accepts_the_right_password_only() {
+        for mech in Mechanism::ALL {
+            let cred = store(mech, "right", 4096);
+            let salted_with = |password: &[u8], iterations: u32| {
+                let mut job = SaltedPasswordJob::new(mech, password, &cred.salt, iterations);
+                while !job.step(500) {}
+                job.finish().unwrap()
+            };
+            assert!(verify_password(mech, &salted_with(b"right", 4096), &cred));
+            assert!(!verify_password(mech, &salted_with(b"wrong", 4096), &cred));
+            assert!(!verify_password(mech, &salted_with(b"right", 4095), &cred));
+            assert!(!verify_password(mech, &[], &cred));
+            // The right password under the other mechanism's credential.
+            let other = Mechanism::ALL.into_iter().find(|&m| m != mech).unwrap();
+            assert!(!verify_password(
+                mech,
+                &salted_with(b"right", 4096),
+                &store(other, "right", 4096)
+            ));
+        }
+    }
+
     fn exchange(
         mech: Mechanism,
         stored: Option<&ScramCredential>,
@@ -645,6 +826,39 @@ mod tests {
         let (fin, who) = server.client_final(&cf)?;
         client.server_final(&fin)?;
         Ok(who)
+    }
+
+    /// librdkafka repeats its nonce before the combined one in the client-final message;
+    /// Kafka accepts a nonce that ends with the combined one, and so does Keel.
+    #[test]
+    fn a_client_nonce_ending_with_the_combined_one_is_accepted_as_kafka_does() {
+        let mech = Mechanism::ScramSha256;
+        let cred = store(mech, "pw", 4096);
+        let final_with = |nonce: &str| {
+            let mut server = ScramServer::new(mech, "SRV".into(), SECRET);
+            let bare = "n=alice,r=CLI";
+            let sf = server
+                .client_first(format!("n,,{bare}").as_bytes(), |_| Some(cred.clone()))
+                .unwrap();
+            let sf = String::from_utf8(sf).unwrap();
+            assert!(sf.starts_with("r=CLISRV,"), "{sf}");
+            let without_proof = format!("c=biws,r={nonce}");
+            let auth = format!("{bare},{sf},{without_proof}");
+            let salted = salted_password(mech, b"pw", &cred.salt, cred.iterations);
+            let client_key = mech.mac(&salted, b"Client Key");
+            let signature = mech.mac(&mech.hash(&client_key), auth.as_bytes());
+            let proof: Vec<u8> = client_key
+                .iter()
+                .zip(&signature)
+                .map(|(k, s)| k ^ s)
+                .collect();
+            let msg = format!("{without_proof},p={}", B64.encode(proof));
+            server.client_final(msg.as_bytes()).map(|(_, user)| user)
+        };
+        assert_eq!(final_with("CLISRV").as_deref(), Ok("alice"));
+        assert_eq!(final_with("CLICLISRV").as_deref(), Ok("alice"));
+        assert_eq!(final_with("CLISRVX"), Err(ScramError::Nonce));
+        assert_eq!(final_with("CLI"), Err(ScramError::Nonce));
     }
 
     #[test]
