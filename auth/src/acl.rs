@@ -458,6 +458,70 @@ impl Authorizer {
         }
     }
 
+    /// May `principal` do `operation` on some resource of the type, named or not yet (Kafka's
+    /// `authorizeByResourceType`, KIP-679: an idempotent producer needs WRITE on any topic)?
+    /// A `*` DENY refuses; an ALLOW whose pattern no DENY covers (a literal DENY of the same
+    /// name, a prefixed DENY of a prefix of it) allows; with no ACL of the type at all,
+    /// `allow.everyone.if.no.acl.found` decides.
+    pub fn authorize_any(
+        &self,
+        principal: &str,
+        host: &str,
+        operation: Operation,
+        resource_type: ResourceType,
+    ) -> bool {
+        if self.super_users.contains(principal) {
+            return true;
+        }
+        let of_type: Vec<&Acl> = self
+            .index
+            .literal
+            .iter()
+            .filter(|((rt, _), _)| *rt == resource_type)
+            .flat_map(|(_, acls)| acls)
+            .chain(
+                self.index
+                    .wildcard
+                    .get(&resource_type)
+                    .into_iter()
+                    .flatten(),
+            )
+            .chain(
+                self.index
+                    .prefixed
+                    .get(&resource_type)
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect();
+        if of_type.is_empty() {
+            return self.allow_if_no_acl;
+        }
+        let mine: Vec<&Acl> = of_type
+            .into_iter()
+            .filter(|a| a.applies_to(principal, host))
+            .collect();
+        let denies: Vec<&Acl> = mine
+            .iter()
+            .copied()
+            .filter(|a| a.permission == Permission::Deny && a.operation.denies(operation))
+            .collect();
+        if denies
+            .iter()
+            .any(|d| d.pattern == PatternType::Literal && d.name == WILDCARD)
+        {
+            return false;
+        }
+        mine.iter()
+            .filter(|a| a.permission == Permission::Allow && a.operation.allows(operation))
+            .any(|allow| {
+                !denies.iter().any(|d| match d.pattern {
+                    PatternType::Prefixed => allow.name.starts_with(&d.name),
+                    _ => allow.pattern == PatternType::Literal && allow.name == d.name,
+                })
+            })
+    }
+
     /// An `authorized_operations` field: bit `code` set for each of `candidates` allowed.
     pub fn authorized_operations(
         &self,
@@ -511,6 +575,53 @@ mod tests {
             op,
             Permission::Allow,
         )
+    }
+
+    #[test]
+    fn authorize_any_finds_an_allow_no_deny_covers() {
+        let w = Operation::Write;
+        let deny = |name: &str, pattern| Acl {
+            permission: Permission::Deny,
+            ..topic_allow(name, pattern, "User:bob", w)
+        };
+        let any = |acls: &[Acl], allow_if_none: bool| {
+            let mut a = authorizer(acls);
+            a.allow_if_no_acl = allow_if_none;
+            a.authorize_any("User:bob", "10.0.0.1", w, ResourceType::Topic)
+        };
+        // No topic ACL at all: the setting decides.
+        assert!(!any(&[], false));
+        assert!(any(&[], true));
+        // A prefixed ALLOW is enough, even for topics that do not exist yet.
+        assert!(any(
+            &[topic_allow("logs-", PatternType::Prefixed, "User:bob", w)],
+            false
+        ));
+        // Someone else's ALLOW is not.
+        assert!(!any(
+            &[topic_allow("t", PatternType::Literal, "User:eve", w)],
+            true
+        ));
+        // A DENY that covers the ALLOW refuses; one that does not, does not.
+        let allow = topic_allow("logs-a", PatternType::Literal, "User:bob", w);
+        assert!(!any(
+            &[allow.clone(), deny("logs-", PatternType::Prefixed)],
+            false
+        ));
+        assert!(!any(
+            &[allow.clone(), deny("logs-a", PatternType::Literal)],
+            false
+        ));
+        assert!(any(
+            &[allow.clone(), deny("other", PatternType::Literal)],
+            false
+        ));
+        // A `*` DENY refuses everything.
+        assert!(!any(&[allow, deny("*", PatternType::Literal)], false));
+        // Super users may.
+        let mut su = authorizer(&[]);
+        su.super_users.insert("User:bob".into());
+        assert!(su.authorize_any("User:bob", "h", w, ResourceType::Topic));
     }
 
     fn authorizer(acls: &[Acl]) -> Authorizer {

@@ -1,10 +1,39 @@
 //! The `authorized_operations` that Metadata, DescribeCluster, DescribeGroups and
 //! ConsumerGroupDescribe report when a client asks for them.
 //!
-//! Keel has no authorizer yet. Kafka without one lets every principal do everything, and
-//! reports for a resource every operation valid for its type (`AclEntry.supportedOperations`):
-//! the same sets are reported here. When ACLs arrive, these become the ceiling that the
-//! principal's allowed operations are intersected with. Runs on any shard; pure.
+//! Kafka without an authorizer lets every principal do everything, and reports for a resource
+//! every operation valid for its type (`AclEntry.supportedOperations`): the same sets are here,
+//! as bits and as lists. With an authorizer, the list is what is checked, and the bits of the
+//! allowed operations are reported (`security::Authz::operations`). Runs on any shard; pure.
+
+use keel_auth::acl::Operation;
+
+/// Every operation valid on the cluster, as [`CLUSTER`]'s bits.
+pub const CLUSTER_OPERATIONS: &[Operation] = &[
+    Operation::Create,
+    Operation::ClusterAction,
+    Operation::DescribeConfigs,
+    Operation::AlterConfigs,
+    Operation::IdempotentWrite,
+    Operation::Alter,
+    Operation::Describe,
+];
+
+/// Every operation valid on a topic, as [`TOPIC`]'s bits.
+pub const TOPIC_OPERATIONS: &[Operation] = &[
+    Operation::Read,
+    Operation::Write,
+    Operation::Create,
+    Operation::Describe,
+    Operation::Delete,
+    Operation::Alter,
+    Operation::DescribeConfigs,
+    Operation::AlterConfigs,
+];
+
+/// Every operation valid on a group, as [`GROUP`]'s bits.
+pub const GROUP_OPERATIONS: &[Operation] =
+    &[Operation::Read, Operation::Describe, Operation::Delete];
 
 /// Kafka's `AclOperation` codes, as bit positions of `authorized_operations`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,5 +117,9 @@ mod tests {
         assert_eq!(TOPIC, 0b0_1101_1111_1000);
         assert_eq!(GROUP, 0b0_0001_0100_1000);
         assert_eq!(reported(false, TOPIC), i32::MIN);
+        let bits_of = |ops: &[Operation]| ops.iter().fold(0i32, |b, op| b | (1 << op.code()));
+        assert_eq!(bits_of(CLUSTER_OPERATIONS), CLUSTER);
+        assert_eq!(bits_of(TOPIC_OPERATIONS), TOPIC);
+        assert_eq!(bits_of(GROUP_OPERATIONS), GROUP);
     }
 }

@@ -25,11 +25,18 @@ pub struct BrokerKey {
 pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "listen", default: "127.0.0.1:9092", doc: "Kafka listener address, HOST:PORT; every shard listens on it (SO_REUSEPORT)" },
     BrokerKey { name: "advertise", default: "", doc: "address clients are told to connect to in Metadata, HOST:PORT; empty = the listen address" },
-    BrokerKey { name: "listeners", default: "", doc: "Kafka's listeners, `NAME://HOST:PORT,...` (PLAINTEXT only until the security work); every shard serves each; empty = `PLAINTEXT://` and the `listen` address" },
+    BrokerKey { name: "listeners", default: "", doc: "Kafka's listeners, `NAME://HOST:PORT,...`; every shard serves each; empty = `PLAINTEXT://` and the `listen` address" },
     BrokerKey { name: "advertised.listeners", default: "", doc: "what clients and other brokers are told to connect to, `NAME://HOST:PORT,...` per listener; empty = `advertise`, else each listener's own address" },
     BrokerKey { name: "inter.broker.listener.name", default: "PLAINTEXT", doc: "the listener followers fetch from; each shard also listens on its host at a port of its own, registered with the controller, so a follower's connection lands on the shard that owns its partitions" },
     BrokerKey { name: "inter.broker.shard.port.base", default: "0", doc: "shard N's own inter-broker port is this + N (on the inter-broker listener's host); 0 = each shard takes a free port below 32768 at start" },
-    BrokerKey { name: "listener.security.protocol.map", default: "PLAINTEXT:PLAINTEXT", doc: "listener name to security protocol, `NAME:PROTOCOL,...`; only PLAINTEXT is served yet" },
+    BrokerKey { name: "listener.security.protocol.map", default: "PLAINTEXT:PLAINTEXT", doc: "listener name to security protocol, `NAME:PROTOCOL,...`; PLAINTEXT and SASL_PLAINTEXT are served (SSL and SASL_SSL not yet); per listener, `listener.name.<name>.<key>` overrides a listener setting (`sasl.enabled.mechanisms`)" },
+    BrokerKey { name: "sasl.enabled.mechanisms", default: "GSSAPI", doc: "SASL mechanisms a SASL listener offers: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (users and passwords from AlterUserScramCredentials; PLAIN checks the SCRAM-SHA-256 credential, else the SCRAM-SHA-512 one). Kafka's default GSSAPI is not supported: a SASL listener needs this or `listener.name.<name>.sasl.enabled.mechanisms`" },
+    BrokerKey { name: "sasl.server.max.receive.size", default: "524288", doc: "largest frame a connection may send before it is authenticated" },
+    BrokerKey { name: "connection.failed.authentication.delay.ms", default: "100", doc: "a failed SASL authentication is answered after this delay, then the connection closes" },
+    BrokerKey { name: "sasl.server.authentication.timeout.ms", default: "10000", doc: "a connection to a SASL listener that has not authenticated within this time is closed (Keel's; Kafka bounds it by `connections.max.idle.ms`)" },
+    BrokerKey { name: "authorizer.class.name", default: "", doc: "empty = every request is allowed (Kafka without an authorizer); `org.apache.kafka.metadata.authorizer.StandardAuthorizer` = requests are authorized against the ACLs of CreateAcls, as Kafka's StandardAuthorizer does" },
+    BrokerKey { name: "super.users", default: "", doc: "principals allowed everything by the authorizer, `User:a;User:b`" },
+    BrokerKey { name: "allow.everyone.if.no.acl.found", default: "false", doc: "with an authorizer: allow an operation on a resource that no ACL names" },
     BrokerKey { name: "data.dir", default: "./keel-data", doc: "directory holding the partition logs and the metadata quorum's log" },
     BrokerKey { name: "smp", default: "0", doc: "shards, one per core; 0 = every core the process may use" },
     BrokerKey { name: "admin", default: "127.0.0.1:9644", doc: "admin HTTP address, HOST:PORT (`/metrics`, `/quorum`, `/debug/stalls`); `off` = none" },
@@ -533,9 +540,98 @@ pub fn parse_quorum(v: &str) -> Result<BTreeMap<u64, String>> {
 pub struct Listener {
     pub name: String,
     pub addr: SocketAddr,
+    /// From `listener.security.protocol.map`.
+    pub protocol: SecurityProtocol,
+    /// The SASL mechanisms offered (a SASL listener's `sasl.enabled.mechanisms`); empty on
+    /// the others.
+    pub sasl_mechanisms: Vec<SaslMechanism>,
     /// What clients are told: `advertised.listeners`, else `advertise`, else `addr`.
     pub advertised_host: String,
     pub advertised_port: u16,
+}
+
+/// The prefix of per-listener settings: `listener.name.<name>.<key>` (Kafka's, the listener
+/// name in lower case).
+pub const LISTENER_PREFIX: &str = "listener.name.";
+
+/// The listener settings that `listener.name.<name>.` may prefix.
+const PER_LISTENER_KEYS: &[&str] = &["sasl.enabled.mechanisms"];
+
+/// A listener's security protocol (Kafka's `SecurityProtocol`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext,
+    SaslPlaintext,
+}
+
+impl SecurityProtocol {
+    fn parse(name: &str) -> Result<SecurityProtocol> {
+        match name {
+            "PLAINTEXT" => Ok(SecurityProtocol::Plaintext),
+            "SASL_PLAINTEXT" => Ok(SecurityProtocol::SaslPlaintext),
+            "SSL" | "SASL_SSL" => bail!("security protocol {name} is not supported yet"),
+            other => bail!(
+                "unknown security protocol {other:?} (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)"
+            ),
+        }
+    }
+
+    /// Whether a connection authenticates with SASL before anything else.
+    pub fn is_sasl(self) -> bool {
+        matches!(self, SecurityProtocol::SaslPlaintext)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+        }
+    }
+}
+
+/// A SASL mechanism Keel serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaslMechanism {
+    Plain,
+    Scram(keel_auth::scram::Mechanism),
+}
+
+impl SaslMechanism {
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::Scram(m) => m.name(),
+        }
+    }
+
+    fn parse(name: &str) -> Result<SaslMechanism> {
+        match name {
+            "PLAIN" => Ok(SaslMechanism::Plain),
+            other => match keel_auth::scram::Mechanism::from_name(other) {
+                Some(m) => Ok(SaslMechanism::Scram(m)),
+                None if other == "GSSAPI" => bail!(
+                    "GSSAPI (Kafka's default) is not supported: set PLAIN, SCRAM-SHA-256 and/or \
+                     SCRAM-SHA-512"
+                ),
+                None => {
+                    bail!("unknown SASL mechanism {other:?} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+                }
+            },
+        }
+    }
+}
+
+/// A listener's value of `key`: `listener.name.<name>.<key>` when set, else `key`.
+fn listener_value(get: &dyn Fn(&str) -> String, listener: &str, key: &str) -> String {
+    let own = get(&format!(
+        "{LISTENER_PREFIX}{}.{key}",
+        listener.to_ascii_lowercase()
+    ));
+    if own.is_empty() {
+        get(key)
+    } else {
+        own
+    }
 }
 
 /// Parses Kafka's `NAME://HOST:PORT,...` list.
@@ -606,16 +702,48 @@ fn resolve_listeners(
             })
             .collect::<Result<_>>()?
     };
+    let mut security = Vec::new();
     for (name, _) in &declared {
-        match protocols.get(name).map(String::as_str) {
-            Some("PLAINTEXT") => {}
-            None if name == "PLAINTEXT" => {}
-            Some(p) => bail!(
-                "listener {name}: security protocol {p} is not supported yet (PLAINTEXT only)"
-            ),
+        let protocol = match protocols.get(name).map(String::as_str) {
+            Some(p) => SecurityProtocol::parse(p).map_err(|e| anyhow!("listener {name}: {e}"))?,
+            None if name == "PLAINTEXT" => SecurityProtocol::Plaintext,
             None => {
                 bail!("listener {name} has no security protocol in listener.security.protocol.map")
             }
+        };
+        let mechanisms = if protocol.is_sasl() {
+            let list = listener_value(get, name, "sasl.enabled.mechanisms");
+            let mut mechanisms = Vec::new();
+            for m in list.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+                let m = SaslMechanism::parse(&m.to_ascii_uppercase())
+                    .map_err(|e| anyhow!("listener {name}: sasl.enabled.mechanisms: {e}"))?;
+                if !mechanisms.contains(&m) {
+                    mechanisms.push(m);
+                }
+            }
+            if mechanisms.is_empty() {
+                bail!("listener {name}: sasl.enabled.mechanisms is empty");
+            }
+            mechanisms
+        } else {
+            Vec::new()
+        };
+        security.push((protocol, mechanisms));
+    }
+    for key in explicit.keys() {
+        let Some(rest) = key.strip_prefix(LISTENER_PREFIX) else {
+            continue;
+        };
+        let known = declared.iter().any(|(name, _)| {
+            rest.strip_prefix(&format!("{}.", name.to_ascii_lowercase()))
+                .is_some_and(|k| PER_LISTENER_KEYS.contains(&k))
+        });
+        if !known {
+            bail!(
+                "unknown setting {key:?}: per-listener settings are `listener.name.<listener, \
+                 lower case>.<{}>`",
+                PER_LISTENER_KEYS.join("|")
+            );
         }
     }
     let advertised = parse_listener_list("advertised.listeners", &get("advertised.listeners"))?;
@@ -639,6 +767,8 @@ fn resolve_listeners(
             Listener {
                 name: name.clone(),
                 addr: *addr,
+                protocol: security[i].0,
+                sasl_mechanisms: security[i].1.clone(),
                 advertised_host,
                 advertised_port,
             }
@@ -649,7 +779,59 @@ fn resolve_listeners(
         .iter()
         .position(|l| l.name == inter)
         .ok_or_else(|| anyhow!("inter.broker.listener.name {inter} is not in listeners"))?;
+    if listeners[inter_index].protocol != SecurityProtocol::Plaintext {
+        bail!(
+            "inter.broker.listener.name {inter}: replica fetchers cannot authenticate yet; the \
+             inter-broker listener must be PLAINTEXT for now"
+        );
+    }
     Ok((listeners, inter_index))
+}
+
+/// Kafka's StandardAuthorizer class name, the one `authorizer.class.name` Keel accepts.
+pub const STANDARD_AUTHORIZER: &str = "org.apache.kafka.metadata.authorizer.StandardAuthorizer";
+
+/// The authorizer's static settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthorizerSettings {
+    pub super_users: std::collections::BTreeSet<String>,
+    pub allow_everyone_if_no_acl_found: bool,
+}
+
+fn authorizer_settings(get: &dyn Fn(&str) -> String) -> Result<Option<AuthorizerSettings>> {
+    let class = get("authorizer.class.name");
+    match class.as_str() {
+        "" => return Ok(None),
+        STANDARD_AUTHORIZER => {}
+        "kafka.security.authorizer.AclAuthorizer" => bail!(
+            "authorizer.class.name: AclAuthorizer keeps ACLs in ZooKeeper; Keel has \
+             {STANDARD_AUTHORIZER}"
+        ),
+        other => {
+            bail!("authorizer.class.name: unknown class {other:?}; Keel has {STANDARD_AUTHORIZER}")
+        }
+    }
+    let mut super_users = std::collections::BTreeSet::new();
+    for p in get("super.users")
+        .split(';')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        match p.split_once(':') {
+            Some((kind, name)) if !kind.is_empty() && !name.is_empty() => {
+                super_users.insert(p.to_string());
+            }
+            _ => bail!("super.users: {p:?} is not a principal `Type:name`"),
+        }
+    }
+    let allow = get("allow.everyone.if.no.acl.found");
+    let allow_everyone_if_no_acl_found = allow
+        .parse()
+        .map_err(|_| anyhow!("invalid value {allow:?} for allow.everyone.if.no.acl.found"))?;
+    Ok(Some(AuthorizerSettings {
+        super_users,
+        allow_everyone_if_no_acl_found,
+    }))
 }
 
 /// The resolved broker configuration. Built once at start, shared read-only by all shards.
@@ -659,6 +841,15 @@ pub struct BrokerConfig {
     pub listen: SocketAddr,
     /// Every listener: its name and address; the first is `listen`.
     pub listeners: Vec<Listener>,
+    /// Before authentication: the largest frame (`sasl.server.max.receive.size`), the delay
+    /// of a failure's answer (`connection.failed.authentication.delay.ms`) and the time
+    /// allowed to authenticate (`sasl.server.authentication.timeout.ms`).
+    pub sasl_server_max_receive_size: usize,
+    pub connection_failed_authentication_delay_ms: u64,
+    pub sasl_server_authentication_timeout_ms: u64,
+    /// `authorizer.class.name` set: requests are authorized against the ACLs, with these
+    /// `super.users` and `allow.everyone.if.no.acl.found`; `None` = everything is allowed.
+    pub authorizer: Option<AuthorizerSettings>,
     /// The inter-broker listener: its name, advertised host and port.
     pub inter_broker_listener_name: String,
     pub inter_broker_host: String,
@@ -770,7 +961,8 @@ impl BrokerConfig {
     /// Builds the config from a flat map of explicitly set keys.
     pub fn from_settings(explicit: BTreeMap<String, String>) -> Result<Self> {
         for key in explicit.keys() {
-            if !BROKER_KEYS.iter().any(|k| k.name == key) {
+            // Per-listener settings are checked against the listeners in `resolve_listeners`.
+            if !BROKER_KEYS.iter().any(|k| k.name == key) && !key.starts_with(LISTENER_PREFIX) {
                 bail!("unknown setting {key:?} (see keel --help or docs/configuration.md)");
             }
         }
@@ -826,6 +1018,19 @@ impl BrokerConfig {
                 &get("inter.broker.shard.port.base"),
             )?,
             listeners,
+            sasl_server_max_receive_size: parse(
+                "sasl.server.max.receive.size",
+                &get("sasl.server.max.receive.size"),
+            )?,
+            connection_failed_authentication_delay_ms: parse(
+                "connection.failed.authentication.delay.ms",
+                &get("connection.failed.authentication.delay.ms"),
+            )?,
+            sasl_server_authentication_timeout_ms: parse(
+                "sasl.server.authentication.timeout.ms",
+                &get("sasl.server.authentication.timeout.ms"),
+            )?,
+            authorizer: authorizer_settings(&get)?,
             advertise_host,
             advertise_port,
             data_dir: PathBuf::from(get("data.dir")),
@@ -1047,6 +1252,12 @@ impl BrokerConfig {
         }
         if cfg.replica_fetch_wait_max_ms as u64 >= cfg.replica_socket_timeout_ms {
             bail!("replica.fetch.wait.max.ms must be below replica.socket.timeout.ms");
+        }
+        if !(8..=cfg.socket_request_max_bytes).contains(&cfg.sasl_server_max_receive_size) {
+            bail!("sasl.server.max.receive.size must be between 8 and socket.request.max.bytes");
+        }
+        if cfg.sasl_server_authentication_timeout_ms < 1 {
+            bail!("sasl.server.authentication.timeout.ms must be at least 1");
         }
         if cfg.num_partitions < 1 {
             bail!("num.partitions must be >= 1");

@@ -1,11 +1,141 @@
-//! Users and ACLs as the admin requests manage them (issue 19): conversions between Kafka's
-//! wire codes, the metadata records (`keel_raft::AclEntry`) and keel-auth's model, and the
-//! checks Kafka makes before anything is proposed. Nothing is enforced yet: no listener
-//! authenticates and no request is authorized; these are the stored users and ACLs that
-//! SASL and the authorizer will read from each shard's image.
+//! Who a connection is ([`Session`]), and users and ACLs as the admin requests manage them
+//! (issue 19): conversions between Kafka's wire codes, the metadata records
+//! (`keel_raft::AclEntry`) and keel-auth's model, and the checks Kafka makes before anything
+//! is proposed.
+
+use std::rc::Rc;
 
 use keel_auth::acl::{Acl, AclFilter, Operation, PatternType, Permission, ResourceType};
 use keel_raft::records::AclEntry;
+
+/// The principal of a connection that did not authenticate (a PLAINTEXT listener's).
+pub const ANONYMOUS: &str = "User:ANONYMOUS";
+
+/// One connection's identity, as every request on it is handled and authorized.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// `User:<name>` once SASL authenticated the connection, else [`ANONYMOUS`].
+    pub principal: Rc<str>,
+    /// The client's IP address as ACL hosts name it ("127.0.0.1").
+    pub host: Rc<str>,
+    /// The client's address as Kafka shows it to group members ("/127.0.0.1").
+    pub client_host: Rc<str>,
+    /// The listener the connection came in on.
+    pub listener: Rc<str>,
+}
+
+/// One request's authorization: the shard's authorizer (none: every operation is allowed, as
+/// in Kafka without an authorizer) and the session's principal and host.
+pub struct Authz<'a> {
+    authorizer: Option<Rc<keel_auth::acl::Authorizer>>,
+    session: &'a Session,
+}
+
+impl<'a> Authz<'a> {
+    pub fn of(shard: &crate::shard::BrokerShard, session: &'a Session) -> Authz<'a> {
+        Authz {
+            authorizer: shard.authorizer(),
+            session,
+        }
+    }
+
+    /// Whether an authorizer is configured.
+    pub fn enforced(&self) -> bool {
+        self.authorizer.is_some()
+    }
+
+    /// May the session do `op` on the resource?
+    pub fn allows(&self, op: Operation, resource_type: ResourceType, name: &str) -> bool {
+        match &self.authorizer {
+            None => true,
+            Some(a) => a
+                .authorize(
+                    &self.session.principal,
+                    &self.session.host,
+                    op,
+                    resource_type,
+                    name,
+                )
+                .allowed(),
+        }
+    }
+
+    /// May the session do `op` on some resource of the type, existing or not (Kafka's
+    /// `authorizeByResourceType`)?
+    pub fn any(&self, op: Operation, resource_type: ResourceType) -> bool {
+        match &self.authorizer {
+            None => true,
+            Some(a) => a.authorize_any(
+                &self.session.principal,
+                &self.session.host,
+                op,
+                resource_type,
+            ),
+        }
+    }
+
+    /// May the session do `op` on the cluster?
+    pub fn cluster(&self, op: Operation) -> bool {
+        self.allows(op, ResourceType::Cluster, keel_auth::acl::CLUSTER_NAME)
+    }
+
+    pub fn topic(&self, op: Operation, name: &str) -> bool {
+        self.allows(op, ResourceType::Topic, name)
+    }
+
+    pub fn group(&self, op: Operation, name: &str) -> bool {
+        self.allows(op, ResourceType::Group, name)
+    }
+
+    pub fn transactional_id(&self, op: Operation, id: &str) -> bool {
+        self.allows(op, ResourceType::TransactionalId, id)
+    }
+
+    /// An `authorized_operations` field for the resource: the bits of `candidates` allowed
+    /// (all of them without an authorizer).
+    pub fn operations(
+        &self,
+        resource_type: ResourceType,
+        name: &str,
+        candidates: &[Operation],
+    ) -> i32 {
+        match &self.authorizer {
+            None => candidates
+                .iter()
+                .fold(0, |bits, op| bits | (1 << op.code())),
+            Some(a) => a.authorized_operations(
+                &self.session.principal,
+                &self.session.host,
+                resource_type,
+                name,
+                candidates,
+            ),
+        }
+    }
+}
+
+/// Why an ACL request (CreateAcls, DescribeAcls, DeleteAcls) is refused, if it is: as in
+/// Kafka, SECURITY_DISABLED without an authorizer, CLUSTER_AUTHORIZATION_FAILED without `op`
+/// (ALTER to change, DESCRIBE to read) on the cluster.
+pub fn acl_admin_refusal(
+    shard: &crate::shard::BrokerShard,
+    session: &Session,
+    op: Operation,
+) -> Option<(kafka_protocol::ResponseError, String)> {
+    let authz = Authz::of(shard, session);
+    if !authz.enforced() {
+        return Some((
+            kafka_protocol::ResponseError::SecurityDisabled,
+            "No Authorizer is configured (authorizer.class.name)".to_string(),
+        ));
+    }
+    (!authz.cluster(op)).then(|| {
+        (
+            kafka_protocol::ResponseError::ClusterAuthorizationFailed,
+            format!("{} may not {op:?} the cluster's ACLs", session.principal),
+        )
+    })
+}
 
 /// The ACL an entry stores, `None` if a code is not one Kafka defines.
 pub fn acl_of(e: &AclEntry) -> Option<Acl> {

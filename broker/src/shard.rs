@@ -114,6 +114,12 @@ pub struct BrokerShard {
     /// (the coordinator forgets it); set by [`crate::startup`], so that this module does not
     /// depend on the coordinators that depend on it.
     loaders: Vec<(&'static str, PartitionLoader, PartitionUnloader)>,
+    /// The task queue of authentication work (PLAIN's PBKDF2), at a tenth of the default
+    /// shares; set at start (see [`crate::startup`]).
+    auth_queue: std::cell::OnceCell<glommio::TaskQueueHandle>,
+    /// With `authorizer.class.name` set: the ACLs of the installed image, indexed, with the
+    /// static settings; rebuilt when an image changes the ACLs.
+    authorizer: RefCell<Option<Rc<keel_auth::acl::Authorizer>>>,
 }
 
 /// Starts loading a coordinator's state from a partition this broker now leads.
@@ -155,7 +161,33 @@ impl BrokerShard {
             replication_quotas: ReplicationQuotas::default(),
             alter_partition: AlterPartitionManager::default(),
             loaders,
+            auth_queue: std::cell::OnceCell::new(),
+            authorizer: RefCell::new(None),
         })
+    }
+
+    /// The authorizer, when `authorizer.class.name` is set (`None`: every request is
+    /// allowed). Until the first image is installed it allows super users only.
+    pub fn authorizer(&self) -> Option<Rc<keel_auth::acl::Authorizer>> {
+        let settings = self.config.authorizer.as_ref()?;
+        let current = self.authorizer.borrow().clone();
+        current.or_else(|| {
+            Some(Rc::new(keel_auth::acl::Authorizer {
+                index: keel_auth::acl::AclIndex::default(),
+                super_users: settings.super_users.iter().cloned().collect(),
+                allow_if_no_acl: false,
+            }))
+        })
+    }
+
+    /// The task queue authentication work runs in, once the shard has started.
+    pub fn auth_queue(&self) -> Option<glommio::TaskQueueHandle> {
+        self.auth_queue.get().copied()
+    }
+
+    /// Sets the authentication task queue (once, at start).
+    pub fn set_auth_queue(&self, queue: glommio::TaskQueueHandle) {
+        let _ = self.auth_queue.set(queue);
     }
 
     /// Sleeps for `interval`; `false` if the shard began shutting down first (the caller's
@@ -368,7 +400,27 @@ impl BrokerShard {
             owned.retain(|_, m| !m.is_empty());
         }
         // The shard's own copy: the topics' `Arc`s are cloned once here, never per request.
-        *self.image.borrow_mut() = Rc::new(MetadataImage::clone(&image));
+        let previous = std::mem::replace(
+            &mut *self.image.borrow_mut(),
+            Rc::new(MetadataImage::clone(&image)),
+        );
+        if let Some(settings) = &self.config.authorizer {
+            let stale =
+                self.authorizer.borrow().is_none() || previous.cluster.acls != image.cluster.acls;
+            if stale {
+                let acls: Vec<_> = image
+                    .cluster
+                    .acls
+                    .values()
+                    .filter_map(crate::security::acl_of)
+                    .collect();
+                *self.authorizer.borrow_mut() = Some(Rc::new(keel_auth::acl::Authorizer {
+                    index: keel_auth::acl::AclIndex::new(&acls),
+                    super_users: settings.super_users.iter().cloned().collect(),
+                    allow_if_no_acl: settings.allow_everyone_if_no_acl_found,
+                }));
+            }
+        }
         for part in to_close {
             let topic_deleted = image
                 .topic(&part.topic)

@@ -510,6 +510,14 @@ pub async fn run_shard(
         "retention",
     );
     shard.counters.name_queue(background, "retention");
+    // Authentication's CPU work (PLAIN's PBKDF2) yields to produce and fetch the same way.
+    let auth = glommio::executor().create_task_queue(
+        glommio::Shares::Static(100),
+        glommio::Latency::NotImportant,
+        "auth",
+    );
+    shard.counters.name_queue(auth, "auth");
+    shard.set_auth_queue(auth);
     match glommio::spawn_local_into(timers::compaction(shard.clone()), background) {
         Ok(task) => {
             task.detach();

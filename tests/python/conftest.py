@@ -101,7 +101,7 @@ def parse_metrics(text):
 
 
 class KeelBroker:
-    def __init__(self, extra_settings=None, smp=2, name="keel", extra_args=None):
+    def __init__(self, extra_settings=None, smp=2, name="keel", extra_args=None, listeners=None):
         if not os.path.exists(KEEL_BIN):
             raise RuntimeError("keel binary not found at %s (set KEEL_BIN)" % KEEL_BIN)
         self.name = name
@@ -115,12 +115,22 @@ class KeelBroker:
         self.admin_port = free_port()
         while self.admin_port == self.port:
             self.admin_port = free_port()
+        # More listeners beside PLAINTEXT on `port`: {NAME: security protocol}, each on a port
+        # of its own (`listener_port(NAME)`).
+        self.listeners = dict(listeners or {})
+        self.listener_ports = {name: free_port() for name in self.listeners}
         self.proc = None
         self.starts = 0
 
     @property
     def bootstrap(self):
         return "127.0.0.1:%d" % self.port
+
+    def listener_port(self, name):
+        return self.listener_ports[name]
+
+    def listener_bootstrap(self, name):
+        return "127.0.0.1:%d" % self.listener_ports[name]
 
     @property
     def admin_url(self):
@@ -136,8 +146,17 @@ class KeelBroker:
         once their metadata quorum has a leader, so they are spawned together, then waited
         for with `wait_ready`)."""
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
-        cmd = [KEEL_BIN, "--listen", self.bootstrap, "--data-dir", self.data_dir,
+        cmd = [KEEL_BIN, "--data-dir", self.data_dir,
                "--smp", str(self.smp), "--admin", "127.0.0.1:%d" % self.admin_port]
+        if self.listeners:
+            names = [("PLAINTEXT", "PLAINTEXT", self.port)] + [
+                (n, p, self.listener_ports[n]) for n, p in self.listeners.items()]
+            cmd += ["--set", "listeners=" + ",".join(
+                        "%s://127.0.0.1:%d" % (n, port) for n, _, port in names),
+                    "--set", "listener.security.protocol.map=" + ",".join(
+                        "%s:%s" % (n, p) for n, p, _ in names)]
+        else:
+            cmd += ["--listen", self.bootstrap]
         for k, v in self.settings.items():
             cmd += ["--set", "%s=%s" % (k, v)]
         cmd += self.extra_args
@@ -233,8 +252,8 @@ class KeelBroker:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
 
-def _make_broker(request, settings=None, name="keel"):
-    b = KeelBroker(settings, name=name)
+def _make_broker(request, settings=None, name="keel", listeners=None):
+    b = KeelBroker(settings, name=name, listeners=listeners)
     _LIVE_BROKERS.append(b)
     try:
         b.start()
@@ -289,8 +308,8 @@ def keel_factory(request):
     """Start dedicated brokers: keel_factory({'num.partitions': 3}) -> KeelBroker."""
     made = []
 
-    def make(settings=None, name="keel-dedicated"):
-        b = _make_broker(request, settings, name=name)
+    def make(settings=None, name="keel-dedicated", listeners=None):
+        b = _make_broker(request, settings, name=name, listeners=listeners)
         made.append(b)
         return b
 

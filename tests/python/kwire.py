@@ -326,3 +326,15 @@ def metadata(bootstrap, topics, allow_auto_create=False):
     with Conn(bootstrap) as c:
         body = c.call(3, 12, metadata_v12_body(topics, allow_auto_create), flexible=True)
     return parse_metadata_v12_response(body)
+
+
+def sasl_plain_login(bootstrap, user, password):
+    """A connection authenticated with SASL/PLAIN (SaslHandshake v1, SaslAuthenticate v0)."""
+    c = Conn(bootstrap)
+    r = Reader(c.call(17, 1, string("PLAIN")))
+    assert r.i16() == 0, "PLAIN is not enabled on %s" % bootstrap
+    token = ("\0%s\0%s" % (user, password)).encode()
+    r = Reader(c.call(36, 0, bytes_(token)))
+    err, msg = r.i16(), r.string()
+    assert err == 0, "login of %s failed: %s %s" % (user, err, msg)
+    return c

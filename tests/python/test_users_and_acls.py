@@ -1,10 +1,14 @@
 """SCRAM users and ACLs through the admin APIs (issue 19, first part), with confluent-kafka's
 AdminClient (librdkafka) against the real broker: AlterUserScramCredentials and
 DescribeUserScramCredentials, CreateAcls, DescribeAcls and DeleteAcls, with Kafka's error
-codes, and both surviving a kill -9 restart (they live in the metadata log). Nothing is
-enforced yet: no listener authenticates and no request is authorized."""
+codes, and both surviving a kill -9 restart (they live in the metadata log). The ACL APIs
+need an authorizer, as in Kafka (SECURITY_DISABLED without one): that broker runs
+StandardAuthorizer with the PLAINTEXT client (`User:ANONYMOUS`) as a super user; enforcement
+itself is tested in test_acl_enforcement.py."""
 
 import pytest
+
+import kwire as w
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
@@ -85,8 +89,30 @@ def as_tuples(bindings):
                    x.operation.name, x.permission_type.name) for x in bindings)
 
 
-def test_acls_are_created_filtered_deleted_and_survive_a_restart(fresh_keel):
-    b = fresh_keel
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def test_acl_apis_need_an_authorizer(fresh_keel):
+    """Without authorizer.class.name, Kafka answers the ACL APIs SECURITY_DISABLED."""
+    a = client(fresh_keel)
+    acl = binding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:x",
+                  AclOperation.READ, AclPermissionType.ALLOW)
+    for fut in a.create_acls([acl]).values():
+        with pytest.raises(KafkaException) as e:
+            fut.result(timeout=30)
+        assert e.value.args[0].name() == "SECURITY_DISABLED"
+    # DescribeAcls v1 on the wire (librdkafka drops its top-level error): ANY filter.
+    with w.Conn(fresh_keel.bootstrap) as c:
+        body = c.call(29, 1, w.i8(1) + w.string(None) + w.i8(1) + w.string(None)
+                      + w.string(None) + w.i8(1) + w.i8(1))
+    r = w.Reader(body)
+    r.i32()  # throttle_time_ms
+    assert (r.i16(), r.string()) == (54, "No Authorizer is configured (authorizer.class.name)")
+
+
+def test_acls_are_created_filtered_deleted_and_survive_a_restart(keel_factory):
+    b = keel_factory({"authorizer.class.name": STANDARD_AUTHORIZER,
+                      "super.users": "User:ANONYMOUS"})
     a = client(b)
     LIT, PRE = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
     ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY

@@ -20,11 +20,12 @@ use glommio::channels::local_channel::{self, LocalReceiver};
 use glommio::net::TcpStream;
 use glommio::task::JoinHandle;
 use kafka_protocol::messages::ApiKey;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::frontend::dispatch::Reply;
 use crate::frontend::framing::{check_frame_size, Frame};
 use crate::ops::metrics::Stage;
+use crate::security::{Session, ANONYMOUS};
 use crate::shard::BrokerShard;
 
 const MAX_IN_FLIGHT: usize = 32;
@@ -48,7 +49,7 @@ struct Pending {
 /// thread and hold the borrow only inside one poll, never across an await.
 type Socket = Rc<RefCell<TcpStream>>;
 
-struct ReadSide(Socket);
+pub(crate) struct ReadSide(Socket);
 
 impl AsyncRead for ReadSide {
     fn poll_read(
@@ -60,7 +61,7 @@ impl AsyncRead for ReadSide {
     }
 }
 
-struct WriteSide(Socket);
+pub(crate) struct WriteSide(Socket);
 
 impl AsyncWrite for WriteSide {
     fn poll_write(
@@ -96,10 +97,43 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream, listener: Rc<str>)
     let client_host: Rc<str> = peer_addr
         .map_or_else(String::new, |a| format!("/{}", a.ip()))
         .into();
+    let ip: Rc<str> = peer_addr
+        .map_or_else(String::new, |a| a.ip().to_string())
+        .into();
     let _ = stream.set_nodelay(true);
     shard.counters.connection_opened();
     let socket: Socket = Rc::new(RefCell::new(stream));
     let mut reader = BufReader::with_capacity(READ_BUFFER, ReadSide(socket.clone()));
+    let Some(config) = shard.config.listeners.iter().find(|l| *l.name == *listener) else {
+        warn!(shard = shard.id, listener = %listener, "a connection on an unknown listener");
+        shard.counters.connection_closed();
+        return;
+    };
+    let mut session = Session {
+        principal: Rc::from(ANONYMOUS),
+        host: ip,
+        client_host,
+        listener: listener.clone(),
+    };
+    // A SASL listener authenticates the connection before anything else.
+    if config.protocol.is_sasl() {
+        let mut out = WriteSide(socket.clone());
+        match crate::frontend::sasl::authenticate(&shard, &mut reader, &mut out, config, &session)
+            .await
+        {
+            Ok(user) => {
+                debug!(shard = shard.id, peer = %peer, listener = %listener, user = %user, "authenticated");
+                session.principal = format!("User:{user}").into();
+            }
+            Err(why) => {
+                info!(shard = shard.id, peer = %peer, listener = %listener, why = %why, "closing an unauthenticated connection");
+                let _ = out.close().await;
+                shard.counters.connection_closed();
+                return;
+            }
+        }
+    }
+    let session = Rc::new(session);
     let (tx, rx) = local_channel::new_bounded::<Pending>(MAX_IN_FLIGHT);
 
     let writer_task = glommio::spawn_local(write_answers(
@@ -153,14 +187,12 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream, listener: Rc<str>)
             .unwrap_or(-1);
         debug!(shard = shard.id, peer = %peer, api, "request");
         let task_shard = shard.clone();
-        let task_host = client_host.clone();
-        let task_listener = listener.clone();
+        let task_session = session.clone();
         let task = glommio::spawn_local(async move {
             task_shard
                 .counters
                 .record(api, Stage::QueueWait, read_at.elapsed());
-            crate::frontend::dispatch::handle_frame(task_shard, frame, task_host, task_listener)
-                .await
+            crate::frontend::dispatch::handle_frame(task_shard, frame, task_session).await
         })
         .detach();
         if tx.send(Pending { api, read_at, task }).await.is_err() {
@@ -175,7 +207,7 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream, listener: Rc<str>)
 /// Reads a frame of `size` bytes (the size prefix already taken) into a buffer of its own,
 /// which a Produce hands to storage as it is. What the read buffer holds is copied out of it;
 /// the rest of a long frame is read straight into the frame.
-async fn read_frame(reader: &mut BufReader<ReadSide>, size: usize) -> io::Result<Bytes> {
+pub(crate) async fn read_frame(reader: &mut BufReader<ReadSide>, size: usize) -> io::Result<Bytes> {
     let mut frame = BytesMut::with_capacity(size);
     while frame.len() < size {
         let need = size - frame.len();
@@ -302,7 +334,7 @@ fn take_reply(
 }
 
 /// Writes every part of `frames`, in order, with as few `sendmsg` calls as the socket allows.
-async fn send_frames<'a>(
+pub(crate) async fn send_frames<'a>(
     out: &mut WriteSide,
     frames: impl Iterator<Item = &'a Frame>,
 ) -> io::Result<()> {

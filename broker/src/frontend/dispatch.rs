@@ -10,6 +10,7 @@ use crate::frontend::framing::{
     decode_header, encode_response, peek_prefix, unsupported_frame, Frame, FrameError,
 };
 use crate::handlers::{self, api_versions};
+use crate::security::Session;
 use crate::shard::BrokerShard;
 
 /// What a request task yields: a frame to send, nothing (acks=0), or "close now".
@@ -84,14 +85,12 @@ pub fn frame(mut frame: Bytes) -> Framed {
     }
 }
 
-/// Handles one request frame (header and body, without the size prefix). `client_host` is the
-/// client's address as Kafka shows it to group members ("/127.0.0.1"); `listener` the name of
-/// the listener the connection came in on.
+/// Handles one request frame (header and body, without the size prefix) of the connection
+/// `session` describes.
 pub async fn handle_frame(
     shard: Rc<BrokerShard>,
     frame_bytes: Bytes,
-    client_host: Rc<str>,
-    listener: Rc<str>,
+    session: Rc<Session>,
 ) -> Reply {
     match frame(frame_bytes) {
         Framed::Malformed(e) => Reply::Close(e),
@@ -103,25 +102,29 @@ pub async fn handle_frame(
             Reply::FrameThenClose(unsupported_frame(correlation_id).into())
         }
         Framed::ApiVersionsFallback { correlation_id } => {
-            shard.counters.count_request(Some(ApiKey::ApiVersions));
-            // Kafka's rule: an ApiVersions request at an unknown version gets a v0 answer with
-            // UNSUPPORTED_VERSION and the full list, so the client can pick a version.
-            reply(encode_response(
-                ApiKey::ApiVersions,
-                0,
-                correlation_id,
-                &api_versions::response(kafka_protocol::ResponseError::UnsupportedVersion.code()),
-            ))
+            api_versions_fallback(&shard, correlation_id)
         }
         Framed::Request { api, hdr, mut body } => {
             shard.counters.count_request(Some(api));
-            match handlers::call(&shard, &hdr, api, &mut body, &client_host, &listener).await {
+            match handlers::call(&shard, &hdr, api, &mut body, &session).await {
                 Ok(Some(answer)) => Reply::Frame(answer),
                 Ok(None) => Reply::None,
                 Err(e) => Reply::Close(e),
             }
         }
     }
+}
+
+/// Kafka's rule: an ApiVersions request at an unknown version gets a v0 answer with
+/// UNSUPPORTED_VERSION and the full list, so the client can pick a version.
+pub fn api_versions_fallback(shard: &BrokerShard, correlation_id: i32) -> Reply {
+    shard.counters.count_request(Some(ApiKey::ApiVersions));
+    reply(encode_response(
+        ApiKey::ApiVersions,
+        0,
+        correlation_id,
+        &api_versions::response(kafka_protocol::ResponseError::UnsupportedVersion.code()),
+    ))
 }
 
 /// Makes the header keep no view of the frame, so that a handler that takes the body whole

@@ -19,6 +19,10 @@ pub enum FrameError {
     BadSize { size: i64, max: usize },
     #[error("malformed request header: {0}")]
     Header(String),
+    /// A request refused in a way Kafka answers by closing the connection (an unauthorized
+    /// acks=0 produce: there is no answer to carry the error).
+    #[error("{0}")]
+    Refused(String),
     #[error("malformed {api:?} v{version} request: {reason}")]
     Body {
         api: ApiKey,

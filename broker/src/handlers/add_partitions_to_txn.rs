@@ -4,6 +4,12 @@
 //! exist gets UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as Kafka
 //! answers; otherwise every partition carries the coordinator's answer. v4+ (batched, for
 //! brokers verifying transactions, KIP-890) is not offered.
+//!
+//! Authorization, as Kafka's, before the coordinator is asked: WRITE on the transactional id,
+//! else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition; WRITE on each topic, else
+//! TOPIC_AUTHORIZATION_FAILED for its partitions, and then (as for an unknown partition) none
+//! is added: the others get OPERATION_NOT_ATTEMPTED. (v4+, were it offered, would need
+//! CLUSTER_ACTION on the cluster instead.)
 
 use std::rc::Rc;
 
@@ -16,8 +22,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use super::{topic_name, ApiSupport};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
 use crate::txn::coordinator::{self, error_of, op};
+use keel_auth::acl::Operation;
 use keel_coordinator::txn::transaction_coordinator::producer_fenced_compat;
 use keel_vocab::ErrorCode;
 use keel_vocab::TopicPartition;
@@ -28,8 +36,11 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: AddPartitionsToTxnRequest,
+    session: &Session,
 ) -> AddPartitionsToTxnResponse {
+    let authz = Authz::of(shard, session);
     let version = hdr.request_api_version;
+    let txn_id = req.v3_and_below_transactional_id.0.to_string();
     let wanted: Vec<(String, Vec<i32>)> = req
         .v3_and_below_topics
         .iter()
@@ -37,14 +48,24 @@ pub async fn handle(
         .collect();
     let image = shard.image();
     let exists = |t: &str, p: i32| image.partition(t, p).is_some();
+    let txn_allowed = authz.transactional_id(Operation::Write, &txn_id);
+    // Topics the session may not WRITE (checked only once the transactional id is allowed).
+    let refused: Vec<&str> = wanted
+        .iter()
+        .map(|(t, _)| t.as_str())
+        .filter(|t| txn_allowed && !authz.topic(Operation::Write, t))
+        .collect();
     let any_unknown = wanted
         .iter()
         .any(|(t, ps)| ps.iter().any(|&p| !exists(t, p)));
-    // The coordinator's answer for every partition, when they all exist.
-    let coordinator_error = if any_unknown {
+    // The coordinator's answer for every partition, when they all exist and may be written.
+    let coordinator_error = if !txn_allowed {
+        Some(ErrorCode::of(
+            ResponseError::TransactionalIdAuthorizationFailed,
+        ))
+    } else if any_unknown || !refused.is_empty() {
         None
     } else {
-        let txn_id = req.v3_and_below_transactional_id.0.to_string();
         let (pid, epoch) = (
             req.v3_and_below_producer_id.0,
             req.v3_and_below_producer_epoch,
@@ -79,6 +100,7 @@ pub async fn handle(
     };
     let error_for = |t: &str, p: i32| match coordinator_error {
         Some(e) => e,
+        None if refused.contains(&t) => ErrorCode::of(ResponseError::TopicAuthorizationFailed),
         None if exists(t, p) => ErrorCode::of(ResponseError::OperationNotAttempted),
         None => ErrorCode::of(ResponseError::UnknownTopicOrPartition),
     };

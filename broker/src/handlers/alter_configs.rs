@@ -13,7 +13,9 @@ use kafka_protocol::ResponseError;
 use super::describe_configs::{BROKER, TOPIC};
 use super::{str_bytes, ApiSupport};
 use crate::controller::{self, ConfigChange, OpError};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AlterConfigs, 0, 2);
 
@@ -23,16 +25,29 @@ pub(super) async fn alter(
     shard: &Rc<BrokerShard>,
     asked: Vec<(i8, String, ConfigChange)>,
     validate_only: bool,
+    session: &Session,
 ) -> Vec<(i8, String, Result<(), OpError>)> {
+    // Kafka: ALTER_CONFIGS on the topic, or on the cluster for a broker's configs.
+    let authz = Authz::of(shard, session);
+    let allowed: Vec<bool> = asked
+        .iter()
+        .map(|(ty, name, _)| match *ty {
+            TOPIC => authz.topic(Operation::AlterConfigs, name),
+            BROKER => authz.cluster(Operation::AlterConfigs),
+            _ => true,
+        })
+        .collect();
     let topics: Vec<(String, ConfigChange)> = asked
         .iter()
-        .filter(|a| a.0 == TOPIC)
-        .map(|a| (a.1.clone(), a.2.clone()))
+        .zip(&allowed)
+        .filter(|(a, ok)| a.0 == TOPIC && **ok)
+        .map(|(a, _)| (a.1.clone(), a.2.clone()))
         .collect();
     let brokers: Vec<(String, ConfigChange)> = asked
         .iter()
-        .filter(|a| a.0 == BROKER)
-        .map(|a| (a.1.clone(), a.2.clone()))
+        .zip(&allowed)
+        .filter(|(a, ok)| a.0 == BROKER && **ok)
+        .map(|(a, _)| (a.1.clone(), a.2.clone()))
         .collect();
     let n = topics.len();
     let mut results = match controller::call(shard, move |s| {
@@ -54,8 +69,25 @@ pub(super) async fn alter(
     };
     asked
         .into_iter()
-        .map(|(ty, name, _)| {
-            let r = if ty == TOPIC {
+        .zip(allowed)
+        .map(|((ty, name, _), allowed)| {
+            let r = if !allowed {
+                let (code, what) = if ty == TOPIC {
+                    (
+                        ResponseError::TopicAuthorizationFailed,
+                        format!("topic {name}"),
+                    )
+                } else {
+                    (
+                        ResponseError::ClusterAuthorizationFailed,
+                        "the cluster".into(),
+                    )
+                };
+                Err(OpError::new(
+                    code,
+                    format!("{} may not alter the configs of {what}", session.principal),
+                ))
+            } else if ty == TOPIC {
                 results.next().unwrap_or_else(|| {
                     Err(OpError::new(
                         ResponseError::UnknownServerError,
@@ -84,6 +116,7 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: AlterConfigsRequest,
+    session: &Session,
 ) -> AlterConfigsResponse {
     let asked = req
         .resources
@@ -106,7 +139,7 @@ pub async fn handle(
         })
         .collect();
     let mut resp = AlterConfigsResponse::default();
-    for (ty, name, r) in alter(shard, asked, req.validate_only).await {
+    for (ty, name, r) in alter(shard, asked, req.validate_only, session).await {
         let mut out = alter_configs_response::AlterConfigsResourceResponse::default()
             .with_resource_type(ty)
             .with_resource_name(str_bytes(name));

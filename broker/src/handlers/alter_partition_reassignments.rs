@@ -15,7 +15,9 @@ use kafka_protocol::messages::{
 use super::{str_bytes, ApiSupport};
 use crate::controller;
 use crate::controller::reassignment::{alter_reassignments, ReassignRequest};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AlterPartitionReassignments, 0, 1);
 
@@ -23,6 +25,7 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: AlterPartitionReassignmentsRequest,
+    session: &Session,
 ) -> AlterPartitionReassignmentsResponse {
     let asked: Vec<ReassignRequest> = req
         .topics
@@ -35,6 +38,14 @@ pub async fn handle(
             })
         })
         .collect();
+    if !Authz::of(shard, session).cluster(Operation::Alter) {
+        return AlterPartitionReassignmentsResponse::default()
+            .with_error_code(kafka_protocol::ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes(format!(
+                "{} may not ALTER the cluster",
+                session.principal
+            ))));
+    }
     let n = asked.len();
     let allow_rf_change = hdr.request_api_version < 1 || req.allow_replication_factor_change;
     let results = match controller::call(shard, move |s| {

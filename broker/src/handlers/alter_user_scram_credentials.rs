@@ -20,7 +20,9 @@ use keel_raft::Record;
 
 use super::{str_bytes, ApiSupport};
 use crate::controller::{self, OpError};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::AlterUserScramCredentials, 0, 0);
 
@@ -64,7 +66,27 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: AlterUserScramCredentialsRequest,
+    session: &Session,
 ) -> AlterUserScramCredentialsResponse {
+    if !Authz::of(shard, session).cluster(Operation::Alter) {
+        // Kafka: every user named, CLUSTER_AUTHORIZATION_FAILED.
+        let names = req
+            .deletions
+            .iter()
+            .map(|d| d.name.to_string())
+            .chain(req.upsertions.iter().map(|u| u.name.to_string()));
+        let mut seen = std::collections::BTreeSet::new();
+        return AlterUserScramCredentialsResponse::default().with_results(
+            names
+                .filter(|n| seen.insert(n.clone()))
+                .map(|n| {
+                    AlterUserScramCredentialsResult::default()
+                        .with_user(str_bytes(n))
+                        .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+                })
+                .collect(),
+        );
+    }
     let image = shard.image();
     let stored = &image.cluster.scram_credentials;
     let mut changes = Changes::default();

@@ -8,6 +8,7 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
 
 use super::{ApiSupport, SUPPORTED};
+use crate::security::Session;
 use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ApiVersions, 0, 4);
@@ -32,6 +33,7 @@ pub async fn handle(
     _shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     _req: ApiVersionsRequest,
+    _session: &Session,
 ) -> ApiVersionsResponse {
     response(0)
 }

@@ -1,8 +1,14 @@
 //! ConsumerGroupDescribe (key 69), v0-1: KIP-848 groups' epochs, assignor and members, each
 //! group answered by its coordinator shard (`group::consumer_membership::describe`), all
 //! concurrently. An unknown group, or one that is not a consumer group, gets
-//! GROUP_ID_NOT_FOUND. Authorized operations, when asked, are all that apply to a group
-//! (there are no ACLs). v1 adds `member_type`, always 1 (a consumer-protocol member).
+//! GROUP_ID_NOT_FOUND. Authorized operations, when asked, are those of READ, DESCRIBE and
+//! DELETE the session is allowed (all three without an authorizer). v1 adds `member_type`,
+//! always 1 (a consumer-protocol member).
+//!
+//! Authorization, as Kafka's: a group the session may not DESCRIBE is answered
+//! GROUP_AUTHORIZATION_FAILED (group id and error only) and its coordinator is not asked; and
+//! (Kafka 4.0, KAFKA-18813) a group whose members' assignments or target assignments name a
+//! topic the session may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED the same way.
 
 use std::rc::Rc;
 
@@ -18,7 +24,9 @@ use super::{str_bytes, topic_name, ApiSupport};
 use crate::coordination::parking::join_all;
 use crate::errors::NONE;
 use crate::group::{self, consumer_membership};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::{Operation, ResourceType};
 use keel_coordinator::group::consumer_group::{GroupDescription, TopicAssignment};
 use keel_vocab::ErrorCode;
 
@@ -31,16 +39,23 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: ConsumerGroupDescribeRequest,
+    session: &Session,
 ) -> ConsumerGroupDescribeResponse {
-    let operations = crate::acl::reported(req.include_authorized_operations, crate::acl::GROUP);
+    let authz = Authz::of(shard, session);
+    let operations_asked = req.include_authorized_operations;
     let asks = req.group_ids.into_iter().map(|g| {
         let shard = shard.clone();
         let group_id = g.0.to_string();
+        let allowed = authz.group(Operation::Describe, &group_id);
         async move {
-            let answer =
-                if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
-                    let gid = group_id.clone();
-                    group::on_coordinator(
+            let answer = if !allowed {
+                Err((
+                    ErrorCode::of(ResponseError::GroupAuthorizationFailed),
+                    String::new(),
+                ))
+            } else if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
+                let gid = group_id.clone();
+                group::on_coordinator(
                     ApiKey::ConsumerGroupDescribe,
                     &shard,
                     &group_id,
@@ -48,18 +63,46 @@ pub async fn handle(
                 )
                 .await
                 .unwrap_or_else(|e| Err((e, String::new())))
-                } else {
-                    Err((ErrorCode::of(ResponseError::InvalidGroupId), String::new()))
-                };
-            (group_id, answer)
+            } else {
+                Err((ErrorCode::of(ResponseError::InvalidGroupId), String::new()))
+            };
+            (group_id, allowed, answer)
         }
     });
     let groups = join_all(asks.collect())
         .await
         .into_iter()
-        .map(|(group_id, answer)| described(group_id, answer, operations))
+        .map(|(group_id, allowed, answer)| {
+            let topics_refused = matches!(&answer, Ok(d) if !topics_allowed(&authz, d));
+            let answer = if topics_refused {
+                Err((
+                    ErrorCode::of(ResponseError::TopicAuthorizationFailed),
+                    String::new(),
+                ))
+            } else {
+                answer
+            };
+            let operations = if operations_asked && allowed && !topics_refused {
+                authz.operations(ResourceType::Group, &group_id, crate::acl::GROUP_OPERATIONS)
+            } else {
+                crate::acl::OMITTED
+            };
+            described(group_id, answer, operations)
+        })
         .collect();
     ConsumerGroupDescribeResponse::default().with_groups(groups)
+}
+
+/// Whether the session may DESCRIBE every topic that a member's assignment or target
+/// assignment names (Kafka answers TOPIC_AUTHORIZATION_FAILED for the group otherwise). A topic
+/// without a name (deleted) is not checked.
+fn topics_allowed(authz: &Authz<'_>, d: &GroupDescription) -> bool {
+    d.members
+        .iter()
+        .flat_map(|m| m.assignment.iter().chain(&m.target_assignment))
+        .map(|t| t.topic_name.as_str())
+        .filter(|name| !name.is_empty())
+        .all(|name| authz.topic(Operation::Describe, name))
 }
 
 fn assignment(topics: Vec<TopicAssignment>) -> Assignment {

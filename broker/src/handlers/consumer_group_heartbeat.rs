@@ -5,6 +5,10 @@
 //! assignment (`group::consumer_membership::heartbeat`). v0 lets the coordinator choose the
 //! member id of a joining member; v1 members send their own (a UUID) and v1 adds nothing else
 //! on the wire here.
+//!
+//! Authorization, as Kafka's, before the coordinator is asked: READ on the group, else
+//! GROUP_AUTHORIZATION_FAILED; and (Kafka 4.0, KAFKA-18813) DESCRIBE on every topic of
+//! `subscribed_topic_names`, else TOPIC_AUTHORIZATION_FAILED.
 
 use std::rc::Rc;
 
@@ -20,7 +24,9 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, ApiSupport};
 use crate::errors::code;
 use crate::group::{self, consumer_membership};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 use keel_coordinator::group::consumer_group::HeartbeatRequest;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ConsumerGroupHeartbeat, 0, 1);
@@ -43,9 +49,18 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: ConsumerGroupHeartbeatRequest,
-    client_host: &str,
+    session: &Session,
 ) -> ConsumerGroupHeartbeatResponse {
+    let client_host: &str = &session.client_host;
+    let authz = Authz::of(shard, session);
     let group_id = req.group_id.0.to_string();
+    if !authz.group(Operation::Read, &group_id) {
+        return error(code(ResponseError::GroupAuthorizationFailed), String::new());
+    }
+    let mut subscribed = req.subscribed_topic_names.iter().flatten();
+    if !subscribed.all(|t| authz.topic(Operation::Describe, t)) {
+        return error(code(ResponseError::TopicAuthorizationFailed), String::new());
+    }
     if !keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
         return error(
             code(ResponseError::InvalidGroupId),

@@ -9,10 +9,12 @@ use std::rc::Rc;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::{ApiKey, CreateAclsRequest, CreateAclsResponse, RequestHeader};
 use kafka_protocol::ResponseError;
+use keel_auth::acl::Operation;
 
 use super::{str_bytes, ApiSupport};
 use crate::controller::{self, OpError};
 use crate::security::new_acl;
+use crate::security::{acl_admin_refusal, Session};
 use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::CreateAcls, 0, 3);
@@ -21,8 +23,22 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: CreateAclsRequest,
+    session: &Session,
 ) -> CreateAclsResponse {
     let mut resp = CreateAclsResponse::default();
+    // Kafka: no authorizer, no ACLs (SECURITY_DISABLED); else ALTER on the cluster.
+    if let Some(refused) = acl_admin_refusal(shard, session, Operation::Alter) {
+        resp.results = req
+            .creations
+            .iter()
+            .map(|_| {
+                AclCreationResult::default()
+                    .with_error_code(refused.0.code())
+                    .with_error_message(Some(str_bytes(refused.1.clone())))
+            })
+            .collect();
+        return resp;
+    }
     for c in req.creations {
         let entry = new_acl(
             c.resource_type,

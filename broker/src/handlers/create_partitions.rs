@@ -11,7 +11,9 @@ use kafka_protocol::messages::{
 
 use super::{str_bytes, ApiSupport};
 use crate::controller::{self, PartitionsRequest};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::CreatePartitions, 0, 3);
 
@@ -19,10 +21,26 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: CreatePartitionsRequest,
+    session: &Session,
 ) -> CreatePartitionsResponse {
+    // Kafka: ALTER on each topic, else TOPIC_AUTHORIZATION_FAILED.
+    let authz = Authz::of(shard, session);
+    let mut resp = CreatePartitionsResponse::default();
+    for t in req
+        .topics
+        .iter()
+        .filter(|t| !authz.topic(Operation::Alter, &t.name))
+    {
+        resp.results.push(
+            CreatePartitionsTopicResult::default()
+                .with_name(t.name.clone())
+                .with_error_code(kafka_protocol::ResponseError::TopicAuthorizationFailed.code()),
+        );
+    }
     let asked: Vec<PartitionsRequest> = req
         .topics
         .iter()
+        .filter(|t| authz.topic(Operation::Alter, &t.name))
         .map(|t| PartitionsRequest {
             topic: t.name.0.to_string(),
             count: t.count,
@@ -44,7 +62,6 @@ pub async fn handle(
         Ok(r) => r,
         Err(e) => vec![Err(e); n],
     };
-    let mut resp = CreatePartitionsResponse::default();
     for (name, r) in names.into_iter().zip(results) {
         let mut t = CreatePartitionsTopicResult::default().with_name(super::topic_name(&name));
         if let Err(e) = r {

@@ -14,7 +14,9 @@ use super::{str_bytes, topic_name, ApiSupport};
 use crate::config::TOPIC_CONFIGS;
 use crate::controller::{self, OpError, TopicSpec};
 use crate::errors::code;
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::CreateTopics, 0, 7);
 
@@ -22,7 +24,10 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: CreateTopicsRequest,
+    session: &Session,
 ) -> CreateTopicsResponse {
+    let authz = Authz::of(shard, session);
+    let on_cluster = authz.cluster(Operation::Create);
     let mut specs = Vec::new();
     let mut early: Vec<Option<OpError>> = Vec::new();
     let mut names = Vec::new();
@@ -80,6 +85,13 @@ pub async fn handle(
             err = Some(OpError::new(
                 ResponseError::InvalidRequest,
                 "topic named twice in one request",
+            ));
+        }
+        // Kafka: CREATE on the cluster or on the topic.
+        if err.is_none() && !on_cluster && !authz.topic(Operation::Create, &name) {
+            err = Some(OpError::new(
+                ResponseError::TopicAuthorizationFailed,
+                format!("{} may not create topic {name}", session.principal),
             ));
         }
         early.push(err);

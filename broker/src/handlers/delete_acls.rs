@@ -9,10 +9,12 @@ use kafka_protocol::messages::delete_acls_response::{
 };
 use kafka_protocol::messages::{ApiKey, DeleteAclsRequest, DeleteAclsResponse, RequestHeader};
 use kafka_protocol::ResponseError;
+use keel_auth::acl::Operation;
 
 use super::{str_bytes, ApiSupport};
 use crate::controller::{self, OpError};
 use crate::security::acl_filter_of;
+use crate::security::{acl_admin_refusal, Session};
 use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DeleteAcls, 0, 3);
@@ -21,8 +23,21 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: DeleteAclsRequest,
+    session: &Session,
 ) -> DeleteAclsResponse {
     let mut resp = DeleteAclsResponse::default();
+    if let Some(refused) = acl_admin_refusal(shard, session, Operation::Alter) {
+        resp.filter_results = req
+            .filters
+            .iter()
+            .map(|_| {
+                DeleteAclsFilterResult::default()
+                    .with_error_code(refused.0.code())
+                    .with_error_message(Some(str_bytes(refused.1.clone())))
+            })
+            .collect();
+        return resp;
+    }
     for f in req.filters {
         let filter = acl_filter_of!(f);
         let result = match filter {

@@ -30,7 +30,9 @@ use tracing::{debug, info, warn};
 use super::ApiSupport;
 use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, storage_code, NONE};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DeleteRecords, 0, 2);
 
@@ -53,11 +55,25 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: DeleteRecordsRequest,
+    session: &Session,
 ) -> DeleteRecordsResponse {
+    let authz = Authz::of(shard, session);
     let mut shape = Vec::with_capacity(req.topics.len());
+    let mut refused_topics = Vec::new();
     let mut items = Vec::new();
     for t in req.topics {
         let name = t.name.0.to_string();
+        // Kafka: DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED for its partitions.
+        if !authz.topic(Operation::Delete, &name) {
+            refused_topics.push((
+                name,
+                t.partitions
+                    .iter()
+                    .map(|p| p.partition_index)
+                    .collect::<Vec<_>>(),
+            ));
+            continue;
+        }
         let mut parts = Vec::with_capacity(t.partitions.len());
         for p in t.partitions {
             parts.push(p.partition_index);
@@ -112,6 +128,23 @@ pub async fn handle(
             );
         }
         resp.topics.push(t);
+    }
+    for (name, parts) in refused_topics {
+        resp.topics.push(
+            DeleteRecordsTopicResult::default()
+                .with_name(super::topic_name(&name))
+                .with_partitions(
+                    parts
+                        .into_iter()
+                        .map(|index| {
+                            DeleteRecordsPartitionResult::default()
+                                .with_partition_index(index)
+                                .with_low_watermark(-1)
+                                .with_error_code(code(ResponseError::TopicAuthorizationFailed))
+                        })
+                        .collect(),
+                ),
+        );
     }
     resp
 }

@@ -10,7 +10,9 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, topic_name, ApiSupport};
 use crate::controller;
 use crate::errors::code;
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DeleteTopics, 0, 6);
 
@@ -18,7 +20,9 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: DeleteTopicsRequest,
+    session: &Session,
 ) -> DeleteTopicsResponse {
+    let authz = Authz::of(shard, session);
     let image = shard.image();
     // (name if resolved, id as asked, error)
     let mut asked: Vec<(Option<String>, uuid::Uuid, Option<i16>)> = Vec::new();
@@ -43,6 +47,14 @@ pub async fn handle(
             let n = n.0.to_string();
             let id = image.topic(&n).map(|t| t.uuid()).unwrap_or_default();
             asked.push((Some(n), id, None));
+        }
+    }
+    // Kafka: DELETE on each topic, else TOPIC_AUTHORIZATION_FAILED (and an id the session may
+    // not DESCRIBE is an unknown id).
+    for (name, _, err) in asked.iter_mut().filter(|a| a.2.is_none()) {
+        let Some(n) = name.as_deref() else { continue };
+        if !authz.topic(Operation::Delete, n) {
+            *err = Some(code(ResponseError::TopicAuthorizationFailed));
         }
     }
     let names: Vec<String> = asked

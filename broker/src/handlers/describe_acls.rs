@@ -8,9 +8,10 @@ use std::rc::Rc;
 use kafka_protocol::messages::describe_acls_response::{AclDescription, DescribeAclsResource};
 use kafka_protocol::messages::{ApiKey, DescribeAclsRequest, DescribeAclsResponse, RequestHeader};
 use kafka_protocol::ResponseError;
+use keel_auth::acl::Operation;
 
 use super::{str_bytes, ApiSupport};
-use crate::security::{acl_filter_of, matches};
+use crate::security::{acl_admin_refusal, acl_filter_of, matches, Session};
 use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeAcls, 0, 3);
@@ -19,8 +20,14 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: DescribeAclsRequest,
+    session: &Session,
 ) -> DescribeAclsResponse {
     let mut resp = DescribeAclsResponse::default();
+    if let Some(refused) = acl_admin_refusal(shard, session, Operation::Describe) {
+        resp.error_code = refused.0.code();
+        resp.error_message = Some(str_bytes(refused.1));
+        return resp;
+    }
     let filter = match acl_filter_of!(req) {
         Ok(f) => f,
         Err(why) => {

@@ -8,6 +8,7 @@ use kafka_protocol::messages::{
 };
 
 use super::{str_bytes, ApiSupport};
+use crate::security::Session;
 use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeCluster, 0, 1);
@@ -16,18 +17,24 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: DescribeClusterRequest,
-    listener: &str,
+    session: &Session,
 ) -> DescribeClusterResponse {
+    let listener: &str = &session.listener;
     let c = &shard.config;
     let image = shard.image();
     DescribeClusterResponse::default()
         .with_endpoint_type(req.endpoint_type)
         .with_cluster_id(str_bytes(c.cluster_id.clone()))
         .with_controller_id(BrokerId(c.node_id))
-        .with_cluster_authorized_operations(crate::acl::reported(
-            req.include_cluster_authorized_operations,
-            crate::acl::CLUSTER,
-        ))
+        .with_cluster_authorized_operations(if req.include_cluster_authorized_operations {
+            crate::security::Authz::of(shard, session).operations(
+                keel_auth::acl::ResourceType::Cluster,
+                keel_auth::acl::CLUSTER_NAME,
+                crate::acl::CLUSTER_OPERATIONS,
+            )
+        } else {
+            crate::acl::OMITTED
+        })
         .with_brokers(
             image
                 .brokers

@@ -15,7 +15,9 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, ApiSupport};
 use crate::config::{BROKER_KEYS, DYNAMIC_BROKER_KEYS, TOPIC_CONFIGS};
 use crate::errors::code;
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeConfigs, 0, 4);
 
@@ -186,12 +188,28 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: DescribeConfigsRequest,
+    session: &Session,
 ) -> DescribeConfigsResponse {
     let version = hdr.request_api_version;
+    let authz = Authz::of(shard, session);
     let mut resp = DescribeConfigsResponse::default();
     for r in req.resources {
         let name = r.resource_name.to_string();
+        // Kafka: DESCRIBE_CONFIGS on the topic, or on the cluster for a broker.
+        let refused = match r.resource_type {
+            TOPIC if !authz.topic(Operation::DescribeConfigs, &name) => {
+                Some(ResponseError::TopicAuthorizationFailed)
+            }
+            BROKER if !authz.cluster(Operation::DescribeConfigs) => {
+                Some(ResponseError::ClusterAuthorizationFailed)
+            }
+            _ => None,
+        };
         let result = match r.resource_type {
+            _ if refused.is_some() => DescribeConfigsResult::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone())
+                .with_error_code(code(refused.unwrap_or(ResponseError::UnknownServerError))),
             TOPIC => describe_topic(shard, &name, &r.configuration_keys, req.include_synonyms),
             BROKER => describe_broker(shard, &name, &r.configuration_keys),
             other => DescribeConfigsResult::default()

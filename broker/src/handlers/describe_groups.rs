@@ -2,8 +2,11 @@
 //! coordinator shard (`group::membership::describe_group`), all concurrently. Members'
 //! metadata and assignments are shown only while the group is `Stable`, as Kafka does. A
 //! group this coordinator does not know is `Dead` with no error (GROUP_ID_NOT_FOUND is v6's
-//! answer, not offered). v3+ report authorized operations when asked: without ACLs, all that
-//! apply to a group (READ, DESCRIBE, DELETE).
+//! answer, not offered). v3+ report authorized operations when asked: those of READ, DESCRIBE
+//! and DELETE the session is allowed (all three without an authorizer).
+//!
+//! A group the session may not DESCRIBE is answered GROUP_AUTHORIZATION_FAILED with nothing
+//! else filled in (Kafka's `groupError`), and its coordinator is not asked.
 
 use std::rc::Rc;
 
@@ -17,7 +20,9 @@ use super::{str_bytes, ApiSupport};
 use crate::coordination::parking::join_all;
 use crate::errors::NONE;
 use crate::group::{self, membership};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::{Operation, ResourceType};
 use keel_coordinator::group::classic_group::GroupDescription;
 use keel_vocab::ErrorCode;
 
@@ -27,33 +32,41 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: DescribeGroupsRequest,
+    session: &Session,
 ) -> DescribeGroupsResponse {
+    let authz = Authz::of(shard, session);
     let version = hdr.request_api_version;
-    let operations = crate::acl::reported(
-        version >= 3 && req.include_authorized_operations,
-        crate::acl::GROUP,
-    );
+    let operations_asked = version >= 3 && req.include_authorized_operations;
     let asks = req.groups.into_iter().map(|g| {
         let shard = shard.clone();
         let group_id = g.0.to_string();
+        let allowed = authz.group(Operation::Describe, &group_id);
         async move {
-            let answer =
-                if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
-                    let gid = group_id.clone();
-                    group::on_coordinator(ApiKey::DescribeGroups, &shard, &group_id, move |s, p| {
-                        membership::describe_group(s, p, gid)
-                    })
-                    .await
-                } else {
-                    Err(ErrorCode::of(ResponseError::InvalidGroupId))
-                };
-            (group_id, answer)
+            let answer = if !allowed {
+                Err(ErrorCode::of(ResponseError::GroupAuthorizationFailed))
+            } else if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
+                let gid = group_id.clone();
+                group::on_coordinator(ApiKey::DescribeGroups, &shard, &group_id, move |s, p| {
+                    membership::describe_group(s, p, gid)
+                })
+                .await
+            } else {
+                Err(ErrorCode::of(ResponseError::InvalidGroupId))
+            };
+            (group_id, allowed, answer)
         }
     });
     let groups = join_all(asks.collect())
         .await
         .into_iter()
-        .map(|(group_id, answer)| described(version, group_id, answer, operations))
+        .map(|(group_id, allowed, answer)| {
+            let operations = if operations_asked && allowed {
+                authz.operations(ResourceType::Group, &group_id, crate::acl::GROUP_OPERATIONS)
+            } else {
+                crate::acl::OMITTED
+            };
+            described(version, group_id, answer, operations)
+        })
         .collect();
     DescribeGroupsResponse::default().with_groups(groups)
 }

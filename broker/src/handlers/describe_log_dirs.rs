@@ -26,7 +26,10 @@ use super::{str_bytes, ApiSupport};
 use crate::coordination::parking::join_all;
 use crate::errors::NONE;
 use crate::metadata::MetadataImage;
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use kafka_protocol::ResponseError;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeLogDirs, 0, 4);
 
@@ -37,7 +40,13 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: DescribeLogDirsRequest,
+    session: &Session,
 ) -> DescribeLogDirsResponse {
+    // Kafka: without DESCRIBE on the cluster, CLUSTER_AUTHORIZATION_FAILED and no dirs.
+    if !Authz::of(shard, session).cluster(Operation::Describe) {
+        return DescribeLogDirsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let image = shard.image();
     let hosted = hosted_partitions(&image, shard.config.node_id, req.topics);
     let sizes = gather_sizes(shard, &image, hosted).await;

@@ -2,7 +2,8 @@
 //! partitions (producer id, epoch, last sequence, last timestamp, coordinator epoch, and the
 //! first offset of the open transaction, -1 if none), read from each partition's producer
 //! state on its owner shard. Partitions this broker does not lead get NOT_LEADER_OR_FOLLOWER;
-//! unknown ones UNKNOWN_TOPIC_OR_PARTITION.
+//! unknown ones UNKNOWN_TOPIC_OR_PARTITION. A topic the session may not READ gets
+//! TOPIC_AUTHORIZATION_FAILED for its partitions, and its owners are not asked (Kafka's rule).
 
 use std::rc::Rc;
 
@@ -18,7 +19,9 @@ use keel_storage::ProducerInfo;
 use super::{topic_name, ApiSupport};
 use crate::coordination::route::{on_owners, Item};
 use crate::errors::NONE;
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 use keel_vocab::ErrorCode;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeProducers, 0, 0);
@@ -29,15 +32,23 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: DescribeProducersRequest,
+    session: &Session,
 ) -> DescribeProducersResponse {
-    let wanted: Vec<(String, Vec<i32>)> = req
+    let authz = Authz::of(shard, session);
+    // (topic, partitions, may READ it)
+    let wanted: Vec<(String, Vec<i32>, bool)> = req
         .topics
         .into_iter()
-        .map(|t| (t.name.0.to_string(), t.partition_indexes))
+        .map(|t| {
+            let name = t.name.0.to_string();
+            let allowed = authz.topic(Operation::Read, &name);
+            (name, t.partition_indexes, allowed)
+        })
         .collect();
     let items: Vec<Item<()>> = wanted
         .iter()
-        .flat_map(|(t, ps)| {
+        .filter(|(_, _, allowed)| *allowed)
+        .flat_map(|(t, ps, _)| {
             ps.iter().map(|&p| Item {
                 topic: t.clone(),
                 partition: p,
@@ -64,15 +75,19 @@ pub async fn handle(
     let mut answers = answers.into_iter();
     let topics = wanted
         .into_iter()
-        .map(|(t, ps)| {
+        .map(|(t, ps, allowed)| {
             let partitions = ps
                 .into_iter()
                 .map(|p| {
                     let r = PartitionResponse::default().with_partition_index(p);
-                    match answers
-                        .next()
-                        .unwrap_or(Err(ErrorCode::of(ResponseError::UnknownServerError)))
-                    {
+                    let answer = if allowed {
+                        answers
+                            .next()
+                            .unwrap_or(Err(ErrorCode::of(ResponseError::UnknownServerError)))
+                    } else {
+                        Err(ErrorCode::of(ResponseError::TopicAuthorizationFailed))
+                    };
+                    match answer {
                         Err(e) => r.with_error_code(e.code()),
                         Ok(producers) => r.with_error_code(NONE).with_active_producers(
                             producers

@@ -18,7 +18,9 @@ use kafka_protocol::ResponseError;
 
 use super::{topic_name, ApiSupport};
 use crate::errors::{code, NONE};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::{Operation, ResourceType};
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeTopicPartitions, 0, 0);
 
@@ -29,15 +31,24 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: DescribeTopicPartitionsRequest,
+    session: &Session,
 ) -> DescribeTopicPartitionsResponse {
+    let authz = Authz::of(shard, session);
     let image = shard.image();
     let limit = if req.response_partition_limit <= 0 {
         PARTITIONS_PER_ANSWER_MAX
     } else {
         req.response_partition_limit.min(PARTITIONS_PER_ANSWER_MAX)
     } as usize;
+    // Kafka: all topics = those the session may DESCRIBE; a named one it may not is
+    // TOPIC_AUTHORIZATION_FAILED.
     let mut names: Vec<String> = if req.topics.is_empty() {
-        image.topics.keys().cloned().collect()
+        image
+            .topics
+            .keys()
+            .filter(|n| authz.topic(Operation::Describe, n))
+            .cloned()
+            .collect()
     } else {
         req.topics.iter().map(|t| t.name.0.to_string()).collect()
     };
@@ -51,6 +62,14 @@ pub async fn handle(
     let mut resp = DescribeTopicPartitionsResponse::default();
     let mut left = limit;
     for name in names.into_iter().filter(|n| *n >= cursor_topic) {
+        if !authz.topic(Operation::Describe, &name) {
+            resp.topics.push(
+                DescribeTopicPartitionsResponseTopic::default()
+                    .with_error_code(code(ResponseError::TopicAuthorizationFailed))
+                    .with_name(Some(topic_name(&name))),
+            );
+            continue;
+        }
         let Some(t) = image.topic(&name) else {
             resp.topics.push(
                 DescribeTopicPartitionsResponseTopic::default()
@@ -73,7 +92,11 @@ pub async fn handle(
                 name == keel_coordinator::OFFSETS_TOPIC
                     || name == keel_coordinator::TRANSACTION_STATE_TOPIC,
             )
-            .with_topic_authorized_operations(crate::acl::TOPIC);
+            .with_topic_authorized_operations(authz.operations(
+                ResourceType::Topic,
+                &name,
+                crate::acl::TOPIC_OPERATIONS,
+            ));
         for p in t.partitions.iter().filter(|p| p.index >= first) {
             if left == 0 {
                 resp.next_cursor = Some(

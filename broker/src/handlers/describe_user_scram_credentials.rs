@@ -18,7 +18,9 @@ use keel_raft::image::ScramCredentialInfo;
 use std::collections::BTreeMap;
 
 use super::{str_bytes, ApiSupport};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::DescribeUserScramCredentials, 0, 0);
 
@@ -51,7 +53,12 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: DescribeUserScramCredentialsRequest,
+    session: &Session,
 ) -> DescribeUserScramCredentialsResponse {
+    if !Authz::of(shard, session).cluster(Operation::Describe) {
+        return DescribeUserScramCredentialsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let image = shard.image();
     let users = &image.cluster.scram_credentials;
     let mut resp = DescribeUserScramCredentialsResponse::default();

@@ -18,7 +18,9 @@ use keel_vocab::ErrorCode;
 
 use super::{str_bytes, topic_name, ApiSupport};
 use crate::controller;
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ElectLeaders, 0, 2);
 
@@ -30,6 +32,7 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: ElectLeadersRequest,
+    session: &Session,
 ) -> ElectLeadersResponse {
     let version = hdr.request_api_version;
     let topics: Option<Vec<TopicPartitions>> = req.topic_partitions.map(|ts| {
@@ -50,6 +53,11 @@ pub async fn handle(
         let message = format!("Unknown election type {}", req.election_type);
         return error_response(version, topics.as_deref(), invalid_request(), message);
     };
+    if !Authz::of(shard, session).cluster(Operation::Alter) {
+        let code = ErrorCode::of(ResponseError::ClusterAuthorizationFailed);
+        let message = format!("{} may not ALTER the cluster", session.principal);
+        return error_response(version, topics.as_deref(), code, message);
+    }
     let named: usize = topics.iter().flatten().map(|t| t.partitions.len()).sum();
     if named > PARTITIONS_MAX {
         let message = format!("{named} partitions named; at most {PARTITIONS_MAX} per request");

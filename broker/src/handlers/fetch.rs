@@ -48,7 +48,9 @@ use crate::errors::{code, storage_code, NONE};
 pub use crate::replication::read::{failed, ClientMetadata, FetchPart, PartData, ReplicaFetch};
 use crate::replication::selector::{self, FollowerRead};
 use crate::replication::throttle;
+use crate::security::{Authz, Session};
 use crate::shard::{BrokerShard, Partition};
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Fetch, 4, 16);
 
@@ -336,6 +338,7 @@ fn replica_of(
     version: i16,
     req: &FetchRequest,
     listener: &str,
+    authz: &Authz<'_>,
 ) -> Result<Option<ReplicaFetch>, i16> {
     let (broker_id, broker_epoch) = if version >= 15 {
         (
@@ -349,6 +352,10 @@ fn replica_of(
         return Ok(None);
     }
     if listener != shard.config.inter_broker_listener_name {
+        return Err(code(ResponseError::TopicAuthorizationFailed));
+    }
+    // Kafka: a follower's fetch needs CLUSTER_ACTION; without it no replica state changes.
+    if !authz.cluster(Operation::ClusterAction) {
         return Err(code(ResponseError::TopicAuthorizationFailed));
     }
     if version < 15 {
@@ -373,8 +380,9 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: FetchRequest,
-    listener: &str,
+    session: &Session,
 ) -> FetchResponse {
+    let listener: &str = &session.listener;
     let version = hdr.request_api_version;
     let mut resp = FetchResponse::default().with_session_id(0);
     if req.session_id != 0 {
@@ -383,7 +391,8 @@ pub async fn handle(
     if req.session_epoch > 0 {
         return resp.with_error_code(code(ResponseError::InvalidFetchSessionEpoch));
     }
-    let replica = replica_of(shard, version, &req, listener);
+    let authz = Authz::of(shard, session);
+    let replica = replica_of(shard, version, &req, listener, &authz);
     let read_committed = req.isolation_level == READ_COMMITTED && !matches!(replica, Ok(Some(_)));
     // Kafka builds `ClientMetadata` for every consumer fetch from v11: a follower may serve it.
     let follower_read = version >= 11 && matches!(replica, Ok(None));
@@ -417,6 +426,10 @@ pub async fn handle(
         };
         let topic_error = match (&replica, topic_error) {
             (Err(e), NONE) => *e,
+            // A consumer reads a topic it may READ (a replica's CLUSTER_ACTION is checked).
+            (Ok(None), NONE) if !authz.topic(Operation::Read, &name) => {
+                code(ResponseError::TopicAuthorizationFailed)
+            }
             (_, e) => e,
         };
         let mut parts = Vec::with_capacity(t.partitions.len());

@@ -7,6 +7,10 @@
 //! Key type 0 is a group; 1 a transactional id, coordinated by the leader of its partition of
 //! `__transaction_state` (same hash; created by the first such lookup); any other key type
 //! (2, a share group: Keel has none) is INVALID_REQUEST.
+//!
+//! Authorization, as Kafka's, per key and before the coordinator's topic is looked up or
+//! created: DESCRIBE on the group (key type 0), else GROUP_AUTHORIZATION_FAILED; DESCRIBE on
+//! the transactional id (1), else TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 
 use std::rc::Rc;
 
@@ -19,8 +23,10 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, ApiSupport};
 use crate::errors::{code, NONE};
 use crate::group::{self, OFFSETS_TOPIC};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
 use crate::txn;
+use keel_auth::acl::Operation;
 use keel_coordinator::TRANSACTION_STATE_TOPIC;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::FindCoordinator, 0, 6);
@@ -51,27 +57,40 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: FindCoordinatorRequest,
-    listener: &str,
+    session: &Session,
 ) -> FindCoordinatorResponse {
+    let listener: &str = &session.listener;
     let version = hdr.request_api_version;
     let keys: Vec<String> = if version >= 4 {
         req.coordinator_keys.iter().map(|k| k.to_string()).collect()
     } else {
         vec![req.key.to_string()]
     };
-    let found: Vec<Found> = match req.key_type {
-        KEY_TYPE_GROUP => find_groups(shard, &keys, listener).await,
-        KEY_TYPE_TRANSACTION => find_transactions(shard, &keys, listener).await,
-        other => keys
-            .iter()
-            .map(|_| {
-                not_found(
-                    ResponseError::InvalidRequest,
-                    format!("unknown coordinator key type {other}"),
-                )
-            })
-            .collect(),
+    let authz = Authz::of(shard, session);
+    let refusals: Vec<Option<Found>> = keys
+        .iter()
+        .map(|key| refusal(&authz, req.key_type, key))
+        .collect();
+    let allowed: Vec<String> = keys
+        .iter()
+        .zip(&refusals)
+        .filter(|(_, r)| r.is_none())
+        .map(|(key, _)| key.clone())
+        .collect();
+    // Every key refused: the coordinator topics are not even looked up.
+    let looked_up = if !keys.is_empty() && allowed.is_empty() {
+        Vec::new()
+    } else {
+        find(shard, req.key_type, &allowed, listener).await
     };
+    let mut looked_up = looked_up.into_iter();
+    let found: Vec<Found> = refusals
+        .into_iter()
+        .map(|r| {
+            r.or_else(|| looked_up.next())
+                .unwrap_or_else(|| not_found(ResponseError::UnknownServerError, "no answer"))
+        })
+        .collect();
     let mut resp = FindCoordinatorResponse::default();
     if version >= 4 {
         resp.coordinators = keys
@@ -103,6 +122,42 @@ pub async fn handle(
         .with_node_id(BrokerId(f.node_id))
         .with_host(str_bytes(f.host))
         .with_port(f.port)
+}
+
+/// The answer for a key the session may not DESCRIBE, `None` if it may.
+fn refusal(authz: &Authz<'_>, key_type: i8, key: &str) -> Option<Found> {
+    let refused = match key_type {
+        KEY_TYPE_GROUP if !authz.group(Operation::Describe, key) => {
+            ResponseError::GroupAuthorizationFailed
+        }
+        KEY_TYPE_TRANSACTION if !authz.transactional_id(Operation::Describe, key) => {
+            ResponseError::TransactionalIdAuthorizationFailed
+        }
+        _ => return None,
+    };
+    Some(not_found(refused, refused.to_string()))
+}
+
+/// The coordinator of each key, in order.
+async fn find(
+    shard: &Rc<BrokerShard>,
+    key_type: i8,
+    keys: &[String],
+    listener: &str,
+) -> Vec<Found> {
+    match key_type {
+        KEY_TYPE_GROUP => find_groups(shard, keys, listener).await,
+        KEY_TYPE_TRANSACTION => find_transactions(shard, keys, listener).await,
+        other => keys
+            .iter()
+            .map(|_| {
+                not_found(
+                    ResponseError::InvalidRequest,
+                    format!("unknown coordinator key type {other}"),
+                )
+            })
+            .collect(),
+    }
 }
 
 /// The coordinator of each transactional id: the leader of its `__transaction_state`

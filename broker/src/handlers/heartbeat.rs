@@ -1,7 +1,7 @@
 //! Heartbeat (key 12), v0-4: a member says it is alive; the error tells it to rejoin
 //! (REBALANCE_IN_PROGRESS) or that it is gone (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
 //! FENCED_INSTANCE_ID). Answered by the group's coordinator shard at once. v3+ carry
-//! `group.instance.id`.
+//! `group.instance.id`. READ on the group is required, as in Kafka (GROUP_AUTHORIZATION_FAILED).
 
 use std::rc::Rc;
 
@@ -11,7 +11,9 @@ use kafka_protocol::ResponseError;
 use super::ApiSupport;
 use crate::errors::code;
 use crate::group::{self, membership};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Heartbeat, 0, 4);
 
@@ -19,8 +21,13 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: HeartbeatRequest,
+    session: &Session,
 ) -> HeartbeatResponse {
     let group_id = req.group_id.0.to_string();
+    if !Authz::of(shard, session).group(Operation::Read, &group_id) {
+        return HeartbeatResponse::default()
+            .with_error_code(code(ResponseError::GroupAuthorizationFailed));
+    }
     if !keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
         return HeartbeatResponse::default().with_error_code(code(ResponseError::InvalidGroupId));
     }

@@ -11,6 +11,7 @@ use kafka_protocol::messages::{
 use super::alter_configs::alter;
 use super::{str_bytes, ApiSupport};
 use crate::controller::ConfigChange;
+use crate::security::Session;
 use crate::shard::BrokerShard;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::IncrementalAlterConfigs, 0, 1);
@@ -19,6 +20,7 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: IncrementalAlterConfigsRequest,
+    session: &Session,
 ) -> IncrementalAlterConfigsResponse {
     let asked = req
         .resources
@@ -43,7 +45,7 @@ pub async fn handle(
         })
         .collect();
     let mut resp = IncrementalAlterConfigsResponse::default();
-    for (ty, name, r) in alter(shard, asked, req.validate_only).await {
+    for (ty, name, r) in alter(shard, asked, req.validate_only, session).await {
         let mut out = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
             .with_resource_type(ty)
             .with_resource_name(str_bytes(name));

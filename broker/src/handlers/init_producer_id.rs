@@ -8,6 +8,10 @@
 //! producer id the first time, else the same id at the next epoch (fencing the previous
 //! producer, and aborting its open transaction first: CONCURRENT_TRANSACTIONS until that is
 //! done); v3+ producers send the id and epoch they have, to bump after an error.
+//!
+//! Authorization, as Kafka's, before an id is taken or the coordinator asked: WRITE on the
+//! transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED; without one, IDEMPOTENT_WRITE
+//! on the cluster or (KIP-679) WRITE on some topic, else CLUSTER_AUTHORIZATION_FAILED.
 
 use std::rc::Rc;
 
@@ -20,8 +24,10 @@ use tracing::warn;
 use super::ApiSupport;
 use crate::controller;
 use crate::errors::code;
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
 use crate::txn::coordinator;
+use keel_auth::acl::{Operation, ResourceType};
 use keel_coordinator::txn::transaction_coordinator::{producer_fenced_compat, ProducerIdAndEpoch};
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::InitProducerId, 0, 5);
@@ -37,9 +43,15 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: InitProducerIdRequest,
+    session: &Session,
 ) -> InitProducerIdResponse {
+    let authz = Authz::of(shard, session);
     if let Some(txn_id) = req.transactional_id {
         let txn_id = txn_id.0.to_string();
+        // Before the id is checked, as Kafka authorizes before its coordinator validates.
+        if !authz.transactional_id(Operation::Write, &txn_id) {
+            return error(ResponseError::TransactionalIdAuthorizationFailed);
+        }
         if txn_id.is_empty() {
             return error(ResponseError::InvalidRequest);
         }
@@ -77,6 +89,9 @@ pub async fn handle(
             .with_producer_id(ProducerId(r.producer_id))
             .with_producer_epoch(r.producer_epoch);
     }
+    if !may_write_idempotently(&authz) {
+        return error(ResponseError::ClusterAuthorizationFailed);
+    }
     match controller::call(shard, controller::allocate_producer_id).await {
         Ok(Ok(id)) => InitProducerIdResponse::default()
             .with_producer_id(ProducerId(id))
@@ -89,4 +104,11 @@ pub async fn handle(
                 .with_producer_epoch(-1)
         }
     }
+}
+
+/// KIP-679: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on any
+/// topic (Kafka's `authorizeByResourceType`, so a prefixed ALLOW for topics not created yet
+/// counts).
+fn may_write_idempotently(authz: &Authz<'_>) -> bool {
+    authz.cluster(Operation::IdempotentWrite) || authz.any(Operation::Write, ResourceType::Topic)
 }

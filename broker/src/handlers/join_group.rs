@@ -8,6 +8,9 @@
 //! only logged. Fields a version lacks are left out of the answer: `protocol_type` (v7+),
 //! `skip_assignment` (v9), members' instance ids (v5+); `protocol_name` is "" rather than null
 //! before v7. A static leader told to skip the assignment (v9) gets no members before v9.
+//!
+//! READ on the group is required, as in Kafka: GROUP_AUTHORIZATION_FAILED otherwise, with an
+//! empty member id (Kafka's error answer), before the group id is checked.
 
 use std::rc::Rc;
 
@@ -17,7 +20,9 @@ use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
 use crate::group::{self, membership};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 use keel_coordinator::group::classic_group::{Completed, JoinRequest, JoinResponse};
 use keel_vocab::ErrorCode;
 
@@ -28,15 +33,18 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: JoinGroupRequest,
-    client_host: &str,
+    session: &Session,
 ) -> JoinGroupResponse {
+    let client_host: &str = &session.client_host;
     let version = hdr.request_api_version;
     let group_id = req.group_id.0.to_string();
     let member_id = req.member_id.to_string();
     if let Some(reason) = &req.reason {
         tracing::debug!(group = %group_id, member = %member_id, reason = %reason, "join");
     }
-    let response = if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
+    let response = if !Authz::of(shard, session).group(Operation::Read, &group_id) {
+        JoinResponse::error(ErrorCode::of(ResponseError::GroupAuthorizationFailed), "")
+    } else if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
         let request = JoinRequest {
             member_id: member_id.clone(),
             group_instance_id: req.group_instance_id.map(|i| i.to_string()),

@@ -2,7 +2,8 @@
 //! v0-2 name one member (`member_id`), and its error is the answer's; v3+ name a batch
 //! (`members`, by member id, or by `group.instance.id` alone when an administrator removes a
 //! static member) and get one error each. Answered by the group's coordinator shard at once.
-//! The v5 `reason` is only logged.
+//! The v5 `reason` is only logged. READ on the group is required, as in Kafka:
+//! GROUP_AUTHORIZATION_FAILED otherwise, in the top-level error code (all versions).
 
 use std::rc::Rc;
 
@@ -12,7 +13,9 @@ use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
 use crate::group::{self, membership};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 use keel_coordinator::group::classic_group::LeavingMember;
 use keel_vocab::ErrorCode;
 
@@ -22,6 +25,7 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: LeaveGroupRequest,
+    session: &Session,
 ) -> LeaveGroupResponse {
     let version = hdr.request_api_version;
     let group_id = req.group_id.0.to_string();
@@ -44,7 +48,9 @@ pub async fn handle(
             group_instance_id: None,
         }]
     };
-    let outcome = if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
+    let outcome = if !Authz::of(shard, session).group(Operation::Read, &group_id) {
+        Err(ErrorCode::of(ResponseError::GroupAuthorizationFailed))
+    } else if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
         let g = group_id.clone();
         let members = leaving.clone();
         group::on_coordinator(ApiKey::LeaveGroup, shard, &group_id, move |s, p| {

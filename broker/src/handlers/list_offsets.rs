@@ -21,7 +21,9 @@ use super::fetch::check_epoch;
 use super::ApiSupport;
 use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, storage_code, NONE};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ListOffsets, 0, 9);
 
@@ -150,7 +152,9 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: ListOffsetsRequest,
+    session: &Session,
 ) -> ListOffsetsResponse {
+    let authz = Authz::of(shard, session);
     // isolation_level exists from v2.
     let read_committed = hdr.request_api_version >= 2 && req.isolation_level == READ_COMMITTED;
     let version = hdr.request_api_version;
@@ -158,16 +162,21 @@ pub async fn handle(
     let mut items = Vec::new();
     for t in req.topics {
         let name = t.name.0.to_string();
+        // Kafka: DESCRIBE on the topic, else TOPIC_AUTHORIZATION_FAILED for its partitions.
+        let allowed = authz.topic(Operation::Describe, &name);
         let mut parts = Vec::new();
         for p in t.partitions {
             parts.push((p.partition_index, p.max_num_offsets));
+            if !allowed {
+                continue;
+            }
             items.push(Item {
                 topic: name.clone(),
                 partition: p.partition_index,
                 payload: (p.timestamp, p.current_leader_epoch, read_committed),
             });
         }
-        shape.push((name, parts));
+        shape.push((name, parts, allowed));
     }
     let mut results = on_owners(
         Some(ApiKey::ListOffsets),
@@ -179,12 +188,16 @@ pub async fn handle(
     .await
     .into_iter();
     let mut resp = ListOffsetsResponse::default();
-    for (name, parts) in shape {
+    for (name, parts, allowed) in shape {
         let mut t = ListOffsetsTopicResponse::default().with_name(super::topic_name(&name));
         for (index, max_num_offsets) in parts {
-            let f = results
-                .next()
-                .unwrap_or_else(|| failed(code(ResponseError::UnknownServerError)));
+            let f = if allowed {
+                results
+                    .next()
+                    .unwrap_or_else(|| failed(code(ResponseError::UnknownServerError)))
+            } else {
+                failed(code(ResponseError::TopicAuthorizationFailed))
+            };
             let answer = ListOffsetsPartitionResponse::default()
                 .with_partition_index(index)
                 .with_error_code(f.error);

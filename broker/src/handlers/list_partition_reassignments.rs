@@ -15,7 +15,10 @@ use kafka_protocol::messages::{
 
 use super::ApiSupport;
 use crate::controller::reassignment::list_reassignments;
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use kafka_protocol::ResponseError;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::ListPartitionReassignments, 0, 0);
 
@@ -23,7 +26,12 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: ListPartitionReassignmentsRequest,
+    session: &Session,
 ) -> ListPartitionReassignmentsResponse {
+    if !Authz::of(shard, session).cluster(Operation::Describe) {
+        return ListPartitionReassignmentsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let wanted: Option<BTreeMap<String, Vec<i32>>> = req.topics.as_ref().map(|topics| {
         let mut w: BTreeMap<String, Vec<i32>> = BTreeMap::new();
         for t in topics {

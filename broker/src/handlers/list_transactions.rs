@@ -1,7 +1,8 @@
 //! ListTransactions (key 66), v0-1: the transactional ids this broker coordinates, gathered
 //! from every shard's coordinators, filtered by state (unknown state names are listed back in
 //! `unknown_state_filters`, as Kafka does) and producer id. v1's duration filter keeps the
-//! transactions open longer than it (milliseconds; -1 = no filter).
+//! transactions open longer than it (milliseconds; -1 = no filter). Only the ids the session
+//! may DESCRIBE are listed, without an error, as in Kafka.
 
 use std::rc::Rc;
 
@@ -15,8 +16,10 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, ApiSupport};
 use crate::coordination::parking::join_all;
 use crate::errors::{code, NONE};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
 use crate::txn::coordinator;
+use keel_auth::acl::Operation;
 use keel_coordinator::txn::transaction_coordinator::TxnState;
 use keel_vocab::ErrorCode;
 
@@ -26,6 +29,7 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: ListTransactionsRequest,
+    session: &Session,
 ) -> ListTransactionsResponse {
     let mut states = Vec::new();
     let mut unknown = Vec::new();
@@ -71,6 +75,8 @@ pub async fn handle(
             None => error = code(ResponseError::CoordinatorNotAvailable),
         }
     }
+    let authz = Authz::of(shard, session);
+    listed.retain(|t| authz.transactional_id(Operation::Describe, &t.transactional_id));
     listed.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
     ListTransactionsResponse::default()
         .with_error_code(error)

@@ -18,7 +18,9 @@ use super::{str_bytes, topic_name, ApiSupport};
 use crate::controller::{self, TopicSpec};
 use crate::errors::code;
 use crate::metadata::{validate_topic_name, TopicMeta};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::{Operation, ResourceType};
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::Metadata, 0, 12);
 
@@ -63,12 +65,8 @@ pub async fn auto_create(shard: &Rc<BrokerShard>, names: &[String]) {
     }
 }
 
-/// `authorized_operations` of a topic: asked from v8 on.
-pub fn topic_response(
-    t: &TopicMeta,
-    version: i16,
-    asked_operations: bool,
-) -> MetadataResponseTopic {
+/// A topic's entry; `operations` is its `authorized_operations` field (asked from v8 on).
+pub fn topic_response(t: &TopicMeta, version: i16, operations: i32) -> MetadataResponseTopic {
     let ids = |v: &[i32]| v.iter().map(|b| BrokerId(*b)).collect::<Vec<_>>();
     MetadataResponseTopic::default()
         .with_name(Some(topic_name(&t.name)))
@@ -82,7 +80,7 @@ pub fn topic_response(
             t.name == keel_coordinator::OFFSETS_TOPIC
                 || t.name == keel_coordinator::TRANSACTION_STATE_TOPIC,
         )
-        .with_topic_authorized_operations(crate::acl::reported(asked_operations, crate::acl::TOPIC))
+        .with_topic_authorized_operations(operations)
         .with_partitions(
             t.partitions
                 .iter()
@@ -107,8 +105,9 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: MetadataRequest,
-    listener: &str,
+    session: &Session,
 ) -> MetadataResponse {
+    let listener: &str = &session.listener;
     let version = hdr.request_api_version;
     let topic_operations = version >= 8 && req.include_topic_authorized_operations;
     // Cluster operations are asked in Metadata v8-10; later versions use DescribeCluster.
@@ -124,12 +123,27 @@ pub async fn handle(
                 .collect(),
         ),
     };
+    let authz = Authz::of(shard, session);
     let allow_create =
         shard.config.auto_create_topics_enable && (version < 4 || req.allow_auto_topic_creation);
     if let (Some(w), true) = (&wanted, allow_create) {
-        let names: Vec<String> = w.iter().filter_map(|(n, _)| n.clone()).collect();
+        // Kafka: auto-creation needs CREATE on the cluster or on the topic (and DESCRIBE to
+        // see it after).
+        let on_cluster = authz.cluster(Operation::Create);
+        let names: Vec<String> = w
+            .iter()
+            .filter_map(|(n, _)| n.clone())
+            .filter(|n| on_cluster || authz.topic(Operation::Create, n))
+            .collect();
         auto_create(shard, &names).await;
     }
+    let operations_of = |name: &str| {
+        if topic_operations {
+            authz.operations(ResourceType::Topic, name, crate::acl::TOPIC_OPERATIONS)
+        } else {
+            crate::acl::OMITTED
+        }
+    };
     let image = shard.image();
     let mut resp = MetadataResponse::default()
         .with_brokers(
@@ -158,16 +172,23 @@ pub async fn handle(
         // cluster_id exists from v2.
         .with_cluster_id((version >= 2).then(|| str_bytes(shard.config.cluster_id.clone())))
         .with_controller_id(BrokerId(shard.config.node_id))
-        .with_cluster_authorized_operations(crate::acl::reported(
-            cluster_operations,
-            crate::acl::CLUSTER,
-        ));
+        .with_cluster_authorized_operations(if cluster_operations {
+            authz.operations(
+                ResourceType::Cluster,
+                keel_auth::acl::CLUSTER_NAME,
+                crate::acl::CLUSTER_OPERATIONS,
+            )
+        } else {
+            crate::acl::OMITTED
+        });
     match wanted {
         None => {
+            // All topics: those the session may not DESCRIBE are left out (Kafka).
             resp.topics = image
                 .topics
                 .values()
-                .map(|t| topic_response(t, version, topic_operations))
+                .filter(|t| authz.topic(Operation::Describe, &t.name))
+                .map(|t| topic_response(t, version, operations_of(&t.name)))
                 .collect()
         }
         Some(w) => {
@@ -176,8 +197,24 @@ pub async fn handle(
                     Some(n) => image.topic(n),
                     None => image.topic_by_id(id.as_bytes()),
                 };
+                // A topic asked for by name that the session may not DESCRIBE is answered
+                // TOPIC_AUTHORIZATION_FAILED, whether it exists or not (Kafka).
+                let described = match (&name, found) {
+                    (Some(n), _) => authz.topic(Operation::Describe, n),
+                    (None, Some(t)) => authz.topic(Operation::Describe, &t.name),
+                    (None, None) => true,
+                };
+                let found = found.filter(|_| described);
                 let t = match found {
-                    Some(t) => topic_response(t, version, topic_operations),
+                    Some(t) => topic_response(t, version, operations_of(&t.name)),
+                    None if !described => MetadataResponseTopic::default()
+                        .with_name(name.as_deref().map(topic_name))
+                        .with_topic_id(if version >= 10 && name.is_none() {
+                            id
+                        } else {
+                            uuid::Uuid::nil()
+                        })
+                        .with_error_code(code(ResponseError::TopicAuthorizationFailed)),
                     None => {
                         let err = match &name {
                             Some(n) if validate_topic_name(n).is_err() => {

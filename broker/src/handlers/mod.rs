@@ -11,6 +11,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 
 use crate::frontend::framing::{decode_body, encode_response, Frame, FrameError};
+use crate::security::Session;
 use crate::shard::BrokerShard;
 
 pub mod add_offsets_to_txn;
@@ -56,6 +57,8 @@ pub mod offset_delete;
 pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod sasl_authenticate;
+pub mod sasl_handshake;
 pub mod sync_group;
 pub mod txn_offset_commit;
 pub mod unregister_broker;
@@ -90,10 +93,10 @@ impl ApiSupport {
 }
 
 /// The one table of the APIs Keel answers: each row names the API key, the handler's declared
-/// version range, the request type and how the handler is called (`plain`: shard, header,
-/// request; `host`: also the client's address; `listener`: also the name of the listener the
-/// request came in on (answers that name brokers); `body`: the handler decodes the body it is
-/// given whole, and may answer nothing, as Produce does for acks=0).
+/// version range, the request type and how the handler is called (`session`: shard, header,
+/// request and the connection's [`Session`] (its principal, the client's address,
+/// the listener the request came in on); `body`: the handler decodes the body it is given
+/// whole, is given the session too, and may answer nothing, as Produce does for acks=0).
 /// [`SUPPORTED`] (the ApiVersions answer) and [`call`] (the dispatch) are both generated from
 /// it, so they cannot disagree.
 macro_rules! api_table {
@@ -109,13 +112,12 @@ macro_rules! api_table {
             hdr: &RequestHeader,
             api: ApiKey,
             body: &mut Bytes,
-            client_host: &str,
-            listener: &str,
+            session: &Session,
         ) -> Result<Option<Frame>, FrameError> {
             let version = hdr.request_api_version;
             match api {
                 $(ApiKey::$key => {
-                    match api_table!(@call $kind $handler, $req, api, version, shard, hdr, body, client_host, listener) {
+                    match api_table!(@call $kind $handler, $req, api, version, shard, hdr, body, session) {
                         Some(resp) => encode_response(api, version, hdr.correlation_id, &resp).map(Some),
                         None => Ok(None),
                     }
@@ -152,94 +154,90 @@ macro_rules! api_table {
             vec![$((ApiKey::$key, $support)),*]
         }
     };
-    (@call plain $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $host:ident, $listener:ident) => {{
+    (@call session $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $session:ident) => {{
         let req: kafka_protocol::messages::$req = decode_body($api, $v, $body)?;
-        Some($h($shard, $hdr, req).await)
+        Some($h($shard, $hdr, req, $session).await)
     }};
-    (@call host $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $host:ident, $listener:ident) => {{
-        let req: kafka_protocol::messages::$req = decode_body($api, $v, $body)?;
-        Some($h($shard, $hdr, req, $host).await)
-    }};
-    (@call listener $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $host:ident, $listener:ident) => {{
-        let req: kafka_protocol::messages::$req = decode_body($api, $v, $body)?;
-        Some($h($shard, $hdr, req, $listener).await)
-    }};
-    (@call body $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $host:ident, $listener:ident) => {
-        $h($shard, $hdr, std::mem::take($body)).await?
+    (@call body $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $session:ident) => {
+        $h($shard, $hdr, std::mem::take($body), $session).await?
     };
 }
 
 api_table! {
     Produce: produce::SUPPORT => body produce::handle_body, ProduceRequest;
-    Fetch: fetch::SUPPORT => listener fetch::handle, FetchRequest;
-    ListOffsets: list_offsets::SUPPORT => plain list_offsets::handle, ListOffsetsRequest;
-    Metadata: metadata::SUPPORT => listener metadata::handle, MetadataRequest;
-    ApiVersions: api_versions::SUPPORT => plain api_versions::handle, ApiVersionsRequest;
-    CreateTopics: create_topics::SUPPORT => plain create_topics::handle, CreateTopicsRequest;
-    DeleteTopics: delete_topics::SUPPORT => plain delete_topics::handle, DeleteTopicsRequest;
+    Fetch: fetch::SUPPORT => session fetch::handle, FetchRequest;
+    ListOffsets: list_offsets::SUPPORT => session list_offsets::handle, ListOffsetsRequest;
+    Metadata: metadata::SUPPORT => session metadata::handle, MetadataRequest;
+    ApiVersions: api_versions::SUPPORT => session api_versions::handle, ApiVersionsRequest;
+    CreateTopics: create_topics::SUPPORT => session create_topics::handle, CreateTopicsRequest;
+    DeleteTopics: delete_topics::SUPPORT => session delete_topics::handle, DeleteTopicsRequest;
     OffsetForLeaderEpoch: offset_for_leader_epoch::SUPPORT
-        => listener offset_for_leader_epoch::handle, OffsetForLeaderEpochRequest;
+        => session offset_for_leader_epoch::handle, OffsetForLeaderEpochRequest;
     DescribeConfigs: describe_configs::SUPPORT
-        => plain describe_configs::handle, DescribeConfigsRequest;
-    AlterConfigs: alter_configs::SUPPORT => plain alter_configs::handle, AlterConfigsRequest;
+        => session describe_configs::handle, DescribeConfigsRequest;
+    AlterConfigs: alter_configs::SUPPORT => session alter_configs::handle, AlterConfigsRequest;
     CreatePartitions: create_partitions::SUPPORT
-        => plain create_partitions::handle, CreatePartitionsRequest;
-    ElectLeaders: elect_leaders::SUPPORT => plain elect_leaders::handle, ElectLeadersRequest;
+        => session create_partitions::handle, CreatePartitionsRequest;
+    ElectLeaders: elect_leaders::SUPPORT => session elect_leaders::handle, ElectLeadersRequest;
     IncrementalAlterConfigs: incremental_alter_configs::SUPPORT
-        => plain incremental_alter_configs::handle, IncrementalAlterConfigsRequest;
+        => session incremental_alter_configs::handle, IncrementalAlterConfigsRequest;
     DescribeCluster: describe_cluster::SUPPORT
-        => listener describe_cluster::handle, DescribeClusterRequest;
+        => session describe_cluster::handle, DescribeClusterRequest;
     DescribeTopicPartitions: describe_topic_partitions::SUPPORT
-        => plain describe_topic_partitions::handle, DescribeTopicPartitionsRequest;
-    DeleteRecords: delete_records::SUPPORT => plain delete_records::handle, DeleteRecordsRequest;
+        => session describe_topic_partitions::handle, DescribeTopicPartitionsRequest;
+    DeleteRecords: delete_records::SUPPORT => session delete_records::handle, DeleteRecordsRequest;
     DescribeLogDirs: describe_log_dirs::SUPPORT
-        => plain describe_log_dirs::handle, DescribeLogDirsRequest;
+        => session describe_log_dirs::handle, DescribeLogDirsRequest;
     FindCoordinator: find_coordinator::SUPPORT
-        => listener find_coordinator::handle, FindCoordinatorRequest;
-    OffsetCommit: offset_commit::SUPPORT => plain offset_commit::handle, OffsetCommitRequest;
-    OffsetFetch: offset_fetch::SUPPORT => plain offset_fetch::handle, OffsetFetchRequest;
-    OffsetDelete: offset_delete::SUPPORT => plain offset_delete::handle, OffsetDeleteRequest;
-    JoinGroup: join_group::SUPPORT => host join_group::handle, JoinGroupRequest;
-    Heartbeat: heartbeat::SUPPORT => plain heartbeat::handle, HeartbeatRequest;
-    LeaveGroup: leave_group::SUPPORT => plain leave_group::handle, LeaveGroupRequest;
-    SyncGroup: sync_group::SUPPORT => plain sync_group::handle, SyncGroupRequest;
-    DescribeGroups: describe_groups::SUPPORT => plain describe_groups::handle, DescribeGroupsRequest;
-    ListGroups: list_groups::SUPPORT => plain list_groups::handle, ListGroupsRequest;
-    DeleteGroups: delete_groups::SUPPORT => plain delete_groups::handle, DeleteGroupsRequest;
+        => session find_coordinator::handle, FindCoordinatorRequest;
+    OffsetCommit: offset_commit::SUPPORT => session offset_commit::handle, OffsetCommitRequest;
+    OffsetFetch: offset_fetch::SUPPORT => session offset_fetch::handle, OffsetFetchRequest;
+    OffsetDelete: offset_delete::SUPPORT => session offset_delete::handle, OffsetDeleteRequest;
+    JoinGroup: join_group::SUPPORT => session join_group::handle, JoinGroupRequest;
+    Heartbeat: heartbeat::SUPPORT => session heartbeat::handle, HeartbeatRequest;
+    LeaveGroup: leave_group::SUPPORT => session leave_group::handle, LeaveGroupRequest;
+    SyncGroup: sync_group::SUPPORT => session sync_group::handle, SyncGroupRequest;
+    DescribeGroups: describe_groups::SUPPORT => session describe_groups::handle, DescribeGroupsRequest;
+    ListGroups: list_groups::SUPPORT => session list_groups::handle, ListGroupsRequest;
+    DeleteGroups: delete_groups::SUPPORT => session delete_groups::handle, DeleteGroupsRequest;
     ConsumerGroupHeartbeat: consumer_group_heartbeat::SUPPORT
-        => host consumer_group_heartbeat::handle, ConsumerGroupHeartbeatRequest;
+        => session consumer_group_heartbeat::handle, ConsumerGroupHeartbeatRequest;
     ConsumerGroupDescribe: consumer_group_describe::SUPPORT
-        => plain consumer_group_describe::handle, ConsumerGroupDescribeRequest;
+        => session consumer_group_describe::handle, ConsumerGroupDescribeRequest;
     InitProducerId: init_producer_id::SUPPORT
-        => plain init_producer_id::handle, InitProducerIdRequest;
+        => session init_producer_id::handle, InitProducerIdRequest;
     AddPartitionsToTxn: add_partitions_to_txn::SUPPORT
-        => plain add_partitions_to_txn::handle, AddPartitionsToTxnRequest;
+        => session add_partitions_to_txn::handle, AddPartitionsToTxnRequest;
     AddOffsetsToTxn: add_offsets_to_txn::SUPPORT
-        => plain add_offsets_to_txn::handle, AddOffsetsToTxnRequest;
-    EndTxn: end_txn::SUPPORT => plain end_txn::handle, EndTxnRequest;
+        => session add_offsets_to_txn::handle, AddOffsetsToTxnRequest;
+    EndTxn: end_txn::SUPPORT => session end_txn::handle, EndTxnRequest;
     TxnOffsetCommit: txn_offset_commit::SUPPORT
-        => plain txn_offset_commit::handle, TxnOffsetCommitRequest;
+        => session txn_offset_commit::handle, TxnOffsetCommitRequest;
     DescribeProducers: describe_producers::SUPPORT
-        => plain describe_producers::handle, DescribeProducersRequest;
+        => session describe_producers::handle, DescribeProducersRequest;
     DescribeTransactions: describe_transactions::SUPPORT
-        => plain describe_transactions::handle, DescribeTransactionsRequest;
+        => session describe_transactions::handle, DescribeTransactionsRequest;
     ListTransactions: list_transactions::SUPPORT
-        => plain list_transactions::handle, ListTransactionsRequest;
+        => session list_transactions::handle, ListTransactionsRequest;
     WriteTxnMarkers: write_txn_markers::SUPPORT
-        => plain write_txn_markers::handle, WriteTxnMarkersRequest;
+        => session write_txn_markers::handle, WriteTxnMarkersRequest;
     AlterPartitionReassignments: alter_partition_reassignments::SUPPORT
-        => plain alter_partition_reassignments::handle, AlterPartitionReassignmentsRequest;
+        => session alter_partition_reassignments::handle, AlterPartitionReassignmentsRequest;
     ListPartitionReassignments: list_partition_reassignments::SUPPORT
-        => plain list_partition_reassignments::handle, ListPartitionReassignmentsRequest;
+        => session list_partition_reassignments::handle, ListPartitionReassignmentsRequest;
     UnregisterBroker: unregister_broker::SUPPORT
-        => plain unregister_broker::handle, UnregisterBrokerRequest;
+        => session unregister_broker::handle, UnregisterBrokerRequest;
     DescribeUserScramCredentials: describe_user_scram_credentials::SUPPORT
-        => plain describe_user_scram_credentials::handle, DescribeUserScramCredentialsRequest;
+        => session describe_user_scram_credentials::handle, DescribeUserScramCredentialsRequest;
     AlterUserScramCredentials: alter_user_scram_credentials::SUPPORT
-        => plain alter_user_scram_credentials::handle, AlterUserScramCredentialsRequest;
-    CreateAcls: create_acls::SUPPORT => plain create_acls::handle, CreateAclsRequest;
-    DescribeAcls: describe_acls::SUPPORT => plain describe_acls::handle, DescribeAclsRequest;
-    DeleteAcls: delete_acls::SUPPORT => plain delete_acls::handle, DeleteAclsRequest;
+        => session alter_user_scram_credentials::handle, AlterUserScramCredentialsRequest;
+    CreateAcls: create_acls::SUPPORT => session create_acls::handle, CreateAclsRequest;
+    DescribeAcls: describe_acls::SUPPORT => session describe_acls::handle, DescribeAclsRequest;
+    DeleteAcls: delete_acls::SUPPORT => session delete_acls::handle, DeleteAclsRequest;
+    SaslHandshake: sasl_handshake::SUPPORT
+        => session sasl_handshake::handle, SaslHandshakeRequest;
+    SaslAuthenticate: sasl_authenticate::SUPPORT
+        => session sasl_authenticate::handle, SaslAuthenticateRequest;
 }
 
 pub fn support(key: ApiKey) -> Option<ApiSupport> {

@@ -8,6 +8,10 @@
 //! Kafka refuses (GROUP_SUBSCRIBED_TO_TOPIC, per partition) to delete offsets of a topic the
 //! group's active members subscribe to, as their consumer protocol metadata says; an active
 //! group of another protocol type gets NON_EMPTY_GROUP for the whole request.
+//!
+//! Authorization, as Kafka's, before the coordinator is asked: DELETE on the group, else
+//! GROUP_AUTHORIZATION_FAILED for the request; READ on each topic, else
+//! TOPIC_AUTHORIZATION_FAILED for its partitions (the others are deleted).
 
 use std::rc::Rc;
 
@@ -20,7 +24,9 @@ use kafka_protocol::ResponseError;
 use super::{topic_name, ApiSupport};
 use crate::errors::{code, NONE};
 use crate::group;
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetDelete, 0, 0);
 
@@ -28,8 +34,15 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: OffsetDeleteRequest,
+    session: &Session,
 ) -> OffsetDeleteResponse {
+    let authz = Authz::of(shard, session);
     let group_id = req.group_id.0.to_string();
+    // Before the group id is checked: Kafka's coordinator checks it after authorization.
+    if !authz.group(Operation::Delete, &group_id) {
+        return OffsetDeleteResponse::default()
+            .with_error_code(code(ResponseError::GroupAuthorizationFailed));
+    }
     if !keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
         return OffsetDeleteResponse::default()
             .with_error_code(code(ResponseError::InvalidGroupId));
@@ -39,12 +52,15 @@ pub async fn handle(
     let mut known = Vec::new();
     for t in req.topics {
         let name = t.name.0.to_string();
+        let allowed = authz.topic(Operation::Read, &name);
         let parts = t
             .partitions
             .into_iter()
             .map(|p| {
                 let index = p.partition_index;
-                if image.partition(&name, index).is_none() {
+                if !allowed {
+                    (index, code(ResponseError::TopicAuthorizationFailed))
+                } else if image.partition(&name, index).is_none() {
                     (index, code(ResponseError::UnknownTopicOrPartition))
                 } else {
                     known.push((name.clone(), index));

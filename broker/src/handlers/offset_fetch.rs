@@ -9,6 +9,11 @@
 //! has not been written yet answers UNSTABLE_OFFSET_COMMIT (the client retries), as Kafka.
 //! v9's `member_id`/`member_epoch` (KIP-848 consumer groups) are checked against the group's
 //! members, as Kafka does: UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH for the group.
+//!
+//! Authorization, as Kafka's, before the coordinator is asked: DESCRIBE on the group, else
+//! GROUP_AUTHORIZATION_FAILED for that group; topics asked for that the session may not
+//! DESCRIBE are not asked of the coordinator and answer TOPIC_AUTHORIZATION_FAILED per
+//! partition; when every committed topic is fetched (null topics), those are left out.
 
 use std::rc::Rc;
 
@@ -24,7 +29,9 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, topic_name, ApiSupport};
 use crate::coordination::parking::join_all;
 use crate::group::{self, CommittedOffset, FetchedTopic};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 use keel_vocab::ErrorCode;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetFetch, 0, 9);
@@ -39,7 +46,9 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: OffsetFetchRequest,
+    session: &Session,
 ) -> OffsetFetchResponse {
+    let authz = Authz::of(shard, session);
     let version = hdr.request_api_version;
     let require_stable = version >= 7 && req.require_stable;
     if version >= 8 {
@@ -61,16 +70,32 @@ pub async fn handle(
                 (g.group_id.0.to_string(), topics, member)
             })
             .collect();
-        let runs = queries.into_iter().map(|(g, topics, member)| {
-            let shard = shard.clone();
-            async move {
-                let answer = fetch_group(&shard, &g, topics, member, require_stable).await;
-                (g, answer)
-            }
-        });
-        let groups = join_all(runs.collect()).await;
-        return OffsetFetchResponse::default()
-            .with_groups(groups.into_iter().map(|(g, a)| group_v8(g, a)).collect());
+        // (every topic fetched, topics refused) of each group, in request order.
+        let mut refusals = Vec::with_capacity(queries.len());
+        let runs: Vec<_> = queries
+            .into_iter()
+            .map(|(g, topics, member)| {
+                let all = topics.is_none();
+                let (asked, refused) = authorize(&authz, &g, topics);
+                refusals.push((all, refused));
+                let shard = shard.clone();
+                async move {
+                    let answer = match asked {
+                        Ok(topics) => fetch_group(&shard, &g, topics, member, require_stable).await,
+                        Err(e) => Err(e),
+                    };
+                    (g, answer)
+                }
+            })
+            .collect();
+        let groups = join_all(runs).await;
+        return OffsetFetchResponse::default().with_groups(
+            groups
+                .into_iter()
+                .zip(refusals)
+                .map(|((g, a), (all, refused))| group_v8(g, complete(&authz, a, all, refused)))
+                .collect(),
+        );
     }
     let wanted: Wanted = req.topics.map(|ts| {
         ts.into_iter()
@@ -78,8 +103,56 @@ pub async fn handle(
             .collect()
     });
     let group_id = req.group_id.0.to_string();
-    let answer = fetch_group(shard, &group_id, wanted.clone(), None, require_stable).await;
-    single_group(version, wanted, answer)
+    let all = wanted.is_none();
+    let (asked, refused) = authorize(&authz, &group_id, wanted.clone());
+    let answer = match asked {
+        Ok(topics) => fetch_group(shard, &group_id, topics, None, require_stable).await,
+        Err(e) => Err(e),
+    };
+    single_group(version, wanted, complete(&authz, answer, all, refused))
+}
+
+/// Topics asked for that the session may not DESCRIBE, with their partitions.
+type Refused = Vec<(String, Vec<i32>)>;
+
+/// What one group's query may ask of the coordinator (GROUP_AUTHORIZATION_FAILED without
+/// DESCRIBE on the group), and the topics asked for that it may not.
+fn authorize(
+    authz: &Authz<'_>,
+    group_id: &str,
+    topics: Wanted,
+) -> (Result<Wanted, ErrorCode>, Refused) {
+    if !authz.group(Operation::Describe, group_id) {
+        return (
+            Err(ErrorCode::of(ResponseError::GroupAuthorizationFailed)),
+            Vec::new(),
+        );
+    }
+    match topics {
+        None => (Ok(None), Vec::new()),
+        Some(topics) => {
+            let (allowed, refused) = topics
+                .into_iter()
+                .partition(|(t, _)| authz.topic(Operation::Describe, t));
+            (Ok(Some(allowed)), refused)
+        }
+    }
+}
+
+/// The coordinator's answer as Kafka completes it: with every topic fetched (`all`), only
+/// those the session may DESCRIBE; the refused topics after the rest, each partition
+/// TOPIC_AUTHORIZATION_FAILED. A group-wide error stays alone.
+fn complete(authz: &Authz<'_>, answer: GroupAnswer, all: bool, refused: Refused) -> GroupAnswer {
+    let mut topics = answer?;
+    if all {
+        topics.retain(|(t, _)| authz.topic(Operation::Describe, t));
+    }
+    let failed = ErrorCode::of(ResponseError::TopicAuthorizationFailed);
+    topics.extend(refused.into_iter().map(|(t, partitions)| {
+        let parts = partitions.into_iter().map(|p| (p, None, failed)).collect();
+        (t, parts)
+    }));
+    Ok(topics)
 }
 
 /// OffsetFetch v9's member id and epoch.

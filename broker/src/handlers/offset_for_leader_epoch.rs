@@ -20,7 +20,9 @@ use super::fetch::check_epoch;
 use super::ApiSupport;
 use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, NONE};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::OffsetForLeaderEpoch, 0, 4);
 
@@ -70,8 +72,9 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: OffsetForLeaderEpochRequest,
-    listener: &str,
+    session: &Session,
 ) -> OffsetForLeaderEpochResponse {
+    let listener: &str = &session.listener;
     // replica_id exists from v3; a consumer sends -1.
     let replica_id = if hdr.request_api_version >= 3 {
         req.replica_id.0
@@ -80,21 +83,29 @@ pub async fn handle(
     };
     // A replica's question is honoured only on the inter-broker listener (Kafka asks a follower
     // for the cluster permission): elsewhere every partition gets TOPIC_AUTHORIZATION_FAILED.
-    let refused = replica_id >= 0 && listener != shard.config.inter_broker_listener_name;
+    let authz = Authz::of(shard, session);
+    let refused = replica_id >= 0
+        && (listener != shard.config.inter_broker_listener_name
+            || !authz.cluster(Operation::ClusterAction));
     let mut shape = Vec::new();
     let mut items = Vec::new();
     for t in req.topics {
         let name = t.topic.0.to_string();
+        // A consumer asks about a topic it may DESCRIBE (Kafka).
+        let allowed = replica_id >= 0 || authz.topic(Operation::Describe, &name);
         let mut parts = Vec::new();
         for p in t.partitions {
             parts.push(p.partition);
+            if !allowed {
+                continue;
+            }
             items.push(Item {
                 topic: name.clone(),
                 partition: p.partition,
                 payload: (p.current_leader_epoch, p.leader_epoch, replica_id),
             });
         }
-        shape.push((name, parts));
+        shape.push((name, parts, allowed));
     }
     let answers = if refused {
         vec![failed(code(ResponseError::TopicAuthorizationFailed)); items.len()]
@@ -110,12 +121,16 @@ pub async fn handle(
     };
     let mut results = answers.into_iter();
     let mut resp = OffsetForLeaderEpochResponse::default();
-    for (name, parts) in shape {
+    for (name, parts, allowed) in shape {
         let mut t = OffsetForLeaderTopicResult::default().with_topic(super::topic_name(&name));
         for index in parts {
-            let (error, epoch, end) = results
-                .next()
-                .unwrap_or_else(|| failed(code(ResponseError::UnknownServerError)));
+            let (error, epoch, end) = if allowed {
+                results
+                    .next()
+                    .unwrap_or_else(|| failed(code(ResponseError::UnknownServerError)))
+            } else {
+                failed(code(ResponseError::TopicAuthorizationFailed))
+            };
             t.partitions.push(
                 EpochEndOffset::default()
                     .with_partition(index)

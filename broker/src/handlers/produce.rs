@@ -34,7 +34,9 @@ use crate::errors::{code, storage_code, NONE};
 use crate::frontend::framing::{decode_body, FrameError};
 use crate::ops::metrics::Stage;
 use crate::replication::{self, CommitError, Wait};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 /// Listed from v0 though v0-v2 (the pre-0.11 message formats) are refused, as Kafka 4.0 does
 /// (KAFKA-18659): librdkafka up to 2.x enables gzip, snappy and lz4 only when the broker lists
@@ -78,6 +80,7 @@ pub async fn handle_body(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     body: Bytes,
+    session: &Session,
 ) -> Result<Option<ProduceResponse>, FrameError> {
     let version = hdr.request_api_version;
     let mut cursor = body.clone();
@@ -89,8 +92,54 @@ pub async fn handle_body(
         return Ok((req.acks != 0).then(|| refuse_old_version(req, version)));
     }
     let timeout_ms = req.timeout_ms;
+    let refused = refusals(shard, session, &req);
+    if req.acks == 0 && (refused.all.is_some() || !refused.topics.is_empty()) {
+        // Kafka closes an acks=0 connection whose produce failed: nothing carries the error.
+        return Err(FrameError::Refused(format!(
+            "unauthorized acks=0 produce by {}",
+            session.principal
+        )));
+    }
     let (acks, topics) = take_records(req, body);
-    Ok(handle(shard, version, acks, timeout_ms, topics).await)
+    Ok(handle(shard, version, acks, timeout_ms, topics, refused).await)
+}
+
+/// What a Produce may not write, as Kafka authorizes it: every partition when the session may
+/// not WRITE its transactional id, else the topics it may not WRITE. Auto-creation also needs
+/// CREATE on the cluster or the topic.
+struct Refusals {
+    all: Option<i16>,
+    topics: std::collections::HashSet<String>,
+    may_create: std::collections::HashSet<String>,
+}
+
+fn refusals(shard: &BrokerShard, session: &Session, req: &ProduceRequest) -> Refusals {
+    let authz = Authz::of(shard, session);
+    let mut r = Refusals {
+        all: None,
+        topics: Default::default(),
+        may_create: Default::default(),
+    };
+    if !authz.enforced() {
+        r.may_create = req.topic_data.iter().map(|t| t.name.to_string()).collect();
+        return r;
+    }
+    if let Some(id) = &req.transactional_id {
+        if !authz.transactional_id(Operation::Write, id) {
+            r.all = Some(code(ResponseError::TransactionalIdAuthorizationFailed));
+            return r;
+        }
+    }
+    let may_create_any = authz.cluster(Operation::Create);
+    for t in &req.topic_data {
+        let name = t.name.as_str();
+        if !authz.topic(Operation::Write, name) {
+            r.topics.insert(name.to_string());
+        } else if may_create_any || authz.topic(Operation::Create, name) {
+            r.may_create.insert(name.to_string());
+        }
+    }
+    r
 }
 
 /// Takes the records out of a decoded request: the topics by name, each partition's index and
@@ -163,26 +212,42 @@ async fn handle(
     acks: i16,
     timeout_ms: i32,
     topics: Vec<TopicRecords>,
+    refused: Refusals,
 ) -> Option<ProduceResponse> {
-    if shard.config.auto_create_topics_enable {
-        let names: Vec<String> = topics.iter().map(|(name, _)| name.clone()).collect();
+    if shard.config.auto_create_topics_enable && refused.all.is_none() {
+        let names: Vec<String> = topics
+            .iter()
+            .map(|(name, _)| name.clone())
+            .filter(|name| refused.may_create.contains(name))
+            .collect();
         super::metadata::auto_create(shard, &names).await;
     }
     let mut shape: Vec<(String, Vec<i32>)> = Vec::with_capacity(topics.len());
     let mut items = Vec::new();
+    // Refused partitions get their error here and never reach an owner shard.
+    let mut refused_slots: Vec<Option<i16>> = Vec::new();
     for (name, partitions) in topics {
+        let denied = refused.all.or_else(|| {
+            refused
+                .topics
+                .contains(&name)
+                .then(|| code(ResponseError::TopicAuthorizationFailed))
+        });
         let mut parts = Vec::with_capacity(partitions.len());
         for (index, records) in partitions {
             parts.push(index);
-            items.push(Item {
-                topic: name.clone(),
-                partition: index,
-                payload: records,
-            });
+            refused_slots.push(denied);
+            if denied.is_none() {
+                items.push(Item {
+                    topic: name.clone(),
+                    partition: index,
+                    payload: records,
+                });
+            }
         }
         shape.push((name, parts));
     }
-    let results = if !matches!(acks, -1..=1) {
+    let results: Vec<PartResult> = if !matches!(acks, -1..=1) {
         items
             .iter()
             .map(|_| failed(code(ResponseError::InvalidRequiredAcks)))
@@ -200,7 +265,17 @@ async fn handle(
     if acks == 0 {
         return None;
     }
-    let mut results = results.into_iter();
+    let mut allowed = results.into_iter();
+    let mut results = refused_slots
+        .into_iter()
+        .map(|denied| match denied {
+            Some(error) => failed(error),
+            None => allowed
+                .next()
+                .unwrap_or_else(|| failed(code(ResponseError::UnknownServerError))),
+        })
+        .collect::<Vec<_>>()
+        .into_iter();
     let mut resp = ProduceResponse::default();
     for (name, parts) in shape {
         let mut t = TopicProduceResponse::default().with_name(super::topic_name(&name));

@@ -2,7 +2,8 @@
 //! The request goes to the group's coordinator shard (`group::membership::sync_group`); a
 //! follower's SyncGroup that must wait for the leader's is parked there and waits on this
 //! shard without blocking it. v3+ carry `group.instance.id`; v5 the protocol type and name,
-//! checked against the group's and echoed in the answer.
+//! checked against the group's and echoed in the answer. READ on the group is required, as in
+//! Kafka (GROUP_AUTHORIZATION_FAILED).
 
 use std::rc::Rc;
 
@@ -11,7 +12,9 @@ use kafka_protocol::ResponseError;
 
 use super::{str_bytes, ApiSupport};
 use crate::group::{self, membership};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 use keel_coordinator::group::classic_group::{Completed, SyncRequest, SyncResponse};
 use keel_vocab::ErrorCode;
 
@@ -21,10 +24,13 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: SyncGroupRequest,
+    session: &Session,
 ) -> SyncGroupResponse {
     let version = hdr.request_api_version;
     let group_id = req.group_id.0.to_string();
-    let response = if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
+    let response = if !Authz::of(shard, session).group(Operation::Read, &group_id) {
+        SyncResponse::error(ErrorCode::of(ResponseError::GroupAuthorizationFailed))
+    } else if keel_coordinator::group::group_metadata_manager::valid_group_id(&group_id) {
         let request = SyncRequest {
             member_id: req.member_id.to_string(),
             group_instance_id: req.group_instance_id.map(|i| i.to_string()),

@@ -5,6 +5,11 @@
 //! offsets, ABORT drops them (`group::txn_commit_offsets`). v3 carries the consumer's group
 //! membership, checked as OffsetCommit checks it (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
 //! FENCED_INSTANCE_ID); a batch from an older epoch of the producer gets PRODUCER_FENCED.
+//!
+//! Authorization, as Kafka's, before the coordinator is asked: WRITE on the transactional id
+//! (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition), then READ on the group
+//! (GROUP_AUTHORIZATION_FAILED for every partition), then READ on each topic
+//! (TOPIC_AUTHORIZATION_FAILED for its partitions; the others are committed).
 
 use std::rc::Rc;
 
@@ -14,12 +19,15 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::{
     ApiKey, RequestHeader, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
+use kafka_protocol::ResponseError;
 
-use super::offset_commit::{check_partitions, PartitionCommit, PENDING};
+use super::offset_commit::{check_partitions, refused, PartitionCommit, PENDING};
 use super::{topic_name, ApiSupport};
 use crate::errors::NONE;
 use crate::group::{self, TxnCommitRequest};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::TxnOffsetCommit, 0, 3);
 
@@ -27,7 +35,9 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     hdr: &RequestHeader,
     req: TxnOffsetCommitRequest,
+    session: &Session,
 ) -> TxnOffsetCommitResponse {
+    let authz = Authz::of(shard, session);
     let group_id = req.group_id.0.to_string();
     let topics = req.topics.into_iter().map(|t| {
         let parts = t.partitions.into_iter().map(|p| PartitionCommit {
@@ -38,7 +48,15 @@ pub async fn handle(
         });
         (t.name.0.to_string(), parts.collect())
     });
-    let (answers, offsets) = check_partitions(shard, &group_id, topics);
+    let (answers, offsets) = if !authz.transactional_id(Operation::Write, &req.transactional_id.0) {
+        refused(topics, ResponseError::TransactionalIdAuthorizationFailed)
+    } else if !authz.group(Operation::Read, &group_id) {
+        refused(topics, ResponseError::GroupAuthorizationFailed)
+    } else {
+        check_partitions(shard, &group_id, topics, |t| {
+            authz.topic(Operation::Read, t)
+        })
+    };
     let outcome = if offsets.is_empty() {
         NONE
     } else {

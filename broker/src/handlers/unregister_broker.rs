@@ -12,7 +12,10 @@ use kafka_protocol::messages::{
 use super::{str_bytes, ApiSupport};
 use crate::controller;
 use crate::controller::reassignment::unregister_broker;
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
+use kafka_protocol::ResponseError;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::UnregisterBroker, 0, 0);
 
@@ -20,7 +23,12 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: UnregisterBrokerRequest,
+    session: &Session,
 ) -> UnregisterBrokerResponse {
+    if !Authz::of(shard, session).cluster(Operation::Alter) {
+        return UnregisterBrokerResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let id = req.broker_id.0;
     let result = controller::call(shard, move |s| unregister_broker(s, id))
         .await

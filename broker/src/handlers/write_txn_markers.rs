@@ -7,6 +7,9 @@
 //! partition, since its last stable offset moves. The markers of one request run
 //! concurrently. v0 is not served: kafka-protocol 0.18 decodes v1 only (Kafka 4.0 removed
 //! v0, KIP-896).
+//!
+//! Authorization, as Kafka's (3.8+, KAFKA-16513): ALTER or CLUSTER_ACTION on the cluster, else
+//! CLUSTER_AUTHORIZATION_FAILED for every partition of every marker, nothing written.
 
 use std::rc::Rc;
 
@@ -22,8 +25,10 @@ use super::ApiSupport;
 use crate::coordination::parking::join_all;
 use crate::coordination::route::{on_owners, Item};
 use crate::errors::{code, NONE};
+use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
 use crate::txn::coordinator::append_marker;
+use keel_auth::acl::Operation;
 
 pub const SUPPORT: ApiSupport = ApiSupport::new(ApiKey::WriteTxnMarkers, 0, 1);
 
@@ -75,7 +80,10 @@ pub async fn handle(
     shard: &Rc<BrokerShard>,
     _hdr: &RequestHeader,
     req: WriteTxnMarkersRequest,
+    session: &Session,
 ) -> WriteTxnMarkersResponse {
+    let authz = Authz::of(shard, session);
+    let allowed = authz.cluster(Operation::Alter) || authz.cluster(Operation::ClusterAction);
     let mut shape: Vec<MarkerShape> = Vec::with_capacity(req.markers.len());
     let mut items = Vec::new();
     for m in &req.markers {
@@ -88,12 +96,15 @@ pub async fn handle(
         let mut topics = Vec::with_capacity(m.topics.len());
         for t in &m.topics {
             let name = t.name.0.to_string();
-            for &partition in &t.partition_indexes {
-                items.push(Item {
-                    topic: name.clone(),
-                    partition,
-                    payload: marker,
-                });
+            // Refused: nothing goes to the owners; every partition answers the refusal.
+            if allowed {
+                for &partition in &t.partition_indexes {
+                    items.push(Item {
+                        topic: name.clone(),
+                        partition,
+                        payload: marker,
+                    });
+                }
             }
             topics.push((name, t.partition_indexes.clone()));
         }
@@ -115,9 +126,13 @@ pub async fn handle(
         for (name, partitions) in topics {
             let mut t = WritableTxnMarkerTopicResult::default().with_name(super::topic_name(&name));
             for partition_index in partitions {
-                let error = results
-                    .next()
-                    .unwrap_or_else(|| code(ResponseError::UnknownServerError));
+                let error = if allowed {
+                    results
+                        .next()
+                        .unwrap_or_else(|| code(ResponseError::UnknownServerError))
+                } else {
+                    code(ResponseError::ClusterAuthorizationFailed)
+                };
                 t.partitions.push(
                     WritableTxnMarkerPartitionResult::default()
                         .with_partition_index(partition_index)

@@ -38,6 +38,18 @@ impl Client {
     ) -> Resp {
         self.conn.request(api, version, req).unwrap()
     }
+
+    /// [`Client::send`] that returns the error (a closed connection) instead of panicking.
+    pub fn try_send<Req: Encodable + HeaderVersion, Resp: Decodable>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> Result<Resp, String> {
+        self.conn
+            .request(api, version, req)
+            .map_err(|e| e.to_string())
+    }
 }
 
 pub fn topic(name: &str) -> TopicName {
