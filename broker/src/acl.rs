@@ -4,9 +4,12 @@
 //! Kafka without an authorizer lets every principal do everything, and reports for a resource
 //! every operation valid for its type (`AclEntry.supportedOperations`): the same sets are here,
 //! as bits and as lists. With an authorizer, the list is what is checked, and the bits of the
-//! allowed operations are reported (`security::Authz::operations`). Runs on any shard; pure.
+//! allowed operations are reported (`security::Authz::operations`). Also the conversion of a
+//! stored ACL record to keel-auth's model, which each shard's authorizer index is built from.
+//! Runs on any shard; pure.
 
-use keel_auth::acl::Operation;
+use keel_auth::acl::{Acl, Operation, PatternType, Permission, ResourceType};
+use keel_raft::records::AclEntry;
 
 /// Every operation valid on the cluster, as [`CLUSTER`]'s bits.
 pub const CLUSTER_OPERATIONS: &[Operation] = &[
@@ -34,6 +37,19 @@ pub const TOPIC_OPERATIONS: &[Operation] = &[
 /// Every operation valid on a group, as [`GROUP`]'s bits.
 pub const GROUP_OPERATIONS: &[Operation] =
     &[Operation::Read, Operation::Describe, Operation::Delete];
+
+/// The ACL an entry stores, `None` if a code is not one Kafka defines.
+pub fn acl_of(e: &AclEntry) -> Option<Acl> {
+    Some(Acl {
+        resource_type: ResourceType::from_code(e.resource_type)?,
+        name: e.resource_name.clone(),
+        pattern: PatternType::from_code(e.pattern_type)?,
+        principal: e.principal.clone(),
+        host: e.host.clone(),
+        operation: Operation::from_code(e.operation)?,
+        permission: Permission::from_code(e.permission_type)?,
+    })
+}
 
 /// Kafka's `AclOperation` codes, as bit positions of `authorized_operations`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,9 @@
 
 use std::rc::Rc;
 
-use keel_auth::acl::{Acl, AclFilter, Operation, PatternType, Permission, ResourceType};
+pub use crate::acl::acl_of;
+
+use keel_auth::acl::{AclFilter, Operation, PatternType, Permission, ResourceType};
 use keel_raft::records::AclEntry;
 
 /// The principal of a connection that did not authenticate (a PLAINTEXT listener's).
@@ -134,19 +136,6 @@ pub fn acl_admin_refusal(
             kafka_protocol::ResponseError::ClusterAuthorizationFailed,
             format!("{} may not {op:?} the cluster's ACLs", session.principal),
         )
-    })
-}
-
-/// The ACL an entry stores, `None` if a code is not one Kafka defines.
-pub fn acl_of(e: &AclEntry) -> Option<Acl> {
-    Some(Acl {
-        resource_type: ResourceType::from_code(e.resource_type)?,
-        name: e.resource_name.clone(),
-        pattern: PatternType::from_code(e.pattern_type)?,
-        principal: e.principal.clone(),
-        host: e.host.clone(),
-        operation: Operation::from_code(e.operation)?,
-        permission: Permission::from_code(e.permission_type)?,
     })
 }
 

@@ -412,7 +412,7 @@ impl BrokerShard {
                     .cluster
                     .acls
                     .values()
-                    .filter_map(crate::security::acl_of)
+                    .filter_map(crate::acl::acl_of)
                     .collect();
                 *self.authorizer.borrow_mut() = Some(Rc::new(keel_auth::acl::Authorizer {
                     index: keel_auth::acl::AclIndex::new(&acls),

@@ -7,15 +7,11 @@
 //! On shutdown the reader stops at the next frame boundary; in-flight requests finish.
 
 use std::cell::RefCell;
-use std::io::{self, IoSlice};
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
 use futures_lite::io::BufReader;
-use futures_lite::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel::{self, LocalReceiver};
 use glommio::net::TcpStream;
 use glommio::task::JoinHandle;
@@ -24,16 +20,12 @@ use tracing::{debug, info, warn};
 
 use crate::frontend::dispatch::Reply;
 use crate::frontend::framing::{check_frame_size, Frame};
+use crate::frontend::io::{read_frame, send_frames, ReadSide, Socket, WriteSide, READ_BUFFER};
 use crate::ops::metrics::Stage;
 use crate::security::{Session, ANONYMOUS};
 use crate::shard::BrokerShard;
 
 const MAX_IN_FLIGHT: usize = 32;
-
-/// The connection's read buffer: one `recv` takes up to this much, so that pipelined small
-/// requests (and a frame's size prefix with its start) cost one system call, not two each.
-/// Reads at least this long go straight into the frame.
-pub const READ_BUFFER: usize = 32 * 1024;
 
 /// Answers already complete are sent together, up to this many bytes in one `sendmsg`.
 const GATHER_BYTES: usize = 1 << 20;
@@ -43,50 +35,6 @@ struct Pending {
     api: i16,
     read_at: Instant,
     task: JoinHandle<Reply>,
-}
-
-/// The socket, shared by the connection's reader and writer tasks. Both run on this shard's
-/// thread and hold the borrow only inside one poll, never across an await.
-type Socket = Rc<RefCell<TcpStream>>;
-
-pub(crate) struct ReadSide(Socket);
-
-impl AsyncRead for ReadSide {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_read(cx, buf)
-    }
-}
-
-pub(crate) struct WriteSide(Socket);
-
-impl AsyncWrite for WriteSide {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_write_vectored(cx, bufs)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_flush(cx)
-    }
-
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_close(cx)
-    }
 }
 
 /// Serves one connection accepted on the listener named `listener`.
@@ -204,30 +152,6 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream, listener: Rc<str>)
     shard.counters.connection_closed();
 }
 
-/// Reads a frame of `size` bytes (the size prefix already taken) into a buffer of its own,
-/// which a Produce hands to storage as it is. What the read buffer holds is copied out of it;
-/// the rest of a long frame is read straight into the frame.
-pub(crate) async fn read_frame(reader: &mut BufReader<ReadSide>, size: usize) -> io::Result<Bytes> {
-    let mut frame = BytesMut::with_capacity(size);
-    while frame.len() < size {
-        let need = size - frame.len();
-        if reader.buffer().is_empty() && need >= READ_BUFFER {
-            let at = frame.len();
-            frame.resize(size, 0);
-            reader.read_exact(&mut frame[at..]).await?;
-            break;
-        }
-        let available = reader.fill_buf().await?;
-        if available.is_empty() {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        let take = available.len().min(need);
-        frame.extend_from_slice(&available[..take]);
-        reader.consume(take);
-    }
-    Ok(frame.freeze())
-}
-
 /// One answer taken for sending: its API, when its request was read, its frame.
 struct Outgoing {
     api: i16,
@@ -332,29 +256,3 @@ fn take_reply(
     });
     close
 }
-
-/// Writes every part of `frames`, in order, with as few `sendmsg` calls as the socket allows.
-pub(crate) async fn send_frames<'a>(
-    out: &mut WriteSide,
-    frames: impl Iterator<Item = &'a Frame>,
-) -> io::Result<()> {
-    let mut slices: Vec<IoSlice<'_>> = frames
-        .flat_map(Frame::parts)
-        .filter(|p| !p.is_empty())
-        .map(|p| IoSlice::new(p))
-        .collect();
-    let mut rest = &mut slices[..];
-    while !rest.is_empty() {
-        let written = out
-            .write_vectored(&rest[..rest.len().min(MAX_IOVECS)])
-            .await?;
-        if written == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        IoSlice::advance_slices(&mut rest, written);
-    }
-    Ok(())
-}
-
-/// Buffers handed to one `sendmsg` (Linux's UIO_MAXIOV is 1024).
-const MAX_IOVECS: usize = 512;

@@ -31,9 +31,9 @@ use kafka_protocol::ResponseError;
 use keel_auth::scram::{self, Mechanism, ScramCredential, ScramServer};
 
 use crate::config::{Listener, SaslMechanism};
-use crate::frontend::conn::{read_frame, send_frames, ReadSide, WriteSide};
 use crate::frontend::dispatch::{self, Framed, Reply};
 use crate::frontend::framing::{decode_body, encode_response, str_bytes, Frame};
+use crate::frontend::io::{read_frame, send_frames, ReadSide, WriteSide};
 use crate::security::Session;
 use crate::shard::BrokerShard;
 
