@@ -23,6 +23,8 @@ command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 # packaged Sarama sources.
 command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 test -d /usr/share/gocode/src/github.com/Shopify/sarama || need_apt+=(golang-github-shopify-sarama-dev)
+# The TLS tests generate their CA and certificates at test time with the openssl CLI.
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 # The kafkajs test (tests/js) runs on node's built-in test runner and installs kafkajs with npm.
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -29,14 +29,26 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "advertised.listeners", default: "", doc: "what clients and other brokers are told to connect to, `NAME://HOST:PORT,...` per listener; empty = `advertise`, else each listener's own address" },
     BrokerKey { name: "inter.broker.listener.name", default: "PLAINTEXT", doc: "the listener followers fetch from; each shard also listens on its host at a port of its own, registered with the controller, so a follower's connection lands on the shard that owns its partitions" },
     BrokerKey { name: "inter.broker.shard.port.base", default: "0", doc: "shard N's own inter-broker port is this + N (on the inter-broker listener's host); 0 = each shard takes a free port below 32768 at start" },
-    BrokerKey { name: "listener.security.protocol.map", default: "PLAINTEXT:PLAINTEXT", doc: "listener name to security protocol, `NAME:PROTOCOL,...`; PLAINTEXT and SASL_PLAINTEXT are served (SSL and SASL_SSL not yet); per listener, `listener.name.<name>.<key>` overrides a listener setting (`sasl.enabled.mechanisms`)" },
+    BrokerKey { name: "listener.security.protocol.map", default: "PLAINTEXT:PLAINTEXT", doc: "listener name to security protocol, `NAME:PROTOCOL,...` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); per listener, `listener.name.<name>.<key>` overrides a listener setting (`sasl.enabled.mechanisms`, the `ssl.*` ones)" },
     BrokerKey { name: "sasl.enabled.mechanisms", default: "GSSAPI", doc: "SASL mechanisms a SASL listener offers: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (users and passwords from AlterUserScramCredentials; PLAIN checks the SCRAM-SHA-256 credential, else the SCRAM-SHA-512 one). Kafka's default GSSAPI is not supported: a SASL listener needs this or `listener.name.<name>.sasl.enabled.mechanisms`" },
+    BrokerKey { name: "ssl.keystore.type", default: "PEM", doc: "an SSL or SASL_SSL listener's keystore format: PEM only (Kafka's default JKS is not supported)" },
+    BrokerKey { name: "ssl.keystore.location", default: "", doc: "PEM file with the listener's private key (unencrypted) and certificate chain" },
+    BrokerKey { name: "ssl.key.password", default: "", doc: "must stay empty: encrypted keys are not supported" },
+    BrokerKey { name: "ssl.truststore.type", default: "PEM", doc: "PEM only" },
+    BrokerKey { name: "ssl.truststore.location", default: "", doc: "PEM file of the CA certificates client certificates are checked against (with `ssl.client.auth`)" },
+    BrokerKey { name: "ssl.client.auth", default: "none", doc: "client certificates: none, requested (checked when given) or required; a verified one makes the principal `User:<subject DN>`" },
+    BrokerKey { name: "ssl.enabled.protocols", default: "TLSv1.2,TLSv1.3", doc: "TLS versions offered" },
+    BrokerKey { name: "ssl.cipher.suites", default: "", doc: "IANA names of the suites offered (e.g. TLS13_AES_128_GCM_SHA256); empty = rustls' defaults" },
+    BrokerKey { name: "ssl.principal.mapping.rules", default: "DEFAULT", doc: "how a client certificate names its principal: DEFAULT (the subject's DN, RFC 2253) only" },
     BrokerKey { name: "sasl.server.max.receive.size", default: "524288", doc: "largest frame a connection may send before it is authenticated" },
     BrokerKey { name: "connection.failed.authentication.delay.ms", default: "100", doc: "a failed SASL authentication is answered after this delay, then the connection closes" },
     BrokerKey { name: "sasl.server.authentication.timeout.ms", default: "10000", doc: "a connection to a SASL listener that has not authenticated within this time is closed (Keel's; Kafka bounds it by `connections.max.idle.ms`)" },
     BrokerKey { name: "authorizer.class.name", default: "", doc: "empty = every request is allowed (Kafka without an authorizer); `org.apache.kafka.metadata.authorizer.StandardAuthorizer` = requests are authorized against the ACLs of CreateAcls, as Kafka's StandardAuthorizer does" },
     BrokerKey { name: "super.users", default: "", doc: "principals allowed everything by the authorizer, `User:a;User:b`" },
     BrokerKey { name: "allow.everyone.if.no.acl.found", default: "false", doc: "with an authorizer: allow an operation on a resource that no ACL names" },
+    BrokerKey { name: "connections.max.idle.ms", default: "600000", doc: "a connection with no request read and no answer written for this long, and none in flight, is closed" },
+    BrokerKey { name: "max.connections", default: "2147483647", doc: "connections the broker accepts, every listener but the inter-broker one together; past it a new connection is closed at once (Kafka holds it back instead)" },
+    BrokerKey { name: "max.connections.per.ip", default: "2147483647", doc: "connections the broker accepts from one IP address; past it a new connection is closed at once" },
     BrokerKey { name: "data.dir", default: "./keel-data", doc: "directory holding the partition logs and the metadata quorum's log" },
     BrokerKey { name: "smp", default: "0", doc: "shards, one per core; 0 = every core the process may use" },
     BrokerKey { name: "admin", default: "127.0.0.1:9644", doc: "admin HTTP address, HOST:PORT (`/metrics`, `/quorum`, `/debug/stalls`); `off` = none" },
@@ -545,6 +557,8 @@ pub struct Listener {
     /// The SASL mechanisms offered (a SASL listener's `sasl.enabled.mechanisms`); empty on
     /// the others.
     pub sasl_mechanisms: Vec<SaslMechanism>,
+    /// An SSL or SASL_SSL listener's TLS configuration.
+    pub tls: Option<crate::tls::TlsConfig>,
     /// What clients are told: `advertised.listeners`, else `advertise`, else `addr`.
     pub advertised_host: String,
     pub advertised_port: u16,
@@ -555,13 +569,26 @@ pub struct Listener {
 pub const LISTENER_PREFIX: &str = "listener.name.";
 
 /// The listener settings that `listener.name.<name>.` may prefix.
-const PER_LISTENER_KEYS: &[&str] = &["sasl.enabled.mechanisms"];
+const PER_LISTENER_KEYS: &[&str] = &[
+    "sasl.enabled.mechanisms",
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.key.password",
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "ssl.client.auth",
+    "ssl.enabled.protocols",
+    "ssl.cipher.suites",
+    "ssl.principal.mapping.rules",
+];
 
 /// A listener's security protocol (Kafka's `SecurityProtocol`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SecurityProtocol {
     Plaintext,
+    Ssl,
     SaslPlaintext,
+    SaslSsl,
 }
 
 impl SecurityProtocol {
@@ -569,7 +596,8 @@ impl SecurityProtocol {
         match name {
             "PLAINTEXT" => Ok(SecurityProtocol::Plaintext),
             "SASL_PLAINTEXT" => Ok(SecurityProtocol::SaslPlaintext),
-            "SSL" | "SASL_SSL" => bail!("security protocol {name} is not supported yet"),
+            "SSL" => Ok(SecurityProtocol::Ssl),
+            "SASL_SSL" => Ok(SecurityProtocol::SaslSsl),
             other => bail!(
                 "unknown security protocol {other:?} (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)"
             ),
@@ -578,13 +606,23 @@ impl SecurityProtocol {
 
     /// Whether a connection authenticates with SASL before anything else.
     pub fn is_sasl(self) -> bool {
-        matches!(self, SecurityProtocol::SaslPlaintext)
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+
+    /// Whether the connection is TLS from its first byte.
+    pub fn is_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
     }
 
     pub fn name(self) -> &'static str {
         match self {
             SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
             SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
         }
     }
 }
@@ -728,7 +766,14 @@ fn resolve_listeners(
         } else {
             Vec::new()
         };
-        security.push((protocol, mechanisms));
+        let tls = if protocol.is_tls() {
+            Some(crate::tls::server_config(name, &|key| {
+                listener_value(get, name, key)
+            })?)
+        } else {
+            None
+        };
+        security.push((protocol, mechanisms, tls));
     }
     for key in explicit.keys() {
         let Some(rest) = key.strip_prefix(LISTENER_PREFIX) else {
@@ -769,6 +814,7 @@ fn resolve_listeners(
                 addr: *addr,
                 protocol: security[i].0,
                 sasl_mechanisms: security[i].1.clone(),
+                tls: security[i].2.clone(),
                 advertised_host,
                 advertised_port,
             }
@@ -834,6 +880,75 @@ fn authorizer_settings(get: &dyn Fn(&str) -> String) -> Result<Option<Authorizer
     }))
 }
 
+/// A SCRAM user `keel serve --add-scram` writes to the metadata log when it has no credential
+/// for that mechanism yet (Kafka's `kafka-storage format --add-scram`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct BootstrapUser {
+    pub mechanism: keel_auth::scram::Mechanism,
+    pub name: String,
+    pub password: String,
+    pub iterations: u32,
+}
+
+impl std::fmt::Debug for BootstrapUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BootstrapUser")
+            .field("mechanism", &self.mechanism)
+            .field("name", &self.name)
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Parses Kafka's `--add-scram` argument: `SCRAM-SHA-256=[name=admin,password=secret]`, with
+/// `iterations=N` optional (default 4096). The password may not contain `,` or `]`.
+pub fn parse_add_scram(spec: &str) -> Result<BootstrapUser> {
+    let (mech, rest) = spec
+        .split_once('=')
+        .ok_or_else(|| anyhow!("--add-scram: expected MECHANISM=[name=...,password=...]"))?;
+    let mechanism = keel_auth::scram::Mechanism::from_name(mech.trim()).ok_or_else(|| {
+        anyhow!("--add-scram: unknown mechanism {mech:?} (SCRAM-SHA-256, SCRAM-SHA-512)")
+    })?;
+    let inner = rest
+        .trim()
+        .strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .ok_or_else(|| anyhow!("--add-scram: the credential goes in [...]"))?;
+    let (mut name, mut password, mut iterations) = (None, None, keel_auth::scram::MIN_ITERATIONS);
+    for field in inner.split(',') {
+        let (k, v) = field
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--add-scram: {field:?} is not key=value"))?;
+        let v = v.trim().trim_matches('"');
+        match k.trim() {
+            "name" => name = Some(v.to_string()),
+            "password" => password = Some(v.to_string()),
+            "iterations" => {
+                iterations = v
+                    .parse()
+                    .ok()
+                    .filter(|i| {
+                        (keel_auth::scram::MIN_ITERATIONS..=keel_auth::scram::MAX_ITERATIONS)
+                            .contains(i)
+                    })
+                    .ok_or_else(|| anyhow!("--add-scram: iterations must be 4096 to 16384"))?
+            }
+            other => bail!("--add-scram: unknown key {other:?} (name, password, iterations)"),
+        }
+    }
+    match (name, password) {
+        (Some(name), Some(password)) if !name.is_empty() && !password.is_empty() => {
+            Ok(BootstrapUser {
+                mechanism,
+                name,
+                password,
+                iterations,
+            })
+        }
+        _ => bail!("--add-scram: name and password are both needed"),
+    }
+}
+
 /// The resolved broker configuration. Built once at start, shared read-only by all shards.
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
@@ -850,6 +965,12 @@ pub struct BrokerConfig {
     /// `authorizer.class.name` set: requests are authorized against the ACLs, with these
     /// `super.users` and `allow.everyone.if.no.acl.found`; `None` = everything is allowed.
     pub authorizer: Option<AuthorizerSettings>,
+    /// `keel serve --add-scram`: users written to the metadata log if missing.
+    pub add_scram: Vec<BootstrapUser>,
+    /// `connections.max.idle.ms`, `max.connections`, `max.connections.per.ip`.
+    pub connections_max_idle_ms: u64,
+    pub max_connections: usize,
+    pub max_connections_per_ip: usize,
     /// The inter-broker listener: its name, advertised host and port.
     pub inter_broker_listener_name: String,
     pub inter_broker_host: String,
@@ -1031,6 +1152,16 @@ impl BrokerConfig {
                 &get("sasl.server.authentication.timeout.ms"),
             )?,
             authorizer: authorizer_settings(&get)?,
+            add_scram: Vec::new(),
+            connections_max_idle_ms: parse(
+                "connections.max.idle.ms",
+                &get("connections.max.idle.ms"),
+            )?,
+            max_connections: parse("max.connections", &get("max.connections"))?,
+            max_connections_per_ip: parse(
+                "max.connections.per.ip",
+                &get("max.connections.per.ip"),
+            )?,
             advertise_host,
             advertise_port,
             data_dir: PathBuf::from(get("data.dir")),
@@ -1255,6 +1386,12 @@ impl BrokerConfig {
         }
         if !(8..=cfg.socket_request_max_bytes).contains(&cfg.sasl_server_max_receive_size) {
             bail!("sasl.server.max.receive.size must be between 8 and socket.request.max.bytes");
+        }
+        if cfg.connections_max_idle_ms < 1
+            || cfg.max_connections < 1
+            || cfg.max_connections_per_ip < 1
+        {
+            bail!("connections.max.idle.ms, max.connections and max.connections.per.ip must be at least 1");
         }
         if cfg.sasl_server_authentication_timeout_ms < 1 {
             bail!("sasl.server.authentication.timeout.ms must be at least 1");

@@ -241,7 +241,7 @@ fn sasl_listeners_take_their_mechanisms_globally_or_per_listener() {
             .contains("per-listener settings")
     );
     assert!(
-        with_plain(("listener.name.sasl_plaintext.ssl.keystore.type", "PEM"))
+        with_plain(("listener.name.sasl_plaintext.num.partitions", "3"))
             .contains("per-listener settings")
     );
     assert!(with_plain(("sasl.server.max.receive.size", "4")).contains("between 8"));
@@ -259,7 +259,13 @@ fn listener_mistakes_are_refused_with_their_reason() {
         ("listeners", "SSL://127.0.0.1:9093"),
         ("listener.security.protocol.map", "SSL:SSL")
     ])
-    .contains("not supported yet"));
+    .contains("ssl.keystore.location is needed"));
+    assert!(err(&[
+        ("listeners", "SSL://127.0.0.1:9093"),
+        ("listener.security.protocol.map", "SSL:SSL"),
+        ("ssl.keystore.type", "JKS")
+    ])
+    .contains("Keel reads PEM"));
     assert!(err(&[
         ("listeners", "INTERNAL://127.0.0.1:9093"),
         ("inter.broker.listener.name", "INTERNAL")
@@ -286,4 +292,37 @@ fn listener_mistakes_are_refused_with_their_reason() {
         ("advertised.listeners", "OTHER://x:1"),
     ])
     .contains("not in listeners"));
+}
+
+#[test]
+fn add_scram_takes_kafkas_form() {
+    let u = parse_add_scram("SCRAM-SHA-256=[name=admin,password=s3cret]").unwrap();
+    assert_eq!(
+        (
+            u.mechanism,
+            u.name.as_str(),
+            u.password.as_str(),
+            u.iterations
+        ),
+        (
+            keel_auth::scram::Mechanism::ScramSha256,
+            "admin",
+            "s3cret",
+            4096
+        )
+    );
+    let u =
+        parse_add_scram("SCRAM-SHA-512=[name=\"bob\",password=\"pw\",iterations=8192]").unwrap();
+    assert_eq!((u.name.as_str(), u.iterations), ("bob", 8192));
+    // The password never shows in a debug print of the settings.
+    assert!(!format!("{u:?}").contains("pw\""));
+    for bad in [
+        "SCRAM-SHA-1=[name=a,password=b]",
+        "SCRAM-SHA-256=name=a,password=b",
+        "SCRAM-SHA-256=[name=a]",
+        "SCRAM-SHA-256=[name=a,password=b,iterations=100]",
+        "SCRAM-SHA-256=[name=a,password=b,salt=x]",
+    ] {
+        assert!(parse_add_scram(bad).is_err(), "{bad}");
+    }
 }

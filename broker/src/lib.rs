@@ -28,4 +28,5 @@ pub mod replication;
 pub mod security;
 pub mod shard;
 pub mod startup;
+pub mod tls;
 pub mod txn;

@@ -31,7 +31,7 @@ const USAGE: &str = "\
 keel: a Kafka-compatible, thread-per-core streaming log broker
 
 usage: keel [serve] [OPTIONS]
-       keel topic|produce|consume|group|cluster ...   (admin CLI, see below)
+       keel topic|produce|consume|group|cluster|user ...   (admin CLI, see below)
        keel profile [--duration 30s] [--admin HOST:PORT] [--out DIR]
 
 options:
@@ -49,6 +49,9 @@ options:
   --rack RACK            this broker's rack (rack-aware replica placement)
   --config FILE          TOML file of settings (Kafka names, e.g. \"num.partitions\" = 3)
   --set KEY=VALUE        any setting by its Kafka name (repeatable)
+  --add-scram 'SCRAM-SHA-256=[name=admin,password=...]'
+                         a SCRAM user written to the metadata log if it has no credential
+                         for that mechanism yet (repeatable; Kafka's --add-scram)
   --help                 this text and the list of settings
   --version              print the version
 
@@ -62,6 +65,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<BrokerConfig>> {
         args.next();
     }
     let mut flags: Vec<(String, String)> = Vec::new();
+    let mut add_scram = Vec::new();
     let mut config_file: Option<String> = std::env::var("KEEL_CONFIG").ok();
     while let Some(arg) = args.next() {
         let (name, inline) = match arg.split_once('=') {
@@ -114,6 +118,9 @@ fn parse_args(args: Vec<String>) -> Result<Option<BrokerConfig>> {
             }
             "--rack" => flags.push(("broker.rack".into(), value("--rack")?)),
             "--config" => config_file = Some(value("--config")?),
+            "--add-scram" => {
+                add_scram.push(crate::config::parse_add_scram(&value("--add-scram")?)?)
+            }
             "--set" => {
                 let kv = args.next().context("--set needs KEY=VALUE")?;
                 let (k, v) = kv
@@ -135,7 +142,9 @@ fn parse_args(args: Vec<String>) -> Result<Option<BrokerConfig>> {
     for (k, v) in flags {
         settings = settings.set(&k, &v);
     }
-    BrokerConfig::from_settings(settings.build()).map(Some)
+    let mut config = BrokerConfig::from_settings(settings.build())?;
+    config.add_scram = add_scram;
+    Ok(Some(config))
 }
 
 /// The `keel` binary: a client subcommand, or the broker.
@@ -536,6 +545,12 @@ pub async fn run_shard(
         if let Err(e) = crate::controller::bootstrap(&shard, doorbell).await {
             error!(error = %e, "metadata bootstrap failed; shutting down");
             std::process::exit(1);
+        }
+        if !config.add_scram.is_empty() {
+            glommio::spawn_local(crate::controller::security::add_bootstrap_users(
+                shard.clone(),
+            ))
+            .detach();
         }
         if let Some(addr) = config.admin {
             crate::ops::admin::start(shard.clone(), addr);

@@ -1,4 +1,4 @@
-//! `keel topic|produce|consume|group|cluster`: admin commands over the Kafka protocol that work
+//! `keel topic|produce|consume|group|cluster|user`: admin commands over the Kafka protocol that work
 //! against any Kafka-compatible broker (Keel, Kafka, Redpanda, ...). A blocking client
 //! (`client`) negotiates API versions with each broker and routes partition requests to
 //! leaders and group requests to coordinators; each command prints an aligned table, or JSON
@@ -23,6 +23,7 @@ mod reassign;
 mod records;
 mod table;
 mod topic;
+mod user;
 
 use std::io::Write;
 use std::time::Duration;
@@ -30,7 +31,7 @@ use std::time::Duration;
 pub use error::{CliError, Result};
 
 /// The first arguments of `keel` that run a command of this crate.
-pub const COMMANDS: &[&str] = &["topic", "produce", "consume", "group", "cluster"];
+pub const COMMANDS: &[&str] = &["topic", "produce", "consume", "group", "cluster", "user"];
 
 pub fn is_command(first_arg: &str) -> bool {
     COMMANDS.contains(&first_arg)
@@ -47,6 +48,7 @@ admin commands (over the Kafka protocol, against any Kafka-compatible broker; ea
   keel group list|describe|lag|reset-offsets|delete
   keel cluster info|health|elect-leaders
   keel cluster decommission BROKER   move every replica off a broker
+  keel user create|delete|list       SCRAM users (password from a file or a variable)
 ";
 
 /// Runs `args` (starting with the command, e.g. `["topic", "list"]`); returns the exit code.
@@ -84,6 +86,7 @@ fn dispatch(args: &[String], out: &mut dyn Write) -> Result<i32> {
         "consume" => consume::run(rest, out),
         "group" => group::run(rest, out),
         "cluster" => cluster::run(rest, out),
+        "user" => user::run(rest, out),
         other => Err(CliError::Usage(format!("unknown command {other:?}"))),
     }
 }

@@ -349,7 +349,7 @@ def keel_cluster(request):
     """Start clusters: keel_cluster(3, {'auto.leader.rebalance.enable': 'false'}) -> KeelCluster."""
     made = []
 
-    def make(n=3, settings=None):
+    def make(n=3, settings=None, listeners=None, extra_args=None):
         controller_ports = [free_port() for _ in range(n)]
         quorum = ",".join("%d@127.0.0.1:%d" % (i + 1, p) for i, p in enumerate(controller_ports))
         brokers = []
@@ -358,7 +358,8 @@ def keel_cluster(request):
             s.update(settings or {})
             s.update({"node.id": i + 1, "controller.quorum.voters": quorum,
                       "controller.listen": "127.0.0.1:%d" % controller_ports[i]})
-            b = KeelBroker(s, name="keel-node-%d" % (i + 1))
+            b = KeelBroker(s, name="keel-node-%d" % (i + 1), listeners=listeners,
+                           extra_args=extra_args)
             _LIVE_BROKERS.append(b)
             made.append(b)
             brokers.append(b)

@@ -328,13 +328,22 @@ def metadata(bootstrap, topics, allow_auto_create=False):
     return parse_metadata_v12_response(body)
 
 
-def sasl_plain_login(bootstrap, user, password):
-    """A connection authenticated with SASL/PLAIN (SaslHandshake v1, SaslAuthenticate v0)."""
+def sasl_plain_try(bootstrap, user, password):
+    """SASL/PLAIN (SaslHandshake v1, SaslAuthenticate v0) -> (error code, message, connection);
+    the connection is closed unless the login succeeded."""
     c = Conn(bootstrap)
     r = Reader(c.call(17, 1, string("PLAIN")))
     assert r.i16() == 0, "PLAIN is not enabled on %s" % bootstrap
     token = ("\0%s\0%s" % (user, password)).encode()
     r = Reader(c.call(36, 0, bytes_(token)))
     err, msg = r.i16(), r.string()
+    if err != 0:
+        c.close()
+    return err, msg, c
+
+
+def sasl_plain_login(bootstrap, user, password):
+    """A connection authenticated with SASL/PLAIN."""
+    err, msg, c = sasl_plain_try(bootstrap, user, password)
     assert err == 0, "login of %s failed: %s %s" % (user, err, msg)
     return c

@@ -196,3 +196,19 @@ def check_buckets(fams, family, **labels):
     count = total(fams, family, family + "_count", **labels)
     assert values[-1] == count > 0
     assert total(fams, family, family + "_sum", **labels) > 0
+
+
+def test_admin_endpoint_is_read_only(keel):
+    """The admin HTTP port answers GET only: any other method gets 400 and changes nothing."""
+    import http.client
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        conn = http.client.HTTPConnection("127.0.0.1", keel.admin_port, timeout=5)
+        conn.request(method, "/metrics", body=b"x=1")
+        r = conn.getresponse()
+        assert (r.status, r.read()) == (400, b"only GET is supported\n"), method
+        conn.close()
+    conn = http.client.HTTPConnection("127.0.0.1", keel.admin_port, timeout=5)
+    conn.request("GET", "/metrics")
+    r = conn.getresponse()
+    assert r.status == 200 and b"keel_" in r.read()
+    conn.close()

@@ -18,6 +18,64 @@ pub async fn alter_user(shard: Rc<BrokerShard>, records: Vec<Record>) -> Result<
     propose(&shard, records).await
 }
 
+/// `keel serve --add-scram`: writes each user's credential if the image has none for that
+/// mechanism (so a restart with the same flags changes nothing, and a password changed since
+/// with AlterUserScramCredentials stays). Retried while the quorum has no leader yet.
+pub async fn add_bootstrap_users(shard: Rc<BrokerShard>) {
+    for user in shard.config.add_scram.clone() {
+        let mech = user.mechanism;
+        for attempt in 0..60 {
+            let present = shard
+                .image()
+                .cluster
+                .scram_credentials
+                .get(&user.name)
+                .is_some_and(|m| m.contains_key(&mech.kafka_type()));
+            if present {
+                tracing::info!(user = %user.name, mechanism = mech.name(), "--add-scram: the user already has a credential; left as it is");
+                break;
+            }
+            let salt = keel_auth::scram::random_nonce(32).into_bytes();
+            let salted = keel_auth::scram::salted_password(
+                mech,
+                user.password.as_bytes(),
+                &salt,
+                user.iterations,
+            );
+            let c = keel_auth::scram::credential(mech, &salted, &salt, user.iterations);
+            let record = Record::UserScramCredentialChanged {
+                name: user.name.clone(),
+                mechanism: mech.kafka_type(),
+                salt: c.salt,
+                stored_key: c.stored_key,
+                server_key: c.server_key,
+                iterations: user.iterations as i32,
+            };
+            let done = crate::controller::call(&shard, move |s| alter_user(s, vec![record]))
+                .await
+                .and_then(|r| r);
+            match done {
+                Ok(()) => {
+                    tracing::info!(user = %user.name, mechanism = mech.name(), "--add-scram: user written to the metadata log");
+                    break;
+                }
+                Err(e) if attempt < 59 => {
+                    tracing::debug!(user = %user.name, error = %e.message, "--add-scram: retrying");
+                    if !shard
+                        .sleep_unless_shutdown(std::time::Duration::from_secs(1))
+                        .await
+                    {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(user = %user.name, error = %e.message, "--add-scram: the user could not be written")
+                }
+            }
+        }
+    }
+}
+
 /// Creates an ACL binding under a new id; a binding already stored is not stored twice
 /// (Kafka answers success).
 pub async fn create_acl(shard: Rc<BrokerShard>, acl: AclEntry) -> Result<(), OpError> {

@@ -6,12 +6,12 @@
 //! frame, header or body closes this connection only, after the answers already due.
 //! On shutdown the reader stops at the next frame boundary; in-flight requests finish.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_lite::io::BufReader;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel::{self, LocalReceiver};
 use glommio::net::TcpStream;
 use glommio::task::JoinHandle;
@@ -20,7 +20,9 @@ use tracing::{debug, info, warn};
 
 use crate::frontend::dispatch::Reply;
 use crate::frontend::framing::{check_frame_size, Frame};
-use crate::frontend::io::{read_frame, send_frames, ReadSide, Socket, WriteSide, READ_BUFFER};
+use crate::frontend::io::{
+    read_frame, send_frames, ReadSide, Socket, Stream, WriteSide, READ_BUFFER,
+};
 use crate::ops::metrics::Stage;
 use crate::security::{Session, ANONYMOUS};
 use crate::shard::BrokerShard;
@@ -49,16 +51,48 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream, listener: Rc<str>)
         .map_or_else(String::new, |a| a.ip().to_string())
         .into();
     let _ = stream.set_nodelay(true);
+    let exempt = *listener == *shard.config.inter_broker_listener_name;
+    let _admission = match crate::frontend::limits::admit(
+        peer_addr.map(|a| a.ip()),
+        shard.config.max_connections,
+        shard.config.max_connections_per_ip,
+        exempt,
+    ) {
+        Ok(a) => a,
+        Err(why) => {
+            info!(shard = shard.id, peer = %peer, listener = %listener, why = %why, "connection refused");
+            return;
+        }
+    };
     shard.counters.connection_opened();
-    let socket: Socket = Rc::new(RefCell::new(stream));
-    let mut reader = BufReader::with_capacity(READ_BUFFER, ReadSide(socket.clone()));
     let Some(config) = shard.config.listeners.iter().find(|l| *l.name == *listener) else {
         warn!(shard = shard.id, listener = %listener, "a connection on an unknown listener");
         shard.counters.connection_closed();
         return;
     };
+    let mut principal: Rc<str> = Rc::from(ANONYMOUS);
+    // An SSL or SASL_SSL listener's TLS handshake comes first; a verified client certificate
+    // names the principal (a SASL login replaces it).
+    let stream = match &config.tls {
+        None => Stream::Plain(stream),
+        Some(tls) => match crate::frontend::handshake::accept(&shard, tls, stream).await {
+            Ok((tls_stream, cert_principal)) => {
+                if let Some(p) = cert_principal {
+                    principal = p.into();
+                }
+                Stream::Tls(Box::new(tls_stream))
+            }
+            Err(why) => {
+                info!(shard = shard.id, peer = %peer, listener = %listener, why = %why, "closing a connection: TLS handshake failed");
+                shard.counters.connection_closed();
+                return;
+            }
+        },
+    };
+    let socket: Socket = Rc::new(RefCell::new(stream));
+    let mut reader = BufReader::with_capacity(READ_BUFFER, ReadSide(socket.clone()));
     let mut session = Session {
-        principal: Rc::from(ANONYMOUS),
+        principal,
         host: ip,
         client_host,
         listener: listener.clone(),
@@ -83,16 +117,63 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream, listener: Rc<str>)
     }
     let session = Rc::new(session);
     let (tx, rx) = local_channel::new_bounded::<Pending>(MAX_IN_FLIGHT);
+    // For `connections.max.idle.ms`: requests read but not answered yet, and the last time a
+    // frame was read or answers were written.
+    let activity = Rc::new(Activity {
+        in_flight: Cell::new(0),
+        last: Cell::new(Instant::now()),
+    });
 
     let writer_task = glommio::spawn_local(write_answers(
         shard.clone(),
         WriteSide(socket),
         rx,
         peer.clone(),
+        activity.clone(),
     ));
 
     let max = shard.config.socket_request_max_bytes;
+    let idle = Duration::from_millis(shard.config.connections_max_idle_ms);
     loop {
+        // Wait for bytes without taking any (cancel-safe), so that the idle check cannot cut
+        // a frame's size prefix in two.
+        let wake = futures_lite::future::or(
+            async { Wake::Data(reader.fill_buf().await.map(|b| b.is_empty())) },
+            async {
+                let left = idle.saturating_sub(activity.last.get().elapsed());
+                futures_lite::future::or(
+                    async {
+                        shard.shutdown.wait().await;
+                        Wake::Shutdown
+                    },
+                    async {
+                        glommio::timer::sleep(left.max(Duration::from_millis(1))).await;
+                        Wake::Idle
+                    },
+                )
+                .await
+            },
+        )
+        .await;
+        match wake {
+            Wake::Shutdown => break,
+            Wake::Data(Ok(false)) => {}
+            Wake::Data(Ok(true)) => {
+                debug!(shard = shard.id, peer = %peer, "connection closed by peer");
+                break;
+            }
+            Wake::Data(Err(e)) => {
+                debug!(shard = shard.id, peer = %peer, error = %e, "connection closed by peer");
+                break;
+            }
+            Wake::Idle => {
+                if activity.in_flight.get() == 0 && activity.last.get().elapsed() >= idle {
+                    info!(shard = shard.id, peer = %peer, idle_ms = idle.as_millis() as u64, "closing an idle connection (connections.max.idle.ms)");
+                    break;
+                }
+                continue;
+            }
+        }
         let mut size_buf = [0u8; 4];
         let read = futures_lite::future::or(
             async { Some(reader.read_exact(&mut size_buf).await) },
@@ -126,6 +207,8 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream, listener: Rc<str>)
         };
         shard.counters.add_bytes_in(size + 4);
         let read_at = Instant::now();
+        activity.last.set(read_at);
+        activity.in_flight.set(activity.in_flight.get() + 1);
         // handle_frame refuses a frame too short for an API key or with an unknown one; their
         // timings are filed under -1, so hostile keys cannot grow the histogram map.
         let api = frame
@@ -152,6 +235,20 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream, listener: Rc<str>)
     shard.counters.connection_closed();
 }
 
+/// What the reader's idle check reads: requests in flight, the last read or write.
+struct Activity {
+    in_flight: Cell<usize>,
+    last: Cell<Instant>,
+}
+
+/// What woke the reader.
+enum Wake {
+    /// Bytes to read (`false`), or the end of the stream (`true`), or an error.
+    Data(std::io::Result<bool>),
+    Shutdown,
+    Idle,
+}
+
 /// One answer taken for sending: its API, when its request was read, its frame.
 struct Outgoing {
     api: i16,
@@ -167,6 +264,7 @@ async fn write_answers(
     mut out: WriteSide,
     rx: LocalReceiver<Pending>,
     peer: String,
+    activity: Rc<Activity>,
 ) {
     let mut held: Option<Pending> = None;
     let mut batch: Vec<Outgoing> = Vec::new();
@@ -213,6 +311,10 @@ async fn write_answers(
         let write_started = Instant::now();
         let sent = send_frames(&mut out, batch.iter().filter_map(|o| o.frame.as_ref())).await;
         let c = &shard.counters;
+        activity.last.set(Instant::now());
+        activity
+            .in_flight
+            .set(activity.in_flight.get().saturating_sub(batch.len()));
         for o in batch.drain(..) {
             if let Some(frame) = &o.frame {
                 c.add_bytes_out(frame.len());

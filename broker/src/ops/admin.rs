@@ -28,6 +28,10 @@ pub fn start(shard: Rc<BrokerShard>, addr: SocketAddr) {
         }
     };
     info!(admin = %addr, "admin HTTP endpoint (/metrics)");
+    if !addr.ip().is_loopback() {
+        // It is read-only, but unauthenticated: metrics name topics, groups and clients.
+        warn!(admin = %addr, "the admin HTTP endpoint is bound beyond loopback and has no authentication: anyone who reaches it reads metrics, topic and group names");
+    }
     glommio::spawn_local(async move {
         loop {
             let next = futures_lite::future::or(async { Some(listener.accept().await) }, async {

@@ -1,0 +1,56 @@
+//! The TLS handshake of a connection to an SSL or SASL_SSL listener: run on the shard's `auth`
+//! task queue (a burst of handshakes yields to produce and fetch), bounded by
+//! `sasl.server.authentication.timeout.ms`; anything that is not TLS (plaintext Kafka, garbage)
+//! fails it and the connection closes.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_rustls::server::TlsStream;
+use futures_rustls::TlsAcceptor;
+use glommio::net::TcpStream;
+
+use crate::shard::BrokerShard;
+use crate::tls::TlsConfig;
+
+/// Completes the handshake: the TLS stream and, when the client gave a certificate the
+/// truststore verified, its principal (`User:<subject DN>`).
+pub async fn accept(
+    shard: &Rc<BrokerShard>,
+    tls: &TlsConfig,
+    stream: TcpStream,
+) -> Result<(TlsStream<TcpStream>, Option<String>), String> {
+    let acceptor = TlsAcceptor::from(tls.0.clone());
+    let timeout = Duration::from_millis(shard.config.sasl_server_authentication_timeout_ms);
+    let handshake = async move {
+        let done = futures_lite::future::or(async { Some(acceptor.accept(stream).await) }, async {
+            glommio::timer::sleep(timeout).await;
+            None
+        })
+        .await;
+        match done {
+            None => Err(format!("no handshake within {} ms", timeout.as_millis())),
+            Some(Err(e)) => Err(e.to_string()),
+            Some(Ok(s)) => {
+                let principal = s
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .and_then(crate::tls::principal_of);
+                Ok((s, principal))
+            }
+        }
+    };
+    let shutdown = async {
+        shard.shutdown.wait().await;
+        Err("shutting down".to_string())
+    };
+    match shard.auth_queue() {
+        Some(queue) => match glommio::spawn_local_into(handshake, queue) {
+            Ok(task) => futures_lite::future::or(task, shutdown).await,
+            Err(e) => Err(format!("the auth task queue is gone: {e}")),
+        },
+        None => futures_lite::future::or(handshake, shutdown).await,
+    }
+}
