@@ -13,7 +13,12 @@ pub struct Spec<'a> {
 }
 
 /// Flags every command accepts.
-pub const COMMON_VALUES: &[&str] = &["--bootstrap-server", "--request-timeout-ms"];
+pub const COMMON_VALUES: &[&str] = &[
+    "--bootstrap-server",
+    "--request-timeout-ms",
+    "--command-config",
+    "--sasl-password-env",
+];
 pub const COMMON_SWITCHES: &[&str] = &["--json", "--help"];
 
 /// Short aliases and Kafka-tool spellings, mapped to one long name.

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, StrBytes};
-use keel_client::blocking::{self, ConnectOptions};
+use keel_client::blocking::{self, ConnectOptions, Security};
 use keel_client::{ClientError, Versions};
 
 use crate::error::{check, CliError, Result};
@@ -34,12 +34,13 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn connect(addr: &str, request_timeout: Duration) -> Result<Conn> {
+    pub fn connect(addr: &str, request_timeout: Duration, security: &Security) -> Result<Conn> {
         let options = ConnectOptions {
             client_id: CLIENT_ID.to_string(),
             connect_timeout: CONNECT_TIMEOUT,
             request_timeout,
             response_bytes_max: RESPONSE_BYTES_MAX,
+            security: security.clone(),
         };
         let conn = blocking::Conn::connect(addr, options).map_err(|e| match e {
             ClientError::Connect { addr, source } => CliError::Connect { addr, source },
@@ -313,16 +314,23 @@ pub struct Client {
     addrs: BTreeMap<i32, String>,
     /// The controller the last Metadata named (-1: none known).
     controller_id: i32,
+    /// TLS and SASL for every connection (`--command-config`).
+    security: Security,
 }
 
 impl Client {
-    pub fn connect(bootstrap: &str, request_timeout: Duration) -> Result<Client> {
+    pub fn connect(
+        bootstrap: &str,
+        request_timeout: Duration,
+        security: Security,
+    ) -> Result<Client> {
         Ok(Client {
-            bootstrap: Conn::connect(bootstrap, request_timeout)?,
+            bootstrap: Conn::connect(bootstrap, request_timeout, &security)?,
             request_timeout,
             nodes: HashMap::new(),
             addrs: BTreeMap::new(),
             controller_id: -1,
+            security,
         })
     }
 
@@ -337,7 +345,7 @@ impl Client {
             let addr = self.addrs.get(&node).cloned().ok_or_else(|| {
                 CliError::Protocol(format!("broker {node} is not in the cluster metadata"))
             })?;
-            let conn = Conn::connect(&addr, self.request_timeout)?;
+            let conn = Conn::connect(&addr, self.request_timeout, &self.security)?;
             self.nodes.insert(node, conn);
         }
         Ok(self.nodes.get_mut(&node).expect("inserted above"))

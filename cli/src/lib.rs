@@ -21,6 +21,7 @@ mod plan;
 mod produce;
 mod reassign;
 mod records;
+mod security;
 mod table;
 mod topic;
 mod user;
@@ -108,7 +109,11 @@ fn emit_json(out: &mut dyn Write, value: &serde_json::Value) -> Result<()> {
 /// Connects to the bootstrap broker named on the command line.
 fn connect(p: &args::Parsed) -> Result<client::Client> {
     let timeout_ms = p.number::<u64>("--request-timeout-ms")?.unwrap_or(30_000);
-    client::Client::connect(p.bootstrap(), Duration::from_millis(timeout_ms.max(1)))
+    client::Client::connect(
+        p.bootstrap(),
+        Duration::from_millis(timeout_ms.max(1)),
+        security::from_args(p)?,
+    )
 }
 
 /// Subcommand and its arguments; `--help` or nothing prints `usage`.
@@ -135,4 +140,8 @@ common options:
   -b, --bootstrap-server HOST:PORT   a broker to start from (default 127.0.0.1:9092)
   --json                             JSON output for scripts instead of a table
   --request-timeout-ms MS            how long to wait for each answer (default 30000)
+  --command-config FILE              Kafka client properties for TLS and SASL: security.protocol,
+                                     sasl.mechanism, sasl.jaas.config (or sasl.username and
+                                     sasl.password), ssl.truststore.location (PEM)
+  --sasl-password-env VAR            the SASL password from this variable instead
 ";

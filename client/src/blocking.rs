@@ -1,10 +1,12 @@
 //! The blocking transport: one connection over `std::net`, one request at a time (no
 //! pipelining), for the `keel` CLI and the broker's integration tests. Every read and write
 //! has the request timeout, so a silent broker becomes an error, never a hang. Framing and
-//! the checks on answers are [`crate::core`]'s.
+//! the checks on answers are [`crate::core`]'s. A connection may run TLS (rustls) and log in
+//! with SASL (PLAIN, SCRAM-SHA-256/512, keel-auth's client) before its first request.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,12 +27,74 @@ pub struct ConnectOptions {
     pub request_timeout: Duration,
     /// The largest response frame read.
     pub response_bytes_max: usize,
+    /// TLS and SASL (Kafka's `security.protocol`); default: plaintext, no login.
+    pub security: Security,
+}
+
+/// How a connection secures itself.
+#[derive(Clone, Default)]
+pub struct Security {
+    /// TLS with this configuration; the broker's certificate must name the address's host.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// A SASL login after the connection (and TLS) is up.
+    pub sasl: Option<SaslLogin>,
+}
+
+impl std::fmt::Debug for Security {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Security")
+            .field("tls", &self.tls.is_some())
+            .field(
+                "sasl",
+                &self.sasl.as_ref().map(|s| (&s.mechanism, &s.username)),
+            )
+            .finish()
+    }
+}
+
+/// A SASL login: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+#[derive(Clone)]
+pub struct SaslLogin {
+    pub mechanism: String,
+    pub username: String,
+    pub password: String,
+}
+
+/// The connection's byte stream.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
 }
 
 /// One broker connection.
 pub struct Conn {
     addr: String,
-    stream: TcpStream,
+    stream: Stream,
     correlation_id: i32,
     options: ConnectOptions,
 }
@@ -66,12 +130,110 @@ impl Conn {
             .set_write_timeout(Some(options.request_timeout))
             .map_err(io)?;
         stream.set_nodelay(true).map_err(io)?;
-        Ok(Conn {
+        let stream = match &options.security.tls {
+            None => Stream::Plain(stream),
+            Some(config) => {
+                let host = addr
+                    .rsplit_once(':')
+                    .map_or(addr, |(h, _)| h)
+                    .trim_matches(['[', ']']);
+                let name =
+                    rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
+                        ClientError::Closed {
+                            addr: addr.to_string(),
+                            reason: format!("TLS: {host:?} is no server name: {e}"),
+                        }
+                    })?;
+                let tls = rustls::ClientConnection::new(config.clone(), name).map_err(|e| {
+                    ClientError::Closed {
+                        addr: addr.to_string(),
+                        reason: format!("TLS: {e}"),
+                    }
+                })?;
+                Stream::Tls(Box::new(rustls::StreamOwned::new(tls, stream)))
+            }
+        };
+        let mut conn = Conn {
             addr: addr.to_string(),
             stream,
             correlation_id: 0,
             options,
-        })
+        };
+        if let Some(login) = conn.options.security.sasl.clone() {
+            conn.login(&login)?;
+        }
+        Ok(conn)
+    }
+
+    /// SaslHandshake v1, then the mechanism's messages in SaslAuthenticate v1.
+    fn login(&mut self, login: &SaslLogin) -> Result<(), ClientError> {
+        use kafka_protocol::messages::{
+            SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+            SaslHandshakeResponse,
+        };
+        let refused = |addr: &str, reason: String| ClientError::Closed {
+            addr: addr.to_string(),
+            reason,
+        };
+        let hs: SaslHandshakeResponse = self.request(
+            ApiKey::SaslHandshake,
+            1,
+            &SaslHandshakeRequest::default().with_mechanism(login.mechanism.clone().into()),
+        )?;
+        if hs.error_code != 0 {
+            let offered: Vec<String> = hs.mechanisms.iter().map(|m| m.to_string()).collect();
+            return Err(refused(
+                &self.addr,
+                format!(
+                    "SASL mechanism {} refused (error {}); the broker offers {offered:?}",
+                    login.mechanism, hs.error_code
+                ),
+            ));
+        }
+        let step = |conn: &mut Conn, bytes: Vec<u8>| -> Result<Vec<u8>, ClientError> {
+            let r: SaslAuthenticateResponse = conn.request(
+                ApiKey::SaslAuthenticate,
+                1,
+                &SaslAuthenticateRequest::default().with_auth_bytes(bytes.into()),
+            )?;
+            if r.error_code != 0 {
+                return Err(refused(
+                    &conn.addr,
+                    format!(
+                        "SASL login of {} failed (error {}): {}",
+                        login.username,
+                        r.error_code,
+                        r.error_message.as_deref().unwrap_or_default()
+                    ),
+                ));
+            }
+            Ok(r.auth_bytes.to_vec())
+        };
+        if login.mechanism == "PLAIN" {
+            let msg = keel_auth::plain::client_message(&login.username, login.password.as_bytes());
+            step(self, msg)?;
+            return Ok(());
+        }
+        let mech = keel_auth::scram::Mechanism::from_name(&login.mechanism).ok_or_else(|| {
+            refused(
+                &self.addr,
+                format!("unknown SASL mechanism {}", login.mechanism),
+            )
+        })?;
+        let mut client = keel_auth::scram::ScramClient::new(
+            mech,
+            &login.username,
+            login.password.as_bytes(),
+            keel_auth::scram::random_nonce(24),
+        );
+        let server_first = step(self, client.client_first())?;
+        let fin = client
+            .server_first(&server_first)
+            .map_err(|e| refused(&self.addr, format!("SCRAM: {e}")))?;
+        let server_final = step(self, fin)?;
+        client
+            .server_final(&server_final)
+            .map_err(|e| refused(&self.addr, format!("SCRAM: the broker's signature: {e}")))
     }
 
     /// The address as given to [`Conn::connect`].
@@ -145,6 +307,7 @@ mod tests {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_millis(500),
             response_bytes_max: 1 << 20,
+            security: Security::default(),
         }
     }
 

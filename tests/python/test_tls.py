@@ -222,3 +222,30 @@ def test_hostile_input_on_a_tls_port(tls_keel, certs):
     # And the broker goes on serving over TLS.
     topic = create_topic(tls_keel)
     assert ck_round_trip(ssl_conf(tls_keel, certs), topic, n=1) == want(1)
+
+
+def test_keel_cli_over_sasl_ssl(tls_keel, certs, tmp_path):
+    """The admin CLI with Kafka's --command-config: SASL_SSL with SCRAM-SHA-512, the password
+    from a variable."""
+    from conftest import KEEL_BIN
+    props = tmp_path / "client.properties"
+    props.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        "username=\"admin\";\nssl.truststore.location=%s\n" % os.path.join(certs, "ca.pem"))
+    topic = unique("cli")
+
+    def keel(*args, password="admin-pw"):
+        return subprocess.run(
+            [KEEL_BIN, *args, "-b", tls_keel.listener_bootstrap("SASL_SSL"),
+             "--command-config", str(props), "--sasl-password-env", "ADMIN_PW"],
+            capture_output=True, text=True, timeout=60,
+            env=dict(os.environ, ADMIN_PW=password))
+
+    created = keel("topic", "create", topic, "--partitions", "2")
+    assert created.returncode == 0, created.stderr
+    listed = keel("topic", "list")
+    assert listed.returncode == 0 and topic in listed.stdout.split(), listed
+    refused = keel("topic", "list", password="wrong")
+    assert refused.returncode == 1
+    assert "SASL login of admin failed (error 58)" in refused.stderr, refused.stderr

@@ -24,6 +24,7 @@ impl Client {
             connect_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),
             response_bytes_max: 256 * 1024 * 1024,
+            security: Default::default(),
         };
         Client {
             conn: Conn::connect(addr, options).unwrap(),
