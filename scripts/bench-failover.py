@@ -119,6 +119,7 @@ def main():
     nodes = [Node(a.keel, workdir, [
         "--node-id", str(i + 1), "--controller-quorum", quorum,
         "--controller-listen", f"127.0.0.1:{cports[i]}", "--smp", "1",
+        "--set", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "--set", f"broker.session.timeout.ms={a.session_timeout_ms}",
         "--set", "broker.heartbeat.interval.ms=500",
         "--set", "replica.fetch.backoff.ms=200"]) for i in range(3)]

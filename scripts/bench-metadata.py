@@ -155,7 +155,8 @@ def election(keel, workdir, rounds):
     cports = [free_port() for _ in range(3)]
     quorum = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(cports))
     nodes = [Node(keel, workdir, ["--node-id", str(i + 1), "--controller-quorum", quorum,
-                                  "--controller-listen", f"127.0.0.1:{cports[i]}", "--smp", "1"])
+                                  "--controller-listen", f"127.0.0.1:{cports[i]}", "--smp", "1",
+                                  "--set", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"])
              for i in range(3)]
     for n in nodes:
         n.start()

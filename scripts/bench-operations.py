@@ -123,6 +123,7 @@ def cluster(keel, workdir, extra=()):
     nodes = [Node(keel, workdir, [
         "--node-id", str(i + 1), "--controller-quorum", quorum,
         "--controller-listen", f"127.0.0.1:{cports[i]}",
+        "--set", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "--set", "broker.session.timeout.ms=9000",
         "--set", "broker.heartbeat.interval.ms=500"] + list(extra)
         + os.environ.get("BENCH_BROKER_EXTRA", "").split()) for i in range(3)]

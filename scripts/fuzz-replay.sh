@@ -24,7 +24,8 @@ SEED=1
 # Mutations per target after the corpus, sized for about 10-25 s each on one core (measured
 # 2026-12-02 in a CI run: record_batch 300k in 9 s, storage_files 3M in 11 s; controller_frames
 # 2M took 26 s, request_decode 1.5M 33 s and coordinator_records 4M 53 s, so those three were
-# cut back to the budget; scram_server 2M in 9 s on a 2-core dev machine, 2026-12-02).
+# cut back to the budget; scram_server 2M in 9 s on a 2-core dev machine, 2026-12-02;
+# oauthbearer_server 1M in 11 s there, 2026-12-02).
 # `FUZZ_REPLAY_RUNS_SCALE` or scripts/fuzz.sh run longer.
 declare -A RUNS=(
   [record_batch]=300000
@@ -33,6 +34,7 @@ declare -A RUNS=(
   [request_decode]=1000000
   [coordinator_records]=1600000
   [scram_server]=2000000
+  [oauthbearer_server]=1000000
 )
 MAX_LEN=16384
 SCALE=${FUZZ_REPLAY_RUNS_SCALE:-1}

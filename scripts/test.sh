@@ -25,6 +25,11 @@ command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 test -d /usr/share/gocode/src/github.com/Shopify/sarama || need_apt+=(golang-github-shopify-sarama-dev)
 # The TLS tests generate their CA and certificates at test time with the openssl CLI.
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+# The rdkafka crate's `ssl` feature (broker/tests/tls.rs: SSL and SASL_SSL from librdkafka)
+# links the system OpenSSL: openssl-sys finds its headers and library with pkg-config.
+[ "$(dpkg-query -W -f='${Status}' libssl-dev 2>/dev/null)" = "install ok installed" ] ||
+  need_apt+=(libssl-dev)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 # The kafkajs test (tests/js) runs on node's built-in test runner and installs kafkajs with npm.
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then

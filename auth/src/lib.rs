@@ -5,6 +5,10 @@
 //!   4096 and 16384 (Kafka's `UserScramCredentialRecord`), never the password or the salted
 //!   password; the server side for the broker and the client side for Keel's own clients.
 //! - [`plain`]: PLAIN's single message (RFC 4616).
+//! - [`oauthbearer`]: OAUTHBEARER (RFC 7628) with Kafka's unsecured JWT validator: the
+//!   client's initial response, the token's checks against a clock value passed in, the
+//!   error challenge.
+//! - [`jaas`]: Kafka's `sasl.jaas.config` login module entries and their options.
 //! - [`acl`]: Kafka's ACL model (resources, patterns, operations, ALLOW and DENY), its filters,
 //!   and `StandardAuthorizer`'s rule over an index of the ACLs.
 //!
@@ -13,5 +17,7 @@
 //! uses too, and constant-time comparison from `subtle`.
 
 pub mod acl;
+pub mod jaas;
+pub mod oauthbearer;
 pub mod plain;
 pub mod scram;

@@ -29,17 +29,17 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "advertised.listeners", default: "", doc: "what clients and other brokers are told to connect to, `NAME://HOST:PORT,...` per listener; empty = `advertise`, else each listener's own address" },
     BrokerKey { name: "inter.broker.listener.name", default: "PLAINTEXT", doc: "the listener followers fetch from; each shard also listens on its host at a port of its own, registered with the controller, so a follower's connection lands on the shard that owns its partitions" },
     BrokerKey { name: "inter.broker.shard.port.base", default: "0", doc: "shard N's own inter-broker port is this + N (on the inter-broker listener's host); 0 = each shard takes a free port below 32768 at start" },
-    BrokerKey { name: "listener.security.protocol.map", default: "PLAINTEXT:PLAINTEXT", doc: "listener name to security protocol, `NAME:PROTOCOL,...` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); per listener, `listener.name.<name>.<key>` overrides a listener setting (`sasl.enabled.mechanisms`, the `ssl.*` ones)" },
-    BrokerKey { name: "sasl.enabled.mechanisms", default: "GSSAPI", doc: "SASL mechanisms a SASL listener offers: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (users and passwords from AlterUserScramCredentials; PLAIN checks the SCRAM-SHA-256 credential, else the SCRAM-SHA-512 one). Kafka's default GSSAPI is not supported: a SASL listener needs this or `listener.name.<name>.sasl.enabled.mechanisms`" },
+    BrokerKey { name: "listener.security.protocol.map", default: "PLAINTEXT:PLAINTEXT", doc: "listener name to security protocol, `NAME:PROTOCOL,...` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); per listener, `listener.name.<name>.<key>` overrides a listener setting (`sasl.enabled.mechanisms`, `oauthbearer.sasl.jaas.config`, the `ssl.*` ones)" },
+    BrokerKey { name: "sasl.enabled.mechanisms", default: "GSSAPI", doc: "SASL mechanisms a SASL listener offers: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (users and passwords from AlterUserScramCredentials; PLAIN checks the SCRAM-SHA-256 credential, else the SCRAM-SHA-512 one), OAUTHBEARER (Kafka's unsecured JWTs, no signature: for development only; its options in `listener.name.<name>.oauthbearer.sasl.jaas.config`, Kafka's `OAuthBearerLoginModule` entry with `unsecuredValidatorPrincipalClaimName`, `unsecuredValidatorScopeClaimName`, `unsecuredValidatorRequiredScope`, `unsecuredValidatorAllowableClockSkewMs`). Kafka's default GSSAPI is not supported: a SASL listener needs this or `listener.name.<name>.sasl.enabled.mechanisms`" },
     BrokerKey { name: "ssl.keystore.type", default: "PEM", doc: "an SSL or SASL_SSL listener's keystore format: PEM only (Kafka's default JKS is not supported)" },
     BrokerKey { name: "ssl.keystore.location", default: "", doc: "PEM file with the listener's private key (unencrypted) and certificate chain" },
     BrokerKey { name: "ssl.key.password", default: "", doc: "must stay empty: encrypted keys are not supported" },
     BrokerKey { name: "ssl.truststore.type", default: "PEM", doc: "PEM only" },
     BrokerKey { name: "ssl.truststore.location", default: "", doc: "PEM file of the CA certificates client certificates are checked against (with `ssl.client.auth`)" },
-    BrokerKey { name: "ssl.client.auth", default: "none", doc: "client certificates: none, requested (checked when given) or required; a verified one makes the principal `User:<subject DN>`" },
+    BrokerKey { name: "ssl.client.auth", default: "none", doc: "client certificates: none, requested (checked when given) or required; on an SSL listener a verified one names the principal: `User:` and its subject DN, or what `ssl.principal.mapping.rules` make of it" },
     BrokerKey { name: "ssl.enabled.protocols", default: "TLSv1.2,TLSv1.3", doc: "TLS versions offered" },
     BrokerKey { name: "ssl.cipher.suites", default: "", doc: "IANA names of the suites offered (e.g. TLS13_AES_128_GCM_SHA256); empty = rustls' defaults" },
-    BrokerKey { name: "ssl.principal.mapping.rules", default: "DEFAULT", doc: "how a client certificate names its principal: DEFAULT (the subject's DN, RFC 2253) only" },
+    BrokerKey { name: "ssl.principal.mapping.rules", default: "DEFAULT", doc: "how a client certificate on an SSL listener names its principal: Kafka's comma-separated rules, `RULE:pattern/replacement/` (optionally `L` or `U`: lower or upper case) where the pattern matches the whole subject DN (RFC 2253) and the replacement takes `$1`-style groups, or `DEFAULT` (the DN itself); the first rule that matches wins, and a certificate no rule matches is refused" },
     BrokerKey { name: "sasl.server.max.receive.size", default: "524288", doc: "largest frame a connection may send before it is authenticated" },
     BrokerKey { name: "connection.failed.authentication.delay.ms", default: "100", doc: "a failed SASL authentication is answered after this delay, then the connection closes" },
     BrokerKey { name: "sasl.server.authentication.timeout.ms", default: "10000", doc: "a connection to a SASL listener that has not authenticated within this time is closed (Keel's; Kafka bounds it by `connections.max.idle.ms`)" },
@@ -49,12 +49,15 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "connections.max.idle.ms", default: "600000", doc: "a connection with no request read and no answer written for this long, and none in flight, is closed" },
     BrokerKey { name: "max.connections", default: "2147483647", doc: "connections the broker accepts, every listener but the inter-broker one together; past it a new connection is closed at once (Kafka holds it back instead)" },
     BrokerKey { name: "max.connections.per.ip", default: "2147483647", doc: "connections the broker accepts from one IP address; past it a new connection is closed at once" },
+    BrokerKey { name: "quota.window.num", default: "11", doc: "client quotas (AlterClientQuotas) are rates over this many windows (Keel uses at least 2)" },
+    BrokerKey { name: "quota.window.size.seconds", default: "1", doc: "the length of a client quota's window; a request quota throttles at most this long" },
     BrokerKey { name: "data.dir", default: "./keel-data", doc: "directory holding the partition logs and the metadata quorum's log" },
     BrokerKey { name: "smp", default: "0", doc: "shards, one per core; 0 = every core the process may use" },
     BrokerKey { name: "admin", default: "127.0.0.1:9644", doc: "admin HTTP address, HOST:PORT (`/metrics`, `/quorum`, `/debug/stalls`); `off` = none" },
     BrokerKey { name: "node.id", default: "0", doc: "this broker's id" },
     BrokerKey { name: "controller.quorum.voters", default: "", doc: "the metadata quorum's voters, `ID@HOST:PORT,...` of their controller listeners; empty = this node alone, a one-voter quorum" },
     BrokerKey { name: "controller.listen", default: "", doc: "this node's controller (Raft) listener, HOST:PORT; required when the quorum has other voters, and for a broker outside the quorum" },
+    BrokerKey { name: "controller.listener.names", default: "CONTROLLER", doc: "the name of the controller listener (`controller.listen`, not one of `listeners`): its protocol in `listener.security.protocol.map` must be SSL (mutual TLS both ways with the listener's `listener.name.<name>.ssl.*` keystore and truststore; a peer whose certificate's principal is not in `super.users` is dropped before anything is read) or, set explicitly, PLAINTEXT (unauthenticated: a warning at start). Needed once a node has controller traffic (other voters, or `controller.listen`)" },
     BrokerKey { name: "broker.rack", default: "", doc: "this broker's rack, for rack-aware replica placement and for `replica.selector.class`" },
     BrokerKey { name: "broker.session.timeout.ms", default: "9000", doc: "the controller fences a broker whose heartbeats stop for this long" },
     BrokerKey { name: "broker.heartbeat.interval.ms", default: "2000", doc: "how often a broker heartbeats to the controller; below `broker.session.timeout.ms`" },
@@ -557,6 +560,9 @@ pub struct Listener {
     /// The SASL mechanisms offered (a SASL listener's `sasl.enabled.mechanisms`); empty on
     /// the others.
     pub sasl_mechanisms: Vec<SaslMechanism>,
+    /// With OAUTHBEARER offered: the unsecured validator's options (the listener's
+    /// `oauthbearer.sasl.jaas.config`).
+    pub oauthbearer: Option<keel_auth::oauthbearer::UnsecuredValidatorOptions>,
     /// An SSL or SASL_SSL listener's TLS configuration.
     pub tls: Option<crate::tls::TlsConfig>,
     /// What clients are told: `advertised.listeners`, else `advertise`, else `addr`.
@@ -571,6 +577,7 @@ pub const LISTENER_PREFIX: &str = "listener.name.";
 /// The listener settings that `listener.name.<name>.` may prefix.
 const PER_LISTENER_KEYS: &[&str] = &[
     "sasl.enabled.mechanisms",
+    "oauthbearer.sasl.jaas.config",
     "ssl.keystore.type",
     "ssl.keystore.location",
     "ssl.key.password",
@@ -632,6 +639,8 @@ impl SecurityProtocol {
 pub enum SaslMechanism {
     Plain,
     Scram(keel_auth::scram::Mechanism),
+    /// Unsecured JWTs (Kafka's `OAuthBearerUnsecuredValidatorCallbackHandler`).
+    OAuthBearer,
 }
 
 impl SaslMechanism {
@@ -639,20 +648,25 @@ impl SaslMechanism {
         match self {
             SaslMechanism::Plain => "PLAIN",
             SaslMechanism::Scram(m) => m.name(),
+            SaslMechanism::OAuthBearer => keel_auth::oauthbearer::MECHANISM,
         }
     }
 
     fn parse(name: &str) -> Result<SaslMechanism> {
         match name {
             "PLAIN" => Ok(SaslMechanism::Plain),
+            keel_auth::oauthbearer::MECHANISM => Ok(SaslMechanism::OAuthBearer),
             other => match keel_auth::scram::Mechanism::from_name(other) {
                 Some(m) => Ok(SaslMechanism::Scram(m)),
                 None if other == "GSSAPI" => bail!(
-                    "GSSAPI (Kafka's default) is not supported: set PLAIN, SCRAM-SHA-256 and/or \
-                     SCRAM-SHA-512"
+                    "GSSAPI (Kafka's default) is not supported: set PLAIN, SCRAM-SHA-256, \
+                     SCRAM-SHA-512 and/or OAUTHBEARER"
                 ),
                 None => {
-                    bail!("unknown SASL mechanism {other:?} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+                    bail!(
+                        "unknown SASL mechanism {other:?} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, \
+                         OAUTHBEARER)"
+                    )
                 }
             },
         }
@@ -694,15 +708,18 @@ fn parse_listener_list(key: &str, v: &str) -> Result<Vec<(String, String, u16)>>
     Ok(out)
 }
 
-/// Resolves `listeners`, `advertised.listeners`, `listener.security.protocol.map` and
-/// `inter.broker.listener.name` against `listen` and `advertise`.
-fn resolve_listeners(
-    get: &dyn Fn(&str) -> String,
-    explicit: &BTreeMap<String, String>,
-    listen: SocketAddr,
-    advertise: Option<(String, u16)>,
-) -> Result<(Vec<Listener>, usize)> {
-    let mut protocols: BTreeMap<String, String> = BTreeMap::new();
+/// `controller.listener.names`, upper case (Kafka's listener names are case-insensitive).
+fn controller_listener_names(get: &dyn Fn(&str) -> String) -> Vec<String> {
+    get("controller.listener.names")
+        .split(',')
+        .map(|n| n.trim().to_ascii_uppercase())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// `listener.security.protocol.map` as listener name (upper case) to protocol.
+fn protocol_map(get: &dyn Fn(&str) -> String) -> Result<BTreeMap<String, String>> {
+    let mut protocols = BTreeMap::new();
     for pair in get("listener.security.protocol.map")
         .split(',')
         .map(str::trim)
@@ -716,6 +733,56 @@ fn resolve_listeners(
             protocol.trim().to_ascii_uppercase(),
         );
     }
+    Ok(protocols)
+}
+
+/// The controller transport's TLS, when this node has controller traffic (`transport`): the
+/// first of `controller.listener.names`, mapped to SSL (mutual TLS, peers must be super users)
+/// or explicitly to PLAINTEXT (`None`). A controller listener without a protocol, or with a
+/// SASL one, is refused.
+fn controller_security(
+    get: &dyn Fn(&str) -> String,
+    transport: bool,
+) -> Result<Option<keel_raft::network::ControllerTls>> {
+    if !transport {
+        return Ok(None);
+    }
+    let Some(name) = controller_listener_names(get).into_iter().next() else {
+        bail!("controller.listener.names is empty: name the controller listener");
+    };
+    match protocol_map(get)?.get(&name).map(String::as_str) {
+        None => bail!(
+            "the controller listener {name} (controller.listener.names) has no protocol in \
+             listener.security.protocol.map: map it to SSL (mutual TLS; only super users may \
+             connect) or, explicitly, to PLAINTEXT (unauthenticated)"
+        ),
+        Some("PLAINTEXT") => Ok(None),
+        Some("SSL") => {
+            let super_users = get("super.users")
+                .split(';')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+                .collect();
+            crate::tls::controller_tls(&name, &|k| listener_value(get, &name, k), super_users)
+                .map(Some)
+        }
+        Some(other) => bail!(
+            "the controller listener {name}: {other} is not supported (SSL for mutual TLS, or \
+             PLAINTEXT)"
+        ),
+    }
+}
+
+/// Resolves `listeners`, `advertised.listeners`, `listener.security.protocol.map` and
+/// `inter.broker.listener.name` against `listen` and `advertise`.
+fn resolve_listeners(
+    get: &dyn Fn(&str) -> String,
+    explicit: &BTreeMap<String, String>,
+    listen: SocketAddr,
+    advertise: Option<(String, u16)>,
+) -> Result<(Vec<Listener>, usize)> {
+    let protocols = protocol_map(get)?;
     let declared = parse_listener_list("listeners", &get("listeners"))?;
     if !declared.is_empty() && explicit.contains_key("listen") {
         bail!("set either listen (--listen) or listeners, not both");
@@ -740,6 +807,17 @@ fn resolve_listeners(
             })
             .collect::<Result<_>>()?
     };
+    let controller_names = controller_listener_names(get);
+    if let Some(name) = declared
+        .iter()
+        .map(|(n, _)| n)
+        .find(|n| controller_names.contains(n))
+    {
+        bail!(
+            "listener {name} is the controller listener (controller.listener.names); its address \
+             is controller.listen, not one of listeners"
+        );
+    }
     let mut security = Vec::new();
     for (name, _) in &declared {
         let protocol = match protocols.get(name).map(String::as_str) {
@@ -766,23 +844,34 @@ fn resolve_listeners(
         } else {
             Vec::new()
         };
-        let tls = if protocol.is_tls() {
-            Some(crate::tls::server_config(name, &|key| {
-                listener_value(get, name, key)
-            })?)
+        let oauthbearer = if mechanisms.contains(&SaslMechanism::OAuthBearer) {
+            Some(oauthbearer_options(get, name)?)
         } else {
             None
         };
-        security.push((protocol, mechanisms, tls));
+        let tls = if protocol.is_tls() {
+            Some(crate::tls::server_config(
+                name,
+                protocol.is_sasl(),
+                &|key| listener_value(get, name, key),
+            )?)
+        } else {
+            None
+        };
+        security.push((protocol, mechanisms, oauthbearer, tls));
     }
     for key in explicit.keys() {
         let Some(rest) = key.strip_prefix(LISTENER_PREFIX) else {
             continue;
         };
-        let known = declared.iter().any(|(name, _)| {
-            rest.strip_prefix(&format!("{}.", name.to_ascii_lowercase()))
-                .is_some_and(|k| PER_LISTENER_KEYS.contains(&k))
-        });
+        let known = declared
+            .iter()
+            .map(|(name, _)| name)
+            .chain(&controller_names)
+            .any(|name| {
+                rest.strip_prefix(&format!("{}.", name.to_ascii_lowercase()))
+                    .is_some_and(|k| PER_LISTENER_KEYS.contains(&k))
+            });
         if !known {
             bail!(
                 "unknown setting {key:?}: per-listener settings are `listener.name.<listener, \
@@ -814,7 +903,8 @@ fn resolve_listeners(
                 addr: *addr,
                 protocol: security[i].0,
                 sasl_mechanisms: security[i].1.clone(),
-                tls: security[i].2.clone(),
+                oauthbearer: security[i].2.clone(),
+                tls: security[i].3.clone(),
                 advertised_host,
                 advertised_port,
             }
@@ -832,6 +922,31 @@ fn resolve_listeners(
         );
     }
     Ok((listeners, inter_index))
+}
+
+/// Listener `name`'s OAUTHBEARER validator options, from its `oauthbearer.sasl.jaas.config`
+/// (none: Kafka's defaults). Warns that unsecured tokens authenticate nobody.
+fn oauthbearer_options(
+    get: &dyn Fn(&str) -> String,
+    name: &str,
+) -> Result<keel_auth::oauthbearer::UnsecuredValidatorOptions> {
+    let key = "oauthbearer.sasl.jaas.config";
+    let options = keel_auth::oauthbearer::UnsecuredValidatorOptions::from_jaas_config(
+        &listener_value(get, name, key),
+    )
+    .map_err(|e| {
+        anyhow!(
+            "listener {name}: {LISTENER_PREFIX}{}.{key}: {e}",
+            name.to_ascii_lowercase()
+        )
+    })?;
+    tracing::warn!(
+        listener = %name,
+        "OAUTHBEARER takes unsecured JWTs (Kafka's OAuthBearerUnsecuredValidatorCallbackHandler): \
+         tokens are not signed, so any client that reaches this listener may name any principal; \
+         for development and tests only"
+    );
+    Ok(options)
 }
 
 /// Kafka's StandardAuthorizer class name, the one `authorizer.class.name` Keel accepts.
@@ -971,6 +1086,9 @@ pub struct BrokerConfig {
     pub connections_max_idle_ms: u64,
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
+    /// Client quotas' windows: `quota.window.num` of `quota.window.size.seconds`.
+    pub quota_window_num: usize,
+    pub quota_window_size_seconds: u64,
     /// The inter-broker listener: its name, advertised host and port.
     pub inter_broker_listener_name: String,
     pub inter_broker_host: String,
@@ -990,6 +1108,9 @@ pub struct BrokerConfig {
     /// Metadata quorum voters: node id -> controller address.
     pub controller_quorum: BTreeMap<u64, String>,
     pub controller_listen: Option<SocketAddr>,
+    /// Mutual TLS on the controller transport (`controller.listener.names` mapped to SSL);
+    /// `None`: plaintext, or no controller traffic.
+    pub controller_tls: Option<keel_raft::network::ControllerTls>,
     pub rack: Option<String>,
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
@@ -1127,7 +1248,7 @@ impl BrokerConfig {
         } else {
             Some(parse("admin", &admin)?)
         };
-        let cfg = BrokerConfig {
+        let mut cfg = BrokerConfig {
             listen,
             inter_broker_listener_name: inter.name.clone(),
             inter_broker_host: inter.advertised_host.clone(),
@@ -1162,6 +1283,11 @@ impl BrokerConfig {
                 "max.connections.per.ip",
                 &get("max.connections.per.ip"),
             )?,
+            quota_window_num: parse("quota.window.num", &get("quota.window.num"))?,
+            quota_window_size_seconds: parse(
+                "quota.window.size.seconds",
+                &get("quota.window.size.seconds"),
+            )?,
             advertise_host,
             advertise_port,
             data_dir: PathBuf::from(get("data.dir")),
@@ -1173,6 +1299,7 @@ impl BrokerConfig {
                 "" => None,
                 v => Some(parse("controller.listen", v)?),
             },
+            controller_tls: None,
             rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
             broker_session_timeout_ms: parse(
                 "broker.session.timeout.ms",
@@ -1393,6 +1520,9 @@ impl BrokerConfig {
         {
             bail!("connections.max.idle.ms, max.connections and max.connections.per.ip must be at least 1");
         }
+        if cfg.quota_window_num < 1 || cfg.quota_window_size_seconds < 1 {
+            bail!("quota.window.num and quota.window.size.seconds must be at least 1");
+        }
         if cfg.sasl_server_authentication_timeout_ms < 1 {
             bail!("sasl.server.authentication.timeout.ms must be at least 1");
         }
@@ -1468,6 +1598,7 @@ impl BrokerConfig {
         if others && cfg.controller_listen.is_none() {
             bail!("controller.listen (--controller-listen) is required when the quorum has other voters");
         }
+        cfg.controller_tls = controller_security(&get, others || cfg.controller_listen.is_some())?;
         if cfg.broker_heartbeat_interval_ms == 0
             || cfg.broker_heartbeat_interval_ms >= cfg.broker_session_timeout_ms
         {

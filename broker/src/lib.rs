@@ -24,6 +24,7 @@ pub mod group;
 pub mod handlers;
 pub mod metadata;
 pub mod ops;
+pub mod quota;
 pub mod replication;
 pub mod security;
 pub mod shard;

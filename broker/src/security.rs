@@ -3,6 +3,7 @@
 //! (`keel_raft::AclEntry`) and keel-auth's model, and the checks Kafka makes before anything
 //! is proposed.
 
+use std::collections::HashMap;
 use std::rc::Rc;
 
 pub use crate::acl::acl_of;
@@ -24,6 +25,72 @@ pub struct Session {
     pub client_host: Rc<str>,
     /// The listener the connection came in on.
     pub listener: Rc<str>,
+    /// The client quotas that apply to it, and its mute (see [`crate::quota`]).
+    pub quota: Rc<crate::quota::ConnQuota>,
+    /// Its recent authorization decisions (see [`AuthzCache`]).
+    pub authz_cache: Rc<AuthzCache>,
+}
+
+/// Decisions cached per (operation, resource type, name) before this many are dropped.
+const AUTHZ_CACHE_MAX: usize = 512;
+
+/// A connection's recent authorization decisions, valid for one authorizer: the shard builds a
+/// new one when an image changes the ACLs, so a decision is never older than the ACLs it was
+/// made from. Requests of one client ask the same few questions again and again (may it
+/// WRITE this topic); an answer from here costs one lookup, not a walk of the ACLs that name
+/// the resource and its prefixes.
+#[derive(Default)]
+pub struct AuthzCache {
+    inner: std::cell::RefCell<CachedDecisions>,
+}
+
+#[derive(Default)]
+struct CachedDecisions {
+    authorizer: Option<Rc<keel_auth::acl::Authorizer>>,
+    decisions: HashMap<(Operation, ResourceType), HashMap<Box<str>, bool>>,
+    len: usize,
+}
+
+impl std::fmt::Debug for AuthzCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthzCache")
+            .field("len", &self.inner.borrow().len)
+            .finish()
+    }
+}
+
+impl AuthzCache {
+    /// `decide`'s answer for the question, from the cache when `authorizer` made it.
+    fn get_or(
+        &self,
+        authorizer: &Rc<keel_auth::acl::Authorizer>,
+        key: (Operation, ResourceType),
+        name: &str,
+        decide: impl FnOnce() -> bool,
+    ) -> bool {
+        let mut c = self.inner.borrow_mut();
+        if !c
+            .authorizer
+            .as_ref()
+            .is_some_and(|a| Rc::ptr_eq(a, authorizer))
+        {
+            *c = CachedDecisions {
+                authorizer: Some(authorizer.clone()),
+                ..CachedDecisions::default()
+            };
+        }
+        if let Some(d) = c.decisions.get(&key).and_then(|m| m.get(name)) {
+            return *d;
+        }
+        let d = decide();
+        if c.len >= AUTHZ_CACHE_MAX {
+            c.decisions.clear();
+            c.len = 0;
+        }
+        c.len += 1;
+        c.decisions.entry(key).or_default().insert(name.into(), d);
+        d
+    }
 }
 
 /// One request's authorization: the shard's authorizer (none: every operation is allowed, as
@@ -50,15 +117,19 @@ impl<'a> Authz<'a> {
     pub fn allows(&self, op: Operation, resource_type: ResourceType, name: &str) -> bool {
         match &self.authorizer {
             None => true,
-            Some(a) => a
-                .authorize(
-                    &self.session.principal,
-                    &self.session.host,
-                    op,
-                    resource_type,
-                    name,
-                )
-                .allowed(),
+            Some(a) => self
+                .session
+                .authz_cache
+                .get_or(a, (op, resource_type), name, || {
+                    a.authorize(
+                        &self.session.principal,
+                        &self.session.host,
+                        op,
+                        resource_type,
+                        name,
+                    )
+                    .allowed()
+                }),
         }
     }
 
@@ -222,6 +293,65 @@ pub fn matches(filter: &AclFilter, entry: &AclEntry) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn session() -> Session {
+        Session {
+            principal: "User:alice".into(),
+            host: "127.0.0.1".into(),
+            client_host: "/127.0.0.1".into(),
+            listener: "PLAINTEXT".into(),
+            quota: Default::default(),
+            authz_cache: Default::default(),
+        }
+    }
+
+    fn authorizer(acls: &[keel_auth::acl::Acl]) -> Rc<keel_auth::acl::Authorizer> {
+        Rc::new(keel_auth::acl::Authorizer {
+            index: keel_auth::acl::AclIndex::new(acls),
+            super_users: Default::default(),
+            allow_if_no_acl: false,
+        })
+    }
+
+    /// A decision is reused while the authorizer is the same, and made again from a new one
+    /// (new ACLs): a revoked permission is never answered from the cache.
+    #[test]
+    fn cached_decisions_last_as_long_as_their_authorizer() {
+        let s = session();
+        let read_orders =
+            acl_of(&new_acl(2, "orders", 3, "User:alice", "*", 3, 3).unwrap()).unwrap();
+        let with = authorizer(std::slice::from_ref(&read_orders));
+        let mut asked = 0;
+        let mut ask = |a: &Rc<keel_auth::acl::Authorizer>| {
+            s.authz_cache
+                .get_or(a, (Operation::Read, ResourceType::Topic), "orders", || {
+                    asked += 1;
+                    a.authorize(
+                        "User:alice",
+                        "127.0.0.1",
+                        Operation::Read,
+                        ResourceType::Topic,
+                        "orders",
+                    )
+                    .allowed()
+                })
+        };
+        assert!(ask(&with));
+        assert!(ask(&with));
+        let without = authorizer(&[]);
+        assert!(!ask(&without), "the ACL is gone");
+        assert_eq!(asked, 2, "one decision per authorizer");
+        // Past the bound the cache starts over rather than grow.
+        for i in 0..AUTHZ_CACHE_MAX + 10 {
+            s.authz_cache.get_or(
+                &without,
+                (Operation::Write, ResourceType::Topic),
+                &i.to_string(),
+                || false,
+            );
+        }
+        assert!(s.authz_cache.inner.borrow().len <= AUTHZ_CACHE_MAX);
+    }
 
     #[test]
     fn creations_and_filters_are_checked_like_kafka() {

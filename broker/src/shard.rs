@@ -120,6 +120,10 @@ pub struct BrokerShard {
     /// With `authorizer.class.name` set: the ACLs of the installed image, indexed, with the
     /// static settings; rebuilt when an image changes the ACLs.
     authorizer: RefCell<Option<Rc<keel_auth::acl::Authorizer>>>,
+    /// The client quotas of the installed image, indexed; rebuilt when an image changes them.
+    quota_index: RefCell<Rc<crate::quota::QuotaIndex>>,
+    /// The broker's quota rates, shared by every shard (see [`crate::quota`]).
+    pub quota_sensors: Arc<crate::quota::Sensors>,
 }
 
 /// Starts loading a coordinator's state from a partition this broker now leads.
@@ -130,7 +134,8 @@ pub type PartitionUnloader = fn(&Rc<BrokerShard>, &Partition);
 
 impl BrokerShard {
     /// A shard with no partitions and an empty metadata image; `controller` on shard 0 only;
-    /// `loaders` by internal topic name.
+    /// `loaders` by internal topic name. Called once per shard, by `startup::run_shard`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: usize,
         count: usize,
@@ -139,6 +144,7 @@ impl BrokerShard {
         controller: Option<Controller>,
         clock: Rc<dyn Clock>,
         loaders: Vec<(&'static str, PartitionLoader, PartitionUnloader)>,
+        quota_sensors: Arc<crate::quota::Sensors>,
     ) -> Rc<Self> {
         Rc::new(BrokerShard {
             id,
@@ -163,6 +169,8 @@ impl BrokerShard {
             loaders,
             auth_queue: std::cell::OnceCell::new(),
             authorizer: RefCell::new(None),
+            quota_index: RefCell::new(Rc::default()),
+            quota_sensors,
         })
     }
 
@@ -224,6 +232,11 @@ impl BrokerShard {
 
     pub fn image(&self) -> Rc<MetadataImage> {
         self.image.borrow().clone()
+    }
+
+    /// The client quotas of the installed image.
+    pub fn quota_index(&self) -> Rc<crate::quota::QuotaIndex> {
+        self.quota_index.borrow().clone()
     }
 
     pub fn partition(&self, topic: &str, index: i32) -> Option<Rc<Partition>> {
@@ -404,6 +417,12 @@ impl BrokerShard {
             &mut *self.image.borrow_mut(),
             Rc::new(MetadataImage::clone(&image)),
         );
+        if previous.cluster.client_quotas != image.cluster.client_quotas {
+            *self.quota_index.borrow_mut() = Rc::new(crate::quota::QuotaIndex::new(
+                image.version,
+                &image.cluster.client_quotas,
+            ));
+        }
         if let Some(settings) = &self.config.authorizer {
             let stale =
                 self.authorizer.borrow().is_none() || previous.cluster.acls != image.cluster.acls;

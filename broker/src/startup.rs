@@ -324,9 +324,14 @@ fn run() -> Result<()> {
     }
     install_signal_handlers().context("installing signal handlers")?;
     let config = Arc::new(config);
+    // Client quotas hold per broker: one set of rates for every shard.
+    let quota_sensors = Arc::new(crate::quota::Sensors::new(
+        config.quota_window_num,
+        config.quota_window_size_seconds.saturating_mul(1000),
+    ));
     launch(&runtime, move |boot| {
         let fd = steering.get(boot.shard_id).map(|(fd, _)| *fd);
-        run_shard(boot, config.clone(), fd)
+        run_shard(boot, config.clone(), fd, quota_sensors.clone())
     })?;
     info!("keel stopped");
     Ok(())
@@ -466,6 +471,7 @@ pub async fn run_shard(
     boot: ShardBoot<BrokerShard>,
     config: Arc<BrokerConfig>,
     steering_fd: Option<RawFd>,
+    quota_sensors: Arc<crate::quota::Sensors>,
 ) {
     let ShardBoot {
         shard_id,
@@ -503,6 +509,7 @@ pub async fn run_shard(
                 crate::txn::coordinator::unload,
             ),
         ],
+        quota_sensors,
     );
     // Storage's per-shard limits: the tail caches' memory, the closed segments' open files.
     keel_storage::tail_budget::set_budget(config.tail_cache_shard_bytes);

@@ -1,8 +1,8 @@
 //! SASL_PLAINTEXT listeners (issue 19): a broker with a PLAINTEXT and a SASL listener, users
-//! made with AlterUserScramCredentials on the first. librdkafka (the rdkafka crate, built
-//! without OpenSSL, so PLAIN only) produces and consumes through the SASL listener as a user,
-//! and a wrong password delivers nothing; SCRAM-SHA-256 and SCRAM-SHA-512 run on the wire
-//! with keel-auth's client, with the server's signature checked; an unauthenticated
+//! made with AlterUserScramCredentials on the first. librdkafka (the rdkafka crate) produces
+//! and consumes through the SASL listener as a PLAIN user (its SCRAM logins over TLS are in
+//! `tls.rs`), and a wrong password delivers nothing; SCRAM-SHA-256 and SCRAM-SHA-512 run on
+//! the wire with keel-auth's client, with the server's signature checked; an unauthenticated
 //! connection gets ApiVersions and is closed at its first other request.
 
 mod common;

@@ -14,7 +14,7 @@ use flatbuffers::{FlatBufferBuilder, UnionWIPOffset, Vector, WIPOffset};
 
 use crate::error::RecordError;
 use crate::generated::metadata as fb;
-use crate::records::{AclEntry, ListenerEndpoint, Record, TopicId};
+use crate::records::{AclEntry, ListenerEndpoint, QuotaEntityPart, QuotaValue, Record, TopicId};
 
 /// Encodes one batch. Infallible for any records, except that the flatbuffers builder panics
 /// past 2 GiB: callers must bound what they put in one batch.
@@ -281,6 +281,26 @@ fn encode_record<'b>(
             let table = fb::AclRemoved::create(fbb, &args);
             (fb::Record::AclRemoved, table.as_union_value())
         }
+        Record::ClientQuotaChanged { entity, key, value } => {
+            let parts: Vec<_> = entity
+                .iter()
+                .map(|p| {
+                    let args = fb::QuotaEntityPartArgs {
+                        entity_type: Some(fbb.create_string(&p.entity_type)),
+                        entity_name: p.entity_name.as_deref().map(|n| fbb.create_string(n)),
+                    };
+                    fb::QuotaEntityPart::create(fbb, &args)
+                })
+                .collect();
+            let args = fb::ClientQuotaChangedArgs {
+                entity: Some(fbb.create_vector(&parts)),
+                key: Some(fbb.create_string(key)),
+                value: value.map_or(0.0, |v| v.0),
+                remove: value.is_none(),
+            };
+            let table = fb::ClientQuotaChanged::create(fbb, &args);
+            (fb::Record::ClientQuotaChanged, table.as_union_value())
+        }
     }
 }
 
@@ -483,6 +503,23 @@ fn decode_entry(index: usize, entry: fb::Entry<'_>) -> Result<Record, RecordErro
                 id: f.uuid("id", r.id())?,
             }
         }
+        fb::Record::ClientQuotaChanged => {
+            let r = f.table(entry.record_as_client_quota_changed())?;
+            let parts = r.entity().ok_or_else(|| f.error("missing `entity`"))?;
+            Record::ClientQuotaChanged {
+                entity: parts
+                    .iter()
+                    .map(|p| {
+                        Ok(QuotaEntityPart {
+                            entity_type: f.string("entity.entity_type", p.entity_type())?,
+                            entity_name: p.entity_name().map(str::to_owned),
+                        })
+                    })
+                    .collect::<Result<_, RecordError>>()?,
+                key: f.string("key", r.key())?,
+                value: (!r.remove()).then(|| QuotaValue(r.value())),
+            }
+        }
         fb::Record::NONE => return Err(f.error("entry holds no record")),
         // The verifier accepts union tags it does not know (a newer writer's record type).
         other => return Err(f.error(format!("unknown record type {}", other.0))),
@@ -664,6 +701,28 @@ mod tests {
                 },
             },
             Record::AclRemoved { id: [9; 16] },
+            Record::ClientQuotaChanged {
+                entity: vec![
+                    QuotaEntityPart {
+                        entity_type: "user".to_string(),
+                        entity_name: Some("alice".to_string()),
+                    },
+                    QuotaEntityPart {
+                        entity_type: "client-id".to_string(),
+                        entity_name: None,
+                    },
+                ],
+                key: "producer_byte_rate".to_string(),
+                value: Some(QuotaValue(1048576.0)),
+            },
+            Record::ClientQuotaChanged {
+                entity: vec![QuotaEntityPart {
+                    entity_type: "client-id".to_string(),
+                    entity_name: Some("app".to_string()),
+                }],
+                key: "request_percentage".to_string(),
+                value: None,
+            },
         ]
     }
 

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::records::{
-    AclEntry, ListenerEndpoint, Record, TopicId, RESOURCE_BROKER, RESOURCE_TOPIC,
+    AclEntry, ListenerEndpoint, QuotaEntityPart, QuotaValue, Record, TopicId, RESOURCE_BROKER,
+    RESOURCE_TOPIC,
 };
 use crate::{ApplyOutcome, LogIndex};
 
@@ -84,6 +85,78 @@ fn scram_digest_len(mechanism: i8) -> Option<usize> {
 /// An ACL id as the image's map key (hex; JSON map keys are strings).
 pub fn acl_key(id: &[u8; 16]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The client quota entity types and keys the image keeps (Kafka's user and client-id
+/// entities; Keel has no `ip` entity nor `controller_mutation_rate`).
+pub const QUOTA_ENTITY_TYPES: [&str; 2] = ["user", "client-id"];
+pub const QUOTA_KEYS: [&str; 3] = [
+    "producer_byte_rate",
+    "consumer_byte_rate",
+    "request_percentage",
+];
+
+/// One client quota entity's quotas (Kafka's ClientQuotaImage): its parts sorted by type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientQuotaInfo {
+    pub entity: Vec<QuotaEntityPart>,
+    pub values: BTreeMap<String, QuotaValue>,
+}
+
+/// A quota entity as the image's map key: its parts sorted by type, as JSON (JSON map keys
+/// are strings, and any name may appear in one).
+pub fn quota_entity_key(entity: &[QuotaEntityPart]) -> String {
+    let mut parts = entity.to_vec();
+    parts.sort();
+    serde_json::to_string(&parts).unwrap_or_default()
+}
+
+/// Why a quota entity, key or value cannot be stored (Kafka's INVALID_REQUEST messages).
+pub fn check_client_quota(
+    entity: &[QuotaEntityPart],
+    key: &str,
+    value: Option<f64>,
+) -> Result<(), String> {
+    if entity.is_empty() {
+        return Err("Invalid empty client quota entity".into());
+    }
+    for (i, part) in entity.iter().enumerate() {
+        if !QUOTA_ENTITY_TYPES.contains(&part.entity_type.as_str()) {
+            return Err(format!(
+                "Unhandled client quota entity type: {}",
+                part.entity_type
+            ));
+        }
+        if entity[..i]
+            .iter()
+            .any(|p| p.entity_type == part.entity_type)
+        {
+            return Err(format!(
+                "Invalid client quota entity, duplicate entity entry {}",
+                part.entity_type
+            ));
+        }
+        if part.entity_name.as_deref() == Some("") {
+            return Err(format!("Empty {} not supported", part.entity_type));
+        }
+    }
+    if !QUOTA_KEYS.contains(&key) {
+        return Err(if key == "controller_mutation_rate" {
+            "controller_mutation_rate quotas are not supported by Keel".to_string()
+        } else {
+            format!("Invalid configuration key {key}")
+        });
+    }
+    if let Some(v) = value {
+        if !v.is_finite() {
+            return Err(format!("Invalid value {v} for configuration {key}"));
+        }
+        // Byte rates are Kafka LONG configs: whole numbers (within Kafka's epsilon).
+        if key != "request_percentage" && ((v + 1e-6).trunc() - v).abs() > 1e-6 {
+            return Err(format!("Configuration {key} must be a Long value"));
+        }
+    }
+    Ok(())
 }
 
 /// `BrokerInfo::previous_broker_epoch` of a snapshot written before the field existed.
@@ -218,6 +291,9 @@ pub struct ClusterImage {
     /// ACL bindings by id ([`acl_key`]).
     #[serde(default)]
     pub acls: BTreeMap<String, AclEntry>,
+    /// Client quotas by entity ([`quota_entity_key`]); an entity without quotas is dropped.
+    #[serde(default)]
+    pub client_quotas: BTreeMap<String, ClientQuotaInfo>,
     #[serde(skip)]
     by_id: HashMap<TopicId, String>,
 }
@@ -650,6 +726,33 @@ impl ClusterImage {
                     return Err((codes::RESOURCE_NOT_FOUND, format!("no ACL {key}")));
                 }
             }
+            Record::ClientQuotaChanged { entity, key, value } => {
+                check_client_quota(entity, key, value.map(|v| v.0))
+                    .map_err(|why| (codes::INVALID_REQUEST, why))?;
+                let entity_key = quota_entity_key(entity);
+                match value {
+                    Some(v) => {
+                        let info = self.client_quotas.entry(entity_key).or_insert_with(|| {
+                            let mut parts = entity.clone();
+                            parts.sort();
+                            ClientQuotaInfo {
+                                entity: parts,
+                                values: BTreeMap::new(),
+                            }
+                        });
+                        info.values.insert(key.clone(), *v);
+                    }
+                    None => {
+                        // Removing a quota that is not there changes nothing (as Kafka).
+                        if let Some(info) = self.client_quotas.get_mut(&entity_key) {
+                            info.values.remove(key);
+                            if info.values.is_empty() {
+                                self.client_quotas.remove(&entity_key);
+                            }
+                        }
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -959,6 +1062,104 @@ mod tests {
         )
         .unwrap();
         assert!(old.acls.is_empty() && old.scram_credentials.is_empty());
+    }
+
+    fn quota(entity: &[(&str, Option<&str>)], key: &str, value: Option<f64>) -> Record {
+        Record::ClientQuotaChanged {
+            entity: entity
+                .iter()
+                .map(|(t, n)| QuotaEntityPart {
+                    entity_type: t.to_string(),
+                    entity_name: n.map(str::to_string),
+                })
+                .collect(),
+            key: key.to_string(),
+            value: value.map(QuotaValue),
+        }
+    }
+
+    #[test]
+    fn client_quotas_are_set_replaced_and_removed_per_entity() {
+        let img = Arc::new(ClusterImage::default());
+        let alice_app = [("user", Some("alice")), ("client-id", Some("app"))];
+        // The same entity in the other order is the same entity.
+        let app_alice = [("client-id", Some("app")), ("user", Some("alice"))];
+        let (img, out) = img.apply(
+            1,
+            &[
+                quota(&alice_app, "producer_byte_rate", Some(1024.0)),
+                quota(&app_alice, "request_percentage", Some(12.5)),
+                quota(&[("user", None)], "consumer_byte_rate", Some(2048.0)),
+            ],
+        );
+        assert_eq!(out, ApplyOutcome::Applied);
+        assert_eq!(img.client_quotas.len(), 2);
+        let info = &img.client_quotas[&quota_entity_key(&[
+            QuotaEntityPart {
+                entity_type: "user".into(),
+                entity_name: Some("alice".into()),
+            },
+            QuotaEntityPart {
+                entity_type: "client-id".into(),
+                entity_name: Some("app".into()),
+            },
+        ])];
+        assert_eq!(info.entity[0].entity_type, "client-id", "parts are sorted");
+        assert_eq!(info.values["producer_byte_rate"], QuotaValue(1024.0));
+        assert_eq!(info.values["request_percentage"], QuotaValue(12.5));
+        for (bad, why) in [
+            (quota(&[], "producer_byte_rate", Some(1.0)), "empty entity"),
+            (
+                quota(&[("ip", None)], "producer_byte_rate", Some(1.0)),
+                "ip",
+            ),
+            (
+                quota(
+                    &[("user", None), ("user", Some("a"))],
+                    "producer_byte_rate",
+                    Some(1.0),
+                ),
+                "duplicate type",
+            ),
+            (
+                quota(&[("user", Some(""))], "producer_byte_rate", Some(1.0)),
+                "empty name",
+            ),
+            (
+                quota(&[("user", None)], "controller_mutation_rate", Some(1.0)),
+                "key",
+            ),
+            (
+                quota(&[("user", None)], "producer_byte_rate", Some(1.5)),
+                "fraction",
+            ),
+            (
+                quota(&[("user", None)], "request_percentage", Some(f64::NAN)),
+                "NaN",
+            ),
+        ] {
+            let (next, out) = img.apply(2, &[bad]);
+            assert_eq!(rejected_with(&out), Some(codes::INVALID_REQUEST), "{why}");
+            assert_eq!(next.client_quotas, img.client_quotas, "{why}");
+        }
+        let (img, out) = img.apply(
+            3,
+            &[
+                quota(&alice_app, "producer_byte_rate", None),
+                quota(&alice_app, "request_percentage", None),
+                // Removing what is not there changes nothing.
+                quota(&[("client-id", None)], "producer_byte_rate", None),
+            ],
+        );
+        assert_eq!(out, ApplyOutcome::Applied);
+        assert_eq!(
+            img.client_quotas.len(),
+            1,
+            "an entity without quotas is dropped"
+        );
+        let back: ClusterImage =
+            serde_json::from_str(&serde_json::to_string(&*img).unwrap()).unwrap();
+        assert_eq!(back.client_quotas, img.client_quotas);
     }
 
     #[test]

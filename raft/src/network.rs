@@ -5,7 +5,13 @@
 //! over `FRAME_BYTES_MAX` close the connection. A client keeps one connection per peer and
 //! drops it on any error; the next call reconnects. Every call has a deadline. Runs on the
 //! `keel-metadata` thread (tokio).
+//!
+//! With [`ControllerTls`] (the controller listener mapped to SSL) every connection is mutual
+//! TLS: a node presents its own certificate when it connects, and the listener verifies the
+//! peer's against its truststore and admits it only if its principal is a super user, before
+//! it reads any frame.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
@@ -15,8 +21,9 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::partition_change::{AlterPartitionRequest, AlterPartitionResult};
@@ -27,6 +34,57 @@ use crate::{Applied, LogIndex, NodeId, Proposal, TypeConfig};
 /// Largest frame read from a peer.
 pub const FRAME_BYTES_MAX: usize = 128 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// A peer that has not finished its TLS handshake by then is dropped.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Admits a verified peer by its leaf certificate: its principal, or why it is refused.
+pub type AdmitPeer = dyn Fn(&CertificateDer<'_>) -> Result<String, String> + Send + Sync;
+
+/// Mutual TLS for the controller transport: the listener's server config (it must require
+/// client certificates), the client config this node connects with (its own certificate),
+/// and the check a peer's certificate must pass.
+#[derive(Clone)]
+pub struct ControllerTls {
+    pub server: Arc<rustls::ServerConfig>,
+    pub client: Arc<rustls::ClientConfig>,
+    pub admit: Arc<AdmitPeer>,
+}
+
+impl std::fmt::Debug for ControllerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerTls").finish_non_exhaustive()
+    }
+}
+
+/// A controller connection's byte stream, plain or TLS.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + Sync {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> Io for T {}
+
+/// Accepts one controller connection: with `tls`, the handshake (bounded by
+/// [`TLS_HANDSHAKE_TIMEOUT`]) and the peer's admission; returns the stream and the peer's
+/// principal (`None` without TLS), or why the connection is dropped.
+pub async fn accept(
+    stream: TcpStream,
+    tls: Option<&ControllerTls>,
+) -> Result<(Box<dyn Io>, Option<String>), String> {
+    let _ = stream.set_nodelay(true);
+    let Some(tls) = tls else {
+        return Ok((Box::new(stream), None));
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.server.clone());
+    let stream = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+        .await
+        .map_err(|_| "TLS handshake timed out".to_string())?
+        .map_err(|e| format!("TLS handshake failed: {e}"))?;
+    let leaf = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .ok_or_else(|| "no client certificate".to_string())?;
+    let principal = (tls.admit)(leaf)?;
+    Ok((Box::new(stream), Some(principal)))
+}
 
 /// Requests to the controller leader.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -107,7 +165,7 @@ pub enum RpcResponse {
 
 /// Reads one frame; `Ok(None)` on a clean end of stream.
 pub async fn read_frame<T: serde::de::DeserializeOwned>(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncRead + Unpin + ?Sized),
 ) -> std::io::Result<Option<T>> {
     let mut len = [0u8; 4];
     match stream.read_exact(&mut len).await {
@@ -140,7 +198,10 @@ pub fn decode_frame<T: serde::de::DeserializeOwned>(body: &[u8]) -> std::io::Res
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-pub async fn write_frame<T: Serialize>(stream: &mut TcpStream, msg: &T) -> std::io::Result<()> {
+pub async fn write_frame<T: Serialize>(
+    stream: &mut (impl AsyncWrite + Unpin + ?Sized),
+    msg: &T,
+) -> std::io::Result<()> {
     let body = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
     let mut out = Vec::with_capacity(body.len() + 4);
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());
@@ -148,10 +209,11 @@ pub async fn write_frame<T: Serialize>(stream: &mut TcpStream, msg: &T) -> std::
     stream.write_all(&out).await
 }
 
-/// One peer's connection, opened on demand.
+/// One peer's connection, opened on demand (with TLS when `tls` is set).
 pub struct PeerClient {
     pub addr: String,
-    stream: Option<TcpStream>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    stream: Option<Box<dyn Io>>,
 }
 
 /// Why a call failed: unreachable (connect failed) or broken mid-call.
@@ -176,8 +238,48 @@ impl std::fmt::Display for CallError {
 }
 
 impl PeerClient {
-    pub fn new(addr: String) -> Self {
-        PeerClient { addr, stream: None }
+    pub fn new(addr: String, tls: Option<Arc<rustls::ClientConfig>>) -> Self {
+        PeerClient {
+            addr,
+            tls,
+            stream: None,
+        }
+    }
+
+    /// Opens the connection (TCP, then TLS when configured) within `timeout`.
+    async fn connect(&self, timeout: Duration) -> std::io::Result<Box<dyn Io>> {
+        let timed_out = || {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("connecting to {}", self.addr),
+            )
+        };
+        let s = tokio::time::timeout(timeout, TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| timed_out())??;
+        let _ = s.set_nodelay(true);
+        let Some(tls) = &self.tls else {
+            return Ok(Box::new(s));
+        };
+        let host = self
+            .addr
+            .rsplit_once(':')
+            .map_or(self.addr.as_str(), |(h, _)| h)
+            .trim_matches(['[', ']']);
+        let name = ServerName::try_from(host.to_string()).map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{}: {e}", self.addr),
+            )
+        })?;
+        let connector = tokio_rustls::TlsConnector::from(tls.clone());
+        let s = tokio::time::timeout(
+            TLS_HANDSHAKE_TIMEOUT.min(timeout),
+            connector.connect(name, s),
+        )
+        .await
+        .map_err(|_| timed_out())??;
+        Ok(Box::new(s))
     }
 
     /// Sends `req` and reads the answer within `timeout`.
@@ -187,17 +289,10 @@ impl PeerClient {
         timeout: Duration,
     ) -> Result<RpcResponse, CallError> {
         if self.stream.is_none() {
-            let s =
-                tokio::time::timeout(CONNECT_TIMEOUT.min(timeout), TcpStream::connect(&self.addr))
-                    .await
-                    .map_err(|_| {
-                        CallError::Unreachable(std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            format!("connecting to {}", self.addr),
-                        ))
-                    })?
-                    .map_err(CallError::Unreachable)?;
-            let _ = s.set_nodelay(true);
+            let s = self
+                .connect(CONNECT_TIMEOUT.min(timeout))
+                .await
+                .map_err(CallError::Unreachable)?;
             self.stream = Some(s);
         }
         let stream = self.stream.as_mut().expect("connected above");
@@ -221,14 +316,16 @@ impl PeerClient {
     }
 }
 
-/// Creates a [`PeerClient`] per replication target.
-pub struct Network;
+/// Creates a [`PeerClient`] per replication target, with TLS when `tls` is set.
+pub struct Network {
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, _target: NodeId, node: &BasicNode) -> PeerClient {
-        PeerClient::new(node.addr.clone())
+        PeerClient::new(node.addr.clone(), self.tls.clone())
     }
 }
 

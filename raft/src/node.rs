@@ -47,13 +47,13 @@ use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::codec::encode_batch;
 use crate::image::ClusterImage;
 use crate::log_store::LogStore;
 use crate::network::{
-    read_frame, write_frame, BrokerRegistration, ControllerError, ControllerRequest,
+    accept, read_frame, write_frame, BrokerRegistration, ControllerError, ControllerRequest,
     ControllerResponse, Network, PeerClient, RpcRequest, RpcResponse,
 };
 use crate::partition_change::{
@@ -79,6 +79,8 @@ pub struct NodeConfig {
     pub voters: BTreeMap<NodeId, String>,
     /// Where this node accepts controller traffic; `None` for a lone voter.
     pub controller_listen: Option<SocketAddr>,
+    /// Mutual TLS on the controller transport, both ways; `None`: plaintext.
+    pub tls: Option<crate::network::ControllerTls>,
     pub broker: BrokerRegistration,
     pub heartbeat_interval: Duration,
     pub session_timeout: Duration,
@@ -502,7 +504,10 @@ async fn setup(cfg: &NodeConfig, bell: Arc<Bell>) -> Result<Ctx, RaftError> {
     }
     .validate()
     .map_err(|e| RaftError::Config(e.to_string()))?;
-    let raft = Raft::new(cfg.node_id, Arc::new(config), Network, log, sm.clone())
+    let network = Network {
+        tls: cfg.tls.as_ref().map(|t| t.client.clone()),
+    };
+    let raft = Raft::new(cfg.node_id, Arc::new(config), network, log, sm.clone())
         .await
         .map_err(|e| RaftError::Config(format!("starting raft: {e}")))?;
     if cfg.voters.contains_key(&cfg.node_id)
@@ -539,16 +544,28 @@ async fn setup(cfg: &NodeConfig, bell: Arc<Bell>) -> Result<Ctx, RaftError> {
     })
 }
 
-/// Accepts controller connections; each is served request by request.
+/// Accepts controller connections; each is served request by request. With TLS a peer is
+/// admitted (its certificate verified, its principal a super user) before any frame is read.
 async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
     loop {
-        let Ok((mut stream, peer)) = listener.accept().await else {
+        let Ok((stream, peer)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let _ = stream.set_nodelay(true);
         let ctx = ctx.clone();
         tokio::spawn(async move {
+            let mut stream = match accept(stream, ctx.cfg.tls.as_ref()).await {
+                Ok((stream, principal)) => {
+                    if let Some(p) = principal {
+                        debug!(%peer, principal = %p, "controller peer admitted");
+                    }
+                    stream
+                }
+                Err(why) => {
+                    warn!(%peer, why = %why, "controller connection refused");
+                    return;
+                }
+            };
             loop {
                 let req = match read_frame::<RpcRequest>(&mut stream).await {
                     Ok(Some(r)) => r,
@@ -1054,7 +1071,13 @@ async fn peer(ctx: &Ctx, addr: &str) -> Arc<tokio::sync::Mutex<PeerClient>> {
         .lock()
         .await
         .entry(addr.to_string())
-        .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(PeerClient::new(addr.to_string()))))
+        .or_insert_with(|| {
+            let tls = ctx.cfg.tls.as_ref().map(|t| t.client.clone());
+            Arc::new(tokio::sync::Mutex::new(PeerClient::new(
+                addr.to_string(),
+                tls,
+            )))
+        })
         .clone()
 }
 

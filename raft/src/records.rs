@@ -134,7 +134,39 @@ pub enum Record {
     AclRemoved {
         id: [u8; 16],
     },
+    /// A client quota of `entity` set (`value`) or removed (`None`), as Kafka's
+    /// ClientQuotaRecord: `key` is `producer_byte_rate`, `consumer_byte_rate` or
+    /// `request_percentage`.
+    ClientQuotaChanged {
+        entity: Vec<QuotaEntityPart>,
+        key: String,
+        value: Option<QuotaValue>,
+    },
 }
+
+/// One part of a client quota entity: its type (`user`, `client-id`) and name (`None`: that
+/// type's default entity).
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct QuotaEntityPart {
+    pub entity_type: String,
+    pub entity_name: Option<String>,
+}
+
+/// A quota's value (bytes per second, or percent of one core), compared by its bits so that
+/// records and images stay `Eq`.
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct QuotaValue(pub f64);
+
+impl PartialEq for QuotaValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for QuotaValue {}
 
 /// One ACL binding in Kafka's wire codes (CreateAcls): resource type, name and pattern type,
 /// principal, host, operation and permission type.

@@ -121,6 +121,8 @@ class KeelBroker:
         self.listener_ports = {name: free_port() for name in self.listeners}
         self.proc = None
         self.starts = 0
+        # The protocol of a cluster member's controller listener (see `spawn`).
+        self.controller_protocol = "PLAINTEXT"
 
     @property
     def bootstrap(self):
@@ -148,15 +150,23 @@ class KeelBroker:
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
         cmd = [KEEL_BIN, "--data-dir", self.data_dir,
                "--smp", str(self.smp), "--admin", "127.0.0.1:%d" % self.admin_port]
+        # A cluster member's controller listener is mapped explicitly (Keel refuses an
+        # unmapped one): PLAINTEXT unless the test says otherwise (`controller_protocol`).
+        controller = ([("CONTROLLER", self.controller_protocol)]
+                      if "controller.listen" in self.settings
+                      or "--controller-listen" in self.extra_args else [])
         if self.listeners:
             names = [("PLAINTEXT", "PLAINTEXT", self.port)] + [
                 (n, p, self.listener_ports[n]) for n, p in self.listeners.items()]
             cmd += ["--set", "listeners=" + ",".join(
                         "%s://127.0.0.1:%d" % (n, port) for n, _, port in names),
                     "--set", "listener.security.protocol.map=" + ",".join(
-                        "%s:%s" % (n, p) for n, p, _ in names)]
+                        "%s:%s" % (n, p) for n, p in [(n, p) for n, p, _ in names] + controller)]
         else:
             cmd += ["--listen", self.bootstrap]
+            if controller and "listener.security.protocol.map" not in self.settings:
+                cmd += ["--set", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,"
+                        + ",".join("%s:%s" % c for c in controller)]
         for k, v in self.settings.items():
             cmd += ["--set", "%s=%s" % (k, v)]
         cmd += self.extra_args
@@ -252,8 +262,8 @@ class KeelBroker:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
 
-def _make_broker(request, settings=None, name="keel", listeners=None):
-    b = KeelBroker(settings, name=name, listeners=listeners)
+def _make_broker(request, settings=None, name="keel", listeners=None, extra_args=None):
+    b = KeelBroker(settings, name=name, listeners=listeners, extra_args=extra_args)
     _LIVE_BROKERS.append(b)
     try:
         b.start()
@@ -349,7 +359,7 @@ def keel_cluster(request):
     """Start clusters: keel_cluster(3, {'auto.leader.rebalance.enable': 'false'}) -> KeelCluster."""
     made = []
 
-    def make(n=3, settings=None, listeners=None, extra_args=None):
+    def make(n=3, settings=None, listeners=None, extra_args=None, controller_protocol="PLAINTEXT"):
         controller_ports = [free_port() for _ in range(n)]
         quorum = ",".join("%d@127.0.0.1:%d" % (i + 1, p) for i, p in enumerate(controller_ports))
         brokers = []
@@ -360,6 +370,7 @@ def keel_cluster(request):
                       "controller.listen": "127.0.0.1:%d" % controller_ports[i]})
             b = KeelBroker(s, name="keel-node-%d" % (i + 1), listeners=listeners,
                            extra_args=extra_args)
+            b.controller_protocol = controller_protocol
             _LIVE_BROKERS.append(b)
             made.append(b)
             brokers.append(b)
@@ -420,6 +431,42 @@ def finish_cluster(brokers, failed):
             b.proc.wait(timeout=STOP_TIMEOUT_S)
     for b in brokers:
         _finish_broker(b, failed)
+
+
+# The subject of the `certs` client certificate, as Java writes a DN (RFC 2253, most specific
+# first): an mTLS connection with it is the principal "User:" + CLIENT_DN.
+CLIENT_DN = "CN=client-one,OU=Tests,O=Keel"
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory):
+    """A directory of PEM files made with the openssl CLI at test time (no key is committed):
+    ca.pem (the test CA), keystore.pem (the broker's key and certificate for 127.0.0.1 and
+    localhost, Kafka's PEM keystore), client.pem and client.key (subject CLIENT_DN)."""
+    d = str(tmp_path_factory.mktemp("certs"))
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+            "-days", "2", "-subj", "/CN=Keel Test CA", cwd=d)
+    with open(os.path.join(d, "san.cnf"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    with open(os.path.join(d, "client.cnf"), "w") as f:  # X.509 v3, as webpki requires
+        f.write("basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n")
+    for name, subj, ext in [("broker", "/CN=localhost", ["-extfile", "san.cnf"]),
+                            ("client", "/O=Keel/OU=Tests/CN=client-one",
+                             ["-extfile", "client.cnf"])]:
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key", "-out",
+                name + ".csr", "-subj", subj, cwd=d)
+        openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", name + ".pem", "-days", "2", *ext, cwd=d)
+    # Kafka's PEM keystore: the key and the certificate chain in one file.
+    with open(os.path.join(d, "keystore.pem"), "w") as out:
+        for part in ("broker.key", "broker.pem"):
+            with open(os.path.join(d, part)) as f:
+                out.write(f.read())
+    return d
 
 
 @pytest.fixture

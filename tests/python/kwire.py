@@ -255,9 +255,11 @@ class Conn:
         except ConnectionResetError:
             return None
 
-    def call(self, api_key, api_version, body, correlation_id=7, flexible=False, resp_flexible=None):
+    def call(self, api_key, api_version, body, correlation_id=7, flexible=False, resp_flexible=None,
+             client_id="keel-wire"):
         """Send one request and return the response body (after the response header)."""
-        self.send(request(api_key, api_version, correlation_id, body, flexible=flexible))
+        self.send(request(api_key, api_version, correlation_id, body, client_id=client_id,
+                          flexible=flexible))
         payload = self.recv_frame()
         assert payload is not None, "broker closed the connection instead of answering"
         r = Reader(payload)
@@ -347,3 +349,76 @@ def sasl_plain_login(bootstrap, user, password):
     err, msg, c = sasl_plain_try(bootstrap, user, password)
     assert err == 0, "login of %s failed: %s %s" % (user, err, msg)
     return c
+
+
+# -- client quotas (DescribeClientQuotas v0, AlterClientQuotas v0) ----------------------------
+def _quota_entity(entity):
+    """entity: {type: name or None (the default entity)}"""
+    return array([string(t) + string(n) for t, n in sorted(entity.items())])
+
+
+def _read_quota_entity(r):
+    return {r.string(): r.string() for _ in range(r.i32())}
+
+
+def alter_client_quotas(conn, entries, validate_only=False):
+    """entries: [(entity, {key: value or None (remove)})] -> [(error_code, message, entity)]"""
+    body = array([_quota_entity(entity)
+                  + array([string(k) + struct.pack(">d", 0.0 if v is None else float(v))
+                           + i8(1 if v is None else 0) for k, v in ops.items()])
+                  for entity, ops in entries]) + i8(1 if validate_only else 0)
+    r = Reader(conn.call(49, 0, body))
+    r.i32()  # throttle_time_ms
+    out = []
+    for _ in range(r.i32()):
+        err, msg = r.i16(), r.string()
+        out.append((err, msg, _read_quota_entity(r)))
+    return out
+
+
+MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
+
+
+def describe_client_quotas(conn, components, strict=False):
+    """components: [(entity_type, match_type, match)] ->
+    (error_code, message, [(entity, {key: value})] or None)"""
+    body = array([string(t) + i8(m) + string(n) for t, m, n in components]) + i8(1 if strict else 0)
+    r = Reader(conn.call(48, 0, body))
+    r.i32()  # throttle_time_ms
+    err, msg = r.i16(), r.string()
+    n = r.i32()
+    if n < 0:
+        return err, msg, None
+    entries = []
+    for _ in range(n):
+        entity = _read_quota_entity(r)
+        values = {}
+        for _ in range(r.i32()):
+            k = r.string()
+            values[k] = struct.unpack(">d", r.take(8))[0]
+        entries.append((entity, values))
+    return err, msg, entries
+
+
+def parse_produce_v9_response(body):
+    """-> ({(topic, partition): (error_code, base_offset)}, throttle_time_ms)"""
+    r = Reader(body)
+    out = {}
+    for _ in range(r.uvarint() - 1):
+        t = r.compact_string()
+        for _ in range(r.uvarint() - 1):
+            p = r.i32()
+            err = r.i16()
+            base = r.i64()
+            r.i64()  # log_append_time
+            r.i64()  # log_start_offset
+            for _ in range(r.uvarint() - 1):  # record_errors
+                r.i32()
+                r.compact_string()
+                r.skip_tags()
+            r.compact_string()  # error_message
+            r.skip_tags()
+            out[(t, p)] = (err, base)
+        r.skip_tags()
+    throttle = r.i32()
+    return out, throttle

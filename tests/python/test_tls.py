@@ -1,13 +1,11 @@
 """SSL and SASL_SSL listeners (issue 19): rustls on the broker, certificates made at test time
-with the openssl CLI (a CA, the broker's certificate for 127.0.0.1, a client certificate; no
-key is committed). confluent-kafka, kafka-python and kcat produce and consume over SSL;
-confluent-kafka over SASL_SSL with SCRAM-SHA-512 and PLAIN; a client certificate on a
-listener with `ssl.client.auth=required` is the principal `User:<subject DN>` the authorizer
-checks; plaintext or garbage sent to a TLS port, a missing client certificate and a handshake
-left half done close the connection, and the broker goes on serving."""
+by conftest's `certs`. Here: a client certificate on a listener with `ssl.client.auth=required`
+is the principal `User:<subject DN>` the authorizer checks; plaintext or garbage sent to a TLS
+port and a handshake left half done close the connection, and the broker goes on serving; the
+admin CLI over SASL_SSL. Every client over every protocol and SASL mechanism, and their failed
+logins and missing client certificates, are in test_security_matrix.py."""
 
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -20,39 +18,8 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    UserScramCredentialUpsertion)
 
 import kwire as w
-from conftest import _finish_broker, _make_broker, unique
-
-KCAT = shutil.which("kcat") or "/usr/bin/kcat"
-STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-CLIENT_DN = "CN=client-one,OU=Tests,O=Keel"
-
-
-def openssl(*args, cwd):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("certs"))
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-            "-days", "2", "-subj", "/CN=Keel Test CA", cwd=d)
-    with open(os.path.join(d, "san.cnf"), "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    with open(os.path.join(d, "client.cnf"), "w") as f:  # X.509 v3, as webpki requires
-        f.write("basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n")
-    for name, subj, ext in [("broker", "/CN=localhost", ["-extfile", "san.cnf"]),
-                            ("client", "/O=Keel/OU=Tests/CN=client-one",
-                             ["-extfile", "client.cnf"])]:
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key", "-out",
-                name + ".csr", "-subj", subj, cwd=d)
-        openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", name + ".pem", "-days", "2", *ext, cwd=d)
-    # Kafka's PEM keystore: the key and the certificate chain in one file.
-    with open(os.path.join(d, "keystore.pem"), "w") as out:
-        for part in ("broker.key", "broker.pem"):
-            with open(os.path.join(d, part)) as f:
-                out.write(f.read())
-    return d
+from conftest import CLIENT_DN, _finish_broker, _make_broker, unique
+from kutil import STANDARD_AUTHORIZER
 
 
 @pytest.fixture(scope="module")
@@ -119,48 +86,6 @@ def want(n=5):
     return [(i, b"k%d" % i, b"v%d" % i, [("i", str(i).encode())]) for i in range(n)]
 
 
-def test_confluent_kafka_over_ssl(tls_keel, certs):
-    topic = create_topic(tls_keel)
-    assert ck_round_trip(ssl_conf(tls_keel, certs), topic) == want()
-
-
-@pytest.mark.parametrize("mechanism,user,password", [("SCRAM-SHA-512", "admin", "admin-pw"),
-                                                     ("PLAIN", "admin", "admin-pw")])
-def test_confluent_kafka_over_sasl_ssl(tls_keel, certs, mechanism, user, password):
-    topic = create_topic(tls_keel)
-    conf = ssl_conf(tls_keel, certs, "SASL_SSL", **{
-        "security.protocol": "SASL_SSL", "sasl.mechanism": mechanism,
-        "sasl.username": user, "sasl.password": password})
-    assert ck_round_trip(conf, topic) == want()
-
-
-def test_kafka_python_over_ssl(tls_keel, certs):
-    from kafka import KafkaConsumer, KafkaProducer
-    topic = create_topic(tls_keel)
-    ssl = dict(bootstrap_servers=tls_keel.listener_bootstrap("SSL"), security_protocol="SSL",
-               ssl_cafile=os.path.join(certs, "ca.pem"))
-    p = KafkaProducer(**ssl)
-    offsets = [p.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=0).get(20).offset
-               for i in range(3)]
-    p.close()
-    assert offsets == [0, 1, 2]
-    c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **ssl)
-    got = [(m.offset, m.key, m.value) for m in c]
-    c.close()
-    assert got == [(i, b"k%d" % i, b"v%d" % i) for i in range(3)]
-
-
-def test_kcat_over_ssl(tls_keel, certs):
-    topic = create_topic(tls_keel)
-    ssl = ["-b", tls_keel.listener_bootstrap("SSL"), "-X", "security.protocol=ssl",
-           "-X", "ssl.ca.location=" + os.path.join(certs, "ca.pem")]
-    subprocess.run([KCAT, *ssl, "-P", "-t", topic, "-p", "0", "-K:"], input=b"a:1\nb:2\n",
-                   check=True, timeout=60, capture_output=True)
-    out = subprocess.run([KCAT, *ssl, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
-                          "-f", "%o %k %s\n"], check=True, timeout=60, capture_output=True)
-    assert out.stdout.decode().splitlines() == ["0 a 1", "1 b 2"]
-
-
 def test_client_certificate_is_the_principal(tls_keel, certs):
     allowed, other = create_topic(tls_keel), create_topic(tls_keel)
     a = AdminClient({"bootstrap.servers": tls_keel.bootstrap})
@@ -181,13 +106,6 @@ def test_client_certificate_is_the_principal(tls_keel, certs):
     p.produce(other, value=b"x", partition=0, on_delivery=lambda e, m: reports.append(e))
     p.flush(20)
     assert [e.name() for e in reports] == ["TOPIC_AUTHORIZATION_FAILED"]
-    # Without a certificate, the required listener ends the handshake.
-    errors = []
-    p = Producer(dict(ssl_conf(tls_keel, certs, "MTLS"),
-                      **{"message.timeout.ms": 4000, "error_cb": lambda e: errors.append(e)}))
-    p.produce(allowed, value=b"y", partition=0)
-    p.flush(10)
-    assert errors, "a handshake without a client certificate must fail"
 
 
 def test_hostile_input_on_a_tls_port(tls_keel, certs):
@@ -249,3 +167,79 @@ def test_keel_cli_over_sasl_ssl(tls_keel, certs, tmp_path):
     refused = keel("topic", "list", password="wrong")
     assert refused.returncode == 1
     assert "SASL login of admin failed (error 58)" in refused.stderr, refused.stderr
+
+
+def test_principal_mapping_rules_name_the_certificate_principal(request, certs):
+    """`ssl.principal.mapping.rules` per listener (Kafka's SslPrincipalMapper): on MAPPED the
+    client certificate's DN, CN=client-one,OU=Tests,O=Keel, maps to `client-one@tests`, and an
+    ACL on User:client-one@tests is what authorizes it (one on the DN no longer applies); on
+    NOMATCH no rule applies to the DN, and the connection is refused."""
+    from kutil import end_offsets
+    settings = {
+        "ssl.keystore.location": os.path.join(certs, "keystore.pem"),
+        "ssl.truststore.location": os.path.join(certs, "ca.pem"),
+        "ssl.client.auth": "required",
+        "listener.name.mapped.ssl.principal.mapping.rules":
+            "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,"
+            "RULE:^CN=(.*?),OU=(.*?),O=(.*?)$/$1@$2/L,DEFAULT",
+        "listener.name.nomatch.ssl.principal.mapping.rules": "RULE:^CN=nobody,.*$/nobody/",
+        "authorizer.class.name": STANDARD_AUTHORIZER,
+        "super.users": "User:ANONYMOUS",
+    }
+    b = _make_broker(request, settings, name="keel-tls-mapping",
+                     listeners={"MAPPED": "SSL", "NOMATCH": "SSL"})
+    try:
+        mapped, by_dn = create_topic(b), create_topic(b)
+        a = AdminClient({"bootstrap.servers": b.bootstrap})
+        short = "User:client-one@tests"
+        for fut in a.create_acls(
+                [AclBinding(ResourceType.TOPIC, mapped, ResourcePatternType.LITERAL, short, "*",
+                            op, AclPermissionType.ALLOW)
+                 for op in (AclOperation.WRITE, AclOperation.READ)]
+                + [AclBinding(ResourceType.GROUP, "*", ResourcePatternType.LITERAL, short, "*",
+                              AclOperation.READ, AclPermissionType.ALLOW),
+                   AclBinding(ResourceType.TOPIC, by_dn, ResourcePatternType.LITERAL,
+                              "User:" + CLIENT_DN, "*", AclOperation.WRITE,
+                              AclPermissionType.ALLOW)]).values():
+            fut.result(timeout=30)
+        client_cert = {"ssl.certificate.location": os.path.join(certs, "client.pem"),
+                       "ssl.key.location": os.path.join(certs, "client.key")}
+        conf = ssl_conf(b, certs, "MAPPED", **client_cert)
+        assert ck_round_trip(conf, mapped, n=2) == want(2)
+        reports = []
+        p = Producer(dict(conf, **{"message.timeout.ms": 8000, "retries": 0}))
+        p.produce(by_dn, value=b"x", partition=0, on_delivery=lambda e, m: reports.append(e))
+        p.flush(20)
+        assert [e.name() for e in reports] == ["TOPIC_AUTHORIZATION_FAILED"]
+
+        errors, reports = [], []
+        p = Producer(dict(ssl_conf(b, certs, "NOMATCH", **client_cert),
+                          **{"error_cb": lambda e: errors.append(e), "linger.ms": 0}))
+        p.produce(mapped, value=b"must-not-be-written", partition=0,
+                  on_delivery=lambda e, m: reports.append(e))
+        deadline = time.monotonic() + 15
+        while not errors and time.monotonic() < deadline:
+            p.poll(0.1)
+        p.purge()
+        assert p.flush(5) == 0
+        assert errors and len(reports) == 1 and reports[0] is not None, (errors, reports)
+        assert end_offsets(b.bootstrap, mapped, [0]) == {0: 2}
+        assert "No rules apply to %s" % CLIENT_DN in b.log_text()
+    finally:
+        _finish_broker(b, getattr(request.session, "_keel_failed", False))
+
+
+def test_a_bad_principal_mapping_rule_stops_the_start(tmp_path):
+    """A rule Kafka refuses stops the start with an error that names it."""
+    from conftest import KEEL_BIN
+    bad = "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L/U"
+    p = subprocess.run(
+        [KEEL_BIN, "--data-dir", str(tmp_path / "data"), "--admin", "off",
+         "--set", "listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+         "--set", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL",
+         "--set", "ssl.keystore.location=/nonexistent.pem",
+         "--set", "listener.name.ssl.ssl.principal.mapping.rules=DEFAULT," + bad],
+        capture_output=True, text=True, timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("KEEL_")})
+    assert p.returncode == 2, p
+    assert "ssl.principal.mapping.rules" in p.stderr and bad in p.stderr, p.stderr

@@ -121,6 +121,7 @@ fn node_config(config: &BrokerConfig, shard_count: usize) -> NodeConfig {
         dir: config.data_dir.join("__cluster_metadata-0"),
         voters,
         controller_listen: config.controller_listen,
+        tls: config.controller_tls.clone(),
         broker: BrokerRegistration {
             broker_id: config.node_id,
             incarnation_id: *uuid::Uuid::new_v4().as_bytes(),
@@ -285,8 +286,16 @@ pub fn start(
         node_id = cfg.node_id,
         voters = ?cfg.voters,
         controller_listen = ?cfg.controller_listen,
+        controller_tls = cfg.tls.is_some(),
         "starting the metadata quorum node"
     );
+    let traffic = cfg.controller_listen.is_some() || cfg.voters.len() > 1;
+    if traffic && cfg.tls.is_none() {
+        warn!(
+            "the controller listener is PLAINTEXT: anyone who reaches it can propose metadata \
+             records; map it to SSL in listener.security.protocol.map for mutual TLS"
+        );
+    }
     let handle = MetadataHandle::start(cfg, writer).context("starting the metadata node")?;
     Ok((
         Controller {

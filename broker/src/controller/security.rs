@@ -1,6 +1,7 @@
-//! Users' SCRAM credentials and ACLs, the controller's side (issue 19), on shard 0: the
-//! handlers check a request as Kafka does, then these propose the records
-//! (`UserScramCredentialChanged`/`Removed`, `AclCreated`/`AclRemoved`); the image checks
+//! Users' SCRAM credentials, ACLs and client quotas, the controller's side (issue 19), on
+//! shard 0: the handlers check a request as Kafka does, then these propose the records
+//! (`UserScramCredentialChanged`/`Removed`, `AclCreated`/`AclRemoved`,
+//! `ClientQuotaChanged`); the image checks
 //! them again when they are applied, so a concurrent change that made a proposal stale
 //! rejects it whole.
 
@@ -13,8 +14,9 @@ use keel_raft::Record;
 use super::{propose, OpError};
 use crate::shard::BrokerShard;
 
-/// Proposes one user's credential changes as one batch.
-pub async fn alter_user(shard: Rc<BrokerShard>, records: Vec<Record>) -> Result<(), OpError> {
+/// Proposes records as one batch: one user's credential changes, or an AlterClientQuotas
+/// request's quota changes.
+pub async fn propose_batch(shard: Rc<BrokerShard>, records: Vec<Record>) -> Result<(), OpError> {
     propose(&shard, records).await
 }
 
@@ -51,7 +53,7 @@ pub async fn add_bootstrap_users(shard: Rc<BrokerShard>) {
                 server_key: c.server_key,
                 iterations: user.iterations as i32,
             };
-            let done = crate::controller::call(&shard, move |s| alter_user(s, vec![record]))
+            let done = crate::controller::call(&shard, move |s| propose_batch(s, vec![record]))
                 .await
                 .and_then(|r| r);
             match done {

@@ -5,6 +5,8 @@
 //! are in flight per connection: past that the reader stops reading (backpressure). A bad
 //! frame, header or body closes this connection only, after the answers already due.
 //! On shutdown the reader stops at the next frame boundary; in-flight requests finish.
+//! A connection a client quota throttled reads nothing until its throttle time has passed
+//! (KIP-219's mute; see `crate::quota`).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -96,6 +98,8 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream, listener: Rc<str>)
         host: ip,
         client_host,
         listener: listener.clone(),
+        quota: Default::default(),
+        authz_cache: Default::default(),
     };
     // A SASL listener authenticates the connection before anything else.
     if config.protocol.is_sasl() {
@@ -135,6 +139,25 @@ pub async fn serve(shard: Rc<BrokerShard>, stream: TcpStream, listener: Rc<str>)
     let max = shard.config.socket_request_max_bytes;
     let idle = Duration::from_millis(shard.config.connections_max_idle_ms);
     loop {
+        if let Some(wait) = session.quota.muted_for(Instant::now()) {
+            // KIP-219: a throttled client's connection reads nothing until its throttle time
+            // has passed (its answer already went out, carrying that time).
+            let stop = futures_lite::future::or(
+                async {
+                    glommio::timer::sleep(wait).await;
+                    false
+                },
+                async {
+                    shard.shutdown.wait().await;
+                    true
+                },
+            )
+            .await;
+            if stop {
+                break;
+            }
+            activity.last.set(Instant::now());
+        }
         // Wait for bytes without taking any (cancel-safe), so that the idle check cannot cut
         // a frame's size prefix in two.
         let wake = futures_lite::future::or(

@@ -14,13 +14,15 @@ use crate::shard::BrokerShard;
 use crate::tls::TlsConfig;
 
 /// Completes the handshake: the TLS stream and, when the client gave a certificate the
-/// truststore verified, its principal (`User:<subject DN>`).
+/// truststore verified, its principal on an SSL listener (`User:` and the name
+/// `ssl.principal.mapping.rules` make of its subject DN; a DN no rule applies to fails).
 pub async fn accept(
     shard: &Rc<BrokerShard>,
     tls: &TlsConfig,
     stream: TcpStream,
 ) -> Result<(TlsStream<TcpStream>, Option<String>), String> {
-    let acceptor = TlsAcceptor::from(tls.0.clone());
+    let acceptor = TlsAcceptor::from(tls.server.clone());
+    let tls = tls.clone();
     let timeout = Duration::from_millis(shard.config.sasl_server_authentication_timeout_ms);
     let handshake = async move {
         let done = futures_lite::future::or(async { Some(acceptor.accept(stream).await) }, async {
@@ -32,12 +34,10 @@ pub async fn accept(
             None => Err(format!("no handshake within {} ms", timeout.as_millis())),
             Some(Err(e)) => Err(e.to_string()),
             Some(Ok(s)) => {
-                let principal = s
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|c| c.first())
-                    .and_then(crate::tls::principal_of);
+                let principal = match s.get_ref().1.peer_certificates().and_then(|c| c.first()) {
+                    Some(cert) => tls.principal_of(cert)?,
+                    None => None,
+                };
                 Ok((s, principal))
             }
         }

@@ -1,7 +1,7 @@
 //! The Kafka front end: a client connection ([`conn`]), its TLS handshake ([`handshake`]),
 //! its SASL authentication ([`sasl`]),
-//! request framing ([`framing`]), the socket's reads and writes ([`io`]), connection limits ([`limits`]) and dispatch to
-//! the handlers ([`dispatch`]).
+//! request framing ([`framing`]), the socket's reads and writes ([`io`]), connection limits ([`limits`]), dispatch to
+//! the handlers ([`dispatch`]) and the client quotas' charge on each request ([`throttle`]).
 
 pub mod conn;
 pub mod dispatch;
@@ -10,3 +10,4 @@ pub mod handshake;
 pub mod io;
 pub mod limits;
 pub mod sasl;
+pub mod throttle;

@@ -14,7 +14,10 @@
 //! Credentials are the SCRAM credentials in the metadata image (AlterUserScramCredentials):
 //! SCRAM-SHA-256/512 run RFC 5802 against them; PLAIN derives the salted password from the
 //! password it is given (PBKDF2, run in slices on the shard's `auth` task queue so that a
-//! burst of logins does not hold up produce and fetch) and compares StoredKeys.
+//! burst of logins does not hold up produce and fetch) and compares StoredKeys. OAUTHBEARER
+//! checks an unsecured JWT with keel-auth's validator and the listener's options, against the
+//! wall clock: a rejected token gets RFC 7628's JSON error challenge, the client's `%x01`
+//! answer then fails the login as the others do.
 
 use std::rc::Rc;
 use std::sync::OnceLock;
@@ -28,6 +31,7 @@ use kafka_protocol::messages::{
     SaslHandshakeResponse,
 };
 use kafka_protocol::ResponseError;
+use keel_auth::oauthbearer::{OAuthBearerError, OAuthBearerServer, ServerStep};
 use keel_auth::scram::{self, Mechanism, ScramCredential, ScramServer};
 
 use crate::config::{Listener, SaslMechanism};
@@ -49,6 +53,13 @@ enum Phase {
     Handshaken { mechanism: SaslMechanism, raw: bool },
     /// SCRAM, after the server-first message: the client-final message is due.
     ScramFinal { server: Box<ScramServer>, raw: bool },
+    /// OAUTHBEARER, after an error challenge: the client's `%x01` (or a new token) is due.
+    /// `rejected`: why the token was refused, for the log.
+    OAuthBearer {
+        server: Box<OAuthBearerServer>,
+        raw: bool,
+        rejected: String,
+    },
 }
 
 /// What one mechanism message leads to.
@@ -96,12 +107,14 @@ async fn exchange(
     loop {
         let raw = matches!(
             phase,
-            Phase::Handshaken { raw: true, .. } | Phase::ScramFinal { raw: true, .. }
+            Phase::Handshaken { raw: true, .. }
+                | Phase::ScramFinal { raw: true, .. }
+                | Phase::OAuthBearer { raw: true, .. }
         );
         let frame = read_limited(reader, max, raw).await?;
         shard.counters.add_bytes_in(frame.len() + 4);
         if raw {
-            let step = step(shard, &mut phase, &frame).await;
+            let step = step(shard, listener, &mut phase, &frame).await;
             match step {
                 Step::Continue(token) => send(out, raw_frame(&token)).await?,
                 Step::Done(token, user) => {
@@ -180,7 +193,7 @@ async fn exchange(
             (ApiKey::SaslAuthenticate, _) => {
                 let req: SaslAuthenticateRequest =
                     decode_body(api, version, &mut body).map_err(|e| e.to_string())?;
-                match step(shard, &mut phase, &req.auth_bytes).await {
+                match step(shard, listener, &mut phase, &req.auth_bytes).await {
                     Step::Continue(token) => {
                         let resp =
                             SaslAuthenticateResponse::default().with_auth_bytes(token.into());
@@ -209,12 +222,25 @@ async fn exchange(
 }
 
 /// Runs the mechanism on one client message.
-async fn step(shard: &Rc<BrokerShard>, phase: &mut Phase, msg: &[u8]) -> Step {
+async fn step(shard: &Rc<BrokerShard>, listener: &Listener, phase: &mut Phase, msg: &[u8]) -> Step {
     match std::mem::replace(phase, Phase::Start) {
         Phase::Handshaken {
             mechanism: SaslMechanism::Plain,
             ..
         } => plain(shard, msg).await,
+        Phase::Handshaken {
+            mechanism: SaslMechanism::OAuthBearer,
+            raw,
+        } => {
+            let options = listener.oauthbearer.clone().unwrap_or_default();
+            let server = Box::new(OAuthBearerServer::new(options));
+            oauthbearer(phase, server, raw, None, msg)
+        }
+        Phase::OAuthBearer {
+            server,
+            raw,
+            rejected,
+        } => oauthbearer(phase, server, raw, Some(rejected), msg),
         Phase::Handshaken {
             mechanism: SaslMechanism::Scram(mech),
             raw,
@@ -255,6 +281,43 @@ async fn step(shard: &Rc<BrokerShard>, phase: &mut Phase, msg: &[u8]) -> Step {
             "a SASL message before the handshake".to_string(),
         ),
     }
+}
+
+/// OAUTHBEARER: one client message through the exchange. A rejected token leaves the exchange
+/// waiting for the client's `%x01` (`rejected` is why, for the log).
+fn oauthbearer(
+    phase: &mut Phase,
+    mut server: Box<OAuthBearerServer>,
+    raw: bool,
+    rejected: Option<String>,
+    msg: &[u8],
+) -> Step {
+    match server.evaluate_response(msg, unix_now_ms()) {
+        Ok(ServerStep::Challenge { challenge, reason }) => {
+            *phase = Phase::OAuthBearer {
+                server,
+                raw,
+                rejected: reason,
+            };
+            Step::Continue(challenge)
+        }
+        Ok(ServerStep::Done(token)) => Step::Done(Vec::new(), token.principal),
+        Err(e) => {
+            let why = match (&e, rejected) {
+                (OAuthBearerError::TokenRejected(_), Some(r)) => r,
+                _ => e.to_string(),
+            };
+            Step::Failed(e.client_message(), format!("OAUTHBEARER: {why}"))
+        }
+    }
+}
+
+/// The wall clock in milliseconds since the Unix epoch (the times in a token are); a clock
+/// before 1970 reads 0, where every token has expired.
+fn unix_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// PLAIN: the password is checked against the user's SCRAM-SHA-256 credential, else its

@@ -184,7 +184,7 @@ pub async fn handle(
         let result = match u.error {
             Some(e) => Err(e),
             None => controller::call(shard, move |s| {
-                controller::security::alter_user(s, u.records)
+                controller::security::propose_batch(s, u.records)
             })
             .await
             .and_then(|r| r),

@@ -11,11 +11,13 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 
 use crate::frontend::framing::{decode_body, encode_response, Frame, FrameError};
+use crate::frontend::throttle::Charge;
 use crate::security::Session;
 use crate::shard::BrokerShard;
 
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
+pub mod alter_client_quotas;
 pub mod alter_configs;
 pub mod alter_partition_reassignments;
 pub mod alter_user_scram_credentials;
@@ -30,6 +32,7 @@ pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_acls;
+pub mod describe_client_quotas;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
@@ -97,6 +100,9 @@ impl ApiSupport {
 /// request and the connection's [`Session`] (its principal, the client's address,
 /// the listener the request came in on); `body`: the handler decodes the body it is given
 /// whole, is given the session too, and may answer nothing, as Produce does for acks=0).
+/// Every call is charged to the client quotas that apply ([`Charge`]): its handler's time,
+/// Produce's bytes, a consumer Fetch's answer; a throttled answer carries
+/// `throttle_time_ms` and mutes the connection.
 /// [`SUPPORTED`] (the ApiVersions answer) and [`call`] (the dispatch) are both generated from
 /// it, so they cannot disagree.
 macro_rules! api_table {
@@ -117,7 +123,10 @@ macro_rules! api_table {
             let version = hdr.request_api_version;
             match api {
                 $(ApiKey::$key => {
-                    match api_table!(@call $kind $handler, $req, api, version, shard, hdr, body, session) {
+                    let (mut answer, charge) =
+                        api_table!(@call $kind $handler, $req, api, version, shard, hdr, body, session);
+                    charge.finish(shard, session, answer.as_mut());
+                    match answer {
                         Some(resp) => encode_response(api, version, hdr.correlation_id, &resp).map(Some),
                         None => Ok(None),
                     }
@@ -155,12 +164,16 @@ macro_rules! api_table {
         }
     };
     (@call session $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $session:ident) => {{
-        let req: kafka_protocol::messages::$req = decode_body($api, $v, $body)?;
-        Some($h($shard, $hdr, req, $session).await)
+        let mut req: kafka_protocol::messages::$req = decode_body($api, $v, $body)?;
+        let mut charge = Charge::begin($shard, $hdr, $session, $api, &mut req, 0);
+        let answer = charge.run($h($shard, $hdr, req, $session)).await;
+        (Some(answer), charge)
     }};
-    (@call body $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $session:ident) => {
-        $h($shard, $hdr, std::mem::take($body), $session).await?
-    };
+    (@call body $h:path, $req:ident, $api:ident, $v:ident, $shard:ident, $hdr:ident, $body:ident, $session:ident) => {{
+        let mut charge = Charge::begin($shard, $hdr, $session, $api, &mut (), $body.len());
+        let answer = charge.run($h($shard, $hdr, std::mem::take($body), $session)).await?;
+        (answer, charge)
+    }};
 }
 
 api_table! {
@@ -234,6 +247,10 @@ api_table! {
     CreateAcls: create_acls::SUPPORT => session create_acls::handle, CreateAclsRequest;
     DescribeAcls: describe_acls::SUPPORT => session describe_acls::handle, DescribeAclsRequest;
     DeleteAcls: delete_acls::SUPPORT => session delete_acls::handle, DeleteAclsRequest;
+    DescribeClientQuotas: describe_client_quotas::SUPPORT
+        => session describe_client_quotas::handle, DescribeClientQuotasRequest;
+    AlterClientQuotas: alter_client_quotas::SUPPORT
+        => session alter_client_quotas::handle, AlterClientQuotasRequest;
     SaslHandshake: sasl_handshake::SUPPORT
         => session sasl_handshake::handle, SaslHandshakeRequest;
     SaslAuthenticate: sasl_authenticate::SUPPORT

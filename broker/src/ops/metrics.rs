@@ -60,6 +60,10 @@ pub struct ShardCounters {
     pub replica_served_bytes: Cell<u64>,
     pub replica_truncations: Cell<u64>,
     pub replica_truncations_below_hw: Cell<u64>,
+    /// Client quotas: answers throttled and the throttle time they carried, by quota type
+    /// (produce, fetch, request; see `crate::quota`).
+    quota_throttled: [Cell<u64>; 3],
+    quota_throttle_ms: [Cell<u64>; 3],
     /// Latency histograms by (API key, stage).
     latency: RefCell<HashMap<(i16, Stage), Histogram>>,
     /// glommio's run times, accumulated (glommio resets them on every read).
@@ -175,6 +179,8 @@ impl Default for ShardCounters {
             replica_served_bytes: Cell::new(0),
             replica_truncations: Cell::new(0),
             replica_truncations_below_hw: Cell::new(0),
+            quota_throttled: Default::default(),
+            quota_throttle_ms: Default::default(),
             latency: RefCell::new(HashMap::new()),
             started: Instant::now(),
             busy_ns: Cell::new(0),
@@ -194,6 +200,11 @@ impl ShardCounters {
             Some(i) => bump(&self.requests[i], 1),
             None => bump(&self.requests_unknown_api, 1),
         }
+    }
+    /// An answer a client quota of type `t` throttled by `ms`.
+    pub fn quota_throttled(&self, t: crate::quota::QuotaType, ms: u64) {
+        bump(&self.quota_throttled[t as usize], 1);
+        bump(&self.quota_throttle_ms[t as usize], ms);
     }
     pub fn add_bytes_in(&self, n: usize) {
         bump(&self.bytes_in, n as u64);
@@ -320,6 +331,8 @@ impl ShardCounters {
             replica_served_bytes: self.replica_served_bytes.get(),
             replica_truncations: self.replica_truncations.get(),
             replica_truncations_below_hw: self.replica_truncations_below_hw.get(),
+            quota_throttled: self.quota_throttled.each_ref().map(Cell::get),
+            quota_throttle_ms: self.quota_throttle_ms.each_ref().map(Cell::get),
             cpu: thread_cpu(),
             ..Default::default()
         }
@@ -379,6 +392,9 @@ pub struct CountersSnapshot {
     pub requests_unknown_api: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// Client quotas' throttled answers and their throttle time, by quota type.
+    pub quota_throttled: [u64; 3],
+    pub quota_throttle_ms: [u64; 3],
     pub connections_open: u64,
     pub connections_total: u64,
     pub produce_records: u64,
@@ -725,6 +741,7 @@ pub fn render(shards: &[CountersSnapshot]) -> String {
             );
         }
     }
+    render_quotas(&mut out, shards);
     render_shard_details(&mut out, shards);
     render_partitions(&mut out, shards);
     render_replication(&mut out, shards);
@@ -752,6 +769,38 @@ fn per_shard(
             let _ = writeln!(out, "{name}{{shard=\"{i}\"{labels}}} {value}");
         }
     }
+}
+
+/// Client quota throttling by quota type (Kafka's `throttle-time` sensors, summed).
+fn render_quotas(out: &mut String, shards: &[CountersSnapshot]) {
+    let by_type = |f: fn(&CountersSnapshot, usize) -> f64| {
+        move |s: &CountersSnapshot| {
+            crate::quota::QUOTA_TYPES
+                .iter()
+                .map(|t| (format!(",quota_type=\"{}\"", t.label()), f(s, *t as usize)))
+                .collect()
+        }
+    };
+    per_shard(
+        out,
+        shards,
+        (
+            "keel_quota_throttled_responses_total",
+            "counter",
+            "Answers a client quota throttled (throttle_time_ms > 0, the connection muted), by quota type.",
+        ),
+        by_type(|s, t| s.quota_throttled[t] as f64),
+    );
+    per_shard(
+        out,
+        shards,
+        (
+            "keel_quota_throttle_time_ms_total",
+            "counter",
+            "Throttle time client quotas gave answers, in milliseconds, by quota type.",
+        ),
+        by_type(|s, t| s.quota_throttle_ms[t] as f64),
+    );
 }
 
 /// Idle time, thread ids, task queues and I/O depth, per shard.

@@ -66,7 +66,7 @@ impl Broker {
             port,
             admin_port,
             dir,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            extra: with_controller_protocol(extra),
             env: env
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -89,6 +89,8 @@ impl Broker {
     }
 
     /// A broker on free ports with a temp data dir, not started yet.
+    /// A broker with these flags; a cluster member's controller listener is mapped to
+    /// PLAINTEXT explicitly (see [`with_controller_protocol`]).
     pub fn prepare(extra: &[&str]) -> Broker {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("keel.log");
@@ -97,7 +99,7 @@ impl Broker {
             port,
             admin_port,
             dir,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            extra: with_controller_protocol(extra),
             env: Vec::new(),
             host: "127.0.0.1".into(),
             netns: None,
@@ -332,4 +334,25 @@ impl Drop for Broker {
             eprintln!("---- keel log ----\n{}", self.log_text());
         }
     }
+}
+
+/// `extra`, and for a node with controller traffic (`--controller-listen`) its controller
+/// listener mapped to PLAINTEXT in `listener.security.protocol.map`, which a broker needs
+/// explicitly (or SSL): added to the map `extra` sets, or set with the default PLAINTEXT
+/// listener. A map that already names CONTROLLER is left as it is.
+pub fn with_controller_protocol(extra: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    if !out.iter().any(|a| a == "--controller-listen") {
+        return out;
+    }
+    const MAP: &str = "listener.security.protocol.map=";
+    match out.iter_mut().find(|a| a.starts_with(MAP)) {
+        Some(map) if map.contains("CONTROLLER:") => {}
+        Some(map) => map.push_str(",CONTROLLER:PLAINTEXT"),
+        None => {
+            out.push("--set".into());
+            out.push(format!("{MAP}PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"));
+        }
+    }
+    out
 }

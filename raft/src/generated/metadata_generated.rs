@@ -29,10 +29,10 @@ pub mod metadata {
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_RECORD: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_RECORD: u8 = 14;
+pub const ENUM_MAX_RECORD: u8 = 15;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_RECORD: [Record; 15] = [
+pub const ENUM_VALUES_RECORD: [Record; 16] = [
   Record::NONE,
   Record::BrokerRegistered,
   Record::BrokerFenced,
@@ -48,6 +48,7 @@ pub const ENUM_VALUES_RECORD: [Record; 15] = [
   Record::UserScramCredentialRemoved,
   Record::AclCreated,
   Record::AclRemoved,
+  Record::ClientQuotaChanged,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -70,9 +71,10 @@ impl Record {
   pub const UserScramCredentialRemoved: Self = Self(12);
   pub const AclCreated: Self = Self(13);
   pub const AclRemoved: Self = Self(14);
+  pub const ClientQuotaChanged: Self = Self(15);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 14;
+  pub const ENUM_MAX: u8 = 15;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::NONE,
     Self::BrokerRegistered,
@@ -89,6 +91,7 @@ impl Record {
     Self::UserScramCredentialRemoved,
     Self::AclCreated,
     Self::AclRemoved,
+    Self::ClientQuotaChanged,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -108,6 +111,7 @@ impl Record {
       Self::UserScramCredentialRemoved => Some("UserScramCredentialRemoved"),
       Self::AclCreated => Some("AclCreated"),
       Self::AclRemoved => Some("AclRemoved"),
+      Self::ClientQuotaChanged => Some("ClientQuotaChanged"),
       _ => None,
     }
   }
@@ -2579,6 +2583,273 @@ impl core::fmt::Debug for AclRemoved<'_> {
       ds.finish()
   }
 }
+pub enum QuotaEntityPartOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+/// One part of a client quota entity (Kafka's ClientQuotaRecord.EntityData).
+pub struct QuotaEntityPart<'a> {
+  pub _tab: flatbuffers::Table<'a>,
+}
+
+impl<'a> flatbuffers::Follow<'a> for QuotaEntityPart<'a> {
+  type Inner = QuotaEntityPart<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: flatbuffers::Table::new(buf, loc) }
+  }
+}
+
+impl<'a> QuotaEntityPart<'a> {
+  pub const VT_ENTITY_TYPE: flatbuffers::VOffsetT = 4;
+  pub const VT_ENTITY_NAME: flatbuffers::VOffsetT = 6;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
+    QuotaEntityPart { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr>(
+    _fbb: &'mut_bldr mut flatbuffers::FlatBufferBuilder<'bldr>,
+    args: &'args QuotaEntityPartArgs<'args>
+  ) -> flatbuffers::WIPOffset<QuotaEntityPart<'bldr>> {
+    let mut builder = QuotaEntityPartBuilder::new(_fbb);
+    if let Some(x) = args.entity_name { builder.add_entity_name(x); }
+    if let Some(x) = args.entity_type { builder.add_entity_type(x); }
+    builder.finish()
+  }
+
+
+  /// "user" or "client-id".
+  #[inline]
+  pub fn entity_type(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<&str>>(QuotaEntityPart::VT_ENTITY_TYPE, None)}
+  }
+  /// Absent = that type's default entity.
+  #[inline]
+  pub fn entity_name(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<&str>>(QuotaEntityPart::VT_ENTITY_NAME, None)}
+  }
+}
+
+impl flatbuffers::Verifiable for QuotaEntityPart<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut flatbuffers::Verifier, pos: usize
+  ) -> Result<(), flatbuffers::InvalidFlatbuffer> {
+    use self::flatbuffers::Verifiable;
+    v.visit_table(pos)?
+     .visit_field::<flatbuffers::ForwardsUOffset<&str>>("entity_type", Self::VT_ENTITY_TYPE, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<&str>>("entity_name", Self::VT_ENTITY_NAME, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct QuotaEntityPartArgs<'a> {
+    pub entity_type: Option<flatbuffers::WIPOffset<&'a str>>,
+    pub entity_name: Option<flatbuffers::WIPOffset<&'a str>>,
+}
+impl<'a> Default for QuotaEntityPartArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    QuotaEntityPartArgs {
+      entity_type: None,
+      entity_name: None,
+    }
+  }
+}
+
+pub struct QuotaEntityPartBuilder<'a: 'b, 'b> {
+  fbb_: &'b mut flatbuffers::FlatBufferBuilder<'a>,
+  start_: flatbuffers::WIPOffset<flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b> QuotaEntityPartBuilder<'a, 'b> {
+  #[inline]
+  pub fn add_entity_type(&mut self, entity_type: flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(QuotaEntityPart::VT_ENTITY_TYPE, entity_type);
+  }
+  #[inline]
+  pub fn add_entity_name(&mut self, entity_name: flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(QuotaEntityPart::VT_ENTITY_NAME, entity_name);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> QuotaEntityPartBuilder<'a, 'b> {
+    let start = _fbb.start_table();
+    QuotaEntityPartBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> flatbuffers::WIPOffset<QuotaEntityPart<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl core::fmt::Debug for QuotaEntityPart<'_> {
+  fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+    let mut ds = f.debug_struct("QuotaEntityPart");
+      ds.field("entity_type", &self.entity_type());
+      ds.field("entity_name", &self.entity_name());
+      ds.finish()
+  }
+}
+pub enum ClientQuotaChangedOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+/// A client quota set or removed (Kafka's ClientQuotaRecord).
+pub struct ClientQuotaChanged<'a> {
+  pub _tab: flatbuffers::Table<'a>,
+}
+
+impl<'a> flatbuffers::Follow<'a> for ClientQuotaChanged<'a> {
+  type Inner = ClientQuotaChanged<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: flatbuffers::Table::new(buf, loc) }
+  }
+}
+
+impl<'a> ClientQuotaChanged<'a> {
+  pub const VT_ENTITY: flatbuffers::VOffsetT = 4;
+  pub const VT_KEY: flatbuffers::VOffsetT = 6;
+  pub const VT_VALUE: flatbuffers::VOffsetT = 8;
+  pub const VT_REMOVE: flatbuffers::VOffsetT = 10;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
+    ClientQuotaChanged { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr>(
+    _fbb: &'mut_bldr mut flatbuffers::FlatBufferBuilder<'bldr>,
+    args: &'args ClientQuotaChangedArgs<'args>
+  ) -> flatbuffers::WIPOffset<ClientQuotaChanged<'bldr>> {
+    let mut builder = ClientQuotaChangedBuilder::new(_fbb);
+    builder.add_value(args.value);
+    if let Some(x) = args.key { builder.add_key(x); }
+    if let Some(x) = args.entity { builder.add_entity(x); }
+    builder.add_remove(args.remove);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn entity(&self) -> Option<flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<QuotaEntityPart<'a>>>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<QuotaEntityPart>>>>(ClientQuotaChanged::VT_ENTITY, None)}
+  }
+  #[inline]
+  pub fn key(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<&str>>(ClientQuotaChanged::VT_KEY, None)}
+  }
+  #[inline]
+  pub fn value(&self) -> f64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<f64>(ClientQuotaChanged::VT_VALUE, Some(0.0)).unwrap()}
+  }
+  /// The quota `key` of the entity is removed (`value` is ignored).
+  #[inline]
+  pub fn remove(&self) -> bool {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<bool>(ClientQuotaChanged::VT_REMOVE, Some(false)).unwrap()}
+  }
+}
+
+impl flatbuffers::Verifiable for ClientQuotaChanged<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut flatbuffers::Verifier, pos: usize
+  ) -> Result<(), flatbuffers::InvalidFlatbuffer> {
+    use self::flatbuffers::Verifiable;
+    v.visit_table(pos)?
+     .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, flatbuffers::ForwardsUOffset<QuotaEntityPart>>>>("entity", Self::VT_ENTITY, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<&str>>("key", Self::VT_KEY, false)?
+     .visit_field::<f64>("value", Self::VT_VALUE, false)?
+     .visit_field::<bool>("remove", Self::VT_REMOVE, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct ClientQuotaChangedArgs<'a> {
+    pub entity: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<QuotaEntityPart<'a>>>>>,
+    pub key: Option<flatbuffers::WIPOffset<&'a str>>,
+    pub value: f64,
+    pub remove: bool,
+}
+impl<'a> Default for ClientQuotaChangedArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    ClientQuotaChangedArgs {
+      entity: None,
+      key: None,
+      value: 0.0,
+      remove: false,
+    }
+  }
+}
+
+pub struct ClientQuotaChangedBuilder<'a: 'b, 'b> {
+  fbb_: &'b mut flatbuffers::FlatBufferBuilder<'a>,
+  start_: flatbuffers::WIPOffset<flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b> ClientQuotaChangedBuilder<'a, 'b> {
+  #[inline]
+  pub fn add_entity(&mut self, entity: flatbuffers::WIPOffset<flatbuffers::Vector<'b , flatbuffers::ForwardsUOffset<QuotaEntityPart<'b >>>>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(ClientQuotaChanged::VT_ENTITY, entity);
+  }
+  #[inline]
+  pub fn add_key(&mut self, key: flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(ClientQuotaChanged::VT_KEY, key);
+  }
+  #[inline]
+  pub fn add_value(&mut self, value: f64) {
+    self.fbb_.push_slot::<f64>(ClientQuotaChanged::VT_VALUE, value, 0.0);
+  }
+  #[inline]
+  pub fn add_remove(&mut self, remove: bool) {
+    self.fbb_.push_slot::<bool>(ClientQuotaChanged::VT_REMOVE, remove, false);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> ClientQuotaChangedBuilder<'a, 'b> {
+    let start = _fbb.start_table();
+    ClientQuotaChangedBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> flatbuffers::WIPOffset<ClientQuotaChanged<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl core::fmt::Debug for ClientQuotaChanged<'_> {
+  fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+    let mut ds = f.debug_struct("ClientQuotaChanged");
+      ds.field("entity", &self.entity());
+      ds.field("key", &self.key());
+      ds.field("value", &self.value());
+      ds.field("remove", &self.remove());
+      ds.finish()
+  }
+}
 pub enum EntryOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -2839,6 +3110,21 @@ impl<'a> Entry<'a> {
     }
   }
 
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn record_as_client_quota_changed(&self) -> Option<ClientQuotaChanged<'a>> {
+    if self.record_type() == Record::ClientQuotaChanged {
+      self.record().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { ClientQuotaChanged::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
 }
 
 impl flatbuffers::Verifiable for Entry<'_> {
@@ -2864,6 +3150,7 @@ impl flatbuffers::Verifiable for Entry<'_> {
           Record::UserScramCredentialRemoved => v.verify_union_variant::<flatbuffers::ForwardsUOffset<UserScramCredentialRemoved>>("Record::UserScramCredentialRemoved", pos),
           Record::AclCreated => v.verify_union_variant::<flatbuffers::ForwardsUOffset<AclCreated>>("Record::AclCreated", pos),
           Record::AclRemoved => v.verify_union_variant::<flatbuffers::ForwardsUOffset<AclRemoved>>("Record::AclRemoved", pos),
+          Record::ClientQuotaChanged => v.verify_union_variant::<flatbuffers::ForwardsUOffset<ClientQuotaChanged>>("Record::ClientQuotaChanged", pos),
           _ => Ok(()),
         }
      })?
@@ -3011,6 +3298,13 @@ impl core::fmt::Debug for Entry<'_> {
         },
         Record::AclRemoved => {
           if let Some(x) = self.record_as_acl_removed() {
+            ds.field("record", &x)
+          } else {
+            ds.field("record", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        Record::ClientQuotaChanged => {
+          if let Some(x) = self.record_as_client_quota_changed() {
             ds.field("record", &x)
           } else {
             ds.field("record", &"InvalidFlatbuffer: Union discriminant does not match value.")
