@@ -15,6 +15,8 @@ pub mod result;
 pub mod run;
 pub mod schedule;
 pub mod scrape;
+pub mod security;
+pub mod setups;
 pub mod verify;
 pub mod windows;
 pub mod workload;

@@ -8,6 +8,8 @@ use anyhow::{bail, Context, Result};
 use keel_bench::floor::{self, FloorPlan};
 use keel_bench::result::{CompareResult, FloorResult, ProbeResult, RunResult};
 use keel_bench::run::{run, RunOptions};
+use keel_bench::security::{SecurityArgs, TargetSecurity};
+use keel_bench::setups::{self, SetupOptions};
 use keel_bench::workload::Workload;
 use keel_bench::{cpu, probe, report};
 
@@ -19,6 +21,9 @@ usage:
   keel-bench compare NAME=HOST:PORT[@WORKLOAD] NAME=HOST:PORT[@WORKLOAD] ... [--workload FILE] [--rounds N] [options]
   keel-bench probe [--dir DIR] [--quick] [--out DIR]
                    [--floor [--message-size B] [--batch-bytes B] [--rate N]]
+  keel-bench setups --bootstrap HOST:PORT (--metrics HOST:PORT | --shards N)
+                   [--connections N] [--concurrency N] [--threads N] [--full-handshakes]
+                   [security options]
 
 options:
   --workload FILE        workload TOML (see bench/workloads/); default: built-in defaults
@@ -53,6 +58,24 @@ options:
   --floor                (probe) also measure the CPU floor of frames of --batch-bytes
                          (default 131072) in whole records of --message-size (default 1024)
                          at --rate records/s (default 0: as fast as the acks allow)
+
+security (Kafka's client settings; the report names the one used):
+  --security-protocol P  PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL, for addresses
+                         without their own: an address may be written P://HOST:PORT, so a
+                         compare can set a broker's listeners side by side
+  --ssl-ca FILE          PEM CA certificates that sign the broker's certificate (TLS needs it)
+  --ssl-cert FILE --ssl-key FILE
+                         a client certificate chain and its unencrypted key, PEM (mTLS)
+  --sasl-mechanism M     PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (default)
+  --sasl-username U      the SASL user
+  --sasl-password-env V  the variable holding the password (never on the command line)
+
+setups (connection setups per second: TCP connect, TLS handshake, SASL login, ApiVersions,
+close; the rate per shard of the target):
+  --connections N        setups to make, 1..=20000 (default 1000)
+  --concurrency N        setups in flight at once (default 16)
+  --shards N             the target's shard count; without it, the shards in its --metrics
+  --full-handshakes      no TLS session resumption: every setup a full handshake
 ";
 
 #[derive(Default)]
@@ -76,12 +99,20 @@ struct Common {
     /// name, address, and the target's own workload file (NAME=HOST:PORT@FILE).
     targets: Vec<(String, String, Option<PathBuf>)>,
     dir: Option<PathBuf>,
+    security: SecurityArgs,
+    /// `setups`: how many, how many at once, the target's shards.
+    connections: u64,
+    concurrency: usize,
+    shards: Option<u32>,
+    full_handshakes: bool,
 }
 
 fn parse(args: &[String], positional_targets: bool) -> Result<Common> {
     let mut c = Common {
         threads: 1,
         rounds: 3,
+        connections: 1_000,
+        concurrency: 16,
         ..Default::default()
     };
     let mut it = args.iter();
@@ -91,6 +122,9 @@ fn parse(args: &[String], positional_targets: bool) -> Result<Common> {
                 .cloned()
                 .with_context(|| format!("{flag} needs a value"))
         };
+        if c.security.parse_flag(a, || val(a))? {
+            continue;
+        }
         match a.as_str() {
             "--workload" => c.workload = Some(val("--workload")?.into()),
             "--set" => {
@@ -122,6 +156,14 @@ fn parse(args: &[String], positional_targets: bool) -> Result<Common> {
             "--rounds" => c.rounds = val("--rounds")?.parse().context("--rounds")?,
             "--bootstrap" => c.bootstrap = Some(val("--bootstrap")?),
             "--dir" => c.dir = Some(val("--dir")?.into()),
+            "--connections" => {
+                c.connections = val("--connections")?.parse().context("--connections")?
+            }
+            "--concurrency" => {
+                c.concurrency = val("--concurrency")?.parse().context("--concurrency")?
+            }
+            "--shards" => c.shards = Some(val("--shards")?.parse().context("--shards")?),
+            "--full-handshakes" => c.full_handshakes = true,
             "--quick" => c.quick_probe = true,
             "-h" | "--help" => {
                 print!("{USAGE}");
@@ -270,18 +312,22 @@ fn parse_pid(text: &str) -> Result<u32> {
     Ok(pid)
 }
 
+/// A run's options; `address` may name its security protocol (`SSL://HOST:PORT`).
 fn options(
     c: &Common,
     target: &str,
-    bootstrap: &str,
+    address: &str,
     metrics: Option<String>,
     target_pid: Option<u32>,
     w: &Workload,
     probe: Option<ProbeResult>,
-) -> RunOptions {
-    RunOptions {
+) -> Result<RunOptions> {
+    let (bootstrap, TargetSecurity { security, label }) = c.security.for_address(address)?;
+    Ok(RunOptions {
         target: target.to_string(),
-        bootstrap: bootstrap.to_string(),
+        bootstrap,
+        security,
+        security_label: label,
         workload: w.clone(),
         threads: c.threads,
         metrics,
@@ -290,7 +336,7 @@ fn options(
         probe,
         live: !c.quiet,
         live_every: Duration::from_secs(2),
-    }
+    })
 }
 
 fn cmd_run(args: &[String]) -> Result<i32> {
@@ -301,6 +347,8 @@ fn cmd_run(args: &[String]) -> Result<i32> {
         .context("run needs --bootstrap HOST:PORT")?;
     let w = workload(&c)?;
     let target_pid = run_target_pid(&c)?;
+    // The security settings are checked (files read, password found) before any probe.
+    c.security.for_address(&bootstrap)?;
     let out = out_dir(&c)?;
     let probe = maybe_probe(&c)?;
     let probe = probe_with_floor(&c, &probe, &w, &mut Floors::new());
@@ -313,7 +361,7 @@ fn cmd_run(args: &[String]) -> Result<i32> {
         target_pid,
         &w,
         probe,
-    ))?;
+    )?)?;
     println!("{}", report::run_table(&r));
     report::write_json(&out.join("result.json"), &r)?;
     report::write_html(&out.join("report.html"), &report::html_run(&r))?;
@@ -364,6 +412,11 @@ fn cmd_compare(args: &[String]) -> Result<i32> {
         .iter()
         .map(|(name, _, _)| compare_target_pid(&c, name))
         .collect::<Result<Vec<Option<u32>>>>()?;
+    for (name, addr, _) in &c.targets {
+        c.security
+            .for_address(addr)
+            .with_context(|| format!("target {name}"))?;
+    }
     let out = out_dir(&c)?;
     let probe = maybe_probe(&c)?;
     let mut floors = Floors::new();
@@ -401,7 +454,7 @@ fn cmd_compare(args: &[String]) -> Result<i32> {
                 target_pids[k],
                 w,
                 probes[k].clone(),
-            ))?;
+            )?)?;
             eprintln!(
                 "   {name}: {:.0} rec/s, {:.1} MB/s, publish p99 {:.2} ms, errors {}",
                 r.produce_records_per_s, r.produce_mb_per_s, r.publish_latency.p99_ms, r.errors
@@ -427,6 +480,34 @@ fn cmd_compare(args: &[String]) -> Result<i32> {
         out.display()
     );
     Ok(exit_code(&result.runs))
+}
+
+fn cmd_setups(args: &[String]) -> Result<i32> {
+    let c = parse(args, false)?;
+    let address = c
+        .bootstrap
+        .clone()
+        .context("setups needs --bootstrap HOST:PORT")?;
+    let (bootstrap, TargetSecurity { security, label }) = c.security.for_address(&address)?;
+    let opts = SetupOptions {
+        target: c.name.clone().unwrap_or_else(|| "target".into()),
+        bootstrap,
+        security,
+        security_label: label,
+        full_handshakes: c.full_handshakes,
+        setups: c.connections,
+        concurrency: c.concurrency,
+        threads: c.threads,
+        metrics: c.metrics.first().cloned(),
+        shards: c.shards,
+        target_pid: run_target_pid(&c)?,
+    };
+    let out = out_dir(&c)?;
+    let r = setups::run(&opts)?;
+    println!("{}", setups::table(&r));
+    report::write_json(&out.join("setups.json"), &r)?;
+    println!("wrote {}/setups.json", out.display());
+    Ok(if r.failures > 0 { 1 } else { 0 })
 }
 
 fn cmd_probe(args: &[String]) -> Result<i32> {
@@ -489,6 +570,7 @@ fn main() {
         Some("run") => cmd_run(&args[1..]),
         Some("compare") => cmd_compare(&args[1..]),
         Some("probe") => cmd_probe(&args[1..]),
+        Some("setups") => cmd_setups(&args[1..]),
         Some("-h" | "--help") | None => {
             print!("{USAGE}");
             Ok(if args.is_empty() { 2 } else { 0 })

@@ -577,6 +577,7 @@ fn run_blocks(r: &RunResult) -> Vec<Block> {
     let mut blocks = vec![
         Block::Heading(format!("keel-bench run: {} ({})", r.target, r.bootstrap)),
         Block::Line(workload_line(&r.workload)),
+        Block::Line(format!("security: {}", r.security)),
         Block::Line(format!(
             "measured {} s from unix ms {}, on a machine with {} cores",
             fmt_s(r.measured_s),
@@ -599,6 +600,15 @@ fn run_blocks(r: &RunResult) -> Vec<Block> {
         fmt_mb(r.consume_mb_per_s),
         r.consumed_records.to_string(),
         r.consumed_bytes.to_string(),
+    ]);
+    // Records read in the measured phase, whenever sent: differs from "consume" when the
+    // consumers drain a backlog.
+    t.row(vec![
+        "fetch".into(),
+        fmt_rate(r.fetched_records as f64 / r.measured_s.max(1e-9)),
+        fmt_mb(r.fetch_mb_per_s),
+        r.fetched_records.to_string(),
+        r.fetched_bytes.to_string(),
     ]);
     blocks.push(Block::Table(t));
 
@@ -855,6 +865,7 @@ fn group_by_target(c: &CompareResult) -> Vec<TargetRuns<'_>> {
 struct Medians {
     records_per_s: f64,
     mb_per_s: f64,
+    fetch_mb_per_s: f64,
     publish_p50_ms: f64,
     publish_p99_ms: f64,
     publish_p999_ms: f64,
@@ -872,6 +883,7 @@ impl Medians {
         Medians {
             records_per_s: m(|r| r.produce_records_per_s),
             mb_per_s: m(|r| r.produce_mb_per_s),
+            fetch_mb_per_s: m(|r| r.fetch_mb_per_s),
             publish_p50_ms: m(|r| r.publish_latency.p50_ms),
             publish_p99_ms: m(|r| r.publish_latency.p99_ms),
             publish_p999_ms: m(|r| r.publish_latency.p999_ms),
@@ -905,6 +917,13 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
             )));
         }
     }
+    let security: Vec<String> = targets
+        .iter()
+        .filter_map(|t| t.runs.first().map(|r| format!("{} {}", t.name, r.security)))
+        .collect();
+    if !security.is_empty() {
+        blocks.push(Block::Line(format!("security: {}", security.join("; "))));
+    }
     blocks.push(Block::Line(format!("machine: {} cores", c.machine_cores)));
     if let Some(p) = &c.probe {
         blocks.push(Block::Line(probe_line(p)));
@@ -932,6 +951,7 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
         "rounds",
         "records/s",
         "MB/s",
+        "fetch MB/s",
         "publish p50 ms",
         "publish p99 ms",
         "publish p99.9 ms",
@@ -955,6 +975,7 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
             t.runs.len().to_string(),
             fmt_rate(m.records_per_s),
             fmt_mb(m.mb_per_s),
+            fmt_mb(m.fetch_mb_per_s),
             fmt_ms(m.publish_p50_ms),
             fmt_ms(m.publish_p99_ms),
             fmt_ms(m.publish_p999_ms),
@@ -1003,6 +1024,7 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
             "target",
             "records/s",
             "MB/s",
+            "fetch MB/s",
             "publish p50",
             "publish p99",
             "publish p99.9",
@@ -1015,6 +1037,7 @@ fn compare_blocks(c: &CompareResult) -> Vec<Block> {
             t.name.to_string(),
             fmt_ratio(m.records_per_s, base.records_per_s),
             fmt_ratio(m.mb_per_s, base.mb_per_s),
+            fmt_ratio(m.fetch_mb_per_s, base.fetch_mb_per_s),
             fmt_ratio(m.publish_p50_ms, base.publish_p50_ms),
             fmt_ratio(m.publish_p99_ms, base.publish_p99_ms),
             fmt_ratio(m.publish_p999_ms, base.publish_p999_ms),
@@ -1538,6 +1561,7 @@ mod tests {
         RunResult {
             target: target.to_string(),
             bootstrap: "127.0.0.1:9092".into(),
+            security: "PLAINTEXT".into(),
             workload: WorkloadSummary {
                 name: "steady".into(),
                 topics: 1,
@@ -1564,6 +1588,9 @@ mod tests {
             produce_mb_per_s: mb,
             consume_records_per_s: mb * 990.0,
             consume_mb_per_s: mb * 0.99,
+            fetched_records: 5_999_000,
+            fetched_bytes: 6_142_976_000,
+            fetch_mb_per_s: mb * 0.99,
             errors: 0,
             error_samples: vec![],
             publish_latency: latency(1.25, p99),

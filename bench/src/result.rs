@@ -208,6 +208,11 @@ pub struct RunResult {
     /// The target's name (`compare NAME=HOST:PORT`), or "target".
     pub target: String,
     pub bootstrap: String,
+    /// How the run's connections were secured: Kafka's security protocol, and the SASL
+    /// mechanism and user or the client certificate where there are (`PLAINTEXT` in results
+    /// written before keel-bench spoke TLS).
+    #[serde(default = "plaintext")]
+    pub security: String,
     pub workload: WorkloadSummary,
     /// Unix time the measured phase started, in ms.
     pub started_unix_ms: u64,
@@ -221,6 +226,16 @@ pub struct RunResult {
     pub produce_mb_per_s: f64,
     pub consume_records_per_s: f64,
     pub consume_mb_per_s: f64,
+    /// Records (and their bytes) the consumers read while the measured phase ran, whenever
+    /// they were sent: with a backlog (`backlog_s`), how fast the consumers drained it. The
+    /// `consumed_*` figures count records sent in the measured phase instead, as the
+    /// end-to-end latency does.
+    #[serde(default)]
+    pub fetched_records: u64,
+    #[serde(default)]
+    pub fetched_bytes: u64,
+    #[serde(default)]
+    pub fetch_mb_per_s: f64,
     pub errors: u64,
     /// A few error messages, for the report.
     pub error_samples: Vec<String>,
@@ -272,6 +287,46 @@ pub struct CompareResult {
     pub runs: Vec<RunResult>,
     pub probe: Option<ProbeResult>,
     pub machine_cores: u32,
+}
+
+/// A `setups` run: connection setups (TCP connect, TLS handshake, SASL login, ApiVersions)
+/// per second, in all and per shard of the target.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SetupResult {
+    pub target: String,
+    pub bootstrap: String,
+    /// As in [`RunResult::security`].
+    pub security: String,
+    /// Setups that completed, and those that failed (each counts once, not retried).
+    pub setups: u64,
+    pub failures: u64,
+    pub error_samples: Vec<String>,
+    /// Setups in flight at once, over `tool_threads` executor threads.
+    pub concurrency: u32,
+    pub tool_threads: u32,
+    /// From the first connect to the last setup's end.
+    pub elapsed_s: f64,
+    pub setups_per_s: f64,
+    /// The target's shards, and where that came from: "/metrics" (shards exporting
+    /// counters) or "--shards".
+    pub shards: u32,
+    pub shards_source: String,
+    pub setups_per_s_per_shard: f64,
+    /// One setup, from the TCP connect to ApiVersions' answer.
+    pub setup_latency: LatencySummary,
+    /// The target's CPU over the run (`--target-pid`, else /metrics), and per setup.
+    pub target_cpu: Option<TargetCpu>,
+    pub target_cpu_ms_per_setup: Option<f64>,
+    /// The target's shard threads' CPU (from /metrics), per setup.
+    pub shard_cpu_ms_per_setup: Option<f64>,
+    /// keel-bench's own CPU over the run, and per setup (SCRAM's PBKDF2 runs on the client).
+    pub tool_cpu_s: f64,
+    pub tool_cpu_ms_per_setup: f64,
+    pub machine_cores: u32,
+}
+
+fn plaintext() -> String {
+    "PLAINTEXT".to_string()
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use anyhow::{anyhow, Context, Result};
 use glommio::sync::Semaphore;
 use glommio::{LocalExecutorBuilder, Placement};
 use kafka_protocol::messages::*;
+use keel_client::Security;
 use keel_vocab::records::{for_each_committed_record, BatchBuilder, Codec, ProducerStamp};
 
 use crate::checker::{Acks, Ledger, MessageId, Pass};
@@ -57,6 +58,10 @@ const TRANSACTION_TIMEOUT_MS: i32 = 60_000;
 pub struct RunOptions {
     pub target: String,
     pub bootstrap: String,
+    /// How every connection of the run secures itself (TLS, SASL login).
+    pub security: Security,
+    /// The security as the report names it (`SASL_SSL, SCRAM-SHA-512 as admin`).
+    pub security_label: String,
     pub workload: Workload,
     /// Executor threads for producers and consumers.
     pub threads: usize,
@@ -72,9 +77,11 @@ pub struct RunOptions {
     pub live_every: Duration,
 }
 
-/// Counters shared by all executor threads (plain atomics: this is the tool, not the broker).
+/// Counters shared by all executor threads (plain atomics: this is the tool, not the broker),
+/// and how their connections secure themselves.
 #[derive(Default)]
 struct Shared {
+    security: Security,
     stop: AtomicBool,
     consumers_go: AtomicBool,
     /// Messages acknowledged (or sent, for acks=0), all phases.
@@ -89,6 +96,9 @@ struct Shared {
     produced_bytes: AtomicU64,
     consumed_records: AtomicU64,
     consumed_bytes: AtomicU64,
+    /// Records read while the measured phase ran, whenever they were sent (a backlog too).
+    fetched_records: AtomicU64,
+    fetched_bytes: AtomicU64,
     errors: AtomicU64,
     error_samples: Mutex<Vec<String>>,
     /// Publish latency of the current live interval.
@@ -808,7 +818,7 @@ async fn consumer(
         glommio::timer::sleep(Duration::from_millis(20)).await;
     }
     // Group partitions by leader; fetch each leader's partitions in one request.
-    let conns = Connections::default();
+    let conns = Connections::new(shared.security.clone());
     let mut by_leader: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for &p in &spec.partitions {
         let addr = cluster
@@ -950,6 +960,15 @@ async fn consumer(
                         }
                     }
                     group_count.fetch_add(seen, Ordering::Relaxed);
+                    if seen > 0
+                        && now_us >= clock.unix_us(clock.measure_start)
+                        && now_us < clock.unix_us(clock.end)
+                    {
+                        shared.fetched_records.fetch_add(seen, Ordering::Relaxed);
+                        shared
+                            .fetched_bytes
+                            .fetch_add(seen * u64::from(message_size), Ordering::Relaxed);
+                    }
                     if measured > 0 {
                         shared
                             .consumed_records
@@ -1008,7 +1027,7 @@ async fn thread_main(
             clock,
             shared: shared.clone(),
             cluster: cluster.clone(),
-            conns: Connections::default(),
+            conns: Connections::new(shared.security.clone()),
             in_flight: RefCell::new(BTreeMap::new()),
             publish: publish.clone(),
             verifier: verifier.clone(),
@@ -1075,8 +1094,9 @@ fn on_executor<T: Send + 'static>(
 }
 
 /// Connects, checks the APIs the workload needs, creates the topics.
-fn setup(bootstrap: &str, w: &Workload) -> Result<ClusterMap> {
+fn setup(bootstrap: &str, security: &Security, w: &Workload) -> Result<ClusterMap> {
     let bootstrap = bootstrap.to_string();
+    let security = security.clone();
     let names = w.topic_names();
     let partitions = w.partitions_per_topic as i32;
     let configs = w.topic_configs.clone();
@@ -1100,7 +1120,7 @@ fn setup(bootstrap: &str, w: &Workload) -> Result<ClusterMap> {
     }
     on_executor(move || {
         Box::pin(async move {
-            let conn = conn::connect(&bootstrap).await?;
+            let conn = conn::connect(&bootstrap, &security).await?;
             for api in apis {
                 conn.version(api)?;
             }
@@ -1113,12 +1133,13 @@ fn setup(bootstrap: &str, w: &Workload) -> Result<ClusterMap> {
     })?
 }
 
-fn teardown(bootstrap: &str, w: &Workload) -> Result<()> {
+fn teardown(bootstrap: &str, security: &Security, w: &Workload) -> Result<()> {
     let bootstrap = bootstrap.to_string();
+    let security = security.clone();
     let names = w.topic_names();
     on_executor(move || {
         Box::pin(async move {
-            let conn = conn::connect(&bootstrap).await?;
+            let conn = conn::connect(&bootstrap, &security).await?;
             admin::delete_topics(&conn, &names).await
         })
     })?
@@ -1160,6 +1181,7 @@ fn run_phase(
             .collect(),
         consumers_go: AtomicBool::new(w.backlog_s <= 0.0),
         producers_total: AtomicU64::new(topics.len() as u64 * u64::from(w.producers_per_topic)),
+        security: opts.security.clone(),
         ..Default::default()
     });
     // Lay producers and consumers over the threads.
@@ -1358,9 +1380,12 @@ fn run_phase(
     let produced_bytes = shared.produced_bytes.load(Ordering::Relaxed);
     let consumed_records = shared.consumed_records.load(Ordering::Relaxed);
     let consumed_bytes = shared.consumed_bytes.load(Ordering::Relaxed);
+    let fetched_records = shared.fetched_records.load(Ordering::Relaxed);
+    let fetched_bytes = shared.fetched_bytes.load(Ordering::Relaxed);
     Ok(RunResult {
         target: opts.target.clone(),
         bootstrap: opts.bootstrap.clone(),
+        security: opts.security_label.clone(),
         workload: w.summary(),
         started_unix_ms: clock.unix_us(clock.measure_start) / 1000,
         measured_s,
@@ -1372,6 +1397,9 @@ fn run_phase(
         produce_mb_per_s: produced_bytes as f64 / measured_s / 1e6,
         consume_records_per_s: consumed_records as f64 / measured_s,
         consume_mb_per_s: consumed_bytes as f64 / measured_s / 1e6,
+        fetched_records,
+        fetched_bytes,
+        fetch_mb_per_s: fetched_bytes as f64 / measured_s / 1e6,
         errors: shared.errors.load(Ordering::Relaxed),
         error_samples: shared
             .error_samples
@@ -1409,7 +1437,7 @@ fn run_phase(
 pub fn run(opts: &RunOptions) -> Result<RunResult> {
     let mut w = opts.workload.clone();
     w.validate()?;
-    let cluster = setup(&opts.bootstrap, &w)
+    let cluster = setup(&opts.bootstrap, &opts.security, &w)
         .with_context(|| format!("setting up {} ({})", opts.target, opts.bootstrap))?;
     if w.rate_fraction_of_max > 0.0 {
         let mut probe = w.clone();
@@ -1438,12 +1466,12 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
                 w.producer_rate
             );
         }
-        teardown(&opts.bootstrap, &w)?;
-        setup(&opts.bootstrap, &w)?;
+        teardown(&opts.bootstrap, &opts.security, &w)?;
+        setup(&opts.bootstrap, &opts.security, &w)?;
     }
     let result = run_phase(opts, &w, &cluster, false)?;
     if w.delete_topics_after && w.create_topics {
-        teardown(&opts.bootstrap, &w)?;
+        teardown(&opts.bootstrap, &opts.security, &w)?;
     }
     Ok(result)
 }

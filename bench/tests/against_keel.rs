@@ -1,8 +1,10 @@
 //! keel-bench against the real `keel` binary: a short workload with --verify loses,
-//! duplicates and reorders nothing; `compare` of two Keel instances yields both rows.
+//! duplicates and reorders nothing; `compare` of two Keel instances yields both rows; the
+//! same over SASL_SSL (SCRAM-SHA-512) and mTLS listeners, and `setups` per shard, with
+//! certificates the openssl CLI makes at test time.
 
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -34,6 +36,11 @@ struct Keel {
 
 impl Keel {
     fn start() -> Keel {
+        Keel::start_with(|port| vec!["--listen".into(), format!("127.0.0.1:{port}")])
+    }
+
+    /// A broker with the arguments `args(port)` gives for its PLAINTEXT port `port`.
+    fn start_with(args: impl FnOnce(u16) -> Vec<String>) -> Keel {
         let dir = tempfile::tempdir().unwrap();
         // Two different ports: the kernel may hand out the same free port twice in a row.
         let port = free_port();
@@ -45,12 +52,8 @@ impl Keel {
         };
         let log = std::fs::File::create(dir.path().join("keel.log")).unwrap();
         let child = Command::new(keel_bin())
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--admin",
-                &format!("127.0.0.1:{admin}"),
-            ])
+            .args(args(port))
+            .args(["--admin", &format!("127.0.0.1:{admin}")])
             .args([
                 "--data-dir",
                 dir.path().join("data").to_str().unwrap(),
@@ -359,4 +362,303 @@ fn clear_error_for_a_missing_topic() {
         err.contains("topic \"absent-custom-0\" does not exist"),
         "{err}"
     );
+}
+
+/// PEM files made with the openssl CLI, as tests/python/conftest.py's `certs` fixture does (no
+/// key is committed): ca.pem, keystore.pem (the broker's key and certificate for 127.0.0.1),
+/// client.pem and client.key. False when there is no openssl.
+fn make_certs(d: &Path) -> bool {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    if Command::new("openssl").arg("version").output().is_err() {
+        return false;
+    }
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=Keel Test CA",
+    ]);
+    std::fs::write(
+        d.join("san.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("client.cnf"),
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    for (name, subj, ext) in [
+        ("broker", "/CN=localhost", "san.cnf"),
+        ("client", "/O=Keel/OU=Tests/CN=client-one", "client.cnf"),
+    ] {
+        let (key, csr, pem) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+        );
+        openssl(&[
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", subj,
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &pem,
+            "-days",
+            "2",
+            "-extfile",
+            ext,
+        ]);
+    }
+    let keystore = [
+        std::fs::read_to_string(d.join("broker.key")).unwrap(),
+        std::fs::read_to_string(d.join("broker.pem")).unwrap(),
+    ]
+    .concat();
+    std::fs::write(d.join("keystore.pem"), keystore).unwrap();
+    true
+}
+
+/// A broker with PLAINTEXT, SASL_SSL (SCRAM-SHA-512 user admin) and MTLS (SSL, client
+/// certificate required) listeners; their ports.
+fn secure_keel(certs: &Path) -> (Keel, u16, u16) {
+    let (sasl_ssl, mtls) = (free_port(), free_port());
+    let path = |f: &str| certs.join(f).to_str().unwrap().to_string();
+    let keel = Keel::start_with(|port| {
+        [
+            "--set".to_string(),
+            format!(
+                "listeners=PLAINTEXT://127.0.0.1:{port},SASL_SSL://127.0.0.1:{sasl_ssl},MTLS://127.0.0.1:{mtls}"
+            ),
+            "--set".into(),
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,MTLS:SSL".into(),
+            "--set".into(),
+            format!("ssl.keystore.location={}", path("keystore.pem")),
+            "--set".into(),
+            format!("ssl.truststore.location={}", path("ca.pem")),
+            "--set".into(),
+            "listener.name.mtls.ssl.client.auth=required".into(),
+            "--set".into(),
+            "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512".into(),
+            "--add-scram".into(),
+            "SCRAM-SHA-512=[name=admin,password=admin-pw]".into(),
+        ]
+        .into()
+    });
+    (keel, sasl_ssl, mtls)
+}
+
+/// A short verified run over `address` with `extra` flags and the password variable set to
+/// `password`.
+fn secure_run(address: &str, extra: &[&str], password: &str) -> std::process::Output {
+    bench()
+        .args(["run", "--bootstrap", address, "--verify", "--quiet"])
+        .args(extra)
+        .args([
+            "--set",
+            "partitions_per_topic=2",
+            "--set",
+            "message_size=200",
+        ])
+        .args([
+            "--rate",
+            "2000",
+            "--warmup",
+            "1",
+            "--duration",
+            "2",
+            "--no-probe",
+        ])
+        .args([
+            "--out",
+            tempfile::tempdir().unwrap().path().to_str().unwrap(),
+        ])
+        .env("KB_TEST_PASSWORD", password)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn sasl_ssl_and_mtls_runs_and_scram_setups_per_shard() {
+    let certs = tempfile::tempdir().unwrap();
+    if !make_certs(certs.path()) {
+        eprintln!("no openssl: skipped");
+        return;
+    }
+    let ca = certs.path().join("ca.pem");
+    let ca = ca.to_str().unwrap();
+    let (keel, sasl_ssl, mtls) = secure_keel(certs.path());
+    let scram = [
+        "--ssl-ca",
+        ca,
+        "--sasl-mechanism",
+        "SCRAM-SHA-512",
+        "--sasl-username",
+        "admin",
+        "--sasl-password-env",
+        "KB_TEST_PASSWORD",
+    ];
+
+    let sasl_addr = format!("SASL_SSL://127.0.0.1:{sasl_ssl}");
+    let r = secure_run(&sasl_addr, &scram, "admin-pw");
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert!(
+        stdout.contains("security: SASL_SSL (SCRAM-SHA-512 as admin)"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("admin-pw"),
+        "the password stays out of reports"
+    );
+
+    // A wrong password: the broker's error code and message, before any load.
+    let r = secure_run(&sasl_addr, &scram, "wrong");
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("SASL login of admin failed (error 58): SASL_AUTHENTICATION_FAILED"),
+        "{stderr}"
+    );
+
+    // mTLS: the client certificate opens the listener; without it the broker refuses.
+    let cert = certs.path().join("client.pem");
+    let key = certs.path().join("client.key");
+    let mtls_addr = format!("SSL://127.0.0.1:{mtls}");
+    let with_cert = [
+        "--ssl-ca",
+        ca,
+        "--ssl-cert",
+        cert.to_str().unwrap(),
+        "--ssl-key",
+        key.to_str().unwrap(),
+    ];
+    let r = secure_run(&mtls_addr, &with_cert, "");
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert!(
+        stdout.contains("security: SSL (client certificate)"),
+        "{stdout}"
+    );
+    let r = secure_run(&mtls_addr, &["--ssl-ca", ca], "");
+    assert_eq!(r.status.code(), Some(2), "{r:?}");
+
+    // keel-client's pool (the broker's WriteTxnMarkers client) over the same listener.
+    pool_logs_in_over_sasl_ssl(sasl_ssl, ca);
+
+    // SCRAM setups, per shard of the broker's /metrics (2 shards).
+    let out = tempfile::tempdir().unwrap();
+    let r = bench()
+        .args(["setups", "--bootstrap", &sasl_addr])
+        .args(scram)
+        .args(["--metrics", &format!("127.0.0.1:{}", keel.admin)])
+        .args(["--connections", "40", "--concurrency", "4"])
+        .args(["--out", out.path().to_str().unwrap()])
+        .env("KB_TEST_PASSWORD", "admin-pw")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert!(stdout.contains("40 setups (0 failed)"), "{stdout}");
+    assert!(
+        stdout.contains("per shard (2 shards, from /metrics)"),
+        "{stdout}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("setups.json")).unwrap()).unwrap();
+    assert_eq!(json["setups"], 40);
+    assert!(
+        json["shard_cpu_ms_per_setup"].as_f64().unwrap() > 0.0,
+        "{json}"
+    );
+}
+
+/// keel-client's `Pool` over SASL_SSL: a request after the TLS handshake and the SCRAM login,
+/// the connection pooled and reused; a wrong password is the broker's error 58.
+fn pool_logs_in_over_sasl_ssl(port: u16, ca: &str) {
+    use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+    use keel_client::aio::{Pool, PoolConfig};
+    use keel_client::security::{tls_client_config, SaslLogin, Security};
+    use keel_client::ClientError;
+
+    let security = |password: &str| Security {
+        tls: Some(tls_client_config(Path::new(ca), None).unwrap()),
+        sasl: Some(SaslLogin {
+            mechanism: "SCRAM-SHA-512".into(),
+            username: "admin".into(),
+            password: password.into(),
+        }),
+    };
+    async fn ask(
+        pool: &Pool,
+        addr: std::net::SocketAddr,
+    ) -> Result<ApiVersionsResponse, ClientError> {
+        let req = ApiVersionsRequest::default();
+        pool.request(1, addr, "keel-bench-test", ApiKey::ApiVersions, 3, &req)
+            .await
+    }
+    let (good, bad) = (security("admin-pw"), security("wrong"));
+    let config = PoolConfig {
+        connect_timeout_ms: 10_000,
+        request_timeout_ms: 10_000,
+        response_bytes_max: 1 << 20,
+        idle_per_target_max: 1,
+    };
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    glommio::LocalExecutorBuilder::default()
+        .io_memory(1 << 20)
+        .make()
+        .unwrap()
+        .run(async move {
+            let pool = Pool::new(config, good);
+            for _ in 0..2 {
+                let r = ask(&pool, addr).await.unwrap();
+                assert_eq!(r.error_code, 0);
+                assert!(!r.api_keys.is_empty());
+            }
+            let refused = ask(&Pool::new(config, bad), addr).await.unwrap_err();
+            assert!(
+                matches!(&refused, ClientError::Authentication { error_code, .. } if error_code.code() == 58),
+                "{refused:?}"
+            );
+        });
 }

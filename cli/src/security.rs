@@ -2,12 +2,13 @@
 //! them (`security.protocol`, `sasl.mechanism`, `sasl.jaas.config` or librdkafka's
 //! `sasl.username`/`sasl.password`, `ssl.truststore.location` or `ssl.ca.location` with PEM
 //! CA certificates). The password may instead come from the variable `--sasl-password-env`
-//! names; it never appears on the command line.
+//! names; it never appears on the command line. The TLS configuration is keel-client's
+//! [`tls_client_config`], the one keel-bench uses too.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::path::Path;
 
-use keel_client::blocking::{SaslLogin, Security};
+use keel_client::security::{tls_client_config, SaslLogin, Security};
 
 use crate::args::Parsed;
 use crate::error::{CliError, Result};
@@ -48,24 +49,8 @@ pub fn from_args(p: &Parsed) -> Result<Security> {
             .ok_or_else(|| {
                 usage("TLS needs ssl.truststore.location (PEM CA certificates)".into())
             })?;
-        let pem = std::fs::read(ca).map_err(|source| CliError::Io {
-            addr: ca.to_string(),
-            source,
-        })?;
-        let mut roots = rustls::RootCertStore::empty();
-        use rustls::pki_types::pem::PemObject;
-        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| usage(format!("{ca}: {e:?}")))?;
-            roots.add(cert).map_err(|e| usage(format!("{ca}: {e}")))?;
-        }
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| usage(format!("TLS: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        security.tls = Some(Arc::new(config));
+        let config = tls_client_config(Path::new(ca), None).map_err(|e| usage(e.to_string()))?;
+        security.tls = Some(config);
     }
     if sasl {
         let mechanism = match get("sasl.mechanism") {

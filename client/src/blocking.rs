@@ -2,19 +2,23 @@
 //! pipelining), for the `keel` CLI and the broker's integration tests. Every read and write
 //! has the request timeout, so a silent broker becomes an error, never a hang. Framing and
 //! the checks on answers are [`crate::core`]'s. A connection may run TLS (rustls) and log in
-//! with SASL (PLAIN, SCRAM-SHA-256/512, keel-auth's client) before its first request.
+//! with SASL (PLAIN, SCRAM-SHA-256/512: [`crate::core::sasl`]'s exchange) before its first
+//! request, as [`Security`] says.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 
-use crate::core::{decode_response, encode_request, frame_size};
+use crate::core::{
+    decode_response, encode_request, frame_size, SaslExchange, SaslStep, SASL_AUTHENTICATE_VERSION,
+    SASL_HANDSHAKE_VERSION,
+};
 use crate::error::ClientError;
+pub use crate::security::{SaslLogin, Security};
 
 /// How a [`Conn`] connects and what it accepts.
 #[derive(Clone, Debug)]
@@ -29,35 +33,6 @@ pub struct ConnectOptions {
     pub response_bytes_max: usize,
     /// TLS and SASL (Kafka's `security.protocol`); default: plaintext, no login.
     pub security: Security,
-}
-
-/// How a connection secures itself.
-#[derive(Clone, Default)]
-pub struct Security {
-    /// TLS with this configuration; the broker's certificate must name the address's host.
-    pub tls: Option<Arc<rustls::ClientConfig>>,
-    /// A SASL login after the connection (and TLS) is up.
-    pub sasl: Option<SaslLogin>,
-}
-
-impl std::fmt::Debug for Security {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Security")
-            .field("tls", &self.tls.is_some())
-            .field(
-                "sasl",
-                &self.sasl.as_ref().map(|s| (&s.mechanism, &s.username)),
-            )
-            .finish()
-    }
-}
-
-/// A SASL login: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
-#[derive(Clone)]
-pub struct SaslLogin {
-    pub mechanism: String,
-    pub username: String,
-    pub password: String,
 }
 
 /// The connection's byte stream.
@@ -133,23 +108,20 @@ impl Conn {
         let stream = match &options.security.tls {
             None => Stream::Plain(stream),
             Some(config) => {
-                let host = addr
-                    .rsplit_once(':')
-                    .map_or(addr, |(h, _)| h)
-                    .trim_matches(['[', ']']);
-                let name =
-                    rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
-                        ClientError::Closed {
-                            addr: addr.to_string(),
-                            reason: format!("TLS: {host:?} is no server name: {e}"),
-                        }
-                    })?;
-                let tls = rustls::ClientConnection::new(config.clone(), name).map_err(|e| {
-                    ClientError::Closed {
-                        addr: addr.to_string(),
-                        reason: format!("TLS: {e}"),
-                    }
-                })?;
+                let name = crate::security::server_name(addr)?;
+                let tls_error = |reason: String| ClientError::Tls {
+                    addr: addr.to_string(),
+                    reason,
+                };
+                let mut tls = rustls::ClientConnection::new(config.clone(), name)
+                    .map_err(|e| tls_error(e.to_string()))?;
+                // The handshake now, so that a refused certificate is a TLS error, not an
+                // I/O error of the first request.
+                let mut stream = stream;
+                while tls.is_handshaking() {
+                    tls.complete_io(&mut stream)
+                        .map_err(|e| tls_error(e.to_string()))?;
+                }
                 Stream::Tls(Box::new(rustls::StreamOwned::new(tls, stream)))
             }
         };
@@ -165,75 +137,24 @@ impl Conn {
         Ok(conn)
     }
 
-    /// SaslHandshake v1, then the mechanism's messages in SaslAuthenticate v1.
+    /// Logs in: [`SaslExchange`]'s steps, one request each.
     fn login(&mut self, login: &SaslLogin) -> Result<(), ClientError> {
-        use kafka_protocol::messages::{
-            SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
-            SaslHandshakeResponse,
-        };
-        let refused = |addr: &str, reason: String| ClientError::Closed {
-            addr: addr.to_string(),
-            reason,
-        };
-        let hs: SaslHandshakeResponse = self.request(
-            ApiKey::SaslHandshake,
-            1,
-            &SaslHandshakeRequest::default().with_mechanism(login.mechanism.clone().into()),
-        )?;
-        if hs.error_code != 0 {
-            let offered: Vec<String> = hs.mechanisms.iter().map(|m| m.to_string()).collect();
-            return Err(refused(
-                &self.addr,
-                format!(
-                    "SASL mechanism {} refused (error {}); the broker offers {offered:?}",
-                    login.mechanism, hs.error_code
-                ),
-            ));
+        let (mut exchange, mut step) = SaslExchange::start(&self.addr, login)?;
+        loop {
+            step = match step {
+                SaslStep::Handshake(req) => {
+                    let answer =
+                        self.request(ApiKey::SaslHandshake, SASL_HANDSHAKE_VERSION, &req)?;
+                    exchange.on_handshake(&answer)?
+                }
+                SaslStep::Authenticate(req) => {
+                    let answer =
+                        self.request(ApiKey::SaslAuthenticate, SASL_AUTHENTICATE_VERSION, &req)?;
+                    exchange.on_authenticate(&answer)?
+                }
+                SaslStep::Done => return Ok(()),
+            };
         }
-        let step = |conn: &mut Conn, bytes: Vec<u8>| -> Result<Vec<u8>, ClientError> {
-            let r: SaslAuthenticateResponse = conn.request(
-                ApiKey::SaslAuthenticate,
-                1,
-                &SaslAuthenticateRequest::default().with_auth_bytes(bytes.into()),
-            )?;
-            if r.error_code != 0 {
-                return Err(refused(
-                    &conn.addr,
-                    format!(
-                        "SASL login of {} failed (error {}): {}",
-                        login.username,
-                        r.error_code,
-                        r.error_message.as_deref().unwrap_or_default()
-                    ),
-                ));
-            }
-            Ok(r.auth_bytes.to_vec())
-        };
-        if login.mechanism == "PLAIN" {
-            let msg = keel_auth::plain::client_message(&login.username, login.password.as_bytes());
-            step(self, msg)?;
-            return Ok(());
-        }
-        let mech = keel_auth::scram::Mechanism::from_name(&login.mechanism).ok_or_else(|| {
-            refused(
-                &self.addr,
-                format!("unknown SASL mechanism {}", login.mechanism),
-            )
-        })?;
-        let mut client = keel_auth::scram::ScramClient::new(
-            mech,
-            &login.username,
-            login.password.as_bytes(),
-            keel_auth::scram::random_nonce(24),
-        );
-        let server_first = step(self, client.client_first())?;
-        let fin = client
-            .server_first(&server_first)
-            .map_err(|e| refused(&self.addr, format!("SCRAM: {e}")))?;
-        let server_final = step(self, fin)?;
-        client
-            .server_final(&server_final)
-            .map_err(|e| refused(&self.addr, format!("SCRAM: the broker's signature: {e}")))
     }
 
     /// The address as given to [`Conn::connect`].

@@ -19,6 +19,31 @@ pub enum ClientError {
     Timeout { addr: String, timeout_ms: u64 },
     #[error("connection to {addr} is closed: {reason}")]
     Closed { addr: String, reason: String },
+    /// The TLS handshake failed, or the address names no host TLS can check.
+    #[error("TLS with {addr}: {reason}")]
+    Tls { addr: String, reason: String },
+    /// A PEM file for TLS cannot be read or used.
+    #[error("TLS configuration {path}: {reason}")]
+    TlsConfig { path: String, reason: String },
+    /// The broker refused the SASL login: SaslHandshake (the mechanism) or SaslAuthenticate
+    /// (the credentials) answered `error_code` with `message`.
+    #[error("{addr}: SASL login of {username} failed (error {}): {}: {message}", .error_code.code(), .error_code.name())]
+    Authentication {
+        addr: String,
+        mechanism: String,
+        username: String,
+        error_code: keel_vocab::ErrorCode,
+        message: String,
+    },
+    /// The login could not go on on the client's side: an unknown mechanism, or the broker's
+    /// part of the exchange is not what the mechanism requires (SCRAM: its nonce, its
+    /// iteration count, its signature, which proves it holds the user's ServerKey).
+    #[error("SASL {mechanism} login with {addr}: {reason}")]
+    Sasl {
+        addr: String,
+        mechanism: String,
+        reason: String,
+    },
     #[error("encoding {api:?} v{version}: {reason}")]
     Encode {
         api: ApiKey,

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use keel_client::Security;
 
 use super::conn::Conn;
 
@@ -229,18 +230,26 @@ pub async fn list_offsets(
     Ok(out)
 }
 
-/// Connections to brokers by address, opened on demand, one per executor.
-#[derive(Default)]
+/// Connections to brokers by address, opened on demand (secured as `security` says), one per
+/// executor.
 pub struct Connections {
+    security: Security,
     conns: std::cell::RefCell<HashMap<String, Rc<Conn>>>,
 }
 
 impl Connections {
+    pub fn new(security: Security) -> Connections {
+        Connections {
+            security,
+            conns: Default::default(),
+        }
+    }
+
     pub async fn get(&self, addr: &str) -> Result<Rc<Conn>> {
         if let Some(c) = self.conns.borrow().get(addr).filter(|c| !c.is_broken()) {
             return Ok(c.clone());
         }
-        let c = super::conn::connect(addr).await?;
+        let c = super::conn::connect(addr, &self.security).await?;
         self.conns.borrow_mut().insert(addr.to_string(), c.clone());
         Ok(c)
     }

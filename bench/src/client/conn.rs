@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use kafka_protocol::messages::ApiKey;
 use keel_client::aio::{Identity, PipelinedConn};
-use keel_client::{ClientError, ClientVersions};
+use keel_client::{ClientError, ClientVersions, Security};
 
 pub type Conn = PipelinedConn;
 
@@ -36,7 +36,8 @@ pub const IDENTITY: Identity = Identity {
     versions: VERSIONS,
 };
 
-/// Connects to `addr` and negotiates versions.
-pub async fn connect(addr: &str) -> Result<Rc<Conn>, ClientError> {
-    PipelinedConn::connect(addr, IDENTITY).await
+/// Connects to `addr`, secures the connection as `security` says (TLS, SASL login) and
+/// negotiates versions.
+pub async fn connect(addr: &str, security: &Security) -> Result<Rc<Conn>, ClientError> {
+    PipelinedConn::connect(addr, IDENTITY, security).await
 }

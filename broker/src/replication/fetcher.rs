@@ -26,6 +26,7 @@ use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
 use kafka_protocol::ResponseError;
 use keel_client::aio::{Identity, PipelinedConn};
 use keel_client::core::ClientVersions;
+use keel_client::Security;
 use keel_storage::{LeaderEpoch, Offset};
 use keel_vocab::ErrorCode;
 use tracing::{debug, info, warn};
@@ -205,7 +206,7 @@ async fn run(shard: Rc<BrokerShard>, key: FetcherKey, state: Rc<FetcherState>) {
             Some(c) => c.clone(),
             None => {
                 let addr = state.addr.borrow().clone();
-                match PipelinedConn::connect(&addr, IDENTITY).await {
+                match PipelinedConn::connect(&addr, IDENTITY, &Security::PLAINTEXT).await {
                     Ok(c) => {
                         conn = Some(c.clone());
                         c

@@ -24,7 +24,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 use keel_client::aio::{Pool, PoolConfig};
-use keel_client::ClientError;
+use keel_client::{ClientError, Security};
 
 use crate::errors::code;
 use crate::metadata::BrokerMeta;
@@ -116,7 +116,7 @@ pub struct MarkerClients {
 impl Default for MarkerClients {
     fn default() -> Self {
         MarkerClients {
-            pool: Pool::new(POOL),
+            pool: Pool::new(POOL, Security::PLAINTEXT),
         }
     }
 }

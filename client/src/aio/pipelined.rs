@@ -1,7 +1,8 @@
 //! One connection to one broker, on the executor that opened it. Requests are pipelined: a
 //! writer sends frames in order while a reader task matches responses to waiters by
-//! correlation id (Kafka answers in request order). API versions are negotiated once with
-//! ApiVersions: each request uses the highest version both sides support.
+//! correlation id (Kafka answers in request order). The connection first secures itself as its
+//! [`Security`] says (TLS, SASL login: [`super::stream::secure`]), then negotiates API
+//! versions once with ApiVersions: each request uses the highest version both sides support.
 //!
 //! In flight: every request written and not yet answered holds one queue entry; the caller
 //! bounds how many it sends. A frame past [`RESPONSE_BYTES_MAX`], an answer out of order or
@@ -26,6 +27,9 @@ use crate::core::{
     decode_response, encode_request, frame_size, response_correlation_id, ClientVersions, Versions,
 };
 use crate::error::ClientError;
+use crate::security::Security;
+
+use super::stream::{secure, Stream};
 
 /// The largest response frame read.
 pub const RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
@@ -47,7 +51,7 @@ type PendingQueue = Rc<RefCell<VecDeque<(i32, ApiKey, i16, Option<Waiter>)>>>;
 pub struct PipelinedConn {
     pub addr: String,
     identity: Identity,
-    writer: RefCell<Option<WriteHalf<TcpStream>>>,
+    writer: RefCell<Option<WriteHalf<Stream>>>,
     write_lock: Semaphore,
     pending: PendingQueue,
     next_correlation_id: Cell<i32>,
@@ -56,18 +60,21 @@ pub struct PipelinedConn {
 }
 
 impl PipelinedConn {
-    /// Connects and negotiates versions (ApiVersions v3).
-    pub async fn connect(addr: &str, identity: Identity) -> Result<Rc<PipelinedConn>, ClientError> {
-        let stream = TcpStream::connect(addr)
+    /// Connects, secures the connection (TLS, SASL login; [`Security::PLAINTEXT`]: neither)
+    /// and negotiates versions (ApiVersions v3). A failed login is
+    /// [`ClientError::Authentication`] with the broker's error code and message.
+    pub async fn connect(
+        addr: &str,
+        identity: Identity,
+        security: &Security,
+    ) -> Result<Rc<PipelinedConn>, ClientError> {
+        let tcp = TcpStream::connect(addr)
             .await
             .map_err(|e| ClientError::Connect {
                 addr: addr.to_string(),
                 source: e.into(),
             })?;
-        stream.set_nodelay(true).map_err(|e| ClientError::Io {
-            addr: addr.to_string(),
-            source: e.into(),
-        })?;
+        let stream = secure(tcp, addr, security, identity.client_id).await?;
         let (reader, writer) = futures_lite::io::split(stream);
         let conn = Rc::new(PipelinedConn {
             addr: addr.to_string(),
@@ -183,7 +190,11 @@ impl PipelinedConn {
             .borrow_mut()
             .take()
             .ok_or_else(|| self.closed("closed"))?;
-        let written = writer.write_all(&frame).await;
+        // TLS keeps what the socket did not take in rustls until a flush (a no-op in plain).
+        let written = match writer.write_all(&frame).await {
+            Ok(()) => writer.flush().await,
+            Err(e) => Err(e),
+        };
         *self.writer.borrow_mut() = Some(writer);
         if let Err(source) = written {
             self.broken.set(true);
@@ -227,7 +238,7 @@ impl InFlight {
 }
 
 async fn read_loop(
-    mut reader: ReadHalf<TcpStream>,
+    mut reader: ReadHalf<Stream>,
     pending: PendingQueue,
     broken: Rc<Cell<bool>>,
     addr: String,

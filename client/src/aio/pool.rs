@@ -7,24 +7,28 @@
 //! error drops the connection: a pooled one that breaks on I/O (the peer closed it while
 //! idle) is replaced once by a fresh one at once; anything else is the caller's to retry.
 //!
-//! Connecting is bounded by [`PoolConfig::connect_timeout_ms`], the whole exchange (first
-//! byte sent to last byte read) by [`PoolConfig::request_timeout_ms`], the answer by
-//! [`PoolConfig::response_bytes_max`]. If the future is dropped midway the connection it
-//! holds is closed, never pooled half-read.
+//! Every connection secures itself as the pool's [`Security`] says (TLS, SASL login) before
+//! its first request. Connecting, with the TLS handshake and the login, is bounded by
+//! [`PoolConfig::connect_timeout_ms`], the whole exchange (first byte sent to last byte read)
+//! by [`PoolConfig::request_timeout_ms`], the answer by [`PoolConfig::response_bytes_max`].
+//! If the future is dropped midway the connection it holds is closed, never pooled half-read.
+//! Under TLS the broker's certificate must name the target's IP address (the pool dials
+//! socket addresses).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::BytesMut;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 
-use crate::core::{decode_response, encode_request, frame_size};
+use crate::core::{decode_response, encode_request};
 use crate::error::ClientError;
+use crate::security::Security;
+
+use super::stream::{exchange, secure, Stream};
 
 /// A pool's bounds.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -36,21 +40,25 @@ pub struct PoolConfig {
 }
 
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     addr: SocketAddr,
 }
 
 /// One shard's connections to other brokers, by target node id.
 pub struct Pool {
     config: PoolConfig,
+    security: Security,
     idle: RefCell<HashMap<i32, Vec<Conn>>>,
     next_correlation_id: Cell<i32>,
 }
 
 impl Pool {
-    pub fn new(config: PoolConfig) -> Pool {
+    /// A pool whose connections secure themselves with `security` ([`Security::PLAINTEXT`]:
+    /// neither TLS nor a login).
+    pub fn new(config: PoolConfig, security: Security) -> Pool {
         Pool {
             config,
+            security,
             idle: RefCell::new(HashMap::new()),
             next_correlation_id: Cell::new(0),
         }
@@ -87,13 +95,13 @@ impl Pool {
                 Ok(r) => Ok(r),
                 // A stale connection (the peer closed it while idle): once more, fresh.
                 Err(ClientError::Io { .. }) => {
-                    let conn = self.connect(addr).await?;
+                    let conn = self.connect(addr, client_id).await?;
                     self.timed(addr, call.exchange(conn)).await
                 }
                 Err(e) => Err(e),
             },
             None => {
-                let conn = self.connect(addr).await?;
+                let conn = self.connect(addr, client_id).await?;
                 self.timed(addr, call.exchange(conn)).await
             }
         };
@@ -118,15 +126,19 @@ impl Pool {
         }
     }
 
-    async fn connect(&self, addr: SocketAddr) -> Result<Conn, ClientError> {
-        let timeout = Duration::from_millis(self.config.connect_timeout_ms);
-        let stream = TcpStream::connect_timeout(addr, timeout)
-            .await
-            .map_err(|e| ClientError::Connect {
-                addr: addr.to_string(),
-                source: e.into(),
-            })?;
-        let _ = stream.set_nodelay(true);
+    /// A new connection, secured (TLS, login with `client_id`), within the connect timeout.
+    async fn connect(&self, addr: SocketAddr, client_id: &str) -> Result<Conn, ClientError> {
+        let timeout_ms = self.config.connect_timeout_ms;
+        let open = async {
+            let tcp = TcpStream::connect_timeout(addr, Duration::from_millis(timeout_ms))
+                .await
+                .map_err(|e| ClientError::Connect {
+                    addr: addr.to_string(),
+                    source: e.into(),
+                })?;
+            secure(tcp, &addr.to_string(), &self.security, client_id).await
+        };
+        let stream = within(timeout_ms, addr, open).await?;
         Ok(Conn { stream, addr })
     }
 
@@ -137,16 +149,24 @@ impl Pool {
         addr: SocketAddr,
         work: impl std::future::Future<Output = Result<T, ClientError>>,
     ) -> Result<T, ClientError> {
-        let timeout_ms = self.config.request_timeout_ms;
-        futures_lite::future::or(work, async {
-            glommio::timer::sleep(Duration::from_millis(timeout_ms)).await;
-            Err(ClientError::Timeout {
-                addr: addr.to_string(),
-                timeout_ms,
-            })
-        })
-        .await
+        within(self.config.request_timeout_ms, addr, work).await
     }
+}
+
+/// `work`, or a timeout error after `timeout_ms` (dropping `work`).
+async fn within<T>(
+    timeout_ms: u64,
+    addr: SocketAddr,
+    work: impl std::future::Future<Output = Result<T, ClientError>>,
+) -> Result<T, ClientError> {
+    futures_lite::future::or(work, async {
+        glommio::timer::sleep(Duration::from_millis(timeout_ms)).await;
+        Err(ClientError::Timeout {
+            addr: addr.to_string(),
+            timeout_ms,
+        })
+    })
+    .await
 }
 
 /// One request's frame and what its answer must be.
@@ -162,19 +182,15 @@ impl Call<'_> {
     /// Sends the frame and reads its answer; the connection comes back only after a whole,
     /// well-formed answer.
     async fn exchange<Resp: Decodable>(&self, mut conn: Conn) -> Result<(Conn, Resp), ClientError> {
-        let addr = conn.addr;
-        let io = |source: std::io::Error| ClientError::Io {
-            addr: addr.to_string(),
-            source,
-        };
-        conn.stream.write_all(self.frame).await.map_err(io)?;
-        conn.stream.flush().await.map_err(io)?;
-        let mut prefix = [0u8; 4];
-        conn.stream.read_exact(&mut prefix).await.map_err(io)?;
-        let size = frame_size(prefix, self.config.response_bytes_max)?;
-        let mut body = BytesMut::zeroed(size);
-        conn.stream.read_exact(&mut body).await.map_err(io)?;
-        let response = decode_response(self.api, self.version, self.correlation_id, body.freeze())?;
+        let addr = conn.addr.to_string();
+        let body = exchange(
+            &mut conn.stream,
+            &addr,
+            self.frame,
+            self.config.response_bytes_max,
+        )
+        .await?;
+        let response = decode_response(self.api, self.version, self.correlation_id, body)?;
         Ok((conn, response))
     }
 }
@@ -204,7 +220,7 @@ mod tests {
             .make()
             .expect("glommio executor")
             .run(async move {
-                let pool = Pool::new(CONFIG);
+                let pool = Pool::new(CONFIG, Security::PLAINTEXT);
                 let r: Result<ApiVersionsResponse, ClientError> = pool
                     .request(
                         1,
