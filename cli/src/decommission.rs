@@ -199,7 +199,17 @@ fn decommission(
         let others_moving = left_on(&meta, broker)
             .iter()
             .any(|a| ongoing_now.contains_key(&(a.topic.clone(), a.partition)));
-        if (!moving && !others_moving) || Instant::now() >= deadline {
+        // Metadata comes from a broker's image, ListPartitionReassignments from the
+        // controller's: a broker a moment behind still shows a finished move's replicas with
+        // the removed ones (the target and more) after the controller no longer lists it.
+        // That is a move finishing, not a different assignment: look again.
+        let settling = outcomes.iter().any(|o| {
+            o.refused.is_none()
+                && o.progress == Standing::Different
+                && replicas_of(&meta, &o.moved.topic, o.moved.partition)
+                    .is_some_and(|r| o.moved.to.iter().all(|b| r.contains(b)))
+        });
+        if (!moving && !others_moving && !settling) || Instant::now() >= deadline {
             break meta;
         }
         std::thread::sleep(POLL_INTERVAL);
