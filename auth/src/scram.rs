@@ -577,6 +577,12 @@ enum ClientState {
     First {
         bare: String,
     },
+    /// The server-first message was read; PBKDF2 of the password is what remains.
+    Salting {
+        /// client-first-bare, server-first, client-final-without-proof.
+        auth_message: String,
+        without_proof: String,
+    },
     Final {
         auth_message: String,
         salted: Vec<u8>,
@@ -611,8 +617,18 @@ impl ScramClient {
         }
     }
 
-    /// Reads the server-first message; returns the client-final message.
+    /// Reads the server-first message; returns the client-final message. Runs PBKDF2 with
+    /// the server's iteration count inline (milliseconds): a caller on a cooperative executor
+    /// uses [`ScramClient::server_first_job`] and [`ScramClient::client_final`] instead.
     pub fn server_first(&mut self, msg: &[u8]) -> Result<Vec<u8>, ScramError> {
+        let mut job = self.server_first_job(msg)?;
+        job.step(u32::MAX);
+        self.client_final(job.finish().unwrap_or_default())
+    }
+
+    /// Reads the server-first message: the PBKDF2 job for the password with the server's salt
+    /// and iteration count, whose result goes to [`ScramClient::client_final`].
+    pub fn server_first_job(&mut self, msg: &[u8]) -> Result<SaltedPasswordJob, ScramError> {
         let ClientState::First { bare } = std::mem::replace(&mut self.state, ClientState::Done)
         else {
             return Err(ScramError::State);
@@ -639,10 +655,32 @@ impl ScramClient {
         if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
             return Err(ScramError::Iterations(iterations));
         }
-        let mech = self.mech;
-        let salted = salted_password(mech, &self.password, &salt, iterations);
         let without_proof = format!("c={},r={nonce}", B64.encode(b"n,,"));
-        let auth_message = format!("{bare},{text},{without_proof}");
+        self.state = ClientState::Salting {
+            auth_message: format!("{bare},{text},{without_proof}"),
+            without_proof,
+        };
+        Ok(SaltedPasswordJob::new(
+            self.mech,
+            &self.password,
+            &salt,
+            iterations,
+        ))
+    }
+
+    /// The client-final message, from the finished job of [`ScramClient::server_first_job`].
+    pub fn client_final(&mut self, salted: Vec<u8>) -> Result<Vec<u8>, ScramError> {
+        let ClientState::Salting {
+            auth_message,
+            without_proof,
+        } = std::mem::replace(&mut self.state, ClientState::Done)
+        else {
+            return Err(ScramError::State);
+        };
+        let mech = self.mech;
+        if salted.len() != mech.digest_len() {
+            return Err(ScramError::State);
+        }
         let client_key = mech.mac(&salted, b"Client Key");
         let stored_key = mech.hash(&client_key);
         let signature = mech.mac(&stored_key, auth_message.as_bytes());

@@ -27,10 +27,11 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "advertise", default: "", doc: "address clients are told to connect to in Metadata, HOST:PORT; empty = the listen address" },
     BrokerKey { name: "listeners", default: "", doc: "Kafka's listeners, `NAME://HOST:PORT,...`; every shard serves each; empty = `PLAINTEXT://` and the `listen` address" },
     BrokerKey { name: "advertised.listeners", default: "", doc: "what clients and other brokers are told to connect to, `NAME://HOST:PORT,...` per listener; empty = `advertise`, else each listener's own address" },
-    BrokerKey { name: "inter.broker.listener.name", default: "PLAINTEXT", doc: "the listener followers fetch from; each shard also listens on its host at a port of its own, registered with the controller, so a follower's connection lands on the shard that owns its partitions" },
+    BrokerKey { name: "inter.broker.listener.name", default: "PLAINTEXT", doc: "the listener followers fetch from and transaction markers are sent to, with its security protocol (SSL: mTLS with the listener's keystore and truststore; SASL: `sasl.mechanism.inter.broker.protocol`); each shard also listens on its host at a port of its own, registered with the controller, so a follower's connection lands on the shard that owns its partitions" },
     BrokerKey { name: "inter.broker.shard.port.base", default: "0", doc: "shard N's own inter-broker port is this + N (on the inter-broker listener's host); 0 = each shard takes a free port below 32768 at start" },
     BrokerKey { name: "listener.security.protocol.map", default: "PLAINTEXT:PLAINTEXT", doc: "listener name to security protocol, `NAME:PROTOCOL,...` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); per listener, `listener.name.<name>.<key>` overrides a listener setting (`sasl.enabled.mechanisms`, `oauthbearer.sasl.jaas.config`, the `ssl.*` ones)" },
     BrokerKey { name: "sasl.enabled.mechanisms", default: "GSSAPI", doc: "SASL mechanisms a SASL listener offers: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (users and passwords from AlterUserScramCredentials; PLAIN checks the SCRAM-SHA-256 credential, else the SCRAM-SHA-512 one), OAUTHBEARER (Kafka's unsecured JWTs, no signature: for development only; its options in `listener.name.<name>.oauthbearer.sasl.jaas.config`, Kafka's `OAuthBearerLoginModule` entry with `unsecuredValidatorPrincipalClaimName`, `unsecuredValidatorScopeClaimName`, `unsecuredValidatorRequiredScope`, `unsecuredValidatorAllowableClockSkewMs`). Kafka's default GSSAPI is not supported: a SASL listener needs this or `listener.name.<name>.sasl.enabled.mechanisms`" },
+    BrokerKey { name: "sasl.mechanism.inter.broker.protocol", default: "GSSAPI", doc: "the SASL mechanism replica fetchers and the WriteTxnMarkers client log in with when the inter-broker listener is SASL_PLAINTEXT or SASL_SSL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, one of that listener's enabled mechanisms, with the username and password of `listener.name.<name>.<mechanism, lower case>.sasl.jaas.config` (Kafka's `org.apache.kafka.common.security.scram.ScramLoginModule required username=\"broker\" password=\"...\";`, or `...plain.PlainLoginModule`); that principal needs CLUSTER_ACTION on the cluster or a place in `super.users`. Kafka's default GSSAPI is not supported. On an SSL inter-broker listener the broker presents its keystore's certificate instead (mTLS)" },
     BrokerKey { name: "ssl.keystore.type", default: "PEM", doc: "an SSL or SASL_SSL listener's keystore format: PEM only (Kafka's default JKS is not supported)" },
     BrokerKey { name: "ssl.keystore.location", default: "", doc: "PEM file with the listener's private key (unencrypted) and certificate chain" },
     BrokerKey { name: "ssl.key.password", default: "", doc: "must stay empty: encrypted keys are not supported" },
@@ -578,6 +579,9 @@ pub const LISTENER_PREFIX: &str = "listener.name.";
 const PER_LISTENER_KEYS: &[&str] = &[
     "sasl.enabled.mechanisms",
     "oauthbearer.sasl.jaas.config",
+    "plain.sasl.jaas.config",
+    "scram-sha-256.sasl.jaas.config",
+    "scram-sha-512.sasl.jaas.config",
     "ssl.keystore.type",
     "ssl.keystore.location",
     "ssl.key.password",
@@ -915,13 +919,114 @@ fn resolve_listeners(
         .iter()
         .position(|l| l.name == inter)
         .ok_or_else(|| anyhow!("inter.broker.listener.name {inter} is not in listeners"))?;
-    if listeners[inter_index].protocol != SecurityProtocol::Plaintext {
-        bail!(
-            "inter.broker.listener.name {inter}: replica fetchers cannot authenticate yet; the \
-             inter-broker listener must be PLAINTEXT for now"
-        );
-    }
     Ok((listeners, inter_index))
+}
+
+/// Kafka's login modules, by the mechanism a `<mechanism>.sasl.jaas.config` is for.
+const LOGIN_MODULES: [(&str, &str); 3] = [
+    (
+        "PLAIN",
+        "org.apache.kafka.common.security.plain.PlainLoginModule",
+    ),
+    (
+        "SCRAM-SHA-256",
+        "org.apache.kafka.common.security.scram.ScramLoginModule",
+    ),
+    (
+        "SCRAM-SHA-512",
+        "org.apache.kafka.common.security.scram.ScramLoginModule",
+    ),
+];
+
+/// How this broker's own connections to the inter-broker listener of its peers (replica
+/// fetchers, the WriteTxnMarkers client) secure themselves, as Kafka's: TLS when the listener
+/// is SSL or SASL_SSL (the listener's truststore checks the peer, its keystore is the client
+/// certificate: mTLS where the listener requires one), and on a SASL listener a login with
+/// `sasl.mechanism.inter.broker.protocol` and the username and password of the listener's
+/// `listener.name.<name>.<mechanism>.sasl.jaas.config`.
+fn inter_broker_security(
+    get: &dyn Fn(&str) -> String,
+    inter: &Listener,
+) -> Result<keel_client::Security> {
+    let name = &inter.name;
+    let lower = name.to_ascii_lowercase();
+    let mut security = keel_client::Security::PLAINTEXT;
+    if inter.protocol.is_tls() {
+        let what = |key: &str| format!("inter-broker listener {name}: {key}");
+        security.tls = Some(crate::tls::client_config(&what, &|k| {
+            listener_value(get, name, k)
+        })?);
+    }
+    if inter.protocol.is_sasl() {
+        let mechanism = get("sasl.mechanism.inter.broker.protocol").to_ascii_uppercase();
+        let parsed = SaslMechanism::parse(&mechanism)
+            .map_err(|e| anyhow!("sasl.mechanism.inter.broker.protocol: {e}"))?;
+        if parsed == SaslMechanism::OAuthBearer {
+            bail!(
+                "sasl.mechanism.inter.broker.protocol: OAUTHBEARER is not supported between \
+                 brokers (its tokens are unsecured): use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+            );
+        }
+        if !inter.sasl_mechanisms.contains(&parsed) {
+            bail!(
+                "sasl.mechanism.inter.broker.protocol {mechanism} must be one of the inter-broker \
+                 listener {name}'s sasl.enabled.mechanisms"
+            );
+        }
+        let key = format!(
+            "{LISTENER_PREFIX}{lower}.{}.sasl.jaas.config",
+            mechanism.to_ascii_lowercase()
+        );
+        let text = get(&key);
+        if text.is_empty() {
+            bail!(
+                "{key} is needed: the username and password this broker logs in with on the \
+                 inter-broker listener {name} (Kafka's `{} required username=\"...\" \
+                 password=\"...\";`)",
+                login_module(&mechanism)
+            );
+        }
+        let entries = keel_auth::jaas::parse(&text).map_err(|e| anyhow!("{key}: {e}"))?;
+        let [entry] = entries.as_slice() else {
+            bail!("{key}: one login module entry, not {}", entries.len());
+        };
+        if entry.login_module != login_module(&mechanism) {
+            bail!(
+                "{key}: {mechanism} logs in with {}, not {}",
+                login_module(&mechanism),
+                entry.login_module
+            );
+        }
+        let option = |o: &str| {
+            entry
+                .options
+                .get(o)
+                .filter(|v| !v.is_empty())
+                .cloned()
+                .ok_or_else(|| anyhow!("{key}: no {o}"))
+        };
+        if entry.options.keys().any(|k| k.starts_with("user_")) {
+            tracing::warn!(
+                setting = %key,
+                "user_<name> entries are ignored: Keel's PLAIN checks the SCRAM credentials that \
+                 AlterUserScramCredentials stores (`keel user`, --add-scram)"
+            );
+        }
+        security.sasl = Some(keel_client::SaslLogin {
+            mechanism,
+            username: option("username")?,
+            password: option("password")?,
+        });
+    }
+    Ok(security)
+}
+
+/// The login module of `mechanism` (one of [`LOGIN_MODULES`]').
+fn login_module(mechanism: &str) -> &'static str {
+    LOGIN_MODULES
+        .iter()
+        .find(|(m, _)| *m == mechanism)
+        .map_or("", |(_, module)| module)
 }
 
 /// Listener `name`'s OAUTHBEARER validator options, from its `oauthbearer.sasl.jaas.config`
@@ -1091,6 +1196,9 @@ pub struct BrokerConfig {
     pub quota_window_size_seconds: u64,
     /// The inter-broker listener: its name, advertised host and port.
     pub inter_broker_listener_name: String,
+    /// How replica fetchers and the WriteTxnMarkers client secure their connections to the
+    /// inter-broker listener (TLS, SASL login; `Security::PLAINTEXT` on a PLAINTEXT one).
+    pub inter_broker_security: keel_client::Security,
     pub inter_broker_host: String,
     pub inter_broker_port: u16,
     /// The address the inter-broker listener binds (its host gets each shard's own port).
@@ -1242,6 +1350,7 @@ impl BrokerConfig {
             listeners[0].advertised_port,
         );
         let inter = listeners[inter_index].clone();
+        let inter_broker_security = inter_broker_security(&get, &inter)?;
         let admin = get("admin");
         let admin = if admin.is_empty() || admin == "off" {
             None
@@ -1251,6 +1360,7 @@ impl BrokerConfig {
         let mut cfg = BrokerConfig {
             listen,
             inter_broker_listener_name: inter.name.clone(),
+            inter_broker_security,
             inter_broker_host: inter.advertised_host.clone(),
             inter_broker_port: inter.advertised_port,
             inter_broker_bind: inter.addr,

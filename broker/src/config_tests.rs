@@ -245,11 +245,106 @@ fn sasl_listeners_take_their_mechanisms_globally_or_per_listener() {
             .contains("per-listener settings")
     );
     assert!(with_plain(("sasl.server.max.receive.size", "4")).contains("between 8"));
-    // Replica fetchers cannot authenticate yet.
-    let mut pairs = sasl_only.to_vec();
-    pairs.push(("sasl.enabled.mechanisms", "PLAIN"));
-    pairs.push(("inter.broker.listener.name", "SASL_PLAINTEXT"));
-    assert!(err(&pairs).contains("must be PLAINTEXT for now"));
+}
+
+#[test]
+fn a_sasl_inter_broker_listener_logs_in_with_its_jaas_config() {
+    let base = [
+        (
+            "listeners",
+            "PLAINTEXT://127.0.0.1:9400,REPL://127.0.0.1:9401",
+        ),
+        (
+            "listener.security.protocol.map",
+            "PLAINTEXT:PLAINTEXT,REPL:SASL_PLAINTEXT",
+        ),
+        ("inter.broker.listener.name", "repl"),
+        ("sasl.enabled.mechanisms", "PLAIN,SCRAM-SHA-512"),
+    ];
+    let config = |extra: &[(&'static str, &'static str)]| {
+        let mut pairs = base.to_vec();
+        pairs.extend_from_slice(extra);
+        with(&pairs)
+    };
+    let err = |extra: &[(&'static str, &'static str)]| config(extra).unwrap_err().to_string();
+    let jaas = "listener.name.repl.scram-sha-512.sasl.jaas.config";
+    let cfg = config(&[
+        ("sasl.mechanism.inter.broker.protocol", "scram-sha-512"),
+        (
+            jaas,
+            r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="s3cret";"#,
+        ),
+    ])
+    .unwrap();
+    let security = &cfg.inter_broker_security;
+    assert_eq!(security.protocol_name(), "SASL_PLAINTEXT");
+    let login = security.sasl.as_ref().unwrap();
+    assert_eq!(
+        (
+            login.mechanism.as_str(),
+            login.username.as_str(),
+            login.password.as_str()
+        ),
+        ("SCRAM-SHA-512", "broker", "s3cret")
+    );
+    // The password never shows in the login's Debug form.
+    assert!(!format!("{security:?}").contains("s3cret"));
+
+    // PLAIN takes PlainLoginModule; its user_<name> entries are ignored (with a warning).
+    let cfg = config(&[
+        ("sasl.mechanism.inter.broker.protocol", "PLAIN"),
+        (
+            "listener.name.repl.plain.sasl.jaas.config",
+            r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="b" password="p" user_b="p";"#,
+        ),
+    ])
+    .unwrap();
+    assert_eq!(
+        cfg.inter_broker_security.sasl.unwrap().mechanism,
+        "PLAIN".to_string()
+    );
+
+    // Kafka's default mechanism, GSSAPI, is refused; so is one the listener does not offer,
+    // OAUTHBEARER, a missing or wrong JAAS entry.
+    assert!(err(&[]).contains("GSSAPI"), "{}", err(&[]));
+    let e = err(&[("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-256")]);
+    assert!(
+        e.contains("must be one of the inter-broker listener REPL's"),
+        "{e}"
+    );
+    let e = err(&[("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-512")]);
+    assert!(
+        e.contains(jaas) && e.contains("ScramLoginModule required"),
+        "{e}"
+    );
+    let e = err(&[
+        ("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-512"),
+        (
+            jaas,
+            r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="b" password="p";"#,
+        ),
+    ]);
+    assert!(
+        e.contains("logs in with org.apache.kafka.common.security.scram.ScramLoginModule"),
+        "{e}"
+    );
+    let e = err(&[
+        ("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-512"),
+        (
+            jaas,
+            r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="b";"#,
+        ),
+    ]);
+    assert!(e.contains("no password"), "{e}");
+    let e = err(&[
+        ("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-512"),
+        (jaas, "ScramLoginModule required username=\"b\""),
+    ]);
+    assert!(e.contains("semi-colon"), "{e}");
+
+    // A PLAINTEXT inter-broker listener needs none of it.
+    let cfg = with(&[]).unwrap();
+    assert_eq!(cfg.inter_broker_security.protocol_name(), "PLAINTEXT");
 }
 
 #[test]

@@ -526,7 +526,8 @@ pub async fn run_shard(
         "retention",
     );
     shard.counters.name_queue(background, "retention");
-    // Authentication's CPU work (PLAIN's PBKDF2) yields to produce and fetch the same way.
+    // Authentication's CPU work (TLS handshakes, PLAIN's PBKDF2, and the SCRAM logins of this
+    // shard's replica fetchers and marker clients) yields to produce and fetch the same way.
     let auth = glommio::executor().create_task_queue(
         glommio::Shares::Static(100),
         glommio::Latency::NotImportant,
@@ -534,6 +535,7 @@ pub async fn run_shard(
     );
     shard.counters.name_queue(auth, "auth");
     shard.set_auth_queue(auth);
+    keel_client::aio::stream::set_login_queue(Some(auth));
     match glommio::spawn_local_into(timers::compaction(shard.clone()), background) {
         Ok(task) => {
             task.detach();

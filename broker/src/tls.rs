@@ -260,16 +260,7 @@ pub fn controller_tls(
         .principal_mapper
         .clone()
         .ok_or_else(|| anyhow!("controller listener {name}: no principal mapping"))?;
-    let (chain, key, location) = read_keystore(&what, value)?;
-    let roots = read_truststore(&what, &trust)?;
-    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| anyhow!("controller listener {name}: {e}"))?
-    .with_root_certificates(roots)
-    .with_client_auth_cert(chain, key)
-    .map_err(|e| anyhow!("{}: {location}: {e}", what("ssl.keystore.location")))?;
+    let client = client_config(&what, value)?;
     let super_users: std::collections::HashSet<String> = super_users.into_iter().collect();
     let admit = move |cert: &CertificateDer<'_>| -> std::result::Result<String, String> {
         let dn = subject_dn(cert).ok_or_else(|| "unreadable certificate subject".to_string())?;
@@ -282,9 +273,38 @@ pub fn controller_tls(
     };
     Ok(keel_raft::network::ControllerTls {
         server: server.server,
-        client: Arc::new(client),
+        client,
         admit: Arc::new(admit),
     })
+}
+
+/// The TLS client side of a listener, for this broker's own connections to its peers (the
+/// controller transport, replica fetchers, the WriteTxnMarkers client): the peer's certificate
+/// is checked against the listener's truststore (`ssl.truststore.location`, needed) and the
+/// name dialled, and the listener's keystore certificate is presented when the peer asks for
+/// one (mTLS), as a Kafka broker presents its keystore. `what(key)` names a setting in errors.
+pub fn client_config(
+    what: &dyn Fn(&str) -> String,
+    value: &dyn Fn(&str) -> String,
+) -> Result<Arc<rustls::ClientConfig>> {
+    let trust = value("ssl.truststore.location");
+    if trust.is_empty() {
+        bail!(
+            "{} is needed: this broker checks its peers' certificates against it",
+            what("ssl.truststore.location")
+        );
+    }
+    let (chain, key, location) = read_keystore(what, value)?;
+    let roots = read_truststore(what, &trust)?;
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| anyhow!("{}: {e}", what("ssl.enabled.protocols")))?
+    .with_root_certificates(roots)
+    .with_client_auth_cert(chain, key)
+    .map_err(|e| anyhow!("{}: {location}: {e}", what("ssl.keystore.location")))?;
+    Ok(Arc::new(client))
 }
 
 /// A client certificate's subject distinguished name as Java's `X500Principal.getName()`

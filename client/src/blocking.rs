@@ -152,6 +152,11 @@ impl Conn {
                         self.request(ApiKey::SaslAuthenticate, SASL_AUTHENTICATE_VERSION, &req)?;
                     exchange.on_authenticate(&answer)?
                 }
+                // A blocking caller owns its thread: PBKDF2 runs at once.
+                SaslStep::Derive(mut job) => {
+                    job.step(u32::MAX);
+                    exchange.on_derived(job.finish())?
+                }
                 SaslStep::Done => return Ok(()),
             };
         }

@@ -212,11 +212,57 @@ def fetch_v12_body(topic, partition, offset):
             + compact_array([]) + compact_string("") + TAGS)
 
 
+def fetch_v15_body(topic_id, partition, offset, replica_id=-1, replica_epoch=-1,
+                   max_wait_ms=0):
+    """A Fetch v15 request for one partition (topics by id); a replica id >= 0 makes it a
+    follower's fetch (`replica_state`, tagged field 1), as a broker's replica fetcher sends."""
+    part = (i32(partition) + i32(-1) + i64(offset) + i32(-1) + i64(-1) + i32(1 << 20) + TAGS)
+    tags = TAGS
+    if replica_id >= 0:
+        state = i32(replica_id) + i64(replica_epoch) + TAGS
+        tags = uvarint(1) + uvarint(1) + uvarint(len(state)) + state
+    return (i32(max_wait_ms) + i32(1) + i32(1 << 20) + i8(0) + i32(0) + i32(-1)
+            + compact_array([topic_id + compact_array([part]) + TAGS])
+            + compact_array([]) + compact_string("") + tags)
+
+
+def parse_fetch_v15_response(body):
+    """-> (error_code, {(topic_id, partition): dict(error_code, high_watermark, records)})"""
+    r = Reader(body)
+    r.i32()  # throttle
+    err = r.i16()
+    r.i32()  # session id
+    parts = {}
+    for _ in range(r.uvarint() - 1):
+        topic_id = r.take(16)
+        for _ in range(r.uvarint() - 1):
+            idx, perr, hw = r.i32(), r.i16(), r.i64()
+            r.i64()  # last stable offset
+            r.i64()  # log start offset
+            n = r.uvarint()
+            for _ in range(max(0, n - 1)):
+                r.i64()
+                r.i64()
+                r.skip_tags()
+            r.i32()  # preferred read replica
+            n = r.uvarint()
+            records = b"" if n == 0 else r.take(n - 1)
+            r.skip_tags()
+            parts[(topic_id, idx)] = dict(error_code=perr, high_watermark=hw, records=records)
+        r.skip_tags()
+    r.skip_tags()
+    return err, parts
+
+
 # -- connection -------------------------------------------------------------------------------
 class Conn:
-    def __init__(self, bootstrap, timeout=5.0):
+    def __init__(self, bootstrap, timeout=5.0, ssl_context=None):
+        """`ssl_context`: TLS (an `ssl.SSLContext`) over the connection, checking the name
+        `host` of `bootstrap`."""
         host, port = bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        if ssl_context is not None:
+            self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host)
         self.sock.settimeout(timeout)
 
     def close(self):
@@ -330,10 +376,10 @@ def metadata(bootstrap, topics, allow_auto_create=False):
     return parse_metadata_v12_response(body)
 
 
-def sasl_plain_try(bootstrap, user, password):
+def sasl_plain_try(bootstrap, user, password, ssl_context=None):
     """SASL/PLAIN (SaslHandshake v1, SaslAuthenticate v0) -> (error code, message, connection);
     the connection is closed unless the login succeeded."""
-    c = Conn(bootstrap)
+    c = Conn(bootstrap, ssl_context=ssl_context)
     r = Reader(c.call(17, 1, string("PLAIN")))
     assert r.i16() == 0, "PLAIN is not enabled on %s" % bootstrap
     token = ("\0%s\0%s" % (user, password)).encode()
@@ -344,9 +390,9 @@ def sasl_plain_try(bootstrap, user, password):
     return err, msg, c
 
 
-def sasl_plain_login(bootstrap, user, password):
+def sasl_plain_login(bootstrap, user, password, ssl_context=None):
     """A connection authenticated with SASL/PLAIN."""
-    err, msg, c = sasl_plain_try(bootstrap, user, password)
+    err, msg, c = sasl_plain_try(bootstrap, user, password, ssl_context)
     assert err == 0, "login of %s failed: %s %s" % (user, err, msg)
     return c
 

@@ -26,7 +26,7 @@ use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
 use kafka_protocol::ResponseError;
 use keel_client::aio::{Identity, PipelinedConn};
 use keel_client::core::ClientVersions;
-use keel_client::Security;
+use keel_client::ClientError;
 use keel_storage::{LeaderEpoch, Offset};
 use keel_vocab::ErrorCode;
 use tracing::{debug, info, warn};
@@ -206,13 +206,57 @@ async fn run(shard: Rc<BrokerShard>, key: FetcherKey, state: Rc<FetcherState>) {
             Some(c) => c.clone(),
             None => {
                 let addr = state.addr.borrow().clone();
-                match PipelinedConn::connect(&addr, IDENTITY, &Security::PLAINTEXT).await {
+                // TLS and the SASL login included, bounded as a request is: a leader that
+                // stopped answering mid-handshake must not hold the fetcher.
+                let connect = async {
+                    Some(
+                        PipelinedConn::connect(
+                            &addr,
+                            IDENTITY,
+                            &shard.config.inter_broker_security,
+                        )
+                        .await,
+                    )
+                };
+                let give_up = async {
+                    futures_lite::future::or(
+                        glommio::timer::sleep(Duration::from_millis(cfg.replica_socket_timeout_ms)),
+                        shard.shutdown.wait(),
+                    )
+                    .await;
+                    None
+                };
+                let connected = futures_lite::future::or(connect, give_up)
+                    .await
+                    .unwrap_or_else(|| {
+                        Err(ClientError::Closed {
+                            addr: addr.clone(),
+                            reason: format!(
+                                "not connected and secured within replica.socket.timeout.ms \
+                                 ({} ms)",
+                                cfg.replica_socket_timeout_ms
+                            ),
+                        })
+                    });
+                match connected {
                     Ok(c) => {
                         conn = Some(c.clone());
                         c
                     }
                     Err(e) => {
-                        debug!(shard = shard.id, leader = key.leader, %addr, error = %e, "replica fetcher cannot connect; backing off");
+                        // A refused login or certificate is the operator's to fix (this
+                        // broker's inter-broker credentials, or the leader's users and CA);
+                        // a leader that is down or restarting is routine.
+                        if matches!(
+                            e,
+                            ClientError::Authentication { .. }
+                                | ClientError::Sasl { .. }
+                                | ClientError::Tls { .. }
+                        ) {
+                            warn!(shard = shard.id, leader = key.leader, %addr, error = %e, "replica fetcher cannot log in to the leader; backing off");
+                        } else {
+                            debug!(shard = shard.id, leader = key.leader, %addr, error = %e, "replica fetcher cannot connect; backing off");
+                        }
                         conn = None;
                         state.wait(&shard, backoff).await;
                         continue;

@@ -430,8 +430,11 @@ async fn write_remote_markers(
         .markers
         .write_markers(
             shard.config.node_id,
-            broker,
-            &shard.config.inter_broker_listener_name,
+            (
+                broker,
+                &shard.config.inter_broker_listener_name,
+                &shard.config.inter_broker_security,
+            ),
             marker,
             &partitions,
         )

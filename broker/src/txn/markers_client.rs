@@ -108,34 +108,29 @@ impl MarkerClientError {
     }
 }
 
-/// One shard's connections to other brokers, for markers.
+/// One shard's connections to other brokers, for markers: a pool made at the first marker,
+/// secured as the inter-broker listener says.
+#[derive(Default)]
 pub struct MarkerClients {
-    pool: Pool,
-}
-
-impl Default for MarkerClients {
-    fn default() -> Self {
-        MarkerClients {
-            pool: Pool::new(POOL, Security::PLAINTEXT),
-        }
-    }
+    pool: std::cell::OnceCell<Pool>,
 }
 
 impl MarkerClients {
     /// Sends `marker` for `partitions` (all led by `broker`, as this broker last saw) to its
     /// endpoint of `listener` (the inter-broker listener) and returns one error code per
-    /// partition, in order.
+    /// partition, in order. The connections secure themselves with `security` (the broker's
+    /// `inter_broker_security`; the same on every call).
     pub async fn write_markers(
         &self,
         node_id: i32,
-        broker: &BrokerMeta,
-        listener: &str,
+        (broker, listener, security): (&BrokerMeta, &str, &Security),
         marker: Marker,
         partitions: &[(String, i32)],
     ) -> Result<Vec<i16>, MarkerClientError> {
         let addr = resolve(broker, listener)?;
         let response: WriteTxnMarkersResponse = self
             .pool
+            .get_or_init(|| Pool::new(POOL, security.clone()))
             .request(
                 broker.id,
                 addr,
@@ -392,7 +387,12 @@ mod tests {
             fake_broker(|c| response_frame(c, &answer(7, &[("a", 0, 0), ("b", 4, 52)])));
         let r = run(async move {
             MarkerClients::default()
-                .write_markers(1, &broker, "PLAINTEXT", MARKER, &parts())
+                .write_markers(
+                    1,
+                    (&broker, "PLAINTEXT", &Security::PLAINTEXT),
+                    MARKER,
+                    &parts(),
+                )
                 .await
         });
         server.join().unwrap();
@@ -402,7 +402,12 @@ mod tests {
         let (broker, server) = fake_broker(|_| i32::MAX.to_be_bytes().to_vec());
         let r = run(async move {
             MarkerClients::default()
-                .write_markers(1, &broker, "PLAINTEXT", MARKER, &parts())
+                .write_markers(
+                    1,
+                    (&broker, "PLAINTEXT", &Security::PLAINTEXT),
+                    MARKER,
+                    &parts(),
+                )
                 .await
         });
         server.join().unwrap();
@@ -419,7 +424,12 @@ mod tests {
         });
         let r = run(async move {
             MarkerClients::default()
-                .write_markers(1, &broker, "PLAINTEXT", MARKER, &parts())
+                .write_markers(
+                    1,
+                    (&broker, "PLAINTEXT", &Security::PLAINTEXT),
+                    MARKER,
+                    &parts(),
+                )
                 .await
         });
         server.join().unwrap();
@@ -432,7 +442,12 @@ mod tests {
         let (broker, server) = fake_broker(|_| 100i32.to_be_bytes().to_vec());
         let r = run(async move {
             MarkerClients::default()
-                .write_markers(1, &broker, "PLAINTEXT", MARKER, &parts())
+                .write_markers(
+                    1,
+                    (&broker, "PLAINTEXT", &Security::PLAINTEXT),
+                    MARKER,
+                    &parts(),
+                )
                 .await
         });
         server.join().unwrap();
@@ -453,7 +468,12 @@ mod tests {
         };
         let r = run(async move {
             MarkerClients::default()
-                .write_markers(1, &broker, "PLAINTEXT", MARKER, &parts())
+                .write_markers(
+                    1,
+                    (&broker, "PLAINTEXT", &Security::PLAINTEXT),
+                    MARKER,
+                    &parts(),
+                )
                 .await
         });
         assert!(matches!(r, Err(MarkerClientError::Connect { .. })), "{r:?}");

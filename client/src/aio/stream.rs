@@ -28,6 +28,42 @@ use crate::core::{
 use crate::error::ClientError;
 use crate::security::{server_name, SaslLogin, Security};
 
+/// PBKDF2 iterations between two chances to yield: a few hundred microseconds of CPU.
+const PBKDF2_SLICE: u32 = 256;
+
+thread_local! {
+    /// Where this thread's SCRAM logins run PBKDF2 ([`set_login_queue`]).
+    static LOGIN_QUEUE: std::cell::Cell<Option<glommio::TaskQueueHandle>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Makes this thread's connections run SCRAM's PBKDF2 (milliseconds of CPU per login) on
+/// `queue`, a glommio task queue of the caller's (the broker's shard gives its `auth` queue,
+/// so that a replica fetcher's login does not hold the queue its produce and fetch run on).
+/// Without it, the job runs on the connecting task's queue. Either way it runs in slices and
+/// yields when the queue's time is up.
+pub fn set_login_queue(queue: Option<glommio::TaskQueueHandle>) {
+    LOGIN_QUEUE.with(|q| q.set(queue));
+}
+
+/// Runs a PBKDF2 job to its end in slices, on the login queue when one is set.
+async fn derive(mut job: keel_auth::scram::SaltedPasswordJob) -> Option<Vec<u8>> {
+    let work = async move {
+        while !job.step(PBKDF2_SLICE) {
+            glommio::yield_if_needed().await;
+        }
+        job.finish()
+    };
+    match LOGIN_QUEUE.with(|q| q.get()) {
+        Some(queue) => match glommio::spawn_local_into(work, queue) {
+            Ok(task) => task.await,
+            // The queue is gone (its executor removed it): the login fails.
+            Err(_) => None,
+        },
+        None => work.await,
+    }
+}
+
 /// The socket's read buffer under TLS.
 pub const TLS_READ_BUFFER: usize = 64 * 1024;
 /// How much TLS data rustls may hold unsent (its default is 64 KiB): 64 full records, what
@@ -162,6 +198,7 @@ async fn log_in(
                 let answer = round_trip(stream, addr, client_id, call, &req).await?;
                 exchange.on_authenticate(&answer)?
             }
+            SaslStep::Derive(job) => exchange.on_derived(derive(job).await)?,
             SaslStep::Done => return Ok(()),
         };
     }

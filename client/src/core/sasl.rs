@@ -8,13 +8,16 @@
 //! connection is logged in. Any error ends the exchange, and the connection must be dropped:
 //! the broker closes it anyway after a failed authentication.
 //!
-//! A SCRAM login runs PBKDF2 (the broker's iteration count, 4096 and up) inside
-//! [`SaslExchange::on_authenticate`], on the caller's thread: milliseconds of CPU.
+//! A SCRAM login needs PBKDF2 with the broker's salt and iteration count (4096 and up):
+//! milliseconds of CPU. The exchange hands it to the transport as [`SaslStep::Derive`], so a
+//! transport on a cooperative executor runs it in slices (the glommio one, on a task queue of
+//! its caller's choosing) and a blocking one runs it at once; its result goes to
+//! [`SaslExchange::on_derived`].
 
 use kafka_protocol::messages::{
     SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
 };
-use keel_auth::scram::{Mechanism, ScramClient};
+use keel_auth::scram::{Mechanism, SaltedPasswordJob, ScramClient};
 use keel_vocab::ErrorCode;
 
 use crate::error::ClientError;
@@ -34,6 +37,9 @@ pub enum SaslStep {
     /// Send this at [`SASL_AUTHENTICATE_VERSION`]; its answer goes to
     /// [`SaslExchange::on_authenticate`].
     Authenticate(SaslAuthenticateRequest),
+    /// Run this PBKDF2 job to the end and pass its result to [`SaslExchange::on_derived`];
+    /// nothing is sent meanwhile.
+    Derive(SaltedPasswordJob),
     /// Logged in: the connection may send its requests.
     Done,
 }
@@ -49,6 +55,8 @@ enum State {
     PlainAnswer,
     /// SCRAM's client-first was sent: the answer is the server-first.
     ScramServerFirst(ScramClient),
+    /// The server-first was read: the transport runs PBKDF2 ([`SaslStep::Derive`]).
+    ScramSalting(ScramClient),
     /// SCRAM's client-final was sent: the answer is the server-final, with its signature.
     ScramServerFinal(ScramClient),
     Done,
@@ -139,7 +147,10 @@ impl SaslExchange {
         answer: &SaslAuthenticateResponse,
     ) -> Result<SaslStep, ClientError> {
         let state = std::mem::replace(&mut self.state, State::Done);
-        if matches!(state, State::Handshake { .. } | State::Done) {
+        if matches!(
+            state,
+            State::Handshake { .. } | State::ScramSalting(_) | State::Done
+        ) {
             return Err(self.out_of_order("SaslAuthenticate"));
         }
         if answer.error_code != 0 {
@@ -149,11 +160,11 @@ impl SaslExchange {
         match state {
             State::PlainAnswer => Ok(SaslStep::Done),
             State::ScramServerFirst(mut client) => {
-                let client_final = client
-                    .server_first(&answer.auth_bytes)
+                let job = client
+                    .server_first_job(&answer.auth_bytes)
                     .map_err(|e| self.failed(format!("the server-first message: {e}")))?;
-                self.state = State::ScramServerFinal(client);
-                Ok(authenticate(client_final))
+                self.state = State::ScramSalting(client);
+                Ok(SaslStep::Derive(job))
             }
             State::ScramServerFinal(mut client) => {
                 client
@@ -161,8 +172,25 @@ impl SaslExchange {
                     .map_err(|e| self.failed(format!("the server-final message: {e}")))?;
                 Ok(SaslStep::Done)
             }
-            State::Handshake { .. } | State::Done => Err(self.out_of_order("SaslAuthenticate")),
+            State::Handshake { .. } | State::ScramSalting(_) | State::Done => {
+                Err(self.out_of_order("SaslAuthenticate"))
+            }
         }
+    }
+
+    /// The finished [`SaslStep::Derive`] job's result (`None`: it did not finish): the next
+    /// message to send.
+    pub fn on_derived(&mut self, salted: Option<Vec<u8>>) -> Result<SaslStep, ClientError> {
+        let State::ScramSalting(mut client) = std::mem::replace(&mut self.state, State::Done)
+        else {
+            return Err(self.failed("a derived key out of order".to_string()));
+        };
+        let salted = salted.ok_or_else(|| self.failed("PBKDF2 did not finish".to_string()))?;
+        let client_final = client
+            .client_final(salted)
+            .map_err(|e| self.failed(format!("the client-final message: {e}")))?;
+        self.state = State::ScramServerFinal(client);
+        Ok(authenticate(client_final))
     }
 
     fn refused(&self, error_code: i16, message: String) -> ClientError {
@@ -249,7 +277,13 @@ mod tests {
                 Some(stored)
             })
             .unwrap();
-        let client_final = auth_bytes(x.on_authenticate(&answer(server_first))?);
+        let client_final = match x.on_authenticate(&answer(server_first))? {
+            SaslStep::Derive(mut job) => {
+                job.step(u32::MAX);
+                auth_bytes(x.on_derived(job.finish())?)
+            }
+            other => panic!("expected Derive, got {other:?}"),
+        };
         match server.client_final(&client_final) {
             Ok((server_final, user)) => {
                 assert_eq!(user, "alice");
