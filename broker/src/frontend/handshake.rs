@@ -6,9 +6,11 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use futures_rustls::server::TlsStream;
+use futures_lite::io::BufReader;
 use futures_rustls::TlsAcceptor;
 use glommio::net::TcpStream;
+
+use crate::frontend::io::{TlsStream, TLS_READ_BUFFER, TLS_WRITE_BUFFER};
 
 use crate::shard::BrokerShard;
 use crate::tls::TlsConfig;
@@ -20,12 +22,13 @@ pub async fn accept(
     shard: &Rc<BrokerShard>,
     tls: &TlsConfig,
     stream: TcpStream,
-) -> Result<(TlsStream<TcpStream>, Option<String>), String> {
+) -> Result<(TlsStream, Option<String>), String> {
     let acceptor = TlsAcceptor::from(tls.server.clone());
     let tls = tls.clone();
     let timeout = Duration::from_millis(shard.config.sasl_server_authentication_timeout_ms);
     let handshake = async move {
-        let done = futures_lite::future::or(async { Some(acceptor.accept(stream).await) }, async {
+        let io = BufReader::with_capacity(TLS_READ_BUFFER, stream);
+        let done = futures_lite::future::or(async { Some(acceptor.accept(io).await) }, async {
             glommio::timer::sleep(timeout).await;
             None
         })
@@ -33,7 +36,8 @@ pub async fn accept(
         match done {
             None => Err(format!("no handshake within {} ms", timeout.as_millis())),
             Some(Err(e)) => Err(e.to_string()),
-            Some(Ok(s)) => {
+            Some(Ok(mut s)) => {
+                s.get_mut().1.set_buffer_limit(Some(TLS_WRITE_BUFFER));
                 let principal = match s.get_ref().1.peer_certificates().and_then(|c| c.first()) {
                     Some(cert) => tls.principal_of(cert)?,
                     None => None,

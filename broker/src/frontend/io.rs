@@ -20,10 +20,21 @@ use crate::frontend::framing::Frame;
 /// Reads at least this long go straight into the frame.
 pub const READ_BUFFER: usize = 32 * 1024;
 
+/// Under TLS, the socket's own read buffer: rustls reads at most 4 KiB of records per call, so
+/// one `recv` of up to this much serves many of them.
+pub const TLS_READ_BUFFER: usize = 64 * 1024;
+/// How much TLS data rustls may hold unsent (its default is 64 KiB): 64 full records, what one
+/// vectored write of rustls takes, so a 1 MiB Fetch answer goes out in one `sendmsg` where the
+/// socket takes it, not sixteen.
+pub const TLS_WRITE_BUFFER: usize = 64 * 16 * 1024;
+
+/// A TLS connection's stream: rustls over the buffered socket.
+pub type TlsStream = futures_rustls::server::TlsStream<BufReader<TcpStream>>;
+
 /// A connection's byte stream: the TCP socket, or TLS over it (SSL and SASL_SSL listeners).
 pub enum Stream {
     Plain(TcpStream),
-    Tls(Box<futures_rustls::server::TlsStream<TcpStream>>),
+    Tls(Box<TlsStream>),
 }
 
 impl AsyncRead for Stream {
