@@ -65,7 +65,8 @@ pub fn from_args(p: &Parsed) -> Result<Security> {
                 "sasl.mechanism {mechanism} is not supported (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
             )));
         }
-        let jaas = jaas_options(get("sasl.jaas.config"));
+        let jaas = jaas_options(get("sasl.jaas.config"))
+            .map_err(|e| usage(format!("sasl.jaas.config: {e}")))?;
         let username = [
             get("sasl.username"),
             jaas.get("username").map_or("", |s| s.as_str()),
@@ -105,23 +106,19 @@ fn properties(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The `key="value"` options of a JAAS login module line
-/// (`org.apache.kafka.common.security.scram.ScramLoginModule required username="a" password="b";`).
-fn jaas_options(jaas: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut rest = jaas;
-    while let Some(eq) = rest.find("=\"") {
-        let key = rest[..eq]
-            .rsplit(|c: char| c.is_whitespace())
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        let after = &rest[eq + 2..];
-        let Some(end) = after.find('"') else { break };
-        out.insert(key, after[..end].to_string());
-        rest = &after[end + 1..];
+/// The options of a JAAS login module entry
+/// (`org.apache.kafka.common.security.scram.ScramLoginModule required username="a" password="b";`),
+/// read as Kafka reads them (keel-auth's parser: quotes, escapes, comments); none when empty.
+fn jaas_options(jaas: &str) -> std::result::Result<BTreeMap<String, String>, String> {
+    if jaas.trim().is_empty() {
+        return Ok(BTreeMap::new());
     }
-    out
+    let entries = keel_auth::jaas::parse(jaas).map_err(|e| e.to_string())?;
+    Ok(entries
+        .into_iter()
+        .next()
+        .map(|e| e.options)
+        .unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -137,8 +134,16 @@ mod tests {
         );
         assert_eq!(p["security.protocol"], "SASL_SSL");
         assert_eq!(p["sasl.mechanism"], "SCRAM-SHA-512");
-        let j = jaas_options(&p["sasl.jaas.config"]);
+        let j = jaas_options(&p["sasl.jaas.config"]).unwrap();
         assert_eq!(j["username"], "alice");
         assert_eq!(j["password"], "a=b c");
+        // Kafka's quoting: an escaped quote is part of the password; a missing `;` is refused.
+        let j =
+            jaas_options(r#"ScramLoginModule required username="bob" password="p\"q";"#).unwrap();
+        assert_eq!(j["password"], "p\"q");
+        assert!(jaas_options(r#"ScramLoginModule required username="bob""#)
+            .unwrap_err()
+            .contains("semi-colon"));
+        assert!(jaas_options("").unwrap().is_empty());
     }
 }
