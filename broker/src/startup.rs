@@ -458,6 +458,9 @@ async fn accept_loop(
                     active.set(active.get() - 1);
                 })
                 .detach();
+                // With a backlog, accept completes at once: without this, one pass would take
+                // every queued connection (500 in a burst) past the queue's time slice.
+                glommio::yield_if_needed().await;
             }
             Some(Err(e)) => {
                 warn!(shard = shard.id, error = %e, "accept failed");
@@ -527,7 +530,8 @@ pub async fn run_shard(
     );
     shard.counters.name_queue(background, "retention");
     // Authentication's CPU work (TLS handshakes, PLAIN's PBKDF2, and the SCRAM logins of this
-    // shard's replica fetchers and marker clients) yields to produce and fetch the same way.
+    // shard's replica fetchers and marker clients) yields to produce and fetch the same way,
+    // paced so that the queue's runs stay short (`frontend::auth_queue`).
     let auth = glommio::executor().create_task_queue(
         glommio::Shares::Static(100),
         glommio::Latency::NotImportant,

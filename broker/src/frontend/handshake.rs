@@ -50,11 +50,11 @@ pub async fn accept(
         shard.shutdown.wait().await;
         Err("shutting down".to_string())
     };
-    match shard.auth_queue() {
-        Some(queue) => match glommio::spawn_local_into(handshake, queue) {
-            Ok(task) => futures_lite::future::or(task, shutdown).await,
-            Err(e) => Err(format!("the auth task queue is gone: {e}")),
-        },
-        None => futures_lite::future::or(handshake, shutdown).await,
-    }
+    let on_queue = async {
+        match crate::frontend::auth_queue::run(shard, handshake).await {
+            Ok(done) => done,
+            Err(gone) => Err(gone),
+        }
+    };
+    futures_lite::future::or(on_queue, shutdown).await
 }

@@ -3,6 +3,7 @@
 //! request framing ([`framing`]), the socket's reads and writes ([`io`]), connection limits ([`limits`]), dispatch to
 //! the handlers ([`dispatch`]) and the client quotas' charge on each request ([`throttle`]).
 
+pub mod auth_queue;
 pub mod conn;
 pub mod dispatch;
 pub mod framing;

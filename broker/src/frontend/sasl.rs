@@ -367,21 +367,19 @@ async fn salted_password_off_queue(
     let mut job = scram::SaltedPasswordJob::new(mech, password, &cred.salt, cred.iterations);
     let work = async move {
         while !job.step(PBKDF2_SLICE) {
-            glommio::yield_if_needed().await;
+            // Each slice is a step of its own: the paced queue yields after it.
+            futures_lite::future::yield_now().await;
         }
         job.finish().unwrap_or_default()
     };
-    match shard.auth_queue() {
-        Some(queue) => match glommio::spawn_local_into(work, queue) {
-            Ok(task) => task.await,
-            // Cannot happen (the queue lives as long as the shard); if it did, the login
-            // fails closed: an empty salted password matches no StoredKey.
-            Err(e) => {
-                tracing::warn!(error = %e, "the auth task queue is gone; refusing the login");
-                Vec::new()
-            }
-        },
-        None => work.await,
+    match crate::frontend::auth_queue::run(shard, work).await {
+        Ok(salted) => salted,
+        // Cannot happen (the queue lives as long as the shard); if it did, the login fails
+        // closed: an empty salted password matches no StoredKey.
+        Err(e) => {
+            tracing::warn!(error = %e, "refusing the login");
+            Vec::new()
+        }
     }
 }
 

@@ -40,8 +40,9 @@ thread_local! {
 /// Makes this thread's connections run SCRAM's PBKDF2 (milliseconds of CPU per login) on
 /// `queue`, a glommio task queue of the caller's (the broker's shard gives its `auth` queue,
 /// so that a replica fetcher's login does not hold the queue its produce and fetch run on).
-/// Without it, the job runs on the connecting task's queue. Either way it runs in slices and
-/// yields when the queue's time is up.
+/// Without it, the job runs on the connecting task's queue. Either way it runs in slices, and
+/// its queue yields after each one, so the executor's other queues get their turn between
+/// them (glommio otherwise switches queues only when its preempt timer fires).
 pub fn set_login_queue(queue: Option<glommio::TaskQueueHandle>) {
     LOGIN_QUEUE.with(|q| q.set(queue));
 }
@@ -50,7 +51,7 @@ pub fn set_login_queue(queue: Option<glommio::TaskQueueHandle>) {
 async fn derive(mut job: keel_auth::scram::SaltedPasswordJob) -> Option<Vec<u8>> {
     let work = async move {
         while !job.step(PBKDF2_SLICE) {
-            glommio::yield_if_needed().await;
+            glommio::executor().yield_task_queue_now().await;
         }
         job.finish()
     };
