@@ -206,7 +206,10 @@ pub async fn write_frame<T: Serialize>(
     let mut out = Vec::with_capacity(body.len() + 4);
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());
     out.extend_from_slice(&body);
-    stream.write_all(&out).await
+    stream.write_all(&out).await?;
+    // Under TLS, records the socket did not take yet stay in rustls until a flush (a no-op on
+    // plain TCP): without it a large frame's tail would wait for the next frame.
+    stream.flush().await
 }
 
 /// One peer's connection, opened on demand (with TLS when `tls` is set).

@@ -142,6 +142,44 @@ def test_hostile_input_on_a_tls_port(tls_keel, certs):
     assert ck_round_trip(ssl_conf(tls_keel, certs), topic, n=1) == want(1)
 
 
+def test_an_answer_larger_than_the_socket_buffers_arrives_whole(tls_keel, certs):
+    """Under TLS a write ends with rustls holding the records the socket did not take; the
+    broker must flush them, not leave them for the connection's next answer. A Fetch answer of
+    about 24 MiB to a client that reads nothing for a while (the socket buffers fill: the
+    broker's write stops part way) must still arrive whole once the client reads, with no
+    other request sent."""
+    import ssl
+    topic = create_topic(tls_keel)
+    p = Producer({"bootstrap.servers": tls_keel.bootstrap, "linger.ms": 50,
+                  "batch.size": 1 << 20})
+    value = os.urandom(1000)
+    n = 24 * 1024
+    for i in range(n):
+        p.produce(topic, key=b"%d" % i, value=value)
+        if i % 2000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+    ctx = ssl.create_default_context(cafile=os.path.join(certs, "ca.pem"))
+    max_bytes = 64 << 20
+    part = (w.i32(0) + w.i32(-1) + w.i64(0) + w.i32(-1) + w.i64(-1) + w.i32(max_bytes) + w.TAGS)
+    body = (w.i32(-1) + w.i32(100) + w.i32(1) + w.i32(max_bytes) + w.i8(0) + w.i32(0)
+            + w.i32(-1) + w.compact_array([w.compact_string(topic) + w.compact_array([part])
+                                           + w.TAGS])
+            + w.compact_array([]) + w.compact_string("") + w.TAGS)
+    with w.Conn(tls_keel.listener_bootstrap("SSL"), timeout=15.0, ssl_context=ctx) as c:
+        c.send(w.request(1, 12, 99, body, flexible=True))
+        time.sleep(2.0)  # read nothing: the broker's write fills the buffers and stops
+        payload = c.recv_frame()
+    assert payload is not None, "the broker closed the connection"
+    r = w.Reader(payload)
+    assert r.i32() == 99
+    r.skip_tags()
+    assert len(payload) > 20 * 1024 * 1024, len(payload)
+    # The answer ends with the last record's value, its empty header count and the partition's,
+    # topic's and answer's empty tagged fields.
+    assert payload.endswith(value + b"\x00" * 4), "the answer's tail is not the last record"
+
+
 def test_keel_cli_over_sasl_ssl(tls_keel, certs, tmp_path):
     """The admin CLI with Kafka's --command-config: SASL_SSL with SCRAM-SHA-512, the password
     from a variable."""

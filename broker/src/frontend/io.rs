@@ -156,7 +156,8 @@ pub(crate) async fn read_frame(reader: &mut BufReader<ReadSide>, size: usize) ->
     Ok(frame.freeze())
 }
 
-/// Writes every part of `frames`, in order, with as few `sendmsg` calls as the socket allows.
+/// Writes every part of `frames`, in order, with as few `sendmsg` calls as the socket allows,
+/// and flushes: when it returns, every byte has reached the socket.
 pub(crate) async fn send_frames<'a>(
     out: &mut WriteSide,
     frames: impl Iterator<Item = &'a Frame>,
@@ -176,7 +177,10 @@ pub(crate) async fn send_frames<'a>(
         }
         IoSlice::advance_slices(&mut rest, written);
     }
-    Ok(())
+    // Under TLS a write counts what rustls took, and the records the socket did not take yet
+    // stay in rustls: without a flush they would wait for the connection's next answer (a
+    // consumer waiting for the rest of its Fetch answer would wait for ever). A no-op in plain.
+    out.flush().await
 }
 
 /// Buffers handed to one `sendmsg` (Linux's UIO_MAXIOV is 1024).
