@@ -9,7 +9,9 @@
 //!   StandardAuthorizer checks, so an ACL on `User:<DN>` lets it write and read one topic and
 //!   another is refused with TOPIC_AUTHORIZATION_FAILED; without a certificate nothing goes;
 //! - SASL_SSL with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, users written by
-//!   `keel serve --add-scram`; a wrong SCRAM password delivers nothing.
+//!   `keel serve --add-scram`; a wrong SCRAM password delivers nothing;
+//! - OAUTHBEARER with librdkafka's unsecured tokens over SASL_PLAINTEXT and SASL_SSL: the
+//!   token's principal is the one StandardAuthorizer checks.
 //!
 //! The CA and certificates are made at test time with the openssl CLI in a temp dir (as
 //! tests/python/conftest.py's `certs`), so no private key is committed. Every wait is bounded.
@@ -614,4 +616,79 @@ fn sasl_ssl_scram_sha_512_round_trips_records_and_a_wrong_password_delivers_noth
         "{errors:?}"
     );
     assert_eq!(log_end_offset(&b, topic), RECORDS as i64);
+}
+
+/// librdkafka's unsecured OAUTHBEARER tokens (`enable.sasl.oauthbearer.unsecure.jwt`, the
+/// token built from `sasl.oauthbearer.config`) over SASL_PLAINTEXT and SASL_SSL: the token's
+/// `principal` is the connection's principal, the one the authorizer checks — alice's ACLs let
+/// her round trip records, mallory's token gets TOPIC_AUTHORIZATION_FAILED and writes nothing.
+#[test]
+fn oauthbearer_unsecured_tokens_name_the_principal_over_sasl_plaintext_and_sasl_ssl() {
+    let certs = Certs::generate();
+    let (b, ports) = start_broker(
+        &certs,
+        &[
+            ("SASL_PLAINTEXT", "SASL_PLAINTEXT"),
+            ("SASL_SSL", "SASL_SSL"),
+        ],
+        &[
+            "sasl.enabled.mechanisms=OAUTHBEARER".to_string(),
+            format!("authorizer.class.name={STANDARD_AUTHORIZER}"),
+            "super.users=User:ANONYMOUS".to_string(),
+        ],
+        &[],
+    );
+    let topics = ["oauth-plaintext", "oauth-ssl"];
+    for topic in topics {
+        create_topic(&mut plaintext_client(&b), topic, 1);
+    }
+    let grants: Vec<(i8, &str, i8)> = topics
+        .iter()
+        .flat_map(|t| {
+            [
+                (RESOURCE_TOPIC, *t, OPERATION_WRITE),
+                (RESOURCE_TOPIC, *t, OPERATION_READ),
+            ]
+        })
+        .chain([(RESOURCE_GROUP, "*", OPERATION_READ)])
+        .collect();
+    allow(&b, "User:alice", &grants);
+    for ((protocol, port), topic) in [("SASL_PLAINTEXT", ports[0]), ("SASL_SSL", ports[1])]
+        .into_iter()
+        .zip(topics)
+    {
+        let token = |principal: &str| {
+            let mut config = tls_config(&certs, port, protocol);
+            if protocol == "SASL_PLAINTEXT" {
+                config.remove("ssl.ca.location");
+            }
+            config
+                .set("sasl.mechanism", "OAUTHBEARER")
+                .set("enable.sasl.oauthbearer.unsecure.jwt", "true")
+                .set("sasl.oauthbearer.config", format!("principal={principal}"));
+            config
+        };
+        let alice = token("alice");
+        // The ACLs reach every shard once the metadata log is applied there.
+        let probe: BaseConsumer = alice.create().unwrap();
+        wait_until("alice's ACLs to apply", || {
+            probe
+                .fetch_metadata(Some(topic), Duration::from_secs(5))
+                .is_ok_and(|md| md.topics().iter().all(|t| t.error().is_none()))
+        });
+        drop(probe);
+        round_trip(&alice, topic, &format!("oauth-{protocol}"));
+
+        let mut mallory = token("mallory");
+        mallory
+            .set("message.timeout.ms", "10000")
+            .set("retries", "0");
+        let (deliveries, errors) = produce(&mallory, topic, &records("mallory")[..1]);
+        assert_eq!(
+            deliveries,
+            vec![Err(Some(RDKafkaErrorCode::TopicAuthorizationFailed))],
+            "{protocol}; client errors: {errors:?}"
+        );
+        assert_eq!(log_end_offset(&b, topic), RECORDS as i64, "{protocol}");
+    }
 }

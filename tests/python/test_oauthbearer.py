@@ -4,7 +4,8 @@ OAuthBearerUnsecuredValidatorCallbackHandler, against the real broker.
 confluent-kafka and kcat (librdkafka's `enable.sasl.oauthbearer.unsecure.jwt`, which builds
 the token from `sasl.oauthbearer.config`) produce and consume over SASL_PLAINTEXT and SASL_SSL
 as `User:alice`, which StandardAuthorizer's ACLs let write and read the `oauth-` topics; a
-token for another principal is refused with TOPIC_AUTHORIZATION_FAILED. A hand-built expired
+token for another principal is refused with TOPIC_AUTHORIZATION_FAILED; kafka-python does the
+same with its token provider handing unsecured JWTs. A hand-built expired
 token (kafka-python's token provider) and a token without the scope a listener requires
 (`unsecuredValidatorRequiredScope` in the listener's `oauthbearer.sasl.jaas.config`) fail
 authentication: on the wire, the broker answers with RFC 7628's JSON error challenge, the
@@ -193,6 +194,50 @@ def test_another_principal_is_denied_by_the_acls(oauth_keel, certs):
 
 
 # -- refused tokens ----------------------------------------------------------------------------
+@pytest.mark.parametrize("listener", SASL_LISTENERS)
+def test_kafka_python_produces_and_consumes_as_the_token_principal(oauth_keel, certs, listener):
+    """kafka-python's token provider hands an unsecured JWT for alice: her ACLs let her write
+    and read back records with keys, values and headers; a token for mallory is refused."""
+    from kafka.errors import TopicAuthorizationFailedError
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+    from kutil import consume_all
+
+    def provider(principal):
+        now = int(time.time())
+        token = unsecured_jwt({"sub": principal, "iat": now, "exp": now + 600})
+
+        class Provider(AbstractTokenProvider):
+            def token(self):
+                return token
+        return Provider()
+
+    kw = {"security_protocol": LISTENERS[listener], "sasl_mechanism": "OAUTHBEARER"}
+    if LISTENERS[listener] == "SASL_SSL":
+        kw["ssl_cafile"] = os.path.join(certs, "ca.pem")
+    bootstrap = oauth_keel.listener_bootstrap(listener)
+    topic = create_topic(oauth_keel)
+    records = records_for("kafka-python", "OAUTHBEARER")
+    p = producer(bootstrap, sasl_oauth_token_provider=provider("alice"), **kw)
+    try:
+        futures = [p.send(topic, key=k, value=v, headers=h, partition=0) for k, v, h in records]
+        p.flush(timeout=20)
+        assert [f.get(timeout=20).offset for f in futures] == list(range(len(records)))
+    finally:
+        p.close(timeout=5)
+    got = [(r.key, r.value, list(r.headers)) for r in consume_all(
+        bootstrap, topic, [0], timeout_s=30, sasl_oauth_token_provider=provider("alice"),
+        **kw)[0]]
+    assert got == [(k, v, h) for k, v, h in records]
+
+    p = producer(bootstrap, sasl_oauth_token_provider=provider("mallory"), retries=0, **kw)
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            p.send(topic, key=b"k", value=b"mallory", partition=0).get(timeout=20)
+    finally:
+        p.close(timeout=5)
+    assert end_offsets(oauth_keel.bootstrap, topic, [0]) == {0: len(records)}
+
+
 def test_expired_token_fails_authentication(oauth_keel):
     """kafka-python sends the token its provider gives; an expired one is answered with the
     invalid_token challenge, then error 58, and the client never bootstraps."""
