@@ -20,73 +20,17 @@ use crate::frontend::framing::Frame;
 /// Reads at least this long go straight into the frame.
 pub const READ_BUFFER: usize = 32 * 1024;
 
-/// Under TLS, the socket's own read buffer: rustls reads at most 4 KiB of records per call, so
-/// one `recv` of up to this much serves many of them.
-pub const TLS_READ_BUFFER: usize = 64 * 1024;
-/// How much TLS data rustls may hold unsent (its default is 64 KiB): 64 full records, what one
-/// vectored write of rustls takes, so a 1 MiB Fetch answer goes out in one `sendmsg` where the
-/// socket takes it, not sixteen.
-pub const TLS_WRITE_BUFFER: usize = 64 * 16 * 1024;
+pub use keel_client::aio::stream::{TLS_READ_BUFFER, TLS_WRITE_BUFFER};
 
-/// A TLS connection's stream: rustls over the buffered socket.
+/// A TLS connection's stream: rustls over the socket read through a [`TLS_READ_BUFFER`]
+/// buffer (rustls reads at most 4 KiB of records per call), with [`TLS_WRITE_BUFFER`] of
+/// records held unsent at most, so a 1 MiB Fetch answer goes out in one `sendmsg` where the
+/// socket takes it.
 pub type TlsStream = futures_rustls::server::TlsStream<BufReader<TcpStream>>;
 
-/// A connection's byte stream: the TCP socket, or TLS over it (SSL and SASL_SSL listeners).
-pub enum Stream {
-    Plain(TcpStream),
-    Tls(Box<TlsStream>),
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_close(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_close(cx),
-        }
-    }
-}
+/// A connection's byte stream: the TCP socket, or TLS over it (SSL and SASL_SSL listeners);
+/// keel-client's type, with the server side of TLS.
+pub type Stream = keel_client::aio::stream::MaybeTls<TlsStream>;
 
 /// The socket, shared by the connection's reader and writer tasks. Both run on this shard's
 /// thread and hold the borrow only inside one poll, never across an await.
