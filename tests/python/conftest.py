@@ -262,8 +262,8 @@ class KeelBroker:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
 
-def _make_broker(request, settings=None, name="keel", listeners=None, extra_args=None):
-    b = KeelBroker(settings, name=name, listeners=listeners, extra_args=extra_args)
+def _make_broker(request, settings=None, name="keel", listeners=None, extra_args=None, smp=2):
+    b = KeelBroker(settings, smp=smp, name=name, listeners=listeners, extra_args=extra_args)
     _LIVE_BROKERS.append(b)
     try:
         b.start()

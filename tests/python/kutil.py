@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -201,3 +201,21 @@ def kcat_headers(text):
     """kcat's %h (k1=v1,k2=v2) -> [(key, value bytes)]."""
     pairs = [kv.split("=", 1) for kv in text.split(",")] if text else []
     return [(k, v.encode()) for k, v in pairs]
+
+
+def ck_refused(conf, topic, want):
+    """A confluent-kafka producer with `conf` whose login fails: librdkafka reports the error
+    through error_cb (again at each retry) and holds the record until it is purged, never
+    written. Waits until an error containing `want` is reported. -> every error reported."""
+    errors, reports = [], []
+    p = Producer(dict(conf, **{"error_cb": lambda e: errors.append(e.str()), "linger.ms": 0}))
+    p.produce(topic, key=b"k", value=b"must-not-be-written", partition=0,
+              on_delivery=lambda err, msg: reports.append(err))
+    deadline = time.monotonic() + 15
+    while not any(want in e for e in errors) and time.monotonic() < deadline:
+        p.poll(0.1)
+    p.purge()
+    assert p.flush(5) == 0
+    assert [e.code() for e in reports] == [KafkaError._PURGE_QUEUE], reports
+    return "\n".join(errors)
+

@@ -35,7 +35,7 @@ import time
 
 import pytest
 
-from conftest import KeelBroker, _LIVE_BROKERS, _finish_broker, _test_failed
+from conftest import _finish_broker, _make_broker, _test_failed
 
 BURST = 500
 # The whole burst (connect, handshake, ApiVersions, close for all 500) must end within this.
@@ -66,15 +66,8 @@ def burst_keel(request, certs):
         "ssl.keystore.location": os.path.join(certs, "keystore.pem"),
         "reactor.stall.threshold.ms": 10,
     }
-    b = KeelBroker(settings, smp=1, name="keel-handshake-burst",
-                   listeners={"SSL": "SSL", "CLIENT": "PLAINTEXT"})
-    _LIVE_BROKERS.append(b)
-    try:
-        b.start()
-    except Exception:
-        _LIVE_BROKERS.remove(b)
-        b.close()
-        raise
+    b = _make_broker(request, settings, name="keel-handshake-burst", smp=1,
+                     listeners={"SSL": "SSL", "CLIENT": "PLAINTEXT"})
     yield b
     _finish_broker(b, _test_failed(request.node))
 

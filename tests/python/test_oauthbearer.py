@@ -20,14 +20,14 @@ import subprocess
 import time
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,
                                    NewTopic, ResourcePatternType, ResourceType)
 from kafka.errors import KafkaTimeoutError
 
 import kwire as w
 from conftest import KEEL_BIN, _finish_broker, _make_broker, unique
-from kutil import (STANDARD_AUTHORIZER, ck_consume, ck_produce, end_offsets, kcat, kcat_run,
+from kutil import (STANDARD_AUTHORIZER, ck_consume, ck_produce, ck_refused, end_offsets, kcat,
                    producer, records_for)
 
 LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
@@ -137,22 +137,6 @@ def assert_challenge_then_failure(b, listener, token, challenge):
         assert (err, msg) == (SASL_AUTHENTICATION_FAILED, challenge)
         assert time.monotonic() - started >= FAILED_AUTH_DELAY_S - 0.05
         assert c.wait_closed(5.0)
-
-
-def refused_by_confluent_kafka(conf, topic, want):
-    """librdkafka reports a failed login through error_cb (again at each retry); the record
-    waits until it is purged, never written. -> every error reported."""
-    errors, reports = [], []
-    p = Producer(dict(conf, **{"error_cb": lambda e: errors.append(e.str()), "linger.ms": 0}))
-    p.produce(topic, key=b"k", value=b"must-not-be-written", partition=0,
-              on_delivery=lambda err, msg: reports.append(err))
-    deadline = time.monotonic() + 15
-    while not any(want in e for e in errors) and time.monotonic() < deadline:
-        p.poll(0.1)
-    p.purge()
-    assert p.flush(5) == 0
-    assert [e.code() for e in reports] == [KafkaError._PURGE_QUEUE], reports
-    return "\n".join(errors)
 
 
 # -- the round trips ---------------------------------------------------------------------------
@@ -288,7 +272,7 @@ def test_a_missing_required_scope_fails_authentication(oauth_keel, certs):
     assert_challenge_then_failure(
         oauth_keel, "SCOPED",
         unsecured_jwt({"sub": "alice", "exp": now + 600, "scope": ["other"]}), challenge)
-    reported = refused_by_confluent_kafka(
+    reported = ck_refused(
         oauth_conf(oauth_keel, certs, "SCOPED", scope="other,more"), topic, "insufficient_scope")
     assert "insufficient_scope" in reported, reported
     assert end_offsets(oauth_keel.bootstrap, topic, [0]) == {0: 0}

@@ -14,7 +14,6 @@ made at test time (conftest's `certs`). Every wait is bounded."""
 
 import logging
 import os
-import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -26,8 +25,9 @@ from kafka.errors import KafkaTimeoutError
 
 import kwire as w
 from conftest import CLIENT_DN, _finish_broker, _make_broker, unique
-from kutil import (STANDARD_AUTHORIZER, Security, ck_consume, ck_produce, consume_all, kcat,
-                   kcat_headers, kcat_run, login_failed_text, producer, records_for, wait_until)
+from kutil import (STANDARD_AUTHORIZER, Security, ck_consume, ck_produce, ck_refused,
+                   consume_all, kcat, kcat_headers, kcat_run, login_failed_text, producer,
+                   records_for, wait_until)
 
 CLIENTS = ["kafka-python", "confluent-kafka", "kcat"]
 MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -239,20 +239,8 @@ def kafka_python_is_refused(bootstrap, sec, topic, want):
 
 
 def confluent_kafka_is_refused(bootstrap, sec, topic, want):
-    """librdkafka reports the error through error_cb, again at each retry, and holds the record
-    until it is purged."""
-    errors, reports = [], []
-    p = Producer(sec.ck(bootstrap) | {"error_cb": lambda e: errors.append(e.str()),
-                                      "linger.ms": 0})
-    p.produce(topic, key=b"k", value=b"must-not-be-written", partition=0,
-              on_delivery=lambda err, msg: reports.append(err))
-    deadline = time.monotonic() + 15
-    while not any(want in e for e in errors) and time.monotonic() < deadline:
-        p.poll(0.1)
-    p.purge()
-    assert p.flush(5) == 0
-    assert [e.code() for e in reports] == [KafkaError._PURGE_QUEUE], reports
-    assert any(want in e for e in errors), errors
+    errors = ck_refused(sec.ck(bootstrap), topic, want)
+    assert want in errors, errors
 
 
 def kcat_is_refused(bootstrap, sec, topic, want):
