@@ -27,7 +27,6 @@ mod producer_state;
 mod records;
 mod recovery;
 mod segment;
-pub mod simdisk;
 pub mod tail_budget;
 pub mod trash;
 mod txn_index;
