@@ -245,7 +245,7 @@ fn run() -> Result<()> {
     let Some(mut config) = parse_args(std::env::args().skip(1).collect())? else {
         return Ok(());
     };
-    std::fs::create_dir_all(&config.data_dir)
+    keel_storage::create_dir_all_durable(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
     // glommio opens directories relative to no directory fd (a relative path gets EBADF when a
     // log syncs its directory), so the data dir is made absolute once here.

@@ -130,7 +130,13 @@ pub(crate) fn parse_frames(bytes: &[u8]) -> (Vec<(Entry<TypeConfig>, u64)>, u64)
 impl LogStore {
     /// Opens (creating) the store in `dir`, recovering the log.
     pub fn open(dir: &Path) -> std::io::Result<LogStore> {
-        std::fs::create_dir_all(dir)?;
+        if !dir.exists() {
+            // The directory's own entry must survive a power cut with the log in it.
+            std::fs::create_dir_all(dir)?;
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                sync_dir(parent)?;
+            }
+        }
         let path = dir.join(LOG_FILE);
         let mut file = OpenOptions::new()
             .create(true)

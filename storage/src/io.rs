@@ -28,13 +28,56 @@ pub async fn write_file(path: &Path, data: Vec<u8>) -> Result<(), StorageError> 
     Ok(())
 }
 
-/// Writes `data` to `<path>.tmp`, syncs it and renames it over `path`.
+/// Writes `data` to `<path>.tmp`, syncs it, renames it over `path` and syncs the directory:
+/// once this returns, a power cut leaves the new contents (before, the old or the new).
 pub async fn write_file_atomic(path: &Path, data: Vec<u8>) -> Result<(), StorageError> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
     write_file(&tmp, data).await?;
     glommio::io::rename(&tmp, path).await?;
+    sync_dir_async(parent_of(path)).await
+}
+
+/// The directory holding `path` (`.` for a bare name).
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// The directories `create_dir_all(dir)` would create, outermost first.
+fn missing_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        missing.push(d.to_path_buf());
+        at = d.parent();
+    }
+    missing.reverse();
+    missing
+}
+
+/// Creates `dir` and its missing parents so that they survive a power cut: each directory
+/// created is fsynced into its parent (a file synced into a directory whose own entry was never
+/// synced is lost with it). Blocking: for startup, before the shards run.
+pub fn create_dir_all_durable(dir: &Path) -> std::io::Result<()> {
+    let missing = missing_dirs(dir);
+    std::fs::create_dir_all(dir)?;
+    for d in &missing {
+        sync_dir(parent_of(d))?;
+    }
+    Ok(())
+}
+
+/// [`create_dir_all_durable`] through the reactor, for a shard creating a partition.
+pub async fn create_dir_all_durable_async(dir: &Path) -> Result<(), StorageError> {
+    let missing = missing_dirs(dir);
+    std::fs::create_dir_all(dir)?;
+    for d in &missing {
+        sync_dir_async(parent_of(d)).await?;
+    }
     Ok(())
 }
 
@@ -54,15 +97,25 @@ pub async fn read_file(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
     Ok(Some(data))
 }
 
-/// Opens (creating if missing, never truncating) a segment `.log` for O_DIRECT reads and writes.
+/// Opens (creating if missing; truncating it if `truncate`) a segment `.log` for O_DIRECT
+/// reads and writes. A file it creates is synced into its directory before it is returned, so
+/// records later synced into it survive a power cut with their file.
 pub async fn open_log_file(path: &Path, truncate: bool) -> Result<DmaFile, StorageError> {
-    Ok(OpenOptions::new()
+    let existed = path.exists();
+    let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(truncate)
         .dma_open(path)
-        .await?)
+        .await?;
+    if !existed {
+        if let Err(e) = sync_dir_async(parent_of(path)).await {
+            let _ = file.close().await;
+            return Err(e);
+        }
+    }
+    Ok(file)
 }
 
 /// Base offsets of the `.log` files in `dir`, ascending.

@@ -21,6 +21,7 @@ mod error;
 pub mod file_cache;
 mod index;
 mod io;
+pub use io::create_dir_all_durable;
 pub mod io_depth;
 mod log;
 mod producer_state;

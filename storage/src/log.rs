@@ -468,7 +468,7 @@ impl Log {
     /// transactions included) is loaded and replayed, rebuilding the aborted transaction
     /// indexes that did not load (see `txns`).
     pub async fn open(dir: &Path, config: LogConfig) -> Result<Log, StorageError> {
-        std::fs::create_dir_all(dir)?;
+        crate::io::create_dir_all_durable_async(dir).await?;
         prime_iopoll_probe(dir).await?;
         let cleaner_checkpoint = cleaner::complete_swaps(dir).await?;
         // Offset gaps exist only in a log that compaction has touched.
