@@ -11,10 +11,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use glommio::io::DmaFile;
-
 use crate::error::StorageError;
-use crate::io::open_log_file;
+use crate::io::{Disk, SegmentFile};
 
 /// Default number of closed-segment files a shard keeps open.
 pub const DEFAULT_CAPACITY: usize = 1024;
@@ -22,7 +20,7 @@ pub const DEFAULT_CAPACITY: usize = 1024;
 struct Cache {
     capacity: usize,
     tick: u64,
-    files: HashMap<PathBuf, (Rc<DmaFile>, u64)>,
+    files: HashMap<PathBuf, (Rc<SegmentFile>, u64)>,
     opened_total: u64,
 }
 
@@ -53,7 +51,7 @@ pub fn stats() -> (usize, u64) {
     })
 }
 
-fn evict(c: &mut Cache) -> Vec<Rc<DmaFile>> {
+fn evict(c: &mut Cache) -> Vec<Rc<SegmentFile>> {
     let mut out = Vec::new();
     while c.files.len() > c.capacity {
         let Some(oldest) = c
@@ -71,7 +69,7 @@ fn evict(c: &mut Cache) -> Vec<Rc<DmaFile>> {
     out
 }
 
-fn close_all(files: Vec<Rc<DmaFile>>) {
+fn close_all(files: Vec<Rc<SegmentFile>>) {
     for f in files {
         // Readers holding the file keep it open until they finish; the last one closes it.
         glommio::spawn_local(async move {
@@ -82,7 +80,7 @@ fn close_all(files: Vec<Rc<DmaFile>>) {
 }
 
 /// The open file of the closed segment at `path`, opening it if needed.
-pub async fn get(path: &Path) -> Result<Rc<DmaFile>, StorageError> {
+pub async fn get(disk: &Disk, path: &Path) -> Result<Rc<SegmentFile>, StorageError> {
     let hit = CACHE.with(|c| {
         let mut c = c.borrow_mut();
         c.tick += 1;
@@ -95,7 +93,7 @@ pub async fn get(path: &Path) -> Result<Rc<DmaFile>, StorageError> {
     if let Some(f) = hit {
         return Ok(f);
     }
-    let file = Rc::new(open_log_file(path, false).await?);
+    let file = Rc::new(disk.open_existing(path).await?);
     let (file, evicted) = CACHE.with(|c| {
         let mut c = c.borrow_mut();
         c.tick += 1;
@@ -127,7 +125,7 @@ pub fn forget(path: &Path) {
 /// eviction would close it on a reactor that is gone.
 #[cfg(test)]
 pub async fn close_all_now() {
-    let files: Vec<Rc<DmaFile>> =
+    let files: Vec<Rc<SegmentFile>> =
         CACHE.with(|c| c.borrow_mut().files.drain().map(|(_, (f, _))| f).collect());
     for f in files {
         let _ = f.close_rc().await;

@@ -37,9 +37,7 @@ use crate::batch::{
 use crate::epoch::{EpochCache, CHECKPOINT_FILE};
 use crate::error::StorageError;
 use crate::index::{OffsetIndex, TimeIndex};
-use crate::io::{
-    list_segments, open_log_file, prime_iopoll_probe, read_file, write_file, write_file_atomic,
-};
+use crate::io::Disk;
 use crate::io_depth::IoKind;
 use crate::producer_state::{BatchMetadata, Check, ProducerStateManager};
 use crate::records::{end_txn_marker, find_record};
@@ -405,6 +403,8 @@ impl State {
 
 struct Inner {
     dir: PathBuf,
+    /// Where its files live: glommio in production, a simulated disk in the simulation.
+    disk: Disk,
     state: RefCell<State>,
     /// One flush at a time: its holder is the only writer of segment files.
     flush_lock: Semaphore,
@@ -453,8 +453,8 @@ pub struct Log {
 
 /// One segment's write job: bytes `[block_start, new_written)` padded to the block size.
 struct WriteJob {
-    file: Rc<glommio::io::DmaFile>,
-    buffer: glommio::io::DmaBuffer,
+    file: Rc<crate::io::SegmentFile>,
+    buffer: crate::io::WriteBuffer,
     block_start: u64,
     chunks: usize,
     new_written: u64,
@@ -468,13 +468,18 @@ impl Log {
     /// transactions included) is loaded and replayed, rebuilding the aborted transaction
     /// indexes that did not load (see `txns`).
     pub async fn open(dir: &Path, config: LogConfig) -> Result<Log, StorageError> {
-        crate::io::create_dir_all_durable_async(dir).await?;
-        prime_iopoll_probe(dir).await?;
-        let cleaner_checkpoint = cleaner::complete_swaps(dir).await?;
+        Log::open_on(Disk::Glommio, dir, config).await
+    }
+
+    /// [`Log::open`] on `disk` (the simulation opens its logs on a simulated disk).
+    pub async fn open_on(disk: Disk, dir: &Path, config: LogConfig) -> Result<Log, StorageError> {
+        disk.create_dir_all_durable(dir).await?;
+        disk.prime_iopoll_probe(dir).await?;
+        let cleaner_checkpoint = cleaner::complete_swaps(&disk, dir).await?;
         // Offset gaps exist only in a log that compaction has touched.
         let gaps_allowed = cleaner_checkpoint.is_some();
         let cleaned_up_to = cleaner_checkpoint.unwrap_or(Offset(0));
-        let mut epochs = match read_file(&dir.join(CHECKPOINT_FILE)).await? {
+        let mut epochs = match disk.read_file(&dir.join(CHECKPOINT_FILE)).await? {
             Some(bytes) => match std::str::from_utf8(&bytes)
                 .ok()
                 .and_then(EpochCache::decode)
@@ -488,13 +493,14 @@ impl Log {
             None => EpochCache::default(),
         };
         let checkpoint_before = epochs.clone();
-        let bases = list_segments(dir)?;
+        let bases = disk.list_segments(dir)?;
         let mut segments = Vec::with_capacity(bases.len().max(1));
         let mut scanned_bytes = 0u64;
         let mut i = 0;
         while i < bases.len() {
             let is_last = i + 1 == bases.len();
             let seg = recover_segment(
+                &disk,
                 dir,
                 bases[i],
                 is_last,
@@ -526,18 +532,21 @@ impl Log {
             i += 1;
         }
         if segments.is_empty() {
-            let file = open_log_file(&segment_path(dir, Offset(0), "log"), true).await?;
+            let file = disk
+                .open_log_file(&segment_path(dir, Offset(0), "log"), true)
+                .await?;
             segments.push(Segment::new(Offset(0), Some(Rc::new(file))));
         }
         let log_end_offset = segments[segments.len() - 1].next_offset;
-        let checkpointed = read_file(&dir.join(LOG_START_FILE))
+        let checkpointed = disk
+            .read_file(&dir.join(LOG_START_FILE))
             .await?
             .and_then(|b| std::str::from_utf8(&b).ok()?.trim().parse::<i64>().ok())
             .unwrap_or(0);
         let log_start_offset = Offset(checkpointed)
             .max(segments[0].base_offset)
             .min(log_end_offset);
-        let hw_checkpointed = replica::read_hw_checkpoint(dir).await?;
+        let hw_checkpointed = replica::read_hw_checkpoint(&disk, dir).await?;
         let high_watermark = match hw_checkpointed {
             Some(hw) => hw.min(log_end_offset).max(log_start_offset),
             // Data dirs of earlier versions: the single replica acknowledged all of it.
@@ -545,7 +554,8 @@ impl Log {
         };
         epochs.truncate_from_end(log_end_offset);
         if epochs != checkpoint_before {
-            write_file_atomic(&dir.join(CHECKPOINT_FILE), epochs.encode().into_bytes()).await?;
+            disk.write_file_atomic(&dir.join(CHECKPOINT_FILE), epochs.encode().into_bytes())
+                .await?;
         }
         tracing::info!(
             dir = %dir.display(),
@@ -589,6 +599,7 @@ impl Log {
                 inject_disk_full: std::cell::Cell::new(false),
                 cleaned_up_to: std::cell::Cell::new(cleaned_up_to),
                 recovery_scanned_bytes: scanned_bytes,
+                disk,
             }),
         };
         let weak: std::rc::Weak<dyn crate::tail_budget::Evict> =
@@ -668,7 +679,7 @@ impl Log {
     /// Moves the log start offset up to `target` (at most the high watermark), persists it,
     /// and deletes the segments wholly below it. Returns the new log start offset.
     async fn move_log_start(&self, target: Offset) -> Result<Offset, StorageError> {
-        write_log_start(&self.inner.dir, target).await?;
+        write_log_start(&self.inner.disk, &self.inner.dir, target).await?;
         {
             let mut s = self.inner.state.borrow_mut();
             s.log_start_offset = s.log_start_offset.max(target);
@@ -742,9 +753,9 @@ impl Log {
             crate::file_cache::forget(&segment_path(&self.inner.dir, g.base_offset, "log"));
             for ext in ["log", "index", "timeindex", "txnindex"] {
                 let path = segment_path(&self.inner.dir, g.base_offset, ext);
-                match glommio::io::remove(&path).await {
+                match self.inner.disk.remove(&path).await {
                     Ok(()) => {}
-                    Err(e) if path.exists() => return Err(e.into()),
+                    Err(e) if self.inner.disk.exists(&path) => return Err(e.into()),
                     Err(_) => {}
                 }
             }
@@ -1052,8 +1063,14 @@ impl Log {
                 crate::io_depth::track(IoKind::Sync, file.fdatasync()).await?;
             }
             let dir = &self.inner.dir;
-            write_file(&segment_path(dir, base, "index"), index).await?;
-            write_file(&segment_path(dir, base, "timeindex"), time_index).await?;
+            self.inner
+                .disk
+                .write_file(&segment_path(dir, base, "index"), index)
+                .await?;
+            self.inner
+                .disk
+                .write_file(&segment_path(dir, base, "timeindex"), time_index)
+                .await?;
             // Under the flush lock: no byte reaches the segment between its flush above and
             // this, so the file lists every marker written.
             self.write_txn_index(base).await?;
@@ -1144,7 +1161,7 @@ impl Log {
         Ok(())
     }
 
-    fn segment_file(&self, base: Offset) -> Result<Rc<glommio::io::DmaFile>, StorageError> {
+    fn segment_file(&self, base: Offset) -> Result<Rc<crate::io::SegmentFile>, StorageError> {
         self.inner
             .state
             .borrow()
@@ -1166,11 +1183,13 @@ impl Log {
             }
             s.epochs.encode()
         };
-        write_file_atomic(
-            &self.inner.dir.join(CHECKPOINT_FILE),
-            text.clone().into_bytes(),
-        )
-        .await?;
+        self.inner
+            .disk
+            .write_file_atomic(
+                &self.inner.dir.join(CHECKPOINT_FILE),
+                text.clone().into_bytes(),
+            )
+            .await?;
         let mut s = self.inner.state.borrow_mut();
         if s.epochs.encode() == text {
             s.epochs_dirty = false;
@@ -1191,7 +1210,7 @@ impl Log {
             };
             if needs_file {
                 let path = segment_path(&self.inner.dir, base, "log");
-                let file = Rc::new(open_log_file(&path, true).await?);
+                let file = Rc::new(self.inner.disk.open_log_file(&path, true).await?);
                 if let Some(g) = self.inner.state.borrow_mut().segment_mut(base) {
                     g.file.get_or_insert(file);
                 }
@@ -1217,7 +1236,6 @@ impl Log {
             )
             .await
             .map_err(|e| {
-                let e = std::io::Error::from(e);
                 if is_enospc(&e) {
                     StorageError::DiskFull(format!("writing segment {}: {e}", base.0))
                 } else {
@@ -1261,7 +1279,7 @@ impl Log {
         }
         let new_written = g.written + data_len;
         let buffer_len = (align_up(new_written) - block_start) as usize;
-        let mut buffer = file.alloc_dma_buffer(buffer_len);
+        let mut buffer = file.alloc_buffer(buffer_len);
         let out = buffer.as_bytes_mut();
         let mut at = g.tail_block.len();
         out[..at].copy_from_slice(&g.tail_block);
@@ -1304,12 +1322,17 @@ impl Log {
             file.truncate(size).await?;
             crate::io_depth::track(IoKind::Sync, file.fdatasync()).await?;
         }
-        write_file(&segment_path(&self.inner.dir, base, "index"), index).await?;
-        write_file(
-            &segment_path(&self.inner.dir, base, "timeindex"),
-            time_index,
-        )
-        .await?;
+        self.inner
+            .disk
+            .write_file(&segment_path(&self.inner.dir, base, "index"), index)
+            .await?;
+        self.inner
+            .disk
+            .write_file(
+                &segment_path(&self.inner.dir, base, "timeindex"),
+                time_index,
+            )
+            .await?;
         self.write_txn_index(base).await?;
         let own = self
             .inner
@@ -1350,7 +1373,11 @@ impl Log {
             Ok(f) => f,
             // A finalized segment keeps no file of its own: the shard's cache opens it.
             Err(true) => {
-                crate::file_cache::get(&segment_path(&self.inner.dir, base, "log")).await?
+                crate::file_cache::get(
+                    &self.inner.disk,
+                    &segment_path(&self.inner.dir, base, "log"),
+                )
+                .await?
             }
             Err(false) => {
                 return Err(StorageError::Io(std::io::Error::other(
@@ -1608,8 +1635,8 @@ impl Log {
 }
 
 /// Persists the log start offset (`log-start-offset`), replacing the file atomically.
-async fn write_log_start(dir: &Path, offset: Offset) -> Result<(), StorageError> {
-    write_file_atomic(
+async fn write_log_start(disk: &Disk, dir: &Path, offset: Offset) -> Result<(), StorageError> {
+    disk.write_file_atomic(
         &dir.join(LOG_START_FILE),
         format!("{}\n", offset.0).into_bytes(),
     )
@@ -1685,14 +1712,18 @@ fn result(records: Bytes, offsets: LogOffsets) -> ReadResult {
 
 /// Loads a closed segment's index files if they are trustworthy for a log of `log_bytes`.
 async fn load_indexes(
+    disk: &Disk,
     dir: &Path,
     base: Offset,
     log_bytes: u64,
 ) -> Result<Option<(OffsetIndex, TimeIndex)>, StorageError> {
-    let Some(index) = read_file(&segment_path(dir, base, "index")).await? else {
+    let Some(index) = disk.read_file(&segment_path(dir, base, "index")).await? else {
         return Ok(None);
     };
-    let Some(time_index) = read_file(&segment_path(dir, base, "timeindex")).await? else {
+    let Some(time_index) = disk
+        .read_file(&segment_path(dir, base, "timeindex"))
+        .await?
+    else {
         return Ok(None);
     };
     match (
@@ -1709,7 +1740,9 @@ async fn load_indexes(
 /// were written by `close`), full scan (rebuilding indexes) otherwise. Truncates a torn tail;
 /// a bad batch with valid batches after it fails with `CorruptSegment` and leaves the file as
 /// it is. Counts the bytes it scanned in `scanned_bytes`.
+#[allow(clippy::too_many_arguments)]
 async fn recover_segment(
+    disk: &Disk,
     dir: &Path,
     base: Offset,
     is_active: bool,
@@ -1719,13 +1752,13 @@ async fn recover_segment(
     scanned_bytes: &mut u64,
 ) -> Result<Segment, StorageError> {
     let path = segment_path(dir, base, "log");
-    let file = Rc::new(open_log_file(&path, false).await?);
+    let file = Rc::new(disk.open_log_file(&path, false).await?);
     let file_size = file.file_size().await?;
     let mut seg = Segment::new(base, Some(file.clone()));
     let mut valid_end = None;
     let interval = config.index_interval_bytes;
     if !is_active || crate::recovery::previous_stop_clean() {
-        if let Some((index, time_index)) = load_indexes(dir, base, file_size).await? {
+        if let Some((index, time_index)) = load_indexes(disk, dir, base, file_size).await? {
             let (start, expected) = index
                 .entries
                 .last()
@@ -1860,8 +1893,9 @@ async fn recover_segment(
         seg.finalized = true;
         if rebuilt {
             seg.seal_time_index();
-            write_file(&segment_path(dir, base, "index"), seg.index.encode()).await?;
-            write_file(
+            disk.write_file(&segment_path(dir, base, "index"), seg.index.encode())
+                .await?;
+            disk.write_file(
                 &segment_path(dir, base, "timeindex"),
                 seg.time_index.encode(),
             )
@@ -1874,7 +1908,7 @@ async fn recover_segment(
         }
     }
     if !truncated {
-        if let Some(index) = txns::load_txn_index(dir, base, seg.next_offset).await? {
+        if let Some(index) = txns::load_txn_index(disk, dir, base, seg.next_offset).await? {
             seg.txn_index = index;
             seg.txn_index_on_disk = true;
         }

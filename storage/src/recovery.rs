@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use glommio::io::DmaFile;
+use crate::io::SegmentFile;
 
 use crate::batch::{validate_one, BatchHeader, HEADER_BYTES, MAGIC_V2};
 use crate::error::StorageError;
@@ -55,7 +55,7 @@ struct ScanStop {
 // The scan's inputs are independent plain values, each named at the two call sites.
 #[allow(clippy::too_many_arguments)]
 pub async fn scan_segment(
-    file: &DmaFile,
+    file: &SegmentFile,
     segment: &Path,
     start: u64,
     file_size: u64,
@@ -90,7 +90,7 @@ pub async fn scan_segment(
 
 /// The validating walk of [`scan_segment`]: stops at the first bad batch and says why.
 async fn walk_valid(
-    file: &DmaFile,
+    file: &SegmentFile,
     start: u64,
     file_size: u64,
     expected_base: i64,
@@ -203,7 +203,7 @@ async fn walk_valid(
 /// byte position, so it costs a read of the rest of the file: start-up only, bounded by the
 /// segment size.
 async fn find_valid_batch(
-    file: &DmaFile,
+    file: &SegmentFile,
     from: u64,
     file_size: u64,
     min_base_offset: i64,

@@ -15,8 +15,8 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use crate::io::SegmentFile;
 use bytes::{Bytes, BytesMut};
-use glommio::io::DmaFile;
 
 use crate::batch::BatchHeader;
 use crate::index::{OffsetIndex, TimeIndex};
@@ -44,7 +44,7 @@ pub struct Segment {
     pub base_offset: Offset,
     /// `None` until the flusher creates the file (a segment rolled by `append`, which cannot
     /// do I/O). While `None`, `written == 0` and every byte is in `pending`.
-    pub file: Option<Rc<DmaFile>>,
+    pub file: Option<Rc<SegmentFile>>,
     /// Logical size in bytes, staged bytes included.
     pub size: u64,
     pub written: u64,
@@ -76,7 +76,7 @@ pub struct Segment {
 }
 
 impl Segment {
-    pub fn new(base_offset: Offset, file: Option<Rc<DmaFile>>) -> Segment {
+    pub fn new(base_offset: Offset, file: Option<Rc<SegmentFile>>) -> Segment {
         Segment {
             base_offset,
             file,

@@ -28,7 +28,7 @@ use std::path::Path;
 use crate::batch::BatchHeader;
 use crate::compact::{build_offset_map, clean_segment, AbortedTxns, CleanParams, OffsetMap};
 use crate::error::StorageError;
-use crate::io::{list_segments, open_log_file, read_file, write_file, write_file_atomic};
+use crate::io::Disk;
 use crate::segment::{align_up, segment_path, Segment};
 use crate::txn_index::TxnIndex;
 use crate::types::{CompactionOutcome, Offset};
@@ -174,12 +174,14 @@ impl Log {
         outcome.bytes_out = outputs.iter().map(|o| o.bytes.len() as u64).sum();
         // The checkpoint file exists before the first gap does: recovery accepts offset gaps
         // only in a log that has it.
-        if !self.inner.dir.join(CLEANER_FILE).exists() {
-            write_file_atomic(
-                &self.inner.dir.join(CLEANER_FILE),
-                format!("{}\n", dirty_from.0).into_bytes(),
-            )
-            .await?;
+        if !self.inner.disk.exists(&self.inner.dir.join(CLEANER_FILE)) {
+            self.inner
+                .disk
+                .write_file_atomic(
+                    &self.inner.dir.join(CLEANER_FILE),
+                    format!("{}\n", dirty_from.0).into_bytes(),
+                )
+                .await?;
         }
         self.inner.state.borrow_mut().gaps_allowed = true;
         for out in &outputs {
@@ -187,15 +189,21 @@ impl Log {
         }
         if !self.swap_in(&outputs).await? {
             for out in &outputs {
-                let _ = glommio::io::remove(suffixed(&self.inner.dir, out.base, ".cleaned")).await;
+                let _ = self
+                    .inner
+                    .disk
+                    .remove(&suffixed(&self.inner.dir, out.base, ".cleaned"))
+                    .await;
             }
             return Ok(None);
         }
-        write_file_atomic(
-            &self.inner.dir.join(CLEANER_FILE),
-            format!("{}\n", mapped_end.0).into_bytes(),
-        )
-        .await?;
+        self.inner
+            .disk
+            .write_file_atomic(
+                &self.inner.dir.join(CLEANER_FILE),
+                format!("{}\n", mapped_end.0).into_bytes(),
+            )
+            .await?;
         self.inner.cleaned_up_to.set(mapped_end);
         Ok(Some(outcome))
     }
@@ -247,10 +255,10 @@ impl Log {
     /// Writes `<base>.log.cleaned` and syncs it.
     async fn write_cleaned(&self, out: &Output) -> Result<(), StorageError> {
         let path = suffixed(&self.inner.dir, out.base, ".cleaned");
-        let file = open_log_file(&path, true).await?;
+        let file = self.inner.disk.open_log_file(&path, true).await?;
         let len = out.bytes.len();
         if len > 0 {
-            let mut buffer = file.alloc_dma_buffer(align_up(len as u64) as usize);
+            let mut buffer = file.alloc_buffer(align_up(len as u64) as usize);
             let b = buffer.as_bytes_mut();
             b[..len].copy_from_slice(&out.bytes);
             b[len..].fill(0);
@@ -317,30 +325,31 @@ impl Log {
             fresh.push(seg);
         }
         // The swap itself: synchronous file operations and the state change, one step.
+        let disk = &self.inner.disk;
         let mut swapped = || -> std::io::Result<Vec<Segment>> {
             for out in outputs {
-                std::fs::rename(
-                    suffixed(&dir, out.base, ".cleaned"),
-                    suffixed(&dir, out.base, ".swap"),
+                disk.rename_blocking(
+                    &suffixed(&dir, out.base, ".cleaned"),
+                    &suffixed(&dir, out.base, ".swap"),
                 )?;
                 for &m in &out.members {
                     for ext in ["index", "timeindex", super::txns::TXN_INDEX_EXT] {
                         let p = segment_path(&dir, m, ext);
-                        if p.exists() {
-                            std::fs::remove_file(&p)?;
+                        if disk.exists(&p) {
+                            disk.remove_blocking(&p)?;
                         }
                     }
                     crate::file_cache::forget(&segment_path(&dir, m, "log"));
                     if m != out.base {
-                        std::fs::remove_file(segment_path(&dir, m, "log"))?;
+                        disk.remove_blocking(&segment_path(&dir, m, "log"))?;
                     }
                 }
-                std::fs::rename(
-                    suffixed(&dir, out.base, ".swap"),
-                    segment_path(&dir, out.base, "log"),
+                disk.rename_blocking(
+                    &suffixed(&dir, out.base, ".swap"),
+                    &segment_path(&dir, out.base, "log"),
                 )?;
             }
-            crate::io::sync_dir(&dir)?;
+            disk.sync_dir_blocking(&dir)?;
             let mut s = self.inner.state.borrow_mut();
             let old: Vec<Segment> = s.segments.drain(..members.len()).collect();
             for (i, seg) in fresh.drain(..).enumerate() {
@@ -368,8 +377,14 @@ impl Log {
                 .collect()
         };
         for (base, index, time_index) in indexes {
-            write_file(segment_path(&dir, base, "index").as_path(), index).await?;
-            write_file(segment_path(&dir, base, "timeindex").as_path(), time_index).await?;
+            self.inner
+                .disk
+                .write_file(segment_path(&dir, base, "index").as_path(), index)
+                .await?;
+            self.inner
+                .disk
+                .write_file(segment_path(&dir, base, "timeindex").as_path(), time_index)
+                .await?;
             // Missing, it is rebuilt at open (from the log, as a lost one is).
             self.write_txn_index(base).await?;
         }
@@ -385,22 +400,24 @@ impl Log {
 /// At open: deletes `.cleaned` leftovers and completes interrupted swaps: a
 /// `<base>.log.swap` replaces `<base>.log` and every segment whose base lies in its offset
 /// range. Returns the loaded cleaner checkpoint, `None` if the log was never compacted.
-pub(super) async fn complete_swaps(dir: &Path) -> Result<Option<Offset>, StorageError> {
+pub(super) async fn complete_swaps(
+    disk: &Disk,
+    dir: &Path,
+) -> Result<Option<Offset>, StorageError> {
     let mut swaps = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for name in disk.list_dir(dir)? {
         if name.ends_with(".log.cleaned") {
-            std::fs::remove_file(dir.join(name))?;
+            disk.remove_blocking(&dir.join(&name))?;
         } else if let Some(stem) = name.strip_suffix(".log.swap") {
             if let Ok(base) = stem.parse::<i64>() {
                 swaps.push(Offset(base));
             }
         }
     }
+    let completed = !swaps.is_empty();
     for base in swaps {
         let swap = suffixed(dir, base, ".swap");
-        let bytes = std::fs::read(&swap)?;
+        let bytes = disk.read_file_blocking(&swap)?;
         let mut pos = 0usize;
         let mut next = base;
         while pos < bytes.len() {
@@ -410,24 +427,27 @@ pub(super) async fn complete_swaps(dir: &Path) -> Result<Option<Offset>, Storage
             next = Offset(h.last_offset() + 1);
             pos += h.size;
         }
-        for m in list_segments(dir)? {
+        for m in disk.list_segments(dir)? {
             if m >= base && m < next {
                 // The base's own `.txnindex` lists only its markers: rebuilt at open.
                 for ext in ["index", "timeindex", super::txns::TXN_INDEX_EXT] {
                     let p = segment_path(dir, m, ext);
-                    if p.exists() {
-                        std::fs::remove_file(&p)?;
+                    if disk.exists(&p) {
+                        disk.remove_blocking(&p)?;
                     }
                 }
                 if m != base {
-                    std::fs::remove_file(segment_path(dir, m, "log"))?;
+                    disk.remove_blocking(&segment_path(dir, m, "log"))?;
                 }
             }
         }
-        std::fs::rename(&swap, segment_path(dir, base, "log"))?;
+        disk.rename_blocking(&swap, &segment_path(dir, base, "log"))?;
         tracing::warn!(dir = %dir.display(), base_offset = base.0, "completed an interrupted compaction swap");
     }
-    Ok(read_file(&dir.join(CLEANER_FILE)).await?.map(|b| {
+    if completed {
+        disk.sync_dir_async(dir).await?;
+    }
+    Ok(disk.read_file(&dir.join(CLEANER_FILE)).await?.map(|b| {
         std::str::from_utf8(&b)
             .ok()
             .and_then(|t| t.trim().parse::<i64>().ok())

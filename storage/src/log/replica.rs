@@ -35,7 +35,7 @@ use bytes::Bytes;
 
 use crate::batch::{validate_batches, BatchHeader};
 use crate::error::StorageError;
-use crate::io::{read_file, write_file_atomic};
+use crate::io::Disk;
 use crate::types::{AppendInfo, LeaderEpoch, Offset};
 
 use super::Log;
@@ -45,8 +45,11 @@ pub(super) const HW_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
 
 /// At open: the checkpointed high watermark, `None` without the file. A malformed file reads
 /// as offset 0 (the open raises it to the log start offset).
-pub(super) async fn read_hw_checkpoint(dir: &Path) -> Result<Option<Offset>, StorageError> {
-    let Some(bytes) = read_file(&dir.join(HW_CHECKPOINT_FILE)).await? else {
+pub(super) async fn read_hw_checkpoint(
+    disk: &Disk,
+    dir: &Path,
+) -> Result<Option<Offset>, StorageError> {
+    let Some(bytes) = disk.read_file(&dir.join(HW_CHECKPOINT_FILE)).await? else {
         return Ok(None);
     };
     let parsed = std::str::from_utf8(&bytes)
@@ -120,11 +123,13 @@ impl Log {
             }
             s.high_watermark
         };
-        write_file_atomic(
-            &self.inner.dir.join(HW_CHECKPOINT_FILE),
-            format!("{}\n", hw.0).into_bytes(),
-        )
-        .await?;
+        self.inner
+            .disk
+            .write_file_atomic(
+                &self.inner.dir.join(HW_CHECKPOINT_FILE),
+                format!("{}\n", hw.0).into_bytes(),
+            )
+            .await?;
         self.inner.state.borrow_mut().hw_checkpointed = Some(hw);
         Ok(true)
     }
@@ -160,8 +165,11 @@ impl Log {
             return Ok(());
         }
         let path = self.inner.dir.join(super::cleaner::CLEANER_FILE);
-        if read_file(&path).await?.is_none() {
-            write_file_atomic(&path, format!("{start}\n").into_bytes()).await?;
+        if self.inner.disk.read_file(&path).await?.is_none() {
+            self.inner
+                .disk
+                .write_file_atomic(&path, format!("{start}\n").into_bytes())
+                .await?;
         }
         self.inner.state.borrow_mut().gaps_allowed = true;
         Ok(())

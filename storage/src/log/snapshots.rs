@@ -22,7 +22,7 @@
 
 use crate::batch::{BatchHeader, HEADER_BYTES};
 use crate::error::StorageError;
-use crate::io::{list_offset_files, read_file, write_file_atomic};
+use crate::io::Disk;
 use crate::producer_state::{ProducerInfo, ProducerStateManager};
 use crate::records::end_txn_marker;
 use crate::segment::segment_path;
@@ -87,7 +87,10 @@ impl Log {
         bytes: Vec<u8>,
     ) -> Result<(), StorageError> {
         let dir = &self.inner.dir;
-        write_file_atomic(&segment_path(dir, offset, SNAPSHOT_EXT), bytes).await?;
+        self.inner
+            .disk
+            .write_file_atomic(&segment_path(dir, offset, SNAPSHOT_EXT), bytes)
+            .await?;
         let doomed: Vec<Offset> = {
             let mut s = self.inner.state.borrow_mut();
             if let Err(i) = s.snapshots.binary_search(&offset) {
@@ -113,7 +116,7 @@ impl Log {
             doomed
         };
         for o in doomed {
-            remove_snapshot(dir, o).await?;
+            remove_snapshot(&self.inner.disk, dir, o).await?;
         }
         tracing::debug!(dir = %dir.display(), offset = offset.0, "wrote producer snapshot");
         Ok(())
@@ -131,7 +134,7 @@ impl Log {
             s.snapshots.drain(..n).collect()
         };
         for o in doomed {
-            remove_snapshot(&self.inner.dir, o).await?;
+            remove_snapshot(&self.inner.disk, &self.inner.dir, o).await?;
         }
         Ok(())
     }
@@ -151,18 +154,25 @@ impl Log {
         let rebuild_from = self.txn_index_rebuild_from();
         // A temp file is a write cut short; the file it was to replace (if any) is whole.
         for ext in [SNAPSHOT_EXT, super::txns::TXN_INDEX_EXT] {
-            for o in list_offset_files(&dir, &format!(".{ext}.tmp"))? {
+            for o in self
+                .inner
+                .disk
+                .list_offset_files(&dir, &format!(".{ext}.tmp"))?
+            {
                 let mut tmp = segment_path(&dir, o, ext).into_os_string();
                 tmp.push(".tmp");
-                let _ = std::fs::remove_file(tmp);
+                let _ = self.inner.disk.remove_blocking(std::path::Path::new(&tmp));
             }
         }
-        let (mut usable, stale): (Vec<Offset>, Vec<Offset>) = list_offset_files(&dir, ".snapshot")?
+        let (mut usable, stale): (Vec<Offset>, Vec<Offset>) = self
+            .inner
+            .disk
+            .list_offset_files(&dir, ".snapshot")?
             .into_iter()
             .partition(|o| *o >= first_base && *o <= log_end_offset);
         for o in stale {
             tracing::info!(dir = %dir.display(), offset = o.0, "deleting a producer snapshot outside the log");
-            remove_snapshot(&dir, o).await?;
+            remove_snapshot(&self.inner.disk, &dir, o).await?;
         }
         // Replaying from a snapshot at or below `rebuild_from` meets every marker of the
         // segments to rebuild.
@@ -172,7 +182,7 @@ impl Log {
         while candidates > 0 {
             candidates -= 1;
             let o = usable[candidates];
-            match read_snapshot(&dir, o).await {
+            match read_snapshot(&self.inner.disk, &dir, o).await {
                 Ok(state) => {
                     loaded = Some((o, state));
                     break;
@@ -182,7 +192,7 @@ impl Log {
                     tracing::warn!(dir = %dir.display(), offset = o.0, reason = %why, "corrupt producer snapshot; deleting it and falling back to an older one or the log");
                     // It can never load (its CRC or shape is wrong): left behind, it is only
                     // skipped again.
-                    if let Err(e) = remove_snapshot(&dir, o).await {
+                    if let Err(e) = remove_snapshot(&self.inner.disk, &dir, o).await {
                         tracing::warn!(dir = %dir.display(), offset = o.0, error = %e, "cannot delete a corrupt producer snapshot");
                     }
                 }
@@ -296,10 +306,14 @@ impl Log {
 
 /// Reads and decodes the snapshot at `offset`; `Err` says why it is unusable.
 async fn read_snapshot(
+    disk: &Disk,
     dir: &std::path::Path,
     offset: Offset,
 ) -> Result<ProducerStateManager, String> {
-    let bytes = match read_file(&segment_path(dir, offset, SNAPSHOT_EXT)).await {
+    let bytes = match disk
+        .read_file(&segment_path(dir, offset, SNAPSHOT_EXT))
+        .await
+    {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Err("the file vanished".to_string()),
         Err(e) => return Err(e.to_string()),
@@ -313,13 +327,14 @@ async fn read_snapshot(
 
 /// Deletes one snapshot file; one already gone is fine.
 pub(super) async fn remove_snapshot(
+    disk: &Disk,
     dir: &std::path::Path,
     offset: Offset,
 ) -> Result<(), StorageError> {
     let path = segment_path(dir, offset, SNAPSHOT_EXT);
-    match glommio::io::remove(&path).await {
+    match disk.remove(&path).await {
         Ok(()) => Ok(()),
-        Err(e) if path.exists() => Err(e.into()),
+        Err(e) if disk.exists(&path) => Err(e.into()),
         Err(_) => Ok(()),
     }
 }

@@ -30,7 +30,7 @@ use std::rc::Rc;
 
 use crate::error::StorageError;
 use crate::index::{OffsetIndex, TimeIndex};
-use crate::io::{list_offset_files, open_log_file, write_file_atomic};
+use crate::io::Disk;
 use crate::producer_state::ProducerStateManager;
 use crate::segment::{align_down, segment_path, Segment};
 use crate::types::{Offset, TruncateOutcome};
@@ -73,7 +73,7 @@ struct SegmentCut {
     base: Offset,
     point: Offset,
     position: u64,
-    file: Rc<glommio::io::DmaFile>,
+    file: Rc<crate::io::SegmentFile>,
     tail_block: Vec<u8>,
     index: OffsetIndex,
     time_index: TimeIndex,
@@ -133,7 +133,7 @@ impl Log {
         let cut = self.read_cut(offset).await?;
         let point = cut.point;
         if point < self.offsets().log_start_offset {
-            write_log_start(&self.inner.dir, point).await?;
+            write_log_start(&self.inner.disk, &self.inner.dir, point).await?;
         }
         guard.cut = true;
         let (removed, below_hw) = self.inner.state.borrow_mut().cut_at(cut);
@@ -165,6 +165,7 @@ impl Log {
                 let _ = file.close_rc().await;
             }
             remove_segment_files(
+                &self.inner.disk,
                 &dir,
                 g.base_offset,
                 &["index", "timeindex", "txnindex", "log"],
@@ -180,8 +181,14 @@ impl Log {
             file.truncate(size).await?;
             crate::io_depth::track(crate::io_depth::IoKind::Sync, file.fdatasync()).await?;
         }
-        remove_segment_files(&dir, base, &["index", "timeindex", "txnindex"]).await?;
-        crate::io::sync_dir_async(&dir).await?;
+        remove_segment_files(
+            &self.inner.disk,
+            &dir,
+            base,
+            &["index", "timeindex", "txnindex"],
+        )
+        .await?;
+        self.inner.disk.sync_dir_async(&dir).await?;
         self.persist_epochs().await?;
         self.truncate_cleaner_checkpoint(point).await?;
         self.load_producer_state(self.inner.cleaned_up_to.get())
@@ -194,8 +201,11 @@ impl Log {
     /// `maybeTruncateCheckpoint`).
     async fn truncate_cleaner_checkpoint(&self, point: Offset) -> Result<(), StorageError> {
         let path = self.inner.dir.join(super::cleaner::CLEANER_FILE);
-        if self.inner.cleaned_up_to.get() > point && path.exists() {
-            write_file_atomic(&path, format!("{}\n", point.0).into_bytes()).await?;
+        if self.inner.cleaned_up_to.get() > point && self.inner.disk.exists(&path) {
+            self.inner
+                .disk
+                .write_file_atomic(&path, format!("{}\n", point.0).into_bytes())
+                .await?;
         }
         if self.inner.cleaned_up_to.get() > point {
             self.inner.cleaned_up_to.set(point);
@@ -227,7 +237,12 @@ impl Log {
         };
         let file = if finalized_file {
             crate::file_cache::forget(&segment_path(&self.inner.dir, base, "log"));
-            Rc::new(open_log_file(&segment_path(&self.inner.dir, base, "log"), false).await?)
+            Rc::new(
+                self.inner
+                    .disk
+                    .open_log_file(&segment_path(&self.inner.dir, base, "log"), false)
+                    .await?,
+            )
         } else {
             self.segment_file(base)?
         };
@@ -334,23 +349,28 @@ impl Log {
                 }
                 crate::file_cache::forget(&segment_path(&dir, g.base_offset, "log"));
                 remove_segment_files(
+                    &self.inner.disk,
                     &dir,
                     g.base_offset,
                     &["index", "timeindex", "txnindex", "log"],
                 )
                 .await?;
             }
-            let mut stale = list_offset_files(&dir, ".snapshot")?;
+            let mut stale = self.inner.disk.list_offset_files(&dir, ".snapshot")?;
             stale.extend(snapshots);
             for o in stale {
-                super::snapshots::remove_snapshot(&dir, o).await?;
+                super::snapshots::remove_snapshot(&self.inner.disk, &dir, o).await?;
             }
-            let file = open_log_file(&segment_path(&dir, offset, "log"), true).await?;
-            crate::io::sync_dir_async(&dir).await?;
+            let file = self
+                .inner
+                .disk
+                .open_log_file(&segment_path(&dir, offset, "log"), true)
+                .await?;
+            self.inner.disk.sync_dir_async(&dir).await?;
             if let Some(g) = self.inner.state.borrow_mut().segments.first_mut() {
                 g.file = Some(Rc::new(file));
             }
-            write_log_start(&dir, offset).await?;
+            write_log_start(&self.inner.disk, &dir, offset).await?;
             self.persist_epochs().await?;
             self.truncate_cleaner_checkpoint(offset).await?;
             self.write_hw_checkpoint_locked().await?;
@@ -418,6 +438,7 @@ impl State {
 
 /// Removes segment `base`'s files with these extensions, in order; missing ones are fine.
 async fn remove_segment_files(
+    disk: &Disk,
     dir: &std::path::Path,
     base: Offset,
     exts: &[&str],
@@ -427,9 +448,9 @@ async fn remove_segment_files(
         if *ext == "log" {
             crate::file_cache::forget(&path);
         }
-        match glommio::io::remove(&path).await {
+        match disk.remove(&path).await {
             Ok(()) => {}
-            Err(e) if path.exists() => return Err(e.into()),
+            Err(e) if disk.exists(&path) => return Err(e.into()),
             Err(_) => {}
         }
     }

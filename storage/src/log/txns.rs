@@ -20,7 +20,7 @@
 use std::path::Path;
 
 use crate::error::StorageError;
-use crate::io::{read_file, sync_dir_async, write_file_atomic};
+use crate::io::Disk;
 use crate::producer_state::CompletedTxn;
 use crate::segment::segment_path;
 use crate::txn_index::{AbortedTxn, TxnIndex};
@@ -97,8 +97,11 @@ impl Log {
             }
         };
         let dir = &self.inner.dir;
-        write_file_atomic(&segment_path(dir, base, TXN_INDEX_EXT), bytes).await?;
-        sync_dir_async(dir).await?;
+        self.inner
+            .disk
+            .write_file_atomic(&segment_path(dir, base, TXN_INDEX_EXT), bytes)
+            .await?;
+        self.inner.disk.sync_dir_async(dir).await?;
         if let Some(g) = self.inner.state.borrow_mut().segment_mut(base) {
             g.txn_index_on_disk = true;
         }
@@ -121,7 +124,7 @@ impl Log {
         if !on_disk {
             return Ok(());
         }
-        remove_txn_index(&self.inner.dir, base).await?;
+        remove_txn_index(&self.inner.disk, &self.inner.dir, base).await?;
         if let Some(g) = self.inner.state.borrow_mut().segment_mut(base) {
             g.txn_index_on_disk = false;
         }
@@ -166,8 +169,8 @@ impl Log {
         for (base, active) in rebuilt {
             if active {
                 let path = segment_path(&self.inner.dir, base, TXN_INDEX_EXT);
-                if path.exists() {
-                    remove_txn_index(&self.inner.dir, base).await?;
+                if self.inner.disk.exists(&path) {
+                    remove_txn_index(&self.inner.disk, &self.inner.dir, base).await?;
                 }
             } else {
                 self.write_txn_index(base).await?;
@@ -191,11 +194,15 @@ impl Log {
 /// At open: the `.txnindex` of the segment `[base, next_offset)` if it is there and
 /// consistent with it, `None` otherwise.
 pub(super) async fn load_txn_index(
+    disk: &Disk,
     dir: &Path,
     base: Offset,
     next_offset: Offset,
 ) -> Result<Option<TxnIndex>, StorageError> {
-    let Some(bytes) = read_file(&segment_path(dir, base, TXN_INDEX_EXT)).await? else {
+    let Some(bytes) = disk
+        .read_file(&segment_path(dir, base, TXN_INDEX_EXT))
+        .await?
+    else {
         return Ok(None);
     };
     let index = TxnIndex::decode(&bytes, base, next_offset);
@@ -206,12 +213,12 @@ pub(super) async fn load_txn_index(
 }
 
 /// Removes segment `base`'s `.txnindex` (one already gone is fine) and syncs the directory.
-async fn remove_txn_index(dir: &Path, base: Offset) -> Result<(), StorageError> {
+async fn remove_txn_index(disk: &Disk, dir: &Path, base: Offset) -> Result<(), StorageError> {
     let path = segment_path(dir, base, TXN_INDEX_EXT);
-    match glommio::io::remove(&path).await {
+    match disk.remove(&path).await {
         Ok(()) => {}
-        Err(e) if path.exists() => return Err(e.into()),
+        Err(e) if disk.exists(&path) => return Err(e.into()),
         Err(_) => {}
     }
-    sync_dir_async(dir).await
+    disk.sync_dir_async(dir).await
 }
