@@ -50,7 +50,7 @@ cargo build --workspace --all-targets
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== module import cycles"
-python3 scripts/module-cycles.py vocab auth client simdisk lazyfs storage coordinator shard raft broker cli bench tuning
+python3 scripts/module-cycles.py vocab auth client simdisk lazyfs storage sim coordinator shard raft broker cli bench tuning
 echo "== cargo test"
 cargo test --workspace -- --test-threads=2
 echo "== fuzz corpus replay"

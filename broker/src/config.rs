@@ -119,6 +119,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "min.insync.replicas", default: "1", doc: "ISR size needed for acks=all" },
     BrokerKey { name: "log.flush.policy", default: "group", doc: "`group`: fdatasync before acknowledging, one sync per partition shared by concurrent requests; `interval`: acknowledge after the write, sync every `flush.ms`" },
     BrokerKey { name: "log.flush.interval.ms", default: "1000", doc: "sync period under `flush.policy=interval`" },
+    BrokerKey { name: "log.flush.offset.checkpoint.interval.ms", default: "60000", doc: "how often each partition's recovery point (the offset below which its log is known synced) is written to its `recovery-point-offset-checkpoint`; at restart a bad batch below it is corruption (the partition stays offline), one past it a torn write (cut)" },
     BrokerKey { name: "log.tail.cache.shard.bytes", default: "268435456", doc: "memory per shard for recent batches (consumers at the head read from it, at most 4 MiB per partition); beyond it the shard's oldest cached batches are evicted" },
     BrokerKey { name: "log.closed.segment.files.shard.max", default: "1024", doc: "closed segment files a shard keeps open; only active segments stay open, others open on demand (least recently used closed)" },
     BrokerKey { name: "producer.id.expiration.ms", default: "86400000", doc: "a partition forgets an idempotent producer whose last batch's timestamp (Kafka's measure) is this old and that has no open transaction; checked at each retention check and segment roll" },
@@ -1294,6 +1295,8 @@ pub struct BrokerConfig {
     pub replica_fetch_backoff_ms: u64,
     pub replica_socket_timeout_ms: u64,
     pub replica_high_watermark_checkpoint_interval_ms: u64,
+    /// `log.flush.offset.checkpoint.interval.ms`: how often recovery points are written.
+    pub log_flush_offset_checkpoint_interval_ms: u64,
     /// `replica.selector.class`: which replica a leader names for a consumer (KIP-392).
     pub replica_selector: ReplicaSelector,
     /// Replication factors of the internal topics, and `min.insync.replicas` of
@@ -1588,6 +1591,10 @@ impl BrokerConfig {
             replica_high_watermark_checkpoint_interval_ms: parse(
                 "replica.high.watermark.checkpoint.interval.ms",
                 &get("replica.high.watermark.checkpoint.interval.ms"),
+            )?,
+            log_flush_offset_checkpoint_interval_ms: parse(
+                "log.flush.offset.checkpoint.interval.ms",
+                &get("log.flush.offset.checkpoint.interval.ms"),
             )?,
             replica_selector: ReplicaSelector::from_class(&get("replica.selector.class"))?,
             offsets_topic_replication_factor: parse(

@@ -117,6 +117,8 @@ pub struct FaultCounts {
     /// Directory entries crashes undid (created, removed or renamed since the directory's
     /// last sync).
     pub entries_reverted: u64,
+    /// Operations refused because the power was off (see [`SimDisk::power_off_after`]).
+    pub refused_power_off: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -172,6 +174,9 @@ pub struct SimDisk {
     rng: SplitMix64,
     /// The chance, in 1/256ths, that a crash keeps a pending sector.
     keep_per_256: u32,
+    /// Changes left before the power goes off (`Some(0)`: off; every change is refused until
+    /// the crash).
+    power_left: Option<u64>,
     pub counts: FaultCounts,
 }
 
@@ -187,7 +192,41 @@ impl SimDisk {
             faults: Vec::new(),
             rng: SplitMix64(seed),
             keep_per_256: keep_per_256.min(256),
+            power_left: None,
             counts: FaultCounts::default(),
+        }
+    }
+
+    /// The power goes off after `changes` more changes (writes, syncs, length changes,
+    /// directory changes): from then on each is refused with EIO, unapplied, until
+    /// [`Self::crash`]. So a crash can land in the middle of any multi-step operation (between
+    /// a write and its sync, between a rename and the directory sync).
+    pub fn power_off_after(&mut self, changes: u64) {
+        self.power_left = Some(changes);
+    }
+
+    /// Whether the power is set to go off (or is off): only a crash restores it.
+    pub fn power_left_set(&self) -> bool {
+        self.power_left.is_some()
+    }
+
+    /// Whether the power is off (a crash is due).
+    pub fn is_off(&self) -> bool {
+        self.power_left == Some(0)
+    }
+
+    /// Counts one change against the power budget; refuses it if the power is off.
+    fn powered(&mut self, what: impl FnOnce() -> String) -> Result<(), SimError> {
+        match self.power_left {
+            Some(0) => {
+                self.counts.refused_power_off += 1;
+                Err(SimError::Eio(format!("{}: the power is off", what())))
+            }
+            Some(n) => {
+                self.power_left = Some(n - 1);
+                Ok(())
+            }
+            None => Ok(()),
         }
     }
 
@@ -261,6 +300,7 @@ impl SimDisk {
     /// Removes the file `name` from `dir`. Handles opened before still read it.
     pub fn unlink(&mut self, dir: Ino, name: &str) -> Result<(), SimError> {
         let ino = self.lookup(dir, name)?;
+        self.powered(|| format!("unlink {name}"))?;
         if self.inodes[&ino].kind == Kind::Dir {
             return Err(SimError::IsADirectory(self.path_of(ino)));
         }
@@ -278,6 +318,7 @@ impl SimDisk {
         if !d.children.is_empty() {
             return Err(SimError::NotEmpty(self.path_of(ino)));
         }
+        self.powered(|| format!("rmdir {name}"))?;
         self.dir_mut(dir)?.children.remove(name);
         Ok(())
     }
@@ -314,6 +355,7 @@ impl SimDisk {
             }
             at = self.inodes[&at].parent;
         }
+        self.powered(|| format!("rename {name}"))?;
         self.dir_mut(dir)?.children.remove(name);
         self.dir_mut(to_dir)?
             .children
@@ -327,6 +369,7 @@ impl SimDisk {
     /// Writes `data` at `offset` of file `ino` (growing it, zero-filled, as needed).
     pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> Result<(), SimError> {
         let path = self.file_path(ino)?;
+        self.powered(|| format!("write to {path}"))?;
         if self.fire_eio(&path, true) {
             self.counts.write_eio += 1;
             return Err(SimError::Eio(format!("write to {path}")));
@@ -360,6 +403,7 @@ impl SimDisk {
     /// Cuts or extends (zero-filled) file `ino` to `len` bytes.
     pub fn set_len(&mut self, ino: Ino, len: u64) -> Result<(), SimError> {
         let path = self.file_path(ino)?;
+        self.powered(|| format!("truncate {path}"))?;
         let len = len as usize;
         let grows = (len as u64).saturating_sub(self.inodes[&ino].current.len() as u64);
         if grows > 0 && self.full(grows) {
@@ -409,6 +453,9 @@ impl SimDisk {
     /// pending writes are dropped from the durable path without becoming durable. A directory:
     /// its current entries become durable.
     pub fn sync(&mut self, ino: Ino) -> Result<(), SimError> {
+        self.inode(ino)?;
+        let path = self.path_of(ino);
+        self.powered(|| format!("sync of {path}"))?;
         if self.inode(ino)?.kind == Kind::Dir {
             let d = self.inodes.get_mut(&ino).expect("dir inode");
             d.durable_children = d.children.clone();
@@ -455,6 +502,7 @@ impl SimDisk {
     /// is kept or not. Unreachable inodes are gone. Faults stay injected.
     pub fn crash(&mut self) {
         self.counts.crashes += 1;
+        self.power_left = None;
         let mut old = std::mem::take(&mut self.inodes);
         let mut queue = vec![(ROOT, ROOT, String::new())];
         while let Some((ino, parent, name)) = queue.pop() {
@@ -601,6 +649,7 @@ impl SimDisk {
         if self.dir(dir)?.children.contains_key(name) {
             return Err(SimError::AlreadyExists(self.child_path(dir, name)));
         }
+        self.powered(|| format!("create {name}"))?;
         let ino = self.next_ino;
         self.next_ino += 1;
         self.inodes.insert(ino, Inode::new(kind, dir, name));

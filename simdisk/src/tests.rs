@@ -235,3 +235,21 @@ fn a_sync_makes_the_durable_bytes_what_reads_see() {
         assert_eq!(read_path(&mut d, "f"), before, "seed {seed}");
     }
 }
+
+#[test]
+fn the_power_goes_off_between_a_write_and_its_sync() {
+    let (mut d, f) = disk_with("a.log", b"synced;", 9, 0);
+    d.power_off_after(1);
+    d.write(f, 7, b"written").unwrap();
+    let e = d.sync(f).unwrap_err();
+    assert_eq!((e.errno(), d.is_off()), (5, true), "{e}");
+    assert!(
+        d.create_path("b").is_err(),
+        "nothing changes while the power is off"
+    );
+    assert_eq!(d.counts.refused_power_off, 2);
+    d.crash();
+    assert!(!d.is_off());
+    assert_eq!(read_path(&mut d, "a.log"), b"synced;");
+    d.create_path("b").unwrap();
+}

@@ -120,6 +120,25 @@ pub fn forget(path: &Path) {
     }
 }
 
+/// Drops every cached file under `dir` (the fault simulation, after a simulated crash: the
+/// paths may name other files now).
+pub fn forget_under(dir: &Path) {
+    let gone: Vec<Rc<SegmentFile>> = CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        let paths: Vec<PathBuf> = c
+            .files
+            .keys()
+            .filter(|p| p.starts_with(dir))
+            .cloned()
+            .collect();
+        paths
+            .into_iter()
+            .filter_map(|p| c.files.remove(&p).map(|(f, _)| f))
+            .collect()
+    });
+    close_all(gone);
+}
+
 /// Closes every cached file now. For tests, which run one executor after another on the same
 /// thread: a file must not outlive its executor in this thread-local cache, or a later
 /// eviction would close it on a reactor that is gone.

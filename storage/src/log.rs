@@ -52,6 +52,11 @@ use keel_vocab::BytePosition;
 /// The log start offset moved by DeleteRecords (Kafka keeps it in
 /// `log-start-offset-checkpoint`; Keel keeps one file per partition).
 const LOG_START_FILE: &str = "log-start-offset";
+/// The offset below which the log is known synced (Kafka's `recovery-point-offset-checkpoint`,
+/// one per partition here): at open, a bad batch below it is corruption (the partition stays
+/// offline), one at or past it may be a torn unsynced write (cut). Written by `close` and
+/// `checkpoint_recovery_point`, lowered by truncation.
+pub(crate) const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
 /// Bytes read per I/O when walking batch headers in a segment.
 const LOCATE_WINDOW_BYTES: u64 = 64 * 1024;
 
@@ -99,6 +104,8 @@ struct State {
     replicated: bool,
     /// The high watermark last written to (or read from) `replication-offset-checkpoint`.
     hw_checkpointed: Option<Offset>,
+    /// The recovery point last written (`RECOVERY_POINT_FILE`).
+    recovery_point: Offset,
     /// Recovery accepts offset gaps in this log (its cleaner checkpoint exists): a follower
     /// may append a compacted leader's batches with gaps between them.
     gaps_allowed: bool,
@@ -493,6 +500,7 @@ impl Log {
             None => EpochCache::default(),
         };
         let checkpoint_before = epochs.clone();
+        let recovery_point = read_offset_file(&disk, &dir.join(RECOVERY_POINT_FILE)).await?;
         let bases = disk.list_segments(dir)?;
         let mut segments = Vec::with_capacity(bases.len().max(1));
         let mut scanned_bytes = 0u64;
@@ -505,6 +513,7 @@ impl Log {
                 bases[i],
                 is_last,
                 gaps_allowed,
+                recovery_point.unwrap_or(Offset(0)),
                 &config,
                 &mut epochs,
                 &mut scanned_bytes,
@@ -585,6 +594,7 @@ impl Log {
             unreplicated_txns: BTreeMap::new(),
             replicated: false,
             hw_checkpointed,
+            recovery_point: recovery_point.unwrap_or(Offset(0)),
             gaps_allowed,
             truncating: false,
             closed: false,
@@ -1015,6 +1025,39 @@ impl Log {
         self.inner.inject_disk_full.set(on);
     }
 
+    /// Writes `recovery-point-offset-checkpoint` (what is synced now) if it moved since the
+    /// last write: the broker calls it every `log.flush.offset.checkpoint.interval.ms`, as
+    /// Kafka checkpoints its recovery points. Returns whether it wrote.
+    pub async fn checkpoint_recovery_point(&self) -> Result<bool, StorageError> {
+        let _permit = self.inner.flush_lock.acquire_permit(1).await?;
+        self.write_recovery_point_locked(None).await
+    }
+
+    /// Writes the recovery point (what is synced, or `lower` if that is less: a truncation)
+    /// when it changed. Caller holds `flush_lock`.
+    pub(crate) async fn write_recovery_point_locked(
+        &self,
+        lower: Option<Offset>,
+    ) -> Result<bool, StorageError> {
+        let (point, written) = {
+            let s = self.inner.state.borrow();
+            let synced = s.synced_end.min(s.log_end_offset);
+            (lower.map_or(synced, |l| l.min(synced)), s.recovery_point)
+        };
+        if point == written {
+            return Ok(false);
+        }
+        self.inner
+            .disk
+            .write_file_atomic(
+                &self.inner.dir.join(RECOVERY_POINT_FILE),
+                format!("{}\n", point.0).into_bytes(),
+            )
+            .await?;
+        self.inner.state.borrow_mut().recovery_point = point;
+        Ok(true)
+    }
+
     /// Writes everything staged and fdatasyncs; on a single-replica log, advances the high
     /// watermark to what is synced.
     pub async fn sync(&self) -> Result<(), StorageError> {
@@ -1078,6 +1121,7 @@ impl Log {
                 self.write_snapshot(offset, bytes).await?;
             }
             self.write_hw_checkpoint_locked().await?;
+            self.write_recovery_point_locked(None).await?;
             Ok(())
         }
         .await;
@@ -1116,7 +1160,44 @@ impl Log {
     async fn flush_locked(&self, sync: bool) -> Result<(), StorageError> {
         self.inner.state.borrow().check_poisoned()?;
         let result = self.flush_inner(sync).await;
+        if let Err(e) = &result {
+            if sync && !matches!(e, StorageError::DiskFull(_) | StorageError::Poisoned(_)) {
+                self.cut_back_to_synced(e).await;
+            }
+        }
         self.poison_on_error(result)
+    }
+
+    /// After a failed write or fdatasync: cuts every segment file back to what its last
+    /// successful sync covered. Linux marks pages clean after a writeback error, so the bytes
+    /// whose sync failed still read back from the page cache, a later fdatasync "succeeds"
+    /// without writing them, and a broker restarted without a power cut would serve them as
+    /// acknowledged and then lose them at the next power cut (found by the fault simulation).
+    /// Cut off, they are gone at once, as a power cut would take them; the truncation is
+    /// synced. A failure here is logged: the log is poisoned either way.
+    async fn cut_back_to_synced(&self, cause: &StorageError) {
+        let cuts: Vec<(Rc<crate::io::SegmentFile>, u64, Offset)> = {
+            let s = self.inner.state.borrow();
+            s.segments
+                .iter()
+                .filter(|g| g.written > g.synced)
+                .filter_map(|g| g.file.clone().map(|f| (f, g.synced, g.base_offset)))
+                .collect()
+        };
+        for (file, synced, base) in cuts {
+            let cut = async {
+                file.truncate(synced).await?;
+                file.fdatasync().await
+            };
+            match cut.await {
+                Ok(()) => {
+                    tracing::warn!(dir = %self.inner.dir.display(), segment = base.0, bytes = synced, error = %cause, "cut the segment back to its last synced byte after a failed write or sync")
+                }
+                Err(e) => {
+                    tracing::error!(dir = %self.inner.dir.display(), segment = base.0, error = %e, "could not cut the segment back to its last synced byte; unsynced bytes may read back after a restart")
+                }
+            }
+        }
     }
 
     async fn flush_inner(&self, sync: bool) -> Result<(), StorageError> {
@@ -1634,6 +1715,15 @@ impl Log {
     }
 }
 
+/// An offset kept as text in `path`; `None` if the file is missing or malformed.
+async fn read_offset_file(disk: &Disk, path: &Path) -> Result<Option<Offset>, StorageError> {
+    Ok(disk
+        .read_file(path)
+        .await?
+        .and_then(|b| std::str::from_utf8(&b).ok()?.trim().parse::<i64>().ok())
+        .map(Offset))
+}
+
 /// Persists the log start offset (`log-start-offset`), replacing the file atomically.
 async fn write_log_start(disk: &Disk, dir: &Path, offset: Offset) -> Result<(), StorageError> {
     disk.write_file_atomic(
@@ -1747,10 +1837,18 @@ async fn recover_segment(
     base: Offset,
     is_active: bool,
     gaps_allowed: bool,
+    recovery_point: Offset,
     config: &LogConfig,
     epochs: &mut EpochCache,
     scanned_bytes: &mut u64,
 ) -> Result<Segment, StorageError> {
+    // Closed segments were synced whole before the next one took data; in the active one,
+    // what lies past the recovery point may be a torn unsynced write.
+    let torn_from = if is_active {
+        recovery_point.0.max(base.0)
+    } else {
+        i64::MAX
+    };
     let path = segment_path(dir, base, "log");
     let file = Rc::new(disk.open_log_file(&path, false).await?);
     let file_size = file.file_size().await?;
@@ -1786,6 +1884,7 @@ async fn recover_segment(
                 expected,
                 base.0,
                 gaps_allowed,
+                torn_from,
                 |pos, h| {
                     batches += 1;
                     if is_active {
@@ -1833,6 +1932,7 @@ async fn recover_segment(
                 base.0,
                 base.0,
                 gaps_allowed,
+                torn_from,
                 |pos, h| {
                     seg.note_batch(BytePosition(pos), h, interval);
                     if h.leader_epoch >= 0 {

@@ -51,7 +51,10 @@ struct ScanStop {
 /// compacted log) up to `file_size`, calling
 /// `on_batch(position, header)` for every valid batch in order. Returns the end of the last
 /// valid batch; everything after it is a torn tail. Fails with `CorruptSegment` if a valid
-/// batch of this segment lies after the first bad one (see [`find_valid_batch`]).
+/// batch of this segment lies after the first bad one (see [`find_valid_batch`]), unless the
+/// bad batch lies at or past offset `torn_from` (the recovery point: nothing there was known
+/// synced): a power cut may tear an unsynced write anywhere, keeping sectors after a lost one,
+/// so there the tail is cut at the first bad batch, as Kafka recovers its unflushed segments.
 // The scan's inputs are independent plain values, each named at the two call sites.
 #[allow(clippy::too_many_arguments)]
 pub async fn scan_segment(
@@ -62,6 +65,7 @@ pub async fn scan_segment(
     expected_base: i64,
     base_offset: i64,
     gaps_allowed: bool,
+    torn_from: i64,
     on_batch: impl FnMut(u64, &BatchHeader),
 ) -> Result<u64, StorageError> {
     let stop = walk_valid(
@@ -78,6 +82,10 @@ pub async fn scan_segment(
     let Some(reason) = stop.reason else {
         return Ok(stop.end);
     };
+    if stop.expected >= torn_from {
+        tracing::warn!(segment = %segment.display(), position = stop.end, offset = stop.expected, %reason, "torn tail past the recovery point: cutting it");
+        return Ok(stop.end);
+    }
     match find_valid_batch(file, stop.end + 1, file_size, stop.expected, base_offset).await? {
         None => Ok(stop.end),
         Some(next) => Err(StorageError::CorruptSegment {

@@ -222,16 +222,27 @@ pub async fn apply_image(shard: &Rc<BrokerShard>) {
     }
 }
 
-/// A shard's periodic replication work: the leader's ISR check and the high watermark
-/// checkpoints, every `interval`.
+/// A shard's periodic replication work: the leader's ISR check, the high watermark
+/// checkpoints and the recovery-point checkpoints, every `interval`.
 pub async fn run_periodic(shard: Rc<BrokerShard>) {
     let lag_ms = shard.config.replica_lag_time_max_ms;
     let interval = Duration::from_millis((lag_ms / 2).clamp(100, 5_000));
     let checkpoint_every =
         Duration::from_millis(shard.config.replica_high_watermark_checkpoint_interval_ms);
+    let recovery_point_every =
+        Duration::from_millis(shard.config.log_flush_offset_checkpoint_interval_ms);
     let mut last_checkpoint = Instant::now();
+    let mut last_recovery_point = Instant::now();
     while shard.sleep_unless_shutdown(interval).await {
         leader::check_isr(&shard).await;
+        if last_recovery_point.elapsed() >= recovery_point_every {
+            last_recovery_point = Instant::now();
+            for part in shard.all_partitions() {
+                if let Err(e) = part.log.checkpoint_recovery_point().await {
+                    warn!(topic = %part.topic, partition = part.index, error = %e, "writing recovery-point-offset-checkpoint failed");
+                }
+            }
+        }
         if last_checkpoint.elapsed() >= checkpoint_every {
             last_checkpoint = Instant::now();
             for part in shard.all_partitions() {

@@ -194,6 +194,8 @@ impl Log {
         self.load_producer_state(self.inner.cleaned_up_to.get())
             .await?;
         self.write_hw_checkpoint_locked().await?;
+        // Nothing past the cut is synced log any more.
+        self.write_recovery_point_locked(Some(point)).await?;
         Ok(())
     }
 
@@ -374,6 +376,7 @@ impl Log {
             self.persist_epochs().await?;
             self.truncate_cleaner_checkpoint(offset).await?;
             self.write_hw_checkpoint_locked().await?;
+            self.write_recovery_point_locked(Some(offset)).await?;
             Ok(())
         }
         .await;

@@ -1,0 +1,93 @@
+//! The simulation's CI seed budget, the seeds that found bugs in Keel (kept as regression
+//! tests), and determinism: a seed replays exactly.
+
+use keel_sim::{run_log_seeds, SeedReport};
+
+/// Seeds in the CI budget; `SIM_SEEDS` overrides (a longer campaign is
+/// `scripts/simulate.sh --seeds N`).
+fn budget() -> u64 {
+    std::env::var("SIM_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
+const STEPS: u64 = 300;
+
+/// One simulation at a time: storage's clean-shutdown flag is process-wide, and each run sets
+/// it as its restarts say.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn one(seed: u64) -> SeedReport {
+    let _one_at_a_time = serial();
+    run_log_seeds(seed, 1, STEPS).unwrap_or_else(|v| panic!("{v}"))
+}
+
+#[test]
+fn the_ci_seed_budget_finds_no_violation() {
+    let seeds = budget();
+    let _one_at_a_time = serial();
+    let t = run_log_seeds(0, seeds, STEPS).unwrap_or_else(|v| panic!("{v}"));
+    eprintln!(
+        "{seeds} seeds x {STEPS} steps: {} appends, {} acked, {} power cuts ({} sectors kept, \
+         {} lost), {} restarts, faults fired: {} sync EIO {} write EIO {} ENOSPC {} refused \
+         while off; {} checks",
+        t.appends,
+        t.acked_records,
+        t.crashes,
+        t.disk.sectors_kept,
+        t.disk.sectors_lost,
+        t.restarts,
+        t.disk.sync_eio,
+        t.disk.write_eio,
+        t.disk.no_space,
+        t.disk.refused_power_off,
+        t.checks
+    );
+    // The faults really happened: a run that injected nothing would prove nothing.
+    assert!(t.acked_records > 10 * seeds, "{t:?}");
+    assert!(t.disk.sync_eio > 0 && t.disk.write_eio > 0 && t.disk.no_space > 0);
+    assert!(t.disk.sectors_lost > 0 && t.disk.sectors_kept > 0);
+    assert!(t.disk.refused_power_off > 0 && t.disk.entries_reverted > 0);
+}
+
+/// Found the fsync-gate loss: a failed fdatasync left its records readable in the page cache;
+/// a restart without a power cut served them (and a later commit "succeeded"); the next power
+/// cut lost them. Fixed by cutting the segments back to their synced bytes on the failure.
+#[test]
+fn seed_5_a_failed_sync_is_not_served_after_a_restart() {
+    one(5);
+}
+
+/// Found a partition left offline by a power cut: a torn unsynced write kept sectors after a
+/// lost one, and recovery took the valid batch after the hole for mid-log corruption. Fixed by
+/// the recovery point: past it a bad batch is a torn tail and is cut.
+#[test]
+fn seed_41_a_torn_unsynced_write_is_cut_not_taken_for_corruption() {
+    one(41);
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    let (a, b) = (one(77), one(77));
+    assert_eq!(
+        (
+            a.appends,
+            a.acked_records,
+            a.checks,
+            a.crashes,
+            a.disk.clone()
+        ),
+        (
+            b.appends,
+            b.acked_records,
+            b.checks,
+            b.crashes,
+            b.disk.clone()
+        )
+    );
+}
