@@ -33,8 +33,10 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use common::client::{batch, create_topic, fetch_request, try_produce, values, Client};
 use common::replicated::*;
 use common::Broker;
+use kafka_protocol::messages::{ApiKey, FetchResponse};
 use rdkafka::producer::{BaseRecord, Producer, PurgeConfig};
 use serde_json::Value;
 
@@ -89,6 +91,7 @@ struct Counts {
     sectors_kept: u64,
     sectors_lost: u64,
     entries_reverted: u64,
+    sync_eio: u64,
 }
 
 impl Counts {
@@ -99,6 +102,7 @@ impl Counts {
             sectors_kept: n("sectors_kept"),
             sectors_lost: n("sectors_lost"),
             entries_reverted: n("entries_reverted"),
+            sync_eio: n("sync_eio"),
         }
     }
 }
@@ -383,6 +387,7 @@ struct Tally {
 
 #[test]
 fn acknowledged_records_survive_power_loss() {
+    let _one_mount_at_a_time = serial();
     let seeds: Vec<u64> = match std::env::var("POWER_LOSS_SEEDS") {
         Ok(list) => list
             .split(',')
@@ -563,4 +568,131 @@ fn append_after_recovery(
         assert_eq!(got, want, "partition {partition}: appended after recovery");
     }
     checker.acked_reports(&reports, TOPIC, Acks::All);
+}
+
+/// Kafka's KAFKA_STORAGE_ERROR.
+const KAFKA_STORAGE_ERROR: i16 = 56;
+
+/// Every record of `partition` of `name`: (offset, value).
+fn read_partition(c: &mut Client, name: &str, partition: i32) -> Vec<(i64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for _ in 0..1000 {
+        let resp: FetchResponse = c.send(
+            ApiKey::Fetch,
+            12,
+            &fetch_request(name, &[(partition, offset, 1 << 20)], 0, 0, 1 << 20),
+        );
+        let p = &resp.responses[0].partitions[0];
+        assert_eq!(
+            p.error_code, 0,
+            "fetch of {name}-{partition} at {offset}: {p:?}"
+        );
+        let got = values(&p.records);
+        let Some(last) = got.last().map(|(o, _)| *o) else {
+            return out;
+        };
+        offset = last + 1;
+        out.extend(got);
+    }
+    panic!("the fetch of {name}-{partition} did not reach the end");
+}
+
+/// A failed fdatasync on the real broker (keel-lazyfs injects EIO on the next sync under the
+/// partition's directory): the produce waiting on it gets KAFKA_STORAGE_ERROR, and so does
+/// every later one (the log is poisoned, never retried into a false success); the other
+/// partition goes on. The records whose sync failed are not served after a restart without a
+/// power cut (the log cut them back to its last synced byte: Linux would otherwise serve them
+/// from the page cache and lose them at the next power cut), the partition takes writes again
+/// after the restart, and a power cut then keeps everything acknowledged.
+#[test]
+fn a_failed_sync_is_an_error_and_never_a_later_success() {
+    let _one_mount_at_a_time = serial();
+    let fs = match LazyFs::mount(11, 128) {
+        Ok(fs) => fs,
+        Err(reason) => {
+            eprintln!(
+                "power-loss test: FUSE cannot be mounted here: {reason}; the simulated disk's \
+                 results stand in"
+            );
+            return;
+        }
+    };
+    let data = fs.mountpoint.join("data");
+    let mut b = Broker::start(&["--data-dir", data.to_str().unwrap()]);
+    let mut c = Client::connect(&b.bootstrap());
+    create_topic(&mut c, "eio", 2);
+    let mut acked: Vec<Vec<(i64, Vec<u8>)>> = vec![Vec::new(), Vec::new()];
+    let produce = |c: &mut Client, p: i32, value: String| {
+        let r = try_produce(c, "eio", p, batch(&[value.as_bytes()]));
+        (r.error_code, r.base_offset, value.into_bytes())
+    };
+    for i in 0..20 {
+        for p in 0..2 {
+            let (code, offset, v) = produce(&mut c, p, format!("p{p}-before-{i}"));
+            assert_eq!((code, offset), (0, i), "partition {p}");
+            acked[p as usize].push((offset, v));
+        }
+    }
+    assert_eq!(fs.command("fault sync-eio data/eio-0/ once")["ok"], true);
+    let (code, _, _) = produce(&mut c, 0, "p0-sync-failed".into());
+    assert_eq!(code, KAFKA_STORAGE_ERROR, "the produce whose sync failed");
+    let (code, _, _) = produce(&mut c, 0, "p0-after-the-failure".into());
+    assert_eq!(
+        code, KAFKA_STORAGE_ERROR,
+        "the next sync would 'succeed' without writing: the log stays offline"
+    );
+    assert_eq!(fs.counts().sync_eio, 1);
+    let (code, offset, v) = produce(&mut c, 1, "p1-meanwhile".into());
+    assert_eq!((code, offset), (0, 20), "the other partition goes on");
+    acked[1].push((offset, v));
+
+    // A process restart, no power cut: the page cache still holds what the failed sync did
+    // not write; none of it may be served.
+    b.kill9();
+    b.restart_after_stop();
+    let mut c = Client::connect(&b.bootstrap());
+    for p in 0..2 {
+        assert_eq!(
+            read_partition(&mut c, "eio", p),
+            acked[p as usize],
+            "partition {p}"
+        );
+    }
+    let (code, offset, v) = produce(&mut c, 0, "p0-after-restart".into());
+    assert_eq!(
+        (code, offset),
+        (0, 20),
+        "writable again, right after the acknowledged end"
+    );
+    acked[0].push((offset, v));
+
+    let log = b.log_text();
+    assert!(
+        log.contains("cut the segment back to its last synced byte"),
+        "the log cut its unsynced bytes: {}",
+        log.lines()
+            .filter(|l| l.contains("eio"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    // And a power cut keeps everything acknowledged.
+    b.kill9();
+    fs.crash();
+    b.restart_after_stop();
+    let mut c = Client::connect(&b.bootstrap());
+    for p in 0..2 {
+        assert_eq!(
+            read_partition(&mut c, "eio", p),
+            acked[p as usize],
+            "partition {p}"
+        );
+    }
+    eprintln!(
+        "a failed sync: 2 produces refused with KAFKA_STORAGE_ERROR; {} + {} acknowledged \
+         records read back after a restart and after a power cut",
+        acked[0].len(),
+        acked[1].len()
+    );
 }
