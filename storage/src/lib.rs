@@ -28,6 +28,7 @@ mod log;
 mod producer_state;
 mod records;
 mod recovery;
+pub mod replication;
 mod segment;
 pub mod tail_budget;
 pub mod trash;

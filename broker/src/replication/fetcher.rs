@@ -449,22 +449,18 @@ async fn truncate_diverged(
 ) -> Result<(), String> {
     let offsets = part.log.offsets();
     let leo = offsets.log_end_offset.0;
-    if leader_end > leo {
-        return Err(format!(
-            "divergence point {leader_end} past the local log end {leo}"
-        ));
-    }
-    let target = if leader_end < 0 {
-        offsets.high_watermark.0.min(leo)
-    } else if leader_epoch < 0 {
-        leader_end.min(leo)
+    let local = if leader_epoch >= 0 {
+        super::leader::end_offset_for_epoch(part, LeaderEpoch(leader_epoch))
     } else {
-        match super::leader::end_offset_for_epoch(part, LeaderEpoch(leader_epoch)) {
-            (e, end) if e == leader_epoch => leader_end.min(end).min(leo),
-            (e, end) if e >= 0 => end.min(leo),
-            _ => leader_end.min(leo),
-        }
+        (-1, -1)
     };
+    let target = keel_storage::replication::truncation_point(
+        leo,
+        offsets.high_watermark.0,
+        leader_epoch,
+        leader_end,
+        local,
+    )?;
     let outcome = part
         .log
         .truncate_to(Offset(target))

@@ -24,6 +24,7 @@ use super::throttle;
 use super::CommitError;
 use crate::errors::{code, storage_code, NONE};
 use crate::shard::{BrokerShard, Partition};
+use keel_storage::replication as rules;
 
 /// A new leader gives every follower a full lag window from now (Kafka resets
 /// `lastCaughtUpTimeMs` of the ISR members when leadership changes).
@@ -71,11 +72,11 @@ pub async fn serve_fetch(
     if fetch.last_fetched_epoch >= 0 {
         // Kafka's Partition.fetchRecords: the follower's last epoch must end, here, at or
         // after its fetch offset; otherwise it is told where its log diverged.
-        let requested = LeaderEpoch(fetch.last_fetched_epoch);
-        let end = end_offset_for_epoch(part, requested);
-        if end.0 < requested.0 || end.1 < fetch_offset {
+        let end = end_offset_for_epoch(part, LeaderEpoch(fetch.last_fetched_epoch));
+        if let Some(diverged) = rules::diverging_epoch(fetch.last_fetched_epoch, fetch_offset, end)
+        {
             let mut d = answer(NONE);
-            d.diverging = Some(end);
+            d.diverging = Some(diverged);
             return d;
         }
     }
@@ -145,35 +146,22 @@ fn record_progress(
     leader_log_end: i64,
 ) {
     let now_ms = shard.clock.now_ms();
-    let mut followers = part.replication.followers.borrow_mut();
-    let p = followers
+    part.replication
+        .followers
+        .borrow_mut()
         .entry(replica.broker_id)
-        .or_insert(FollowerProgress {
-            log_end_offset: -1,
-            last_caught_up_ms: -1,
-            last_fetch_ms: -1,
-            last_fetch_leader_log_end: -1,
-            broker_epoch: replica.broker_epoch,
-            log_start_offset: -1,
-        });
-    // Kafka's Replica.updateFetchStateOrThrow.
-    if fetch_offset >= leader_log_end {
-        p.last_caught_up_ms = p.last_caught_up_ms.max(now_ms);
-    } else if p.last_fetch_ms >= 0 && fetch_offset >= p.last_fetch_leader_log_end {
-        p.last_caught_up_ms = p.last_caught_up_ms.max(p.last_fetch_ms);
-    }
-    p.log_end_offset = fetch_offset;
-    p.last_fetch_ms = now_ms;
-    p.last_fetch_leader_log_end = leader_log_end;
-    p.broker_epoch = replica.broker_epoch;
-    if follower_log_start >= 0 {
-        p.log_start_offset = follower_log_start;
-    }
-    drop(followers);
+        .or_insert(FollowerProgress::unknown(replica.broker_epoch))
+        .record_fetch(
+            fetch_offset,
+            follower_log_start,
+            leader_log_end,
+            replica.broker_epoch,
+            now_ms,
+        );
     let in_isr = part.replication.maximal_isr().contains(&replica.broker_id);
     if !in_isr && part.replication.pending_isr.borrow().is_none() {
         let hw = part.log.offsets().high_watermark.0;
-        if fetch_offset >= hw && fetch_offset >= part.replication.epoch_start_offset.get() {
+        if rules::may_join_isr(fetch_offset, hw, part.replication.epoch_start_offset.get()) {
             let mut isr = part.replication.isr.borrow().clone();
             isr.push(replica.broker_id);
             propose_isr(shard, part, isr, "expand");
@@ -194,21 +182,20 @@ pub fn maybe_advance_high_watermark(shard: &Rc<BrokerShard>, part: &Rc<Partition
     // lost, an eligible leader replica without those records could be elected). Above the
     // minimum the high watermark is the lowest log end over the maximal ISR, committed and
     // pending members both (a pending shrink's leaver still counts).
-    if (part.replication.isr.borrow().len() as i32) < part.min_insync_replicas.get() {
-        return;
-    }
-    let isr = part.replication.maximal_isr();
-    let mut candidate = part.log.durable_end().0;
-    {
+    let candidate = {
         let followers = part.replication.followers.borrow();
-        for r in isr.iter().filter(|r| **r != part.node_id) {
-            let end = followers.get(r).map_or(-1, |p| p.log_end_offset);
-            candidate = candidate.min(end);
-        }
-    }
-    if candidate < 0 {
+        rules::high_watermark_candidate(
+            part.replication.isr.borrow().len(),
+            part.min_insync_replicas.get(),
+            &part.replication.maximal_isr(),
+            part.node_id,
+            part.log.durable_end().0,
+            |r| followers.get(&r).map_or(-1, |p| p.log_end_offset),
+        )
+    };
+    let Some(candidate) = candidate else {
         return;
-    }
+    };
     let before = part.log.offsets().high_watermark;
     let after = part.log.advance_high_watermark(Offset(candidate));
     if after > before {
@@ -319,15 +306,9 @@ pub async fn check_isr(shard: &Rc<BrokerShard>) {
         let isr = part.replication.isr.borrow().clone();
         let out_of_sync: Vec<i32> = {
             let followers = part.replication.followers.borrow();
-            isr.iter()
-                .copied()
-                .filter(|r| *r != part.node_id)
-                .filter(|r| {
-                    followers
-                        .get(r)
-                        .is_none_or(|p| now_ms - p.last_caught_up_ms > lag_ms)
-                })
-                .collect()
+            rules::out_of_sync(&isr, part.node_id, now_ms, lag_ms, |r| {
+                followers.get(&r).map(|p| p.last_caught_up_ms)
+            })
         };
         if out_of_sync.is_empty() {
             continue;

@@ -19,23 +19,9 @@ use keel_shard::Event;
 
 use crate::coordination::parking::DataWaiters;
 
-/// What the leader knows of one follower, from its fetches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FollowerProgress {
-    /// The follower's log end offset: the offset of its latest fetch (under
-    /// `flush.policy=group` a follower fetches only past what it has synced).
-    pub log_end_offset: i64,
-    /// When the follower last had every record the leader had (Kafka's
-    /// `lastCaughtUpTimeMs`), wall-clock ms.
-    pub last_caught_up_ms: i64,
-    /// When it last fetched, and the leader's log end at that moment.
-    pub last_fetch_ms: i64,
-    pub last_fetch_leader_log_end: i64,
-    /// The broker epoch it fetched with (KIP-903: an expansion names it).
-    pub broker_epoch: i64,
-    /// The follower's log start offset, from its fetch (-1 until it fetched).
-    pub log_start_offset: i64,
-}
+/// What the leader knows of one follower, from its fetches (the rules are storage's, shared
+/// with the fault simulation).
+pub use keel_storage::replication::FollowerProgress;
 
 /// A partition's replication state (see the module docs).
 pub struct PartitionReplication {

@@ -1,0 +1,215 @@
+//! The replication protocol's decisions for one partition, sans I/O: the rules the broker's
+//! leader and follower code (`broker/src/replication`) apply, as plain functions of what the
+//! replica knows, so that the fault simulation (keel-sim) runs the same rules over a simulated
+//! network instead of a model of them. Names follow Kafka's (`Partition`, `Replica`,
+//! `AbstractFetcherThread`).
+
+/// What a leader knows of one follower, from its fetches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FollowerProgress {
+    /// The follower's log end offset: the offset of its latest fetch (under
+    /// `flush.policy=group` a follower fetches only past what it has synced).
+    pub log_end_offset: i64,
+    /// When the follower last had every record the leader had (Kafka's
+    /// `lastCaughtUpTimeMs`), wall-clock ms.
+    pub last_caught_up_ms: i64,
+    /// When it last fetched, and the leader's log end at that moment.
+    pub last_fetch_ms: i64,
+    pub last_fetch_leader_log_end: i64,
+    /// The broker epoch it fetched with (KIP-903: an expansion names it).
+    pub broker_epoch: i64,
+    /// The follower's log start offset, from its fetch (-1 until it fetched).
+    pub log_start_offset: i64,
+}
+
+impl FollowerProgress {
+    /// A follower not heard from yet (fetching with `broker_epoch`).
+    pub fn unknown(broker_epoch: i64) -> FollowerProgress {
+        FollowerProgress {
+            log_end_offset: -1,
+            last_caught_up_ms: -1,
+            last_fetch_ms: -1,
+            last_fetch_leader_log_end: -1,
+            broker_epoch,
+            log_start_offset: -1,
+        }
+    }
+
+    /// Records a fetch at `fetch_offset` (the follower's log end) at `now_ms`, while the
+    /// leader's log ends at `leader_log_end` (Kafka's `Replica.updateFetchStateOrThrow`).
+    pub fn record_fetch(
+        &mut self,
+        fetch_offset: i64,
+        follower_log_start: i64,
+        leader_log_end: i64,
+        broker_epoch: i64,
+        now_ms: i64,
+    ) {
+        if fetch_offset >= leader_log_end {
+            self.last_caught_up_ms = self.last_caught_up_ms.max(now_ms);
+        } else if self.last_fetch_ms >= 0 && fetch_offset >= self.last_fetch_leader_log_end {
+            self.last_caught_up_ms = self.last_caught_up_ms.max(self.last_fetch_ms);
+        }
+        self.log_end_offset = fetch_offset;
+        self.last_fetch_ms = now_ms;
+        self.last_fetch_leader_log_end = leader_log_end;
+        self.broker_epoch = broker_epoch;
+        if follower_log_start >= 0 {
+            self.log_start_offset = follower_log_start;
+        }
+    }
+}
+
+/// Leader, serving a follower's fetch at `fetch_offset` whose last fetched epoch is
+/// `last_fetched_epoch` (Kafka's `Partition.fetchRecords`): that epoch must end here, at
+/// `end_for_epoch` (this log's [`crate::Log::end_offset_for_epoch`] answer, `(-1, -1)` if
+/// unknown), at or after the fetch offset; otherwise the follower is told where its log
+/// diverged: that (epoch, end offset).
+pub fn diverging_epoch(
+    last_fetched_epoch: i32,
+    fetch_offset: i64,
+    end_for_epoch: (i32, i64),
+) -> Option<(i32, i64)> {
+    if last_fetched_epoch < 0 {
+        return None;
+    }
+    let (epoch, end) = end_for_epoch;
+    (epoch < last_fetched_epoch || end < fetch_offset).then_some(end_for_epoch)
+}
+
+/// Leader: whether a follower outside the ISR that fetched at `fetch_offset` may join it
+/// (Kafka's `isFollowerInSync` at expansion): it has everything below the high watermark and
+/// everything this leader's epoch started with.
+pub fn may_join_isr(fetch_offset: i64, high_watermark: i64, epoch_start_offset: i64) -> bool {
+    fetch_offset >= high_watermark && fetch_offset >= epoch_start_offset
+}
+
+/// Leader: ISR members other than `leader` that have not caught up within `lag_ms` of
+/// `now_ms` (Kafka's `maybeShrinkIsr`); `last_caught_up` is `None` for one never heard from.
+pub fn out_of_sync(
+    isr: &[i32],
+    leader: i32,
+    now_ms: i64,
+    lag_ms: i64,
+    last_caught_up: impl Fn(i32) -> Option<i64>,
+) -> Vec<i32> {
+    isr.iter()
+        .copied()
+        .filter(|r| *r != leader)
+        .filter(|r| last_caught_up(*r).is_none_or(|t| now_ms - t > lag_ms))
+        .collect()
+}
+
+/// Leader: where the high watermark may move (Kafka's `Partition.maybeIncrementLeaderHW`):
+/// nothing while the committed ISR (`committed_isr_len` members) is below
+/// `min_insync_replicas` (KIP-966); else the lowest log end over the maximal ISR (committed
+/// and pending members: a pending shrink's leaver still counts), the leader's own being what
+/// it made durable. `follower_log_end` is -1 for a member not heard from. `None`: no move.
+pub fn high_watermark_candidate(
+    committed_isr_len: usize,
+    min_insync_replicas: i32,
+    maximal_isr: &[i32],
+    leader: i32,
+    leader_durable_end: i64,
+    follower_log_end: impl Fn(i32) -> i64,
+) -> Option<i64> {
+    if (committed_isr_len as i32) < min_insync_replicas {
+        return None;
+    }
+    let candidate = maximal_isr
+        .iter()
+        .filter(|r| **r != leader)
+        .map(|r| follower_log_end(*r))
+        .fold(leader_durable_end, i64::min);
+    (candidate >= 0).then_some(candidate)
+}
+
+/// Follower, told by its leader that its log diverged in `leader_epoch`, which ends at
+/// `leader_end` there (Kafka's `getOffsetTruncationState`): the offset to truncate to. The
+/// local log ends at `log_end` with high watermark `high_watermark`; `local_end_for_epoch`
+/// is its own [`crate::Log::end_offset_for_epoch`] answer for `leader_epoch`. A negative
+/// `leader_end` (the leader knows no such epoch) cuts to the high watermark, which every ISR
+/// member holds.
+pub fn truncation_point(
+    log_end: i64,
+    high_watermark: i64,
+    leader_epoch: i32,
+    leader_end: i64,
+    local_end_for_epoch: (i32, i64),
+) -> Result<i64, String> {
+    if leader_end > log_end {
+        return Err(format!(
+            "divergence point {leader_end} past the local log end {log_end}"
+        ));
+    }
+    Ok(if leader_end < 0 {
+        high_watermark.min(log_end)
+    } else if leader_epoch < 0 {
+        leader_end.min(log_end)
+    } else {
+        match local_end_for_epoch {
+            (e, end) if e == leader_epoch => leader_end.min(end).min(log_end),
+            (e, end) if e >= 0 => end.min(log_end),
+            _ => leader_end.min(log_end),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_high_watermark_is_the_lowest_log_end_over_the_isr_and_waits_for_min_isr() {
+        let ends = |r: i32| match r {
+            2 => 7,
+            3 => 5,
+            _ => -1,
+        };
+        assert_eq!(
+            high_watermark_candidate(3, 2, &[1, 2, 3], 1, 9, ends),
+            Some(5)
+        );
+        // Replica 3 outside the ISR does not hold it back.
+        assert_eq!(high_watermark_candidate(2, 2, &[1, 2], 1, 9, ends), Some(7));
+        // The leader's own durable end bounds it.
+        assert_eq!(high_watermark_candidate(2, 2, &[1, 2], 1, 6, ends), Some(6));
+        // A member never heard from: no move. Below min.insync.replicas: no move.
+        assert_eq!(high_watermark_candidate(2, 2, &[1, 4], 1, 9, ends), None);
+        assert_eq!(high_watermark_candidate(1, 2, &[1, 2], 1, 9, ends), None);
+    }
+
+    #[test]
+    fn a_follower_truncates_to_where_the_epochs_agree() {
+        // The leader's epoch 3 ends at 10; the follower's epoch 3 ends at 12: cut at 10.
+        assert_eq!(truncation_point(12, 8, 3, 10, (3, 12)), Ok(10));
+        // The follower's latest epoch below 3 is 2, ending at 9: cut at 9.
+        assert_eq!(truncation_point(12, 8, 3, 10, (2, 9)), Ok(9));
+        // The leader knows no epoch: the high watermark.
+        assert_eq!(truncation_point(12, 8, -1, -1, (-1, -1)), Ok(8));
+        assert!(truncation_point(12, 8, 3, 13, (3, 12)).is_err());
+        assert_eq!(diverging_epoch(3, 12, (3, 10)), Some((3, 10)));
+        assert_eq!(diverging_epoch(3, 10, (4, 20)), None);
+        assert_eq!(diverging_epoch(3, 10, (2, 20)), Some((2, 20)));
+        assert_eq!(diverging_epoch(-1, 10, (-1, -1)), None);
+    }
+
+    #[test]
+    fn followers_catch_up_and_fall_out_of_sync() {
+        let mut p = FollowerProgress::unknown(7);
+        p.record_fetch(5, 0, 10, 7, 1_000);
+        assert_eq!(p.last_caught_up_ms, -1);
+        // Past the leader's end at the previous fetch: caught up as of that fetch.
+        p.record_fetch(10, 0, 12, 7, 2_000);
+        assert_eq!(p.last_caught_up_ms, 1_000);
+        p.record_fetch(12, 0, 12, 7, 3_000);
+        assert_eq!(p.last_caught_up_ms, 3_000);
+        let caught = |r: i32| (r == 2).then_some(3_000);
+        assert_eq!(out_of_sync(&[1, 2, 3], 1, 20_000, 30_000, caught), vec![3]);
+        assert_eq!(
+            out_of_sync(&[1, 2, 3], 1, 40_000, 30_000, caught),
+            vec![2, 3]
+        );
+        assert!(may_join_isr(12, 12, 4) && !may_join_isr(11, 12, 4) && !may_join_isr(3, 2, 4));
+    }
+}
