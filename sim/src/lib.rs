@@ -4,9 +4,11 @@
 //! points, which unsynced sectors a crash keeps), and invariants are checked after every step.
 //! The same seed replays the same run: `keel-sim --seed N` reproduces a failure exactly.
 //!
-//! [`log_sim`] is the simulation of one log; its invariants are listed there.
+//! [`log_sim`] is the simulation of one log, [`replica_sim`] of a replicated partition; their
+//! invariants are listed there.
 
 pub mod log_sim;
+pub mod replica_sim;
 
 use std::future::Future;
 
@@ -138,6 +140,20 @@ pub fn run_log_seeds(from: u64, count: u64, steps: u64) -> Result<SeedReport, Vi
         let mut total = SeedReport::default();
         for seed in from..from + count {
             let r = log_sim::run(seed, steps).await?;
+            total.add(&r);
+        }
+        total.seed = from;
+        Ok(total)
+    })
+}
+
+/// Runs seeds `from..from + count` of the replicated-partition simulation with `steps` steps
+/// each: the total counts, or the first violation.
+pub fn run_replica_seeds(from: u64, count: u64, steps: u64) -> Result<SeedReport, Violation> {
+    in_executor(|| async move {
+        let mut total = SeedReport::default();
+        for seed in from..from + count {
+            let r = replica_sim::run(seed, steps).await?;
             total.add(&r);
         }
         total.seed = from;

@@ -5,17 +5,19 @@
 //! ```text
 //! keel-sim [--seeds N] [--from S] [--steps K]   N seeds from S (default 100 from 0)
 //! keel-sim --seed S [--steps K]                 one seed, e.g. a failing one
+//! keel-sim --replicated ...                     the replicated partition instead of one log
 //! ```
 
 use std::time::Instant;
 
 fn usage() -> ! {
-    eprintln!("usage: keel-sim [--seeds N] [--from S] [--seed S] [--steps K]");
+    eprintln!("usage: keel-sim [--replicated] [--seeds N] [--from S] [--seed S] [--steps K]");
     std::process::exit(2)
 }
 
 fn main() {
-    let (mut from, mut count, mut steps) = (0u64, 100u64, 400u64);
+    let (mut from, mut count, mut steps) = (0u64, 100u64, 300u64);
+    let mut replicated = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || -> u64 {
@@ -31,14 +33,23 @@ fn main() {
                 count = 1;
             }
             "--steps" => steps = value(),
+            "--replicated" => replicated = true,
             _ => usage(),
         }
     }
     let started = Instant::now();
-    match keel_sim::run_log_seeds(from, count, steps) {
+    let (what, result) = if replicated {
+        (
+            "replicated-partition",
+            keel_sim::run_replica_seeds(from, count, steps),
+        )
+    } else {
+        ("log", keel_sim::run_log_seeds(from, count, steps))
+    };
+    match result {
         Ok(t) => {
             println!(
-                "log simulation: seeds {from}..{} ({count}), {} steps, {:.1} s",
+                "{what} simulation: seeds {from}..{} ({count}), {} steps, {:.1} s",
                 from + count,
                 t.steps,
                 started.elapsed().as_secs_f64()

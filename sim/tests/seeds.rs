@@ -1,7 +1,7 @@
 //! The simulation's CI seed budget, the seeds that found bugs in Keel (kept as regression
 //! tests), and determinism: a seed replays exactly.
 
-use keel_sim::{run_log_seeds, SeedReport};
+use keel_sim::{run_log_seeds, run_replica_seeds, SeedReport};
 
 /// Seeds in the CI budget; `SIM_SEEDS` overrides (a longer campaign is
 /// `scripts/simulate.sh --seeds N`).
@@ -90,4 +90,29 @@ fn a_seed_replays_exactly() {
             b.disk.clone()
         )
     );
+}
+
+#[test]
+fn the_ci_seed_budget_of_the_replicated_partition_finds_no_violation() {
+    let seeds = budget();
+    let _one_at_a_time = serial();
+    let t = run_replica_seeds(0, seeds, STEPS).unwrap_or_else(|v| panic!("{v}"));
+    eprintln!(
+        "replicated: {seeds} seeds x {STEPS} steps: {} appends, {} records acknowledged, {} \
+         power cuts, {} kills, {} reads checked; {} checks",
+        t.appends, t.acked_records, t.crashes, t.restarts, t.reads_checked, t.checks
+    );
+    assert!(
+        t.acked_records > 10 * seeds && t.crashes > seeds && t.restarts > seeds,
+        "{t:?}"
+    );
+}
+
+/// Found a follower serving as committed what it never saw committed: a replicated log that
+/// crashed before its first high watermark checkpoint reopened with its high watermark at its
+/// log end. Fixed: a replicated log writes its first checkpoint before its first sync.
+#[test]
+fn replicated_seed_125_a_restarted_follower_claims_nothing_uncommitted() {
+    let _one_at_a_time = serial();
+    run_replica_seeds(125, 1, STEPS).unwrap_or_else(|v| panic!("{v}"));
 }

@@ -1202,6 +1202,18 @@ impl Log {
 
     async fn flush_inner(&self, sync: bool) -> Result<(), StorageError> {
         self.inner.flushes.set(self.inner.flushes.get() + 1);
+        // A replicated log without a high watermark checkpoint would reopen with its high
+        // watermark at its log end (the rule for data dirs of single replicas): records it
+        // fetched and never saw committed would be served as committed after a crash (found
+        // by the fault simulation, replicated seed 125). Its first checkpoint is written
+        // before the first bytes it syncs.
+        let first_checkpoint = {
+            let s = self.inner.state.borrow();
+            s.replicated && s.hw_checkpointed.is_none()
+        };
+        if first_checkpoint {
+            self.write_hw_checkpoint_locked().await?;
+        }
         self.persist_epochs().await?;
         let (target_end, targets) = {
             let s = self.inner.state.borrow();

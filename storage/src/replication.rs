@@ -60,6 +60,40 @@ impl FollowerProgress {
     }
 }
 
+/// A new leader's view of its followers: each gets a full lag window from `now_ms` (Kafka
+/// resets `lastCaughtUpTimeMs` when leadership changes) and no known log end.
+pub fn new_leader_followers(
+    replicas: &[i32],
+    leader: i32,
+    now_ms: i64,
+) -> std::collections::BTreeMap<i32, FollowerProgress> {
+    replicas
+        .iter()
+        .filter(|r| **r != leader)
+        .map(|r| {
+            let mut p = FollowerProgress::unknown(-1);
+            p.last_caught_up_ms = now_ms;
+            (*r, p)
+        })
+        .collect()
+}
+
+/// Kafka's `endOffsetForEpoch` on `log`: the latest epoch (on a leader, its current one,
+/// `leading_epoch`) ends at the log end; an unknown one is (-1, -1).
+pub fn end_offset_for_epoch(
+    log: &crate::Log,
+    epoch: crate::LeaderEpoch,
+    leading_epoch: Option<i32>,
+) -> (i32, i64) {
+    if log.latest_epoch() == Some(epoch) || leading_epoch == Some(epoch.0) {
+        return (epoch.0, log.offsets().log_end_offset.0);
+    }
+    match log.end_offset_for_epoch(epoch) {
+        Some((e, end)) => (e.0, end.0),
+        None => (-1, -1),
+    }
+}
+
 /// Leader, serving a follower's fetch at `fetch_offset` whose last fetched epoch is
 /// `last_fetched_epoch` (Kafka's `Partition.fetchRecords`): that epoch must end here, at
 /// `end_for_epoch` (this log's [`crate::Log::end_offset_for_epoch`] answer, `(-1, -1)` if

@@ -29,23 +29,9 @@ use keel_storage::replication as rules;
 /// A new leader gives every follower a full lag window from now (Kafka resets
 /// `lastCaughtUpTimeMs` of the ISR members when leadership changes).
 pub fn reset_followers(part: &Partition, now_ms: i64) {
-    let me = part.node_id;
     let replicas = part.replication.replicas.borrow().clone();
-    let mut followers = part.replication.followers.borrow_mut();
-    followers.clear();
-    for r in replicas.into_iter().filter(|r| *r != me) {
-        followers.insert(
-            r,
-            FollowerProgress {
-                log_end_offset: -1,
-                last_caught_up_ms: now_ms,
-                last_fetch_ms: -1,
-                last_fetch_leader_log_end: -1,
-                broker_epoch: -1,
-                log_start_offset: -1,
-            },
-        );
-    }
+    *part.replication.followers.borrow_mut() =
+        rules::new_leader_followers(&replicas, part.node_id, now_ms);
 }
 
 /// Serves one follower's fetch of `part` (this broker leads it): checks divergence, records
@@ -125,14 +111,8 @@ pub async fn serve_fetch(
 /// Kafka's `endOffsetForEpoch`: the latest epoch (on a leader, its current one) ends at the
 /// log end; an unknown one is (-1, -1).
 pub fn end_offset_for_epoch(part: &Partition, epoch: LeaderEpoch) -> (i32, i64) {
-    let current = part.is_leader() && epoch.0 == part.leader_epoch.get();
-    if part.log.latest_epoch() == Some(epoch) || current {
-        return (epoch.0, part.log.offsets().log_end_offset.0);
-    }
-    match part.log.end_offset_for_epoch(epoch) {
-        Some((e, end)) => (e.0, end.0),
-        None => (-1, -1),
-    }
+    let leading = part.is_leader().then(|| part.leader_epoch.get());
+    rules::end_offset_for_epoch(&part.log, epoch, leading)
 }
 
 /// Records a follower's fetch at `fetch_offset` (its log end) while the leader's log ends at

@@ -1,0 +1,1113 @@
+//! The simulation of one replicated partition: three replicas, each Keel's own `Log` on its own
+//! simulated disk, one glommio executor, one thread. The leader serves its followers' fetches
+//! and the followers apply the answers with keel-storage's replication rules
+//! (`keel_storage::replication`: the diverging-epoch answer, follower progress, ISR expansion
+//! and shrink, the high watermark, the follower's truncation point), the same functions the
+//! broker runs. Fetches and answers cross a simulated network that delays, reorders, drops and
+//! duplicates them and can cut a link; replicas crash (power cut, seeded torn writes), are
+//! killed and restart; a controller fences a replica not heard from and elects a new leader
+//! from the ISR (Kafka's rules: the first live ISR member in replica order, a new leader
+//! epoch); clients produce with acks=all and read below the high watermark.
+//!
+//! Invariants: no acknowledged record is lost or moved (checked at every election and at the
+//! end, on the new leader's log); a record a reader saw never disappears (the same); no
+//! replica's high watermark passes what a leader committed (a follower serves reads below it);
+//! the high watermark never goes back on a replica while it stays up and in the ISR; offsets
+//! are dense on every replica; and once the faults stop, every replica converges to the
+//! leader's log and the ISR is whole again (a follower that cannot truncate a diverged tail
+//! never does).
+//!
+//! Not Keel's code yet: the controller's decisions are Kafka's rules written here, not the
+//! metadata quorum's (`keel-raft`), and the fetch protocol's glue (what goes in a fetch, what
+//! the follower does with each answer) mirrors `broker/src/replication` rather than calling it.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::PathBuf;
+
+use bytes::{Bytes, BytesMut};
+use keel_simdisk::SimDisk;
+use keel_storage::replication::{self as rules, FollowerProgress};
+use keel_storage::{Disk, LeaderEpoch, Log, LogConfig, Offset, SimHandle};
+use keel_vocab::records::{frame_batch, parse_records, put_record, BatchFields, BatchHeader};
+
+use crate::{Rng, SeedReport, Violation};
+
+const REPLICAS: [i32; 3] = [1, 2, 3];
+/// `min.insync.replicas`.
+const MIN_ISR: i32 = 2;
+/// `replica.lag.time.max.ms`.
+const LAG_MS: i64 = 3_000;
+/// The controller fences a replica it has not heard from for this long.
+const SESSION_MS: i64 = 2_000;
+/// Bytes a follower fetches at most per answer.
+const FETCH_MAX: usize = 16 << 10;
+const TRAIL: usize = 60;
+
+enum Answer {
+    Diverging(i32, i64),
+    OutOfRange { log_start: i64, hw: i64 },
+    Records { bytes: Bytes, hw: i64 },
+    NotLeader,
+}
+
+enum Msg {
+    Fetch {
+        id: u64,
+        from: i32,
+        to: i32,
+        epoch: i32,
+        fetch_offset: i64,
+        last_fetched_epoch: i32,
+        log_start: i64,
+    },
+    Answer {
+        id: u64,
+        from: i32,
+        to: i32,
+        epoch: i32,
+        answer: Answer,
+    },
+}
+
+impl Msg {
+    fn ends(&self) -> (i32, i32) {
+        match self {
+            Msg::Fetch { from, to, .. } | Msg::Answer { from, to, .. } => (*from, *to),
+        }
+    }
+}
+
+struct Node {
+    id: i32,
+    disk: SimHandle,
+    dir: PathBuf,
+    log: Option<Log>,
+    down_since: i64,
+    /// The (leader, epoch) role this replica took up last.
+    applied: Option<(i32, i32)>,
+    /// Leader: its followers' progress, the ISR change it proposed, its epoch's start.
+    followers: BTreeMap<i32, FollowerProgress>,
+    pending_isr: Option<Vec<i32>>,
+    epoch_start_offset: i64,
+    /// Follower: the fetch that is out and not answered. Its answer is the only one applied:
+    /// one connection, one request at a time, as the broker's fetcher (a duplicated or late
+    /// answer to an older fetch is dropped, as TCP and a reconnection would).
+    fetching: Option<u64>,
+    /// The high watermark last seen while it was up and in the ISR.
+    hw_in_isr: Option<i64>,
+}
+
+/// The partition as the controller has it.
+struct Controller {
+    leader: i32,
+    epoch: i32,
+    isr: Vec<i32>,
+    partition_epoch: i32,
+    fenced: BTreeSet<i32>,
+}
+
+struct Pending {
+    leader: i32,
+    epoch: i32,
+    last: i64,
+    records: Vec<(i64, Vec<u8>)>,
+}
+
+struct Run {
+    seed: u64,
+    rng: Rng,
+    nodes: Vec<Node>,
+    ctl: Controller,
+    net: VecDeque<Msg>,
+    cut: BTreeSet<(i32, i32)>,
+    now_ms: i64,
+    step: u64,
+    sent: u64,
+    pending: Vec<Pending>,
+    /// What must survive: acknowledged records and records a reader saw, by offset.
+    must: BTreeMap<i64, Vec<u8>>,
+    /// The highest high watermark a leader reached.
+    committed: i64,
+    report: SeedReport,
+    trail: VecDeque<String>,
+    checks: std::cell::Cell<u64>,
+}
+
+/// Runs seed `seed` of the replicated partition for `steps` steps, then heals everything and
+/// checks that the replicas converge.
+pub async fn run(seed: u64, steps: u64) -> Result<SeedReport, Violation> {
+    let mut rng = Rng::new(seed ^ 0x7265_706c);
+    let mut nodes = Vec::new();
+    for id in REPLICAS {
+        let keep = [0u32, 128, 256][rng.range(0, 2) as usize];
+        nodes.push(Node {
+            id,
+            disk: SimHandle::new(SimDisk::new(rng.draw(), keep)),
+            dir: PathBuf::from(format!("/b{id}/t-0")),
+            log: None,
+            down_since: 0,
+            applied: None,
+            followers: BTreeMap::new(),
+            pending_isr: None,
+            epoch_start_offset: 0,
+            fetching: None,
+            hw_in_isr: None,
+        });
+    }
+    let mut run = Run {
+        seed,
+        rng,
+        nodes,
+        ctl: Controller {
+            leader: 1,
+            epoch: 0,
+            isr: REPLICAS.to_vec(),
+            partition_epoch: 0,
+            fenced: BTreeSet::new(),
+        },
+        net: VecDeque::new(),
+        cut: BTreeSet::new(),
+        now_ms: 1_700_000_000_000,
+        step: 0,
+        sent: 0,
+        pending: Vec::new(),
+        must: BTreeMap::new(),
+        committed: 0,
+        report: SeedReport {
+            seed,
+            ..SeedReport::default()
+        },
+        trail: VecDeque::new(),
+        checks: std::cell::Cell::new(0),
+    };
+    keel_storage::set_previous_stop_clean(false);
+    for i in 0..run.nodes.len() {
+        run.start(i).await?;
+    }
+    for step in 0..steps {
+        run.step = step;
+        run.now_ms += run.rng.range(0, 150) as i64;
+        run.step_once().await?;
+        run.settle().await?;
+    }
+    run.converge().await?;
+    run.report.steps = steps;
+    run.report.checks = run.checks.get();
+    for n in &mut run.nodes {
+        let c = n.disk.disk().counts.clone();
+        let d = &mut run.report.disk;
+        d.crashes += c.crashes;
+        d.sectors_kept += c.sectors_kept;
+        d.sectors_lost += c.sectors_lost;
+        d.entries_reverted += c.entries_reverted;
+        n.log = None;
+        keel_storage::file_cache::forget_under(&n.dir);
+    }
+    Ok(run.report)
+}
+
+impl Run {
+    fn note(&mut self, what: String) {
+        if self.trail.len() == TRAIL {
+            self.trail.pop_front();
+        }
+        self.trail.push_back(format!(
+            "{:>5} t+{} {what}",
+            self.step,
+            self.now_ms % 1_000_000
+        ));
+    }
+
+    fn violation(&self, what: String) -> Violation {
+        Violation {
+            seed: self.seed,
+            step: self.step,
+            what: format!("[replicated] {what}"),
+            trail: self.trail.iter().cloned().collect(),
+        }
+    }
+
+    fn check(&self, ok: bool, what: impl FnOnce() -> String) -> Result<(), Violation> {
+        self.checks.set(self.checks.get() + 1);
+        if ok {
+            Ok(())
+        } else {
+            Err(self.violation(what()))
+        }
+    }
+
+    fn idx(id: i32) -> usize {
+        (id - 1) as usize
+    }
+
+    /// Opens replica `i`'s log (after a start, a crash or a kill).
+    async fn start(&mut self, i: usize) -> Result<(), Violation> {
+        let n = &mut self.nodes[i];
+        keel_storage::file_cache::forget_under(&n.dir);
+        let config = LogConfig {
+            segment_bytes: 12_000,
+            index_interval_bytes: 1024,
+            ..LogConfig::default()
+        };
+        match Log::open_on(Disk::Sim(n.disk.clone()), &n.dir, config).await {
+            Ok(log) => {
+                log.set_replicated(true);
+                n.log = Some(log);
+                n.applied = None;
+                n.fetching = None;
+                n.hw_in_isr = None;
+                let id = n.id;
+                self.note(format!("replica {id} starts"));
+                // It registers again: unfenced.
+                self.ctl.fenced.remove(&id);
+                Ok(())
+            }
+            Err(e) => {
+                let id = n.id;
+                Err(self.violation(format!("replica {id} does not open: {e}")))
+            }
+        }
+    }
+
+    async fn step_once(&mut self) -> Result<(), Violation> {
+        match self.rng.range(0, 99) {
+            0..=21 => self.produce().await,
+            22..=41 => {
+                self.send_fetch().await;
+                Ok(())
+            }
+            42..=74 => self.deliver().await,
+            75..=79 => self.read().await,
+            80..=84 => {
+                self.now_ms += self.rng.range(500, 2_500) as i64;
+                self.note("time passes".into());
+                Ok(())
+            }
+            85..=87 => {
+                self.stop_replica(true);
+                Ok(())
+            }
+            88..=89 => {
+                self.stop_replica(false);
+                Ok(())
+            }
+            90..=94 => self.restart_one().await,
+            95..=97 => {
+                self.toggle_link();
+                Ok(())
+            }
+            _ => {
+                // A lost message: the fetcher times out and asks again.
+                if !self.net.is_empty() {
+                    let k = self.rng.range(0, self.net.len() as u64 - 1) as usize;
+                    let m = self.net.remove(k).expect("in range");
+                    let (f, t) = m.ends();
+                    self.note(format!("lost a message {f}->{t}"));
+                    self.timed_out(&m);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn up(&self, id: i32) -> bool {
+        self.nodes[Self::idx(id)].log.is_some()
+    }
+
+    fn log(&self, id: i32) -> &Log {
+        self.nodes[Self::idx(id)]
+            .log
+            .as_ref()
+            .expect("an up replica has its log")
+    }
+
+    /// After every step: the controller's periodic work, every live replica takes up its
+    /// role, the leader's ISR check, acknowledgements, and the high watermark check.
+    async fn settle(&mut self) -> Result<(), Violation> {
+        // The controller fences replicas it has not heard from.
+        for id in REPLICAS {
+            let n = &self.nodes[Self::idx(id)];
+            if n.log.is_none()
+                && !self.ctl.fenced.contains(&id)
+                && self.now_ms - n.down_since > SESSION_MS
+            {
+                self.ctl.fenced.insert(id);
+                self.note(format!("controller fences replica {id}"));
+                if self.ctl.isr.len() > 1 && self.ctl.isr.contains(&id) {
+                    self.ctl.isr.retain(|r| *r != id);
+                    self.ctl.partition_epoch += 1;
+                }
+                if self.ctl.leader == id {
+                    self.elect();
+                }
+            }
+        }
+        if self.ctl.leader < 0 {
+            self.elect();
+        }
+        // Roles.
+        for id in REPLICAS {
+            if !self.up(id) {
+                continue;
+            }
+            let role = (self.ctl.leader, self.ctl.epoch);
+            let i = Self::idx(id);
+            if self.nodes[i].applied == Some(role) {
+                continue;
+            }
+            self.nodes[i].applied = Some(role);
+            self.nodes[i].fetching = None;
+            if role.0 == id {
+                let log = self.nodes[i].log.as_ref().expect("up");
+                if let Err(e) = log.become_leader(LeaderEpoch(role.1)).await {
+                    return Err(self.violation(format!("become_leader: {e}")));
+                }
+                let end = log.offsets().log_end_offset.0;
+                let n = &mut self.nodes[i];
+                n.epoch_start_offset = end;
+                n.followers = rules::new_leader_followers(&REPLICAS, id, self.now_ms);
+                n.pending_isr = None;
+                self.note(format!(
+                    "replica {id} leads epoch {} from offset {end}",
+                    role.1
+                ));
+                // Everything acknowledged or seen must be here.
+                self.check_must(id, "the new leader").await?;
+            }
+        }
+        // The leader's ISR check.
+        let leader = self.ctl.leader;
+        if leader > 0 && self.up(leader) && self.nodes[Self::idx(leader)].pending_isr.is_none() {
+            let n = &self.nodes[Self::idx(leader)];
+            let out = rules::out_of_sync(&self.ctl.isr, leader, self.now_ms, LAG_MS, |r| {
+                n.followers.get(&r).map(|p| p.last_caught_up_ms)
+            });
+            if !out.is_empty() {
+                let isr: Vec<i32> = self
+                    .ctl
+                    .isr
+                    .iter()
+                    .copied()
+                    .filter(|r| !out.contains(r))
+                    .collect();
+                self.propose_isr(leader, isr, "shrink");
+            }
+        }
+        self.acknowledge();
+        // Committed is what a leader's high watermark passed; no replica's high watermark
+        // (what it would serve a reader, KIP-392) may claim more.
+        if leader > 0
+            && self.up(leader)
+            && self.nodes[Self::idx(leader)].applied == Some((leader, self.ctl.epoch))
+        {
+            let hw = self.log(leader).offsets().high_watermark.0;
+            self.committed = self.committed.max(hw);
+        }
+        for id in REPLICAS {
+            if !self.up(id) {
+                continue;
+            }
+            let hw = self.log(id).offsets().high_watermark.0;
+            let committed = self.committed;
+            self.check(hw <= committed, || {
+                format!(
+                    "replica {id}'s high watermark {hw} is past anything committed ({committed})"
+                )
+            })?;
+        }
+        // The high watermark never goes back on a replica while it stays up and in the ISR.
+        for id in REPLICAS {
+            let i = Self::idx(id);
+            let in_isr = self.ctl.isr.contains(&id);
+            let Some(log) = self.nodes[i].log.as_ref() else {
+                continue;
+            };
+            let hw = log.offsets().high_watermark.0;
+            if !in_isr {
+                self.nodes[i].hw_in_isr = None;
+                continue;
+            }
+            if let Some(before) = self.nodes[i].hw_in_isr {
+                self.check(hw >= before, || {
+                    format!(
+                        "replica {id} in the ISR: high watermark went back from {before} to {hw}"
+                    )
+                })?;
+            }
+            self.nodes[i].hw_in_isr = Some(hw);
+        }
+        Ok(())
+    }
+
+    /// Kafka's election: the first live ISR member in replica order leads, in a new epoch.
+    fn elect(&mut self) {
+        let next = REPLICAS
+            .iter()
+            .copied()
+            .find(|r| self.ctl.isr.contains(r) && !self.ctl.fenced.contains(r) && self.up(*r));
+        let before = self.ctl.leader;
+        match next {
+            Some(l) => {
+                self.ctl.leader = l;
+                self.ctl.epoch += 1;
+                self.ctl.partition_epoch += 1;
+                self.note(format!(
+                    "controller elects {l} (was {before}), epoch {}",
+                    self.ctl.epoch
+                ));
+            }
+            None => {
+                if before >= 0 {
+                    self.ctl.leader = -1;
+                    self.ctl.epoch += 1;
+                    self.ctl.partition_epoch += 1;
+                    self.note("controller: no live ISR member, the partition is offline".into());
+                }
+            }
+        }
+    }
+
+    /// A leader's AlterPartition, applied at once when the controller accepts it.
+    fn propose_isr(&mut self, leader: i32, isr: Vec<i32>, why: &str) {
+        let accepted = self.ctl.leader == leader
+            && isr.contains(&leader)
+            && isr.iter().all(|r| !self.ctl.fenced.contains(r));
+        self.note(format!(
+            "replica {leader} proposes ISR {isr:?} ({why}): accepted {accepted}"
+        ));
+        if accepted {
+            self.ctl.isr = isr;
+            self.ctl.partition_epoch += 1;
+        }
+        self.nodes[Self::idx(leader)].pending_isr = None;
+        self.advance_hw(leader);
+    }
+
+    /// The leader's high watermark rule.
+    fn advance_hw(&mut self, leader: i32) {
+        if !self.up(leader) || self.ctl.leader != leader {
+            return;
+        }
+        let n = &self.nodes[Self::idx(leader)];
+        let log = n.log.as_ref().expect("up");
+        let mut maximal = self.ctl.isr.clone();
+        if let Some(p) = &n.pending_isr {
+            maximal.extend(p.iter().filter(|r| !self.ctl.isr.contains(r)));
+        }
+        let candidate = rules::high_watermark_candidate(
+            self.ctl.isr.len(),
+            MIN_ISR,
+            &maximal,
+            leader,
+            log.durable_end().0,
+            |r| n.followers.get(&r).map_or(-1, |p| p.log_end_offset),
+        );
+        if let Some(c) = candidate {
+            log.advance_high_watermark(Offset(c));
+        }
+    }
+
+    async fn produce(&mut self) -> Result<(), Violation> {
+        let leader = self.ctl.leader;
+        if leader < 0
+            || !self.up(leader)
+            || self.nodes[Self::idx(leader)].applied != Some((leader, self.ctl.epoch))
+        {
+            return Ok(());
+        }
+        let count = self.rng.range(1, 3) as usize;
+        let mut section = BytesMut::new();
+        let mut values = Vec::new();
+        for i in 0..count {
+            self.sent += 1;
+            let mut v = format!("{}:{}:", self.seed, self.sent).into_bytes();
+            v.resize(
+                v.len() + self.rng.range(0, 900) as usize,
+                b'a' + (self.sent % 26) as u8,
+            );
+            put_record(&mut section, 0, i as i64, None, Some(&v), &[]);
+            values.push(v);
+        }
+        let fields = BatchFields {
+            base_offset: 0,
+            leader_epoch: -1,
+            attributes: 0,
+            last_offset_delta: count as i32 - 1,
+            base_timestamp: self.now_ms,
+            max_timestamp: self.now_ms,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            records_count: count as i32,
+        };
+        let epoch = self.ctl.epoch;
+        let log = self.log(leader);
+        let info = match log.append(
+            frame_batch(&fields, &section),
+            LeaderEpoch(epoch),
+            self.now_ms,
+        ) {
+            Ok(info) => info,
+            Err(e) => return Err(self.violation(format!("leader append refused: {e}"))),
+        };
+        let end = info.last_offset.0 + 1;
+        if let Err(e) = log.make_durable(Offset(end)).await {
+            return Err(self.violation(format!("leader sync: {e}")));
+        }
+        self.advance_hw(leader);
+        let base = info.base_offset.0;
+        self.note(format!("produce {count} records to {leader} at {base}"));
+        self.report.appends += 1;
+        self.pending.push(Pending {
+            leader,
+            epoch,
+            last: info.last_offset.0,
+            records: values
+                .into_iter()
+                .enumerate()
+                .map(|(k, v)| (base + k as i64, v))
+                .collect(),
+        });
+        Ok(())
+    }
+
+    /// acks=all: a produce is acknowledged once its leader, still leading in its epoch, has its
+    /// high watermark past it; it fails if the leadership moved first.
+    fn acknowledge(&mut self) {
+        let mut still = Vec::new();
+        for p in std::mem::take(&mut self.pending) {
+            let leading = self.ctl.leader == p.leader
+                && self.ctl.epoch == p.epoch
+                && self.up(p.leader)
+                && self.nodes[Self::idx(p.leader)].applied == Some((p.leader, p.epoch));
+            if !leading {
+                continue;
+            }
+            let hw = self.log(p.leader).offsets().high_watermark.0;
+            if hw > p.last {
+                self.report.acked_records += p.records.len() as u64;
+                for (o, v) in p.records {
+                    self.must.insert(o, v);
+                }
+            } else {
+                still.push(p);
+            }
+        }
+        self.pending = still;
+    }
+
+    /// A follower that knows its leader and has no fetch out sends one, having made what it
+    /// appended durable first (it fetches only past what it synced).
+    async fn send_fetch(&mut self) {
+        let candidates: Vec<i32> = REPLICAS
+            .iter()
+            .copied()
+            .filter(|id| {
+                let n = &self.nodes[Self::idx(*id)];
+                n.log.is_some()
+                    && n.fetching.is_none()
+                    && self.ctl.leader > 0
+                    && self.ctl.leader != *id
+                    && n.applied == Some((self.ctl.leader, self.ctl.epoch))
+            })
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let id = candidates[self.rng.range(0, candidates.len() as u64 - 1) as usize];
+        let log = self.log(id);
+        let end = log.offsets().log_end_offset;
+        if log.make_durable(end).await.is_err() {
+            return;
+        }
+        let o = log.offsets();
+        let last_fetched_epoch = log.latest_epoch().map_or(-1, |e| e.0);
+        self.sent += 1;
+        let fetch_id = self.sent;
+        let msg = Msg::Fetch {
+            id: fetch_id,
+            from: id,
+            to: self.ctl.leader,
+            epoch: self.ctl.epoch,
+            fetch_offset: o.log_end_offset.0,
+            last_fetched_epoch,
+            log_start: o.log_start_offset.0,
+        };
+        self.nodes[Self::idx(id)].fetching = Some(fetch_id);
+        self.net.push_back(msg);
+    }
+
+    async fn deliver(&mut self) -> Result<(), Violation> {
+        if self.net.is_empty() {
+            return Ok(());
+        }
+        // Any message in flight: the network reorders.
+        let k = self.rng.range(0, self.net.len() as u64 - 1) as usize;
+        let msg = if self.rng.chance(3) {
+            // Duplicated: a copy stays in flight.
+            let m = self.net.remove(k).expect("in range");
+            let copy = self.copy(&m);
+            self.net.push_back(m);
+            copy
+        } else {
+            self.net.remove(k).expect("in range")
+        };
+        let (from, to) = msg.ends();
+        if !self.up(to) || self.cut.contains(&(from.min(to), from.max(to))) {
+            self.timed_out(&msg);
+            return Ok(());
+        }
+        match msg {
+            Msg::Fetch {
+                id,
+                from,
+                to,
+                epoch,
+                fetch_offset,
+                last_fetched_epoch,
+                log_start,
+            } => {
+                let answer = self
+                    .serve_fetch(to, from, epoch, fetch_offset, last_fetched_epoch, log_start)
+                    .await?;
+                self.net.push_back(Msg::Answer {
+                    id,
+                    from: to,
+                    to: from,
+                    epoch,
+                    answer,
+                });
+            }
+            Msg::Answer {
+                id,
+                from,
+                to,
+                epoch,
+                answer,
+            } => {
+                if self.nodes[Self::idx(to)].fetching == Some(id) {
+                    self.apply_answer(to, from, epoch, answer).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A fetch or its answer was lost: the fetcher times out and asks again.
+    fn timed_out(&mut self, m: &Msg) {
+        let (fetcher, id) = match m {
+            Msg::Fetch { from, id, .. } => (*from, *id),
+            Msg::Answer { to, id, .. } => (*to, *id),
+        };
+        let n = &mut self.nodes[Self::idx(fetcher)];
+        if n.fetching == Some(id) {
+            n.fetching = None;
+        }
+    }
+
+    fn copy(&self, m: &Msg) -> Msg {
+        match m {
+            Msg::Fetch {
+                id,
+                from,
+                to,
+                epoch,
+                fetch_offset,
+                last_fetched_epoch,
+                log_start,
+            } => Msg::Fetch {
+                id: *id,
+                from: *from,
+                to: *to,
+                epoch: *epoch,
+                fetch_offset: *fetch_offset,
+                last_fetched_epoch: *last_fetched_epoch,
+                log_start: *log_start,
+            },
+            Msg::Answer {
+                id,
+                from,
+                to,
+                epoch,
+                answer,
+            } => Msg::Answer {
+                id: *id,
+                from: *from,
+                to: *to,
+                epoch: *epoch,
+                answer: match answer {
+                    Answer::Diverging(e, o) => Answer::Diverging(*e, *o),
+                    Answer::OutOfRange { log_start, hw } => Answer::OutOfRange {
+                        log_start: *log_start,
+                        hw: *hw,
+                    },
+                    Answer::Records { bytes, hw } => Answer::Records {
+                        bytes: bytes.clone(),
+                        hw: *hw,
+                    },
+                    Answer::NotLeader => Answer::NotLeader,
+                },
+            },
+        }
+    }
+
+    /// The leader's side of a fetch (as `broker/src/replication/leader.rs::serve_fetch`).
+    async fn serve_fetch(
+        &mut self,
+        leader: i32,
+        follower: i32,
+        epoch: i32,
+        fetch_offset: i64,
+        last_fetched_epoch: i32,
+        follower_log_start: i64,
+    ) -> Result<Answer, Violation> {
+        let i = Self::idx(leader);
+        if self.nodes[i].applied != Some((leader, epoch)) {
+            return Ok(Answer::NotLeader);
+        }
+        let log = self.nodes[i].log.as_ref().expect("up");
+        let offsets = log.offsets();
+        if last_fetched_epoch >= 0 {
+            let end =
+                rules::end_offset_for_epoch(log, LeaderEpoch(last_fetched_epoch), Some(epoch));
+            if let Some((e, o)) = rules::diverging_epoch(last_fetched_epoch, fetch_offset, end) {
+                self.note(format!(
+                    "{leader} tells {follower}: diverged in epoch {e} ending at {o}"
+                ));
+                return Ok(Answer::Diverging(e, o));
+            }
+        }
+        if fetch_offset < offsets.log_start_offset.0 || fetch_offset > offsets.log_end_offset.0 {
+            return Ok(Answer::OutOfRange {
+                log_start: offsets.log_start_offset.0,
+                hw: offsets.high_watermark.0,
+            });
+        }
+        let now = self.now_ms;
+        self.nodes[i]
+            .followers
+            .entry(follower)
+            .or_insert(FollowerProgress::unknown(-1))
+            .record_fetch(
+                fetch_offset,
+                follower_log_start,
+                offsets.log_end_offset.0,
+                -1,
+                now,
+            );
+        let in_isr = self.ctl.isr.contains(&follower);
+        if !in_isr
+            && self.nodes[i].pending_isr.is_none()
+            && rules::may_join_isr(
+                fetch_offset,
+                offsets.high_watermark.0,
+                self.nodes[i].epoch_start_offset,
+            )
+        {
+            let mut isr = self.ctl.isr.clone();
+            isr.push(follower);
+            self.propose_isr(leader, isr, "expand");
+        }
+        self.advance_hw(leader);
+        let log = self.log(leader);
+        let end = log.offsets().log_end_offset;
+        match log.read(Offset(fetch_offset), FETCH_MAX, end).await {
+            Ok(r) => Ok(Answer::Records {
+                bytes: r.records,
+                hw: r.high_watermark.0,
+            }),
+            Err(e) => Err(self.violation(format!("leader read at {fetch_offset}: {e}"))),
+        }
+    }
+
+    /// The follower's side (as `broker/src/replication/fetcher.rs::handle_partition`).
+    async fn apply_answer(
+        &mut self,
+        follower: i32,
+        leader: i32,
+        epoch: i32,
+        answer: Answer,
+    ) -> Result<(), Violation> {
+        let i = Self::idx(follower);
+        if self.nodes[i].applied != Some((leader, epoch)) {
+            return Ok(()); // an answer from an old role
+        }
+        self.nodes[i].fetching = None;
+        let log = self.nodes[i].log.as_ref().expect("up");
+        let o = log.offsets();
+        match answer {
+            Answer::NotLeader => {}
+            Answer::Diverging(e, end) => {
+                let local = if e >= 0 {
+                    rules::end_offset_for_epoch(log, LeaderEpoch(e), None)
+                } else {
+                    (-1, -1)
+                };
+                if let Ok(target) =
+                    rules::truncation_point(o.log_end_offset.0, o.high_watermark.0, e, end, local)
+                {
+                    if let Err(err) = log.truncate_to(Offset(target)).await {
+                        return Err(
+                            self.violation(format!("follower {follower} truncation: {err}"))
+                        );
+                    }
+                    self.note(format!("{follower} truncates to {target}"));
+                }
+            }
+            Answer::OutOfRange { log_start, hw } => {
+                if log_start > o.log_end_offset.0 {
+                    if let Err(err) = log.truncate_fully_and_start_at(Offset(log_start)).await {
+                        return Err(self.violation(format!(
+                            "follower {follower} restart at {log_start}: {err}"
+                        )));
+                    }
+                } else if hw >= 0 && hw < o.log_end_offset.0 {
+                    if let Ok(target) = rules::truncation_point(
+                        o.log_end_offset.0,
+                        o.high_watermark.0,
+                        -1,
+                        hw,
+                        (-1, -1),
+                    ) {
+                        if let Err(err) = log.truncate_to(Offset(target)).await {
+                            return Err(
+                                self.violation(format!("follower {follower} truncation: {err}"))
+                            );
+                        }
+                    }
+                }
+            }
+            Answer::Records { bytes, hw } => {
+                if !bytes.is_empty() {
+                    if let Err(e) = log.append_as_follower(bytes, LeaderEpoch(epoch), self.now_ms) {
+                        // Keel's fetcher backs off and asks again: an answer that does not fit
+                        // (a duplicate, a reordered one) changes nothing.
+                        self.note(format!("{follower} refuses an answer: {e}"));
+                        return Ok(());
+                    }
+                }
+                let end = log.offsets().log_end_offset.0;
+                if hw >= 0 {
+                    log.advance_high_watermark(Offset(hw.min(end)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A reader reads from the leader below its high watermark: what it sees must stay.
+    async fn read(&mut self) -> Result<(), Violation> {
+        let leader = self.ctl.leader;
+        if leader < 0
+            || !self.up(leader)
+            || self.nodes[Self::idx(leader)].applied != Some((leader, self.ctl.epoch))
+        {
+            return Ok(());
+        }
+        let o = self.log(leader).offsets();
+        if o.high_watermark.0 <= o.log_start_offset.0 {
+            return Ok(());
+        }
+        let from = self
+            .rng
+            .range(o.log_start_offset.0 as u64, o.high_watermark.0 as u64 - 1)
+            as i64;
+        let r = self
+            .log(leader)
+            .read(Offset(from), 32 << 10, o.high_watermark)
+            .await;
+        let records = match r {
+            Ok(r) => parse(&r.records),
+            Err(e) => return Err(self.violation(format!("read from the leader at {from}: {e}"))),
+        };
+        self.report.reads_checked += 1;
+        for (offset, value) in records
+            .into_iter()
+            .filter(|(o2, _)| *o2 < o.high_watermark.0)
+        {
+            if let Some(want) = self.must.get(&offset) {
+                let ok = *want == value;
+                self.check(ok, || format!("a reader at {offset} on {leader} got a record other than the acknowledged one"))?;
+            }
+            self.must.insert(offset, value);
+        }
+        Ok(())
+    }
+
+    /// Every record acknowledged or seen is on replica `id`, at its offset.
+    async fn check_must(&mut self, id: i32, who: &str) -> Result<(), Violation> {
+        let all = read_all(self.log(id)).await;
+        let got: BTreeMap<i64, Vec<u8>> = match all {
+            Ok(v) => v.into_iter().collect(),
+            Err(e) => return Err(self.violation(format!("{who} {id}: read: {e}"))),
+        };
+        let missing: Vec<i64> = self
+            .must
+            .iter()
+            .filter(|(o, v)| got.get(o) != Some(v))
+            .map(|(o, _)| *o)
+            .take(5)
+            .collect();
+        let end = self.log(id).offsets().log_end_offset.0;
+        self.check(missing.is_empty(), || {
+            format!("{who} {id} (log end {end}) lacks acknowledged or seen records at {missing:?}")
+        })
+    }
+
+    /// A power cut (`crash`) or a kill of a live replica.
+    fn stop_replica(&mut self, crash: bool) {
+        let live: Vec<i32> = REPLICAS.iter().copied().filter(|r| self.up(*r)).collect();
+        if live.len() < 2 {
+            return;
+        }
+        let id = live[self.rng.range(0, live.len() as u64 - 1) as usize];
+        let n = &mut self.nodes[Self::idx(id)];
+        n.log = None;
+        n.down_since = self.now_ms;
+        n.applied = None;
+        n.hw_in_isr = None;
+        if crash {
+            n.disk.disk().crash();
+            self.report.crashes += 1;
+        } else {
+            self.report.restarts += 1;
+        }
+        self.note(format!(
+            "replica {id} {}",
+            if crash { "loses power" } else { "is killed" }
+        ));
+    }
+
+    async fn restart_one(&mut self) -> Result<(), Violation> {
+        let down: Vec<i32> = REPLICAS.iter().copied().filter(|r| !self.up(*r)).collect();
+        if down.is_empty() {
+            return Ok(());
+        }
+        let id = down[self.rng.range(0, down.len() as u64 - 1) as usize];
+        self.start(Self::idx(id)).await
+    }
+
+    fn toggle_link(&mut self) {
+        let a = REPLICAS[self.rng.range(0, 2) as usize];
+        let b = REPLICAS[self.rng.range(0, 2) as usize];
+        if a == b {
+            return;
+        }
+        let link = (a.min(b), a.max(b));
+        if !self.cut.remove(&link) {
+            self.cut.insert(link);
+            self.note(format!("link {a}-{b} cut"));
+        } else {
+            self.note(format!("link {a}-{b} healed"));
+        }
+    }
+
+    /// The faults stop: every replica comes back, links heal, and fetches run until every
+    /// replica has the leader's log and the ISR is whole.
+    async fn converge(&mut self) -> Result<(), Violation> {
+        self.note("faults stop".into());
+        self.cut.clear();
+        for id in REPLICAS {
+            if !self.up(id) {
+                self.start(Self::idx(id)).await?;
+            }
+        }
+        for _ in 0..3_000 {
+            self.now_ms += 50;
+            self.send_fetch().await;
+            self.deliver().await?;
+            self.settle().await?;
+            if self.converged() {
+                break;
+            }
+        }
+        let leader = self.ctl.leader;
+        self.check(leader > 0, || "no leader once every replica is back".into())?;
+        self.check(self.converged(), || {
+            let ends: Vec<(i32, i64, i64)> = REPLICAS
+                .iter()
+                .map(|r| {
+                    let o = self.log(*r).offsets();
+                    (*r, o.log_end_offset.0, o.high_watermark.0)
+                })
+                .collect();
+            format!(
+                "the replicas did not converge once the faults stopped: (replica, log end, high \
+                 watermark) {ends:?}, ISR {:?}",
+                self.ctl.isr
+            )
+        })?;
+        self.check_must(leader, "the leader at the end").await?;
+        let reference = read_all(self.log(leader)).await.unwrap_or_default();
+        for id in REPLICAS {
+            let got = read_all(self.log(id)).await.unwrap_or_default();
+            self.check(got == reference, || {
+                format!("replica {id}'s log differs from the leader's")
+            })?;
+        }
+        Ok(())
+    }
+
+    fn converged(&self) -> bool {
+        let leader = self.ctl.leader;
+        if leader < 0 || self.ctl.isr.len() != REPLICAS.len() {
+            return false;
+        }
+        let end = self.log(leader).offsets().log_end_offset.0;
+        let hw = self.log(leader).offsets().high_watermark.0;
+        hw == end
+            && REPLICAS.iter().all(|r| {
+                let o = self.log(*r).offsets();
+                o.log_end_offset.0 == end && o.high_watermark.0 == end
+            })
+    }
+}
+
+/// Every record of `log` from its start: (offset, value), offsets checked dense.
+async fn read_all(log: &Log) -> Result<Vec<(i64, Vec<u8>)>, String> {
+    let o = log.offsets();
+    let mut out = Vec::new();
+    let mut at = o.log_start_offset.0;
+    while at < o.log_end_offset.0 {
+        let r = log
+            .read(Offset(at), 256 << 10, o.log_end_offset)
+            .await
+            .map_err(|e| e.to_string())?;
+        let batch = parse(&r.records);
+        let Some(last) = batch.last().map(|(x, _)| *x) else {
+            return Err(format!("an empty read at {at}"));
+        };
+        for (offset, v) in batch.into_iter().filter(|(x, _)| *x >= at) {
+            let want = o.log_start_offset.0 + out.len() as i64;
+            if offset != want {
+                return Err(format!("offset {offset} where {want} was next"));
+            }
+            out.push((offset, v));
+        }
+        at = last + 1;
+    }
+    Ok(out)
+}
+
+fn parse(bytes: &[u8]) -> Vec<(i64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let Some(h) = BatchHeader::parse(&bytes[pos..]) else {
+            break;
+        };
+        if pos + h.size > bytes.len() {
+            break;
+        }
+        let section = &bytes[pos + keel_vocab::records::HEADER_BYTES..pos + h.size];
+        if let Ok(records) = parse_records(section, &h) {
+            out.extend(
+                records
+                    .into_iter()
+                    .map(|r| (r.offset, r.value.unwrap_or_default().to_vec())),
+            );
+        }
+        pos += h.size;
+    }
+    out
+}
