@@ -59,10 +59,11 @@ fn main() {
                 t.appends, t.acked_records, t.retries, t.reads_checked
             );
             println!(
-                "  faults injected: {} sync EIO, {} write EIO, {} disk full; fired: {} sync EIO, {} write EIO, {} ENOSPC",
+                "  faults injected: {} sync EIO, {} write EIO, {} disk full, {} power-offs mid-operation; fired: {} sync EIO, {} write EIO, {} ENOSPC",
                 t.injected_sync_eio,
                 t.injected_write_eio,
                 t.injected_no_space,
+                t.injected_power_off,
                 t.disk.sync_eio,
                 t.disk.write_eio,
                 t.disk.no_space

@@ -262,6 +262,15 @@ impl Run {
                 self.ctl.fenced.remove(&id);
                 Ok(())
             }
+            Err(_) if n.disk.disk().is_off() => {
+                // The power went off while it opened: down again, its disk crashed.
+                n.disk.disk().crash();
+                n.down_since = self.now_ms;
+                let id = n.id;
+                self.report.crashes += 1;
+                self.note(format!("replica {id} loses power while it opens"));
+                Ok(())
+            }
             Err(e) => {
                 let id = n.id;
                 Err(self.violation(format!("replica {id} does not open: {e}")))
@@ -283,8 +292,25 @@ impl Run {
                 self.note("time passes".into());
                 Ok(())
             }
-            85..=87 => {
+            85..=86 => {
                 self.stop_replica(true);
+                Ok(())
+            }
+            87 => {
+                // The power of a live replica goes off a few disk changes from now: in the
+                // middle of an append, a sync, a truncation, a checkpoint.
+                let live: Vec<i32> = REPLICAS.iter().copied().filter(|r| self.up(*r)).collect();
+                if let Some(&id) = live.get(self.rng.range(0, 2) as usize) {
+                    let changes = self.rng.range(0, 6);
+                    self.nodes[Self::idx(id)]
+                        .disk
+                        .disk()
+                        .power_off_after(changes);
+                    self.report.injected_power_off += 1;
+                    self.note(format!(
+                        "replica {id}'s power goes off after {changes} changes"
+                    ));
+                }
                 Ok(())
             }
             88..=89 => {
@@ -324,6 +350,11 @@ impl Run {
     /// After every step: the controller's periodic work, every live replica takes up its
     /// role, the leader's ISR check, acknowledgements, and the high watermark check.
     async fn settle(&mut self) -> Result<(), Violation> {
+        for id in REPLICAS {
+            if self.up(id) && self.nodes[Self::idx(id)].disk.disk().is_off() {
+                self.down(id, true);
+            }
+        }
         // The controller fences replicas it has not heard from.
         for id in REPLICAS {
             let n = &self.nodes[Self::idx(id)];
@@ -360,7 +391,7 @@ impl Run {
             if role.0 == id {
                 let log = self.nodes[i].log.as_ref().expect("up");
                 if let Err(e) = log.become_leader(LeaderEpoch(role.1)).await {
-                    return Err(self.violation(format!("become_leader: {e}")));
+                    return self.io_failed(id, format!("become_leader: {e}"));
                 }
                 let end = log.offsets().log_end_offset.0;
                 let n = &mut self.nodes[i];
@@ -548,11 +579,11 @@ impl Run {
             self.now_ms,
         ) {
             Ok(info) => info,
-            Err(e) => return Err(self.violation(format!("leader append refused: {e}"))),
+            Err(e) => return self.io_failed(leader, format!("leader append refused: {e}")),
         };
         let end = info.last_offset.0 + 1;
         if let Err(e) = log.make_durable(Offset(end)).await {
-            return Err(self.violation(format!("leader sync: {e}")));
+            return self.io_failed(leader, format!("leader sync: {e}"));
         }
         self.advance_hw(leader);
         let base = info.base_offset.0;
@@ -618,6 +649,9 @@ impl Run {
         let log = self.log(id);
         let end = log.offsets().log_end_offset;
         if log.make_durable(end).await.is_err() {
+            if self.nodes[Self::idx(id)].disk.disk().is_off() {
+                self.down(id, true);
+            }
             return;
         }
         let o = log.offsets();
@@ -816,7 +850,9 @@ impl Run {
                 bytes: r.records,
                 hw: r.high_watermark.0,
             }),
-            Err(e) => Err(self.violation(format!("leader read at {fetch_offset}: {e}"))),
+            Err(e) => self
+                .io_failed(leader, format!("leader read at {fetch_offset}: {e}"))
+                .map(|()| Answer::NotLeader),
         }
     }
 
@@ -847,9 +883,8 @@ impl Run {
                     rules::truncation_point(o.log_end_offset.0, o.high_watermark.0, e, end, local)
                 {
                     if let Err(err) = log.truncate_to(Offset(target)).await {
-                        return Err(
-                            self.violation(format!("follower {follower} truncation: {err}"))
-                        );
+                        return self
+                            .io_failed(follower, format!("follower {follower} truncation: {err}"));
                     }
                     self.note(format!("{follower} truncates to {target}"));
                 }
@@ -857,9 +892,10 @@ impl Run {
             Answer::OutOfRange { log_start, hw } => {
                 if log_start > o.log_end_offset.0 {
                     if let Err(err) = log.truncate_fully_and_start_at(Offset(log_start)).await {
-                        return Err(self.violation(format!(
-                            "follower {follower} restart at {log_start}: {err}"
-                        )));
+                        return self.io_failed(
+                            follower,
+                            format!("follower {follower} restart at {log_start}: {err}"),
+                        );
                     }
                 } else if hw >= 0 && hw < o.log_end_offset.0 {
                     if let Ok(target) = rules::truncation_point(
@@ -870,8 +906,9 @@ impl Run {
                         (-1, -1),
                     ) {
                         if let Err(err) = log.truncate_to(Offset(target)).await {
-                            return Err(
-                                self.violation(format!("follower {follower} truncation: {err}"))
+                            return self.io_failed(
+                                follower,
+                                format!("follower {follower} truncation: {err}"),
                             );
                         }
                     }
@@ -918,7 +955,9 @@ impl Run {
             .await;
         let records = match r {
             Ok(r) => parse(&r.records),
-            Err(e) => return Err(self.violation(format!("read from the leader at {from}: {e}"))),
+            Err(e) => {
+                return self.io_failed(leader, format!("read from the leader at {from}: {e}"))
+            }
         };
         self.report.reads_checked += 1;
         for (offset, value) in records
@@ -939,7 +978,7 @@ impl Run {
         let all = read_all(self.log(id)).await;
         let got: BTreeMap<i64, Vec<u8>> = match all {
             Ok(v) => v.into_iter().collect(),
-            Err(e) => return Err(self.violation(format!("{who} {id}: read: {e}"))),
+            Err(e) => return self.io_failed(id, format!("{who} {id}: read: {e}")),
         };
         let missing: Vec<i64> = self
             .must
@@ -954,6 +993,16 @@ impl Run {
         })
     }
 
+    /// An operation of replica `id` failed: expected if its power went off (it then goes
+    /// down, its disk crashed), a violation otherwise.
+    fn io_failed(&mut self, id: i32, what: String) -> Result<(), Violation> {
+        if self.nodes[Self::idx(id)].disk.disk().is_off() {
+            self.down(id, true);
+            return Ok(());
+        }
+        Err(self.violation(what))
+    }
+
     /// A power cut (`crash`) or a kill of a live replica.
     fn stop_replica(&mut self, crash: bool) {
         let live: Vec<i32> = REPLICAS.iter().copied().filter(|r| self.up(*r)).collect();
@@ -961,6 +1010,11 @@ impl Run {
             return;
         }
         let id = live[self.rng.range(0, live.len() as u64 - 1) as usize];
+        self.down(id, crash);
+    }
+
+    /// Replica `id` goes down: power cut (`crash`: its disk keeps what it keeps) or kill.
+    fn down(&mut self, id: i32, crash: bool) {
         let n = &mut self.nodes[Self::idx(id)];
         n.log = None;
         n.down_since = self.now_ms;
@@ -1007,6 +1061,16 @@ impl Run {
     async fn converge(&mut self) -> Result<(), Violation> {
         self.note("faults stop".into());
         self.cut.clear();
+        for id in REPLICAS {
+            let off = {
+                let mut d = self.nodes[Self::idx(id)].disk.disk();
+                d.power_stays_on();
+                d.is_off()
+            };
+            if off && self.up(id) {
+                self.down(id, true);
+            }
+        }
         for id in REPLICAS {
             if !self.up(id) {
                 self.start(Self::idx(id)).await?;

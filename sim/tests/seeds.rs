@@ -116,3 +116,12 @@ fn replicated_seed_125_a_restarted_follower_claims_nothing_uncommitted() {
     let _one_at_a_time = serial();
     run_replica_seeds(125, 1, STEPS).unwrap_or_else(|v| panic!("{v}"));
 }
+
+/// Found a partition left offline by a power cut during a follower's truncation: the cut of
+/// the remaining segment was durable before the removal of the later segments, so after the
+/// cut the log had a gap and did not open. Fixed: the removals are synced first.
+#[test]
+fn replicated_seed_865_a_power_cut_during_truncation_leaves_no_gap() {
+    let _one_at_a_time = serial();
+    run_replica_seeds(865, 1, STEPS).unwrap_or_else(|v| panic!("{v}"));
+}

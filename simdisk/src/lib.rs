@@ -205,6 +205,13 @@ impl SimDisk {
         self.power_left = Some(changes);
     }
 
+    /// Withdraws a power-off that has not happened yet (one that has stays until the crash).
+    pub fn power_stays_on(&mut self) {
+        if self.power_left != Some(0) {
+            self.power_left = None;
+        }
+    }
+
     /// Whether the power is set to go off (or is off): only a crash restores it.
     pub fn power_left_set(&self) -> bool {
         self.power_left.is_some()
