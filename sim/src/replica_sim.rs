@@ -879,15 +879,13 @@ impl Run {
                 } else {
                     (-1, -1)
                 };
-                if let Ok(target) =
-                    rules::truncation_point(o.log_end_offset.0, o.high_watermark.0, e, end, local)
-                {
-                    if let Err(err) = log.truncate_to(Offset(target)).await {
-                        return self
-                            .io_failed(follower, format!("follower {follower} truncation: {err}"));
-                    }
-                    self.note(format!("{follower} truncates to {target}"));
+                let target =
+                    rules::truncation_point(o.log_end_offset.0, o.high_watermark.0, e, end, local);
+                if let Err(err) = log.truncate_to(Offset(target)).await {
+                    return self
+                        .io_failed(follower, format!("follower {follower} truncation: {err}"));
                 }
+                self.note(format!("{follower} truncates to {target}"));
             }
             Answer::OutOfRange { log_start, hw } => {
                 if log_start > o.log_end_offset.0 {
@@ -898,19 +896,16 @@ impl Run {
                         );
                     }
                 } else if hw >= 0 && hw < o.log_end_offset.0 {
-                    if let Ok(target) = rules::truncation_point(
+                    let target = rules::truncation_point(
                         o.log_end_offset.0,
                         o.high_watermark.0,
                         -1,
                         hw,
                         (-1, -1),
-                    ) {
-                        if let Err(err) = log.truncate_to(Offset(target)).await {
-                            return self.io_failed(
-                                follower,
-                                format!("follower {follower} truncation: {err}"),
-                            );
-                        }
+                    );
+                    if let Err(err) = log.truncate_to(Offset(target)).await {
+                        return self
+                            .io_failed(follower, format!("follower {follower} truncation: {err}"));
                     }
                 }
             }

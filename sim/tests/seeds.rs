@@ -125,3 +125,12 @@ fn replicated_seed_865_a_power_cut_during_truncation_leaves_no_gap() {
     let _one_at_a_time = serial();
     run_replica_seeds(865, 1, STEPS).unwrap_or_else(|v| panic!("{v}"));
 }
+
+/// Found a follower stuck forever: its leader's end of the diverged epoch lay past the
+/// follower's log end (the follower had led a later epoch from a shorter log), and the
+/// truncation refused instead of cutting to where that epoch ends locally, as Kafka does.
+#[test]
+fn replicated_seed_1952_a_follower_behind_the_divergence_point_still_truncates() {
+    let _one_at_a_time = serial();
+    run_replica_seeds(1952, 1, STEPS).unwrap_or_else(|v| panic!("{v}"));
+}

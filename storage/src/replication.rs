@@ -159,24 +159,25 @@ pub fn high_watermark_candidate(
 }
 
 /// Follower, told by its leader that its log diverged in `leader_epoch`, which ends at
-/// `leader_end` there (Kafka's `getOffsetTruncationState`): the offset to truncate to. The
-/// local log ends at `log_end` with high watermark `high_watermark`; `local_end_for_epoch`
-/// is its own [`crate::Log::end_offset_for_epoch`] answer for `leader_epoch`. A negative
-/// `leader_end` (the leader knows no such epoch) cuts to the high watermark, which every ISR
-/// member holds.
+/// `leader_end` there (Kafka's `getOffsetTruncationState`): the offset to truncate to, never
+/// past the local log end `log_end`. `local_end_for_epoch` is the follower's own
+/// [`crate::Log::end_offset_for_epoch`] answer for `leader_epoch` (the largest local epoch at
+/// or below it, and where it ends). A negative `leader_end` (the leader knows no such epoch)
+/// cuts to the local high watermark, which every ISR member holds; a local epoch below the
+/// leader's cuts to where that epoch ends here (the next fetch asks again from there).
+///
+/// The leader's end of the epoch may lie past the local log end: the follower's epoch ended
+/// earlier here (it led a later epoch itself, from a shorter log). Cutting to the local end of
+/// the epoch is then right; refusing, as Keel did, left the follower fetching the same
+/// divergence forever (found by the fault simulation, replicated seed 1952).
 pub fn truncation_point(
     log_end: i64,
     high_watermark: i64,
     leader_epoch: i32,
     leader_end: i64,
     local_end_for_epoch: (i32, i64),
-) -> Result<i64, String> {
-    if leader_end > log_end {
-        return Err(format!(
-            "divergence point {leader_end} past the local log end {log_end}"
-        ));
-    }
-    Ok(if leader_end < 0 {
+) -> i64 {
+    if leader_end < 0 {
         high_watermark.min(log_end)
     } else if leader_epoch < 0 {
         leader_end.min(log_end)
@@ -186,7 +187,7 @@ pub fn truncation_point(
             (e, end) if e >= 0 => end.min(log_end),
             _ => leader_end.min(log_end),
         }
-    })
+    }
 }
 
 #[cfg(test)]
@@ -216,12 +217,14 @@ mod tests {
     #[test]
     fn a_follower_truncates_to_where_the_epochs_agree() {
         // The leader's epoch 3 ends at 10; the follower's epoch 3 ends at 12: cut at 10.
-        assert_eq!(truncation_point(12, 8, 3, 10, (3, 12)), Ok(10));
+        assert_eq!(truncation_point(12, 8, 3, 10, (3, 12)), 10);
         // The follower's latest epoch below 3 is 2, ending at 9: cut at 9.
-        assert_eq!(truncation_point(12, 8, 3, 10, (2, 9)), Ok(9));
+        assert_eq!(truncation_point(12, 8, 3, 10, (2, 9)), 9);
         // The leader knows no epoch: the high watermark.
-        assert_eq!(truncation_point(12, 8, -1, -1, (-1, -1)), Ok(8));
-        assert!(truncation_point(12, 8, 3, 13, (3, 12)).is_err());
+        assert_eq!(truncation_point(12, 8, -1, -1, (-1, -1)), 8);
+        // The leader's epoch 0 ends at 12, the follower's at 5 (it led epoch 1 from there,
+        // its log ends at 7): cut at 5, not refuse.
+        assert_eq!(truncation_point(7, 0, 0, 12, (0, 5)), 5);
         assert_eq!(diverging_epoch(3, 12, (3, 10)), Some((3, 10)));
         assert_eq!(diverging_epoch(3, 10, (4, 20)), None);
         assert_eq!(diverging_epoch(3, 10, (2, 20)), Some((2, 20)));

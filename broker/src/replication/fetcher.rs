@@ -460,7 +460,7 @@ async fn truncate_diverged(
         leader_epoch,
         leader_end,
         local,
-    )?;
+    );
     let outcome = part
         .log
         .truncate_to(Offset(target))
