@@ -134,3 +134,12 @@ fn replicated_seed_1952_a_follower_behind_the_divergence_point_still_truncates()
     let _one_at_a_time = serial();
     run_replica_seeds(1952, 1, STEPS).unwrap_or_else(|v| panic!("{v}"));
 }
+
+/// Found a new leader whose high watermark stayed below its log end until the next produce:
+/// as a follower it had appended records it syncs only before its next fetch, which never
+/// came. Fixed: becoming leader makes the log durable first.
+#[test]
+fn replicated_seed_2866_a_new_leader_syncs_what_it_appended_as_a_follower() {
+    let _one_at_a_time = serial();
+    run_replica_seeds(2866, 1, STEPS).unwrap_or_else(|v| panic!("{v}"));
+}

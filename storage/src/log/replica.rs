@@ -264,11 +264,17 @@ impl Log {
         })
     }
 
-    /// On becoming leader for `epoch`: records that it starts at the log end offset (if it is
-    /// newer than the latest epoch) and persists `leader-epoch-checkpoint` before returning,
-    /// so OffsetForLeaderEpoch answers the epoch's start before its first append.
+    /// On becoming leader for `epoch`: makes everything appended durable (a former follower
+    /// syncs what it appended before its next fetch, which never comes: unsynced, that tail
+    /// would hold the high watermark below the epoch's start until the next produce; found by
+    /// the fault simulation, replicated seed 2866), records that the epoch starts at the log
+    /// end offset (if it is newer than the latest epoch) and persists `leader-epoch-checkpoint`
+    /// before returning, so OffsetForLeaderEpoch answers the epoch's start before its first
+    /// append.
     pub async fn become_leader(&self, epoch: LeaderEpoch) -> Result<(), StorageError> {
         let _permit = self.inner.flush_lock.acquire_permit(1).await?;
+        let sync = self.config().flush_policy == crate::types::FlushPolicy::Group;
+        self.flush_locked(sync).await?;
         {
             let mut s = self.inner.state.borrow_mut();
             s.check_poisoned()?;
