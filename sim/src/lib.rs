@@ -10,6 +10,8 @@
 pub mod log_sim;
 pub mod replica_sim;
 
+use std::cell::Cell;
+use std::collections::VecDeque;
 use std::future::Future;
 
 pub use keel_simdisk::{FaultCounts, SplitMix64};
@@ -110,6 +112,64 @@ impl std::fmt::Display for Violation {
             writeln!(f, "    {t}")?;
         }
         Ok(())
+    }
+}
+
+/// What a run keeps for its report: its last operations and the checks it ran.
+pub(crate) struct Trail {
+    seed: u64,
+    /// Names the simulation in a violation (`""` for the one-log one).
+    kind: &'static str,
+    keep: usize,
+    lines: VecDeque<String>,
+    checks: Cell<u64>,
+}
+
+impl Trail {
+    pub(crate) fn new(seed: u64, kind: &'static str, keep: usize) -> Trail {
+        Trail {
+            seed,
+            kind,
+            keep,
+            lines: VecDeque::new(),
+            checks: Cell::new(0),
+        }
+    }
+
+    /// Remembers one operation (the oldest beyond `keep` are forgotten).
+    pub(crate) fn note(&mut self, line: String) {
+        if self.lines.len() == self.keep {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(line);
+    }
+
+    pub(crate) fn violation(&self, step: u64, what: String) -> Violation {
+        Violation {
+            seed: self.seed,
+            step,
+            what: format!("{}{what}", self.kind),
+            trail: self.lines.iter().cloned().collect(),
+        }
+    }
+
+    /// One invariant check: `Err` with the violation when it does not hold.
+    pub(crate) fn check(
+        &self,
+        step: u64,
+        ok: bool,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), Violation> {
+        self.checks.set(self.checks.get() + 1);
+        if ok {
+            Ok(())
+        } else {
+            Err(self.violation(step, what()))
+        }
+    }
+
+    pub(crate) fn checks(&self) -> u64 {
+        self.checks.get()
     }
 }
 

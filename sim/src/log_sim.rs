@@ -20,7 +20,6 @@
 //!   log is answered as a duplicate at its original offset, never appended twice; one that
 //!   is not is appended where its sequence allows it and refused otherwise.
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
 use bytes::BytesMut;
@@ -28,7 +27,7 @@ use keel_simdisk::{Fault, SimDisk};
 use keel_storage::{Disk, LeaderEpoch, Log, LogConfig, Offset, SimHandle, StorageError};
 use keel_vocab::records::{frame_batch, parse_records, put_record, BatchFields, BatchHeader};
 
-use crate::{Rng, SeedReport, Violation};
+use crate::{Rng, SeedReport, Trail, Violation};
 
 /// Where the simulated partition lives on its disk.
 const DIR: &str = "/node/t-0";
@@ -101,9 +100,7 @@ struct Run {
     sent: u64,
     /// An injected fault may have fired: errors are expected until the next restart.
     faulted: bool,
-    trail: VecDeque<String>,
-    /// Invariant checks run.
-    checks: std::cell::Cell<u64>,
+    trail: Trail,
 }
 
 /// Runs seed `seed` for `steps` steps.
@@ -144,8 +141,7 @@ pub async fn run(seed: u64, steps: u64) -> Result<SeedReport, Violation> {
         now_ms: 1_700_000_000_000,
         sent: 0,
         faulted: false,
-        trail: VecDeque::new(),
-        checks: std::cell::Cell::new(0),
+        trail: Trail::new(seed, "", TRAIL),
     };
     keel_storage::set_previous_stop_clean(false);
     run.open().await?;
@@ -157,7 +153,7 @@ pub async fn run(seed: u64, steps: u64) -> Result<SeedReport, Violation> {
     // The end: a last power cut checks everything acknowledged and seen once more.
     run.power_cut().await?;
     run.report.steps = steps;
-    run.report.checks = run.checks.get();
+    run.report.checks = run.trail.checks();
     run.report.disk = run.disk.disk().counts.clone();
     if let Some(log) = run.log.take() {
         drop(log);
@@ -168,28 +164,16 @@ pub async fn run(seed: u64, steps: u64) -> Result<SeedReport, Violation> {
 
 impl Run {
     fn note(&mut self, what: String) {
-        if self.trail.len() == TRAIL {
-            self.trail.pop_front();
-        }
-        self.trail.push_back(format!("{:>5} {what}", self.step));
+        let line = format!("{:>5} {what}", self.step);
+        self.trail.note(line);
     }
 
     fn violation(&self, what: String) -> Violation {
-        Violation {
-            seed: self.seed,
-            step: self.step,
-            what,
-            trail: self.trail.iter().cloned().collect(),
-        }
+        self.trail.violation(self.step, what)
     }
 
     fn check(&self, ok: bool, what: impl FnOnce() -> String) -> Result<(), Violation> {
-        self.checks.set(self.checks.get() + 1);
-        if ok {
-            Ok(())
-        } else {
-            Err(self.violation(what()))
-        }
+        self.trail.check(self.step, ok, what)
     }
 
     fn log(&self) -> &Log {

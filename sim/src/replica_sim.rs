@@ -30,7 +30,7 @@ use keel_storage::replication::{self as rules, FollowerProgress};
 use keel_storage::{Disk, LeaderEpoch, Log, LogConfig, Offset, SimHandle};
 use keel_vocab::records::{frame_batch, parse_records, put_record, BatchFields, BatchHeader};
 
-use crate::{Rng, SeedReport, Violation};
+use crate::{Rng, SeedReport, Trail, Violation};
 
 const REPLICAS: [i32; 3] = [1, 2, 3];
 /// `min.insync.replicas`.
@@ -43,6 +43,7 @@ const SESSION_MS: i64 = 2_000;
 const FETCH_MAX: usize = 16 << 10;
 const TRAIL: usize = 60;
 
+#[derive(Clone)]
 enum Answer {
     Diverging(i32, i64),
     OutOfRange { log_start: i64, hw: i64 },
@@ -50,6 +51,7 @@ enum Answer {
     NotLeader,
 }
 
+#[derive(Clone)]
 enum Msg {
     Fetch {
         id: u64,
@@ -129,8 +131,7 @@ struct Run {
     /// The highest high watermark a leader reached.
     committed: i64,
     report: SeedReport,
-    trail: VecDeque<String>,
-    checks: std::cell::Cell<u64>,
+    trail: Trail,
 }
 
 /// Runs seed `seed` of the replicated partition for `steps` steps, then heals everything and
@@ -177,8 +178,7 @@ pub async fn run(seed: u64, steps: u64) -> Result<SeedReport, Violation> {
             seed,
             ..SeedReport::default()
         },
-        trail: VecDeque::new(),
-        checks: std::cell::Cell::new(0),
+        trail: Trail::new(seed, "[replicated] ", TRAIL),
     };
     keel_storage::set_previous_stop_clean(false);
     for i in 0..run.nodes.len() {
@@ -192,7 +192,7 @@ pub async fn run(seed: u64, steps: u64) -> Result<SeedReport, Violation> {
     }
     run.converge().await?;
     run.report.steps = steps;
-    run.report.checks = run.checks.get();
+    run.report.checks = run.trail.checks();
     for n in &mut run.nodes {
         let c = n.disk.disk().counts.clone();
         let d = &mut run.report.disk;
@@ -208,32 +208,16 @@ pub async fn run(seed: u64, steps: u64) -> Result<SeedReport, Violation> {
 
 impl Run {
     fn note(&mut self, what: String) {
-        if self.trail.len() == TRAIL {
-            self.trail.pop_front();
-        }
-        self.trail.push_back(format!(
-            "{:>5} t+{} {what}",
-            self.step,
-            self.now_ms % 1_000_000
-        ));
+        let line = format!("{:>5} t+{} {what}", self.step, self.now_ms % 1_000_000);
+        self.trail.note(line);
     }
 
     fn violation(&self, what: String) -> Violation {
-        Violation {
-            seed: self.seed,
-            step: self.step,
-            what: format!("[replicated] {what}"),
-            trail: self.trail.iter().cloned().collect(),
-        }
+        self.trail.violation(self.step, what)
     }
 
     fn check(&self, ok: bool, what: impl FnOnce() -> String) -> Result<(), Violation> {
-        self.checks.set(self.checks.get() + 1);
-        if ok {
-            Ok(())
-        } else {
-            Err(self.violation(what()))
-        }
+        self.trail.check(self.step, ok, what)
     }
 
     fn idx(id: i32) -> usize {
@@ -680,7 +664,7 @@ impl Run {
         let msg = if self.rng.chance(3) {
             // Duplicated: a copy stays in flight.
             let m = self.net.remove(k).expect("in range");
-            let copy = self.copy(&m);
+            let copy = m.clone();
             self.net.push_back(m);
             copy
         } else {
@@ -736,52 +720,6 @@ impl Run {
         let n = &mut self.nodes[Self::idx(fetcher)];
         if n.fetching == Some(id) {
             n.fetching = None;
-        }
-    }
-
-    fn copy(&self, m: &Msg) -> Msg {
-        match m {
-            Msg::Fetch {
-                id,
-                from,
-                to,
-                epoch,
-                fetch_offset,
-                last_fetched_epoch,
-                log_start,
-            } => Msg::Fetch {
-                id: *id,
-                from: *from,
-                to: *to,
-                epoch: *epoch,
-                fetch_offset: *fetch_offset,
-                last_fetched_epoch: *last_fetched_epoch,
-                log_start: *log_start,
-            },
-            Msg::Answer {
-                id,
-                from,
-                to,
-                epoch,
-                answer,
-            } => Msg::Answer {
-                id: *id,
-                from: *from,
-                to: *to,
-                epoch: *epoch,
-                answer: match answer {
-                    Answer::Diverging(e, o) => Answer::Diverging(*e, *o),
-                    Answer::OutOfRange { log_start, hw } => Answer::OutOfRange {
-                        log_start: *log_start,
-                        hw: *hw,
-                    },
-                    Answer::Records { bytes, hw } => Answer::Records {
-                        bytes: bytes.clone(),
-                        hw: *hw,
-                    },
-                    Answer::NotLeader => Answer::NotLeader,
-                },
-            },
         }
     }
 
