@@ -65,10 +65,11 @@ fn seed_5_a_failed_sync_is_not_served_after_a_restart() {
 
 /// Found a partition left offline by a power cut: a torn unsynced write kept sectors after a
 /// lost one, and recovery took the valid batch after the hole for mid-log corruption. Fixed by
-/// the recovery point: past it a bad batch is a torn tail and is cut.
+/// the recovery point: past it a bad batch is a torn tail and is cut. (First found as seed 41;
+/// once the simulation also checkpoints recovery points, seed 118 is the one that hits it.)
 #[test]
-fn seed_41_a_torn_unsynced_write_is_cut_not_taken_for_corruption() {
-    one(41);
+fn seed_118_a_torn_unsynced_write_is_cut_not_taken_for_corruption() {
+    one(118);
 }
 
 #[test]
