@@ -60,6 +60,9 @@ pub struct SeedReport {
     pub injected_write_eio: u64,
     pub injected_no_space: u64,
     pub injected_power_off: u64,
+    /// Replicated: seeds that ended with the partition offline for good (KIP-966: no eligible
+    /// replica left after unclean restarts), where convergence is not checked.
+    pub offline_at_end: u64,
     pub disk: FaultCounts,
 }
 
@@ -78,6 +81,7 @@ impl SeedReport {
         self.injected_write_eio += o.injected_write_eio;
         self.injected_no_space += o.injected_no_space;
         self.injected_power_off += o.injected_power_off;
+        self.offline_at_end += o.offline_at_end;
         let (d, e) = (&mut self.disk, &o.disk);
         d.write_eio += e.write_eio;
         d.sync_eio += e.sync_eio;

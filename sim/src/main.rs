@@ -72,6 +72,12 @@ fn main() {
                 "  power cuts: {} ({} unsynced sectors kept, {} lost, {} directory entries undone); process restarts: {}",
                 t.crashes, t.disk.sectors_kept, t.disk.sectors_lost, t.disk.entries_reverted, t.restarts
             );
+            if replicated {
+                println!(
+                    "  seeds ending offline for good (KIP-966: no eligible replica after unclean restarts; convergence not checked): {}",
+                    t.offline_at_end
+                );
+            }
             println!("  invariant checks: {}; violations: 0", t.checks);
         }
         Err(v) => {

@@ -24,7 +24,16 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
+use keel_raft::partition_change::{
+    alter_partition, fence_records, registration_records, AlterPartitionRequest, IsrMember,
+    Unclean, MIN_INSYNC_REPLICAS,
+};
+use keel_raft::records::RESOURCE_BROKER;
+use keel_raft::registration::BrokerRegistration;
+use keel_raft::{ApplyOutcome, ClusterImage, Record};
 use keel_simdisk::SimDisk;
 use keel_storage::replication::{self as rules, FollowerProgress};
 use keel_storage::{Disk, LeaderEpoch, Log, LogConfig, Offset, SimHandle};
@@ -97,15 +106,147 @@ struct Node {
     fetching: Option<u64>,
     /// The high watermark last seen while it was up and in the ISR.
     hw_in_isr: Option<i64>,
+    /// Started once: a later start is a restart (a new registration).
+    started: bool,
 }
 
-/// The partition as the controller has it.
+/// The partition as the controller has it: keel-raft's own decisions
+/// (`partition_change::{fence_records, registration_records, alter_partition}`, the functions
+/// the metadata quorum's leader runs) applied to a real `ClusterImage`, with the partition's
+/// fields read back after every change.
 struct Controller {
+    image: Arc<ClusterImage>,
+    registrations: u8,
     leader: i32,
     epoch: i32,
     isr: Vec<i32>,
     partition_epoch: i32,
     fenced: BTreeSet<i32>,
+}
+
+const TOPIC_ID: [u8; 16] = [7; 16];
+
+impl Controller {
+    /// Three brokers registered, topic `t` with one partition on them all, broker 1 leading,
+    /// `min.insync.replicas` 2.
+    fn new() -> Controller {
+        let mut c = Controller {
+            image: Arc::new(ClusterImage::default()),
+            registrations: 0,
+            leader: -1,
+            epoch: -1,
+            isr: Vec::new(),
+            partition_epoch: -1,
+            fenced: BTreeSet::new(),
+        };
+        for b in REPLICAS {
+            c.register(b);
+        }
+        let created = c.apply(&[
+            Record::TopicCreated {
+                name: "t".into(),
+                topic_id: TOPIC_ID,
+            },
+            Record::PartitionCreated {
+                topic_id: TOPIC_ID,
+                partition: 0,
+                replicas: REPLICAS.to_vec(),
+                isr: REPLICAS.to_vec(),
+                leader: REPLICAS[0],
+                leader_epoch: 0,
+            },
+            Record::ConfigChanged {
+                resource_type: RESOURCE_BROKER,
+                resource_name: String::new(),
+                name: MIN_INSYNC_REPLICAS.into(),
+                value: Some(MIN_ISR.to_string()),
+            },
+        ]);
+        assert!(created, "the simulated cluster's topic");
+        c
+    }
+
+    /// Applies `records` as the next log entry; false if the image refuses them.
+    fn apply(&mut self, records: &[Record]) -> bool {
+        let (next, outcome) = self.image.apply(self.image.applied_index + 1, records);
+        if outcome != ApplyOutcome::Applied {
+            return false;
+        }
+        self.image = next;
+        if let Some(p) = self.image.topic("t").and_then(|t| t.partitions.first()) {
+            self.leader = p.leader;
+            self.epoch = p.leader_epoch;
+            self.isr = p.isr.clone();
+            self.partition_epoch = p.partition_epoch;
+        }
+        self.fenced = self
+            .image
+            .brokers
+            .values()
+            .filter(|b| b.fenced)
+            .map(|b| b.broker_id)
+            .collect();
+        true
+    }
+
+    /// A broker (re)registers as a new incarnation after a crash or kill (no clean shutdown:
+    /// it leaves the ISR unless it is the last member, KIP-966).
+    fn register(&mut self, id: i32) {
+        self.registrations += 1;
+        let reg = BrokerRegistration {
+            broker_id: id,
+            incarnation_id: [self.registrations; 16],
+            host: format!("b{id}"),
+            port: 9092,
+            rack: None,
+            controller_addr: None,
+            shard_count: 1,
+            inter_broker_host: None,
+            inter_broker_port: None,
+            inter_broker_shard_ports: Vec::new(),
+            previous_broker_epoch: -1,
+            listeners: Vec::new(),
+        };
+        let records = registration_records(&self.image, &reg, Unclean::Disabled);
+        self.apply(&records);
+    }
+
+    fn elr(&self) -> Vec<i32> {
+        self.image
+            .topic("t")
+            .and_then(|t| t.partitions.first())
+            .map_or(Vec::new(), |p| p.elr.clone())
+    }
+
+    /// The broker missed its session: fenced, out of the ISR, its leaderships elected away.
+    fn fence(&mut self, id: i32) {
+        let records = fence_records(&self.image, id, Unclean::Disabled);
+        self.apply(&records);
+    }
+
+    /// The leader's AlterPartition: whether the controller took it.
+    fn alter_isr(&mut self, leader: i32, isr: &[i32]) -> bool {
+        let new_isr = isr
+            .iter()
+            .map(|b| IsrMember {
+                broker_id: *b,
+                broker_epoch: self.image.brokers.get(b).map_or(-1, |i| i.broker_epoch),
+            })
+            .collect();
+        let request = AlterPartitionRequest {
+            topic_id: TOPIC_ID,
+            partition: 0,
+            leader_id: leader,
+            leader_epoch: self.epoch,
+            partition_epoch: self.partition_epoch,
+            new_isr,
+        };
+        match alter_partition(&self.image, &request) {
+            Ok(Some(record)) => self.apply(&[record]),
+            Ok(None) => true,
+            Err(_) => false,
+        }
+    }
 }
 
 struct Pending {
@@ -153,19 +294,14 @@ pub async fn run(seed: u64, steps: u64) -> Result<SeedReport, Violation> {
             epoch_start_offset: 0,
             fetching: None,
             hw_in_isr: None,
+            started: false,
         });
     }
     let mut run = Run {
         seed,
         rng,
         nodes,
-        ctl: Controller {
-            leader: 1,
-            epoch: 0,
-            isr: REPLICAS.to_vec(),
-            partition_epoch: 0,
-            fenced: BTreeSet::new(),
-        },
+        ctl: Controller::new(),
         net: VecDeque::new(),
         cut: BTreeSet::new(),
         now_ms: 1_700_000_000_000,
@@ -240,10 +376,18 @@ impl Run {
                 n.applied = None;
                 n.fetching = None;
                 n.hw_in_isr = None;
-                let id = n.id;
+                let (id, restarted) = (n.id, n.started);
+                n.started = true;
                 self.note(format!("replica {id} starts"));
-                // It registers again: unfenced.
-                self.ctl.fenced.remove(&id);
+                // A restart registers a new incarnation (unfenced; out of the ISR, KIP-966).
+                if restarted {
+                    self.ctl.register(id);
+                    let (l, e, isr) = (self.ctl.leader, self.ctl.epoch, self.ctl.isr.clone());
+                    let elr = self.ctl.elr();
+                    self.note(format!(
+                        "replica {id} registers: leader {l} epoch {e} ISR {isr:?} ELR {elr:?}"
+                    ));
+                }
                 Ok(())
             }
             Err(_) if n.disk.disk().is_off() => {
@@ -346,19 +490,12 @@ impl Run {
                 && !self.ctl.fenced.contains(&id)
                 && self.now_ms - n.down_since > SESSION_MS
             {
-                self.ctl.fenced.insert(id);
-                self.note(format!("controller fences replica {id}"));
-                if self.ctl.isr.len() > 1 && self.ctl.isr.contains(&id) {
-                    self.ctl.isr.retain(|r| *r != id);
-                    self.ctl.partition_epoch += 1;
-                }
-                if self.ctl.leader == id {
-                    self.elect();
-                }
+                self.ctl.fence(id);
+                let (l, e, isr) = (self.ctl.leader, self.ctl.epoch, self.ctl.isr.clone());
+                self.note(format!(
+                    "controller fences replica {id}: leader {l} epoch {e} ISR {isr:?}"
+                ));
             }
-        }
-        if self.ctl.leader < 0 {
-            self.elect();
         }
         // Roles.
         for id in REPLICAS {
@@ -454,46 +591,12 @@ impl Run {
         Ok(())
     }
 
-    /// Kafka's election: the first live ISR member in replica order leads, in a new epoch.
-    fn elect(&mut self) {
-        let next = REPLICAS
-            .iter()
-            .copied()
-            .find(|r| self.ctl.isr.contains(r) && !self.ctl.fenced.contains(r) && self.up(*r));
-        let before = self.ctl.leader;
-        match next {
-            Some(l) => {
-                self.ctl.leader = l;
-                self.ctl.epoch += 1;
-                self.ctl.partition_epoch += 1;
-                self.note(format!(
-                    "controller elects {l} (was {before}), epoch {}",
-                    self.ctl.epoch
-                ));
-            }
-            None => {
-                if before >= 0 {
-                    self.ctl.leader = -1;
-                    self.ctl.epoch += 1;
-                    self.ctl.partition_epoch += 1;
-                    self.note("controller: no live ISR member, the partition is offline".into());
-                }
-            }
-        }
-    }
-
     /// A leader's AlterPartition, applied at once when the controller accepts it.
     fn propose_isr(&mut self, leader: i32, isr: Vec<i32>, why: &str) {
-        let accepted = self.ctl.leader == leader
-            && isr.contains(&leader)
-            && isr.iter().all(|r| !self.ctl.fenced.contains(r));
+        let accepted = self.ctl.alter_isr(leader, &isr);
         self.note(format!(
             "replica {leader} proposes ISR {isr:?} ({why}): accepted {accepted}"
         ));
-        if accepted {
-            self.ctl.isr = isr;
-            self.ctl.partition_epoch += 1;
-        }
         self.nodes[Self::idx(leader)].pending_isr = None;
         self.advance_hw(leader);
     }
@@ -1019,6 +1122,14 @@ impl Run {
             }
         }
         let leader = self.ctl.leader;
+        if leader < 0 && self.ctl.isr.is_empty() && self.ctl.elr().is_empty() {
+            // KIP-966: every replica that held all committed records restarted uncleanly, so
+            // none is eligible; the partition waits for an operator's unclean election. What
+            // was checked during the run stands; there is nothing to converge on.
+            self.note("offline for good: no eligible replica (KIP-966)".into());
+            self.report.offline_at_end += 1;
+            return Ok(());
+        }
         self.check(leader > 0, || "no leader once every replica is back".into())?;
         self.check(self.converged(), || {
             let ends: Vec<(i32, i64, i64)> = REPLICAS
