@@ -448,8 +448,19 @@ fn two_replicas_down_refuse_acks_all_then_recover() {
 fn rolling_restarts_lose_no_acknowledged_record() {
     let _serial = serial();
     // SIGTERM is a controlled shutdown; the controller hands leadership back to the preferred
-    // replicas once each restarted broker is in sync (checked every second here).
-    let mut nodes = cluster(3, &["--set", "leader.imbalance.check.interval.seconds=1"]);
+    // replicas once each restarted broker is in sync (checked every second here). The
+    // imbalance threshold is 0: with Kafka's 10%, one partition of "rolling" left behind among
+    // a broker's ~17 preferred `__consumer_offsets` partitions (6%) is never moved back, which
+    // is Kafka's rule, not a fault (CI saw this wait out its 20 s once).
+    let mut nodes = cluster(
+        3,
+        &[
+            "--set",
+            "leader.imbalance.check.interval.seconds=1",
+            "--set",
+            "leader.imbalance.per.broker.percentage=0",
+        ],
+    );
     create(&nodes[0], "rolling", 2, 3, 2);
     for p in 0..2 {
         wait_for_full_isr(&nodes[0], "rolling", p);
