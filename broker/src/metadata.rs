@@ -169,6 +169,24 @@ impl MetadataImage {
         self.topics.get(name)
     }
 
+    /// The replicas of `p` of `t` that are offline (Kafka's Metadata `offline_replicas`): on
+    /// a broker that is not live (not registered, or fenced), or whose log of `p` went offline
+    /// (`ReplicasOffline`).
+    pub fn offline_replicas(&self, t: &TopicMeta, p: &PartitionMeta) -> Vec<i32> {
+        p.replicas
+            .iter()
+            .copied()
+            .filter(|r| {
+                !self.brokers.contains_key(r)
+                    || self
+                        .cluster
+                        .brokers
+                        .get(r)
+                        .is_some_and(|b| b.is_offline(&t.id, p.index))
+            })
+            .collect()
+    }
+
     pub fn topic_by_id(&self, id: &[u8; 16]) -> Option<&Arc<TopicMeta>> {
         self.by_id.get(id).and_then(|n| self.topics.get(n))
     }

@@ -247,15 +247,39 @@ impl BrokerShard {
             .cloned()
     }
 
-    /// Why partition `index` of `topic` is offline on this shard (its log failed to open),
-    /// or `None` if it is not.
+    /// Why partition `index` of `topic` is offline on this shard (its log failed to open, or
+    /// a failed write or sync poisoned it), or `None` if it is not. Requests for an offline
+    /// replica get KAFKA_STORAGE_ERROR whoever leads, as Kafka's do.
     pub fn offline_reason(&self, topic: &str, index: i32) -> Option<String> {
+        if let Some(why) = self.partition(topic, index).and_then(|p| p.log.poisoned()) {
+            return Some(why);
+        }
         let topic_id = self.image.borrow().topic(topic)?.id;
         self.offline
             .borrow()
             .get(&(topic.to_string(), index))
             .filter(|o| o.topic_id == topic_id)
             .map(|o| o.reason.clone())
+    }
+
+    /// This shard's replicas that stay offline until the broker restarts, by topic id: those
+    /// whose log is poisoned and those whose log is corrupt (an open failure that later
+    /// images retry is not among them).
+    pub fn offline_replicas(&self) -> Vec<([u8; 16], i32)> {
+        let mut out: Vec<([u8; 16], i32)> = self
+            .offline
+            .borrow()
+            .iter()
+            .filter(|(_, o)| o.needs_operator)
+            .map(|((_, index), o)| (o.topic_id, *index))
+            .collect();
+        out.extend(
+            self.all_partitions()
+                .into_iter()
+                .filter(|p| p.log.poisoned().is_some())
+                .map(|p| (p.topic_id, p.index)),
+        );
+        out
     }
 
     /// Registers a waiting fetch; its token goes to the owners of the partitions it reads.

@@ -16,7 +16,6 @@ use std::time::Duration;
 use common::client::{topic, Client};
 use common::replicated::*;
 use common::Broker;
-use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::*;
 use rdkafka::producer::{BaseRecord, Producer};
 use serde_json::Value;
@@ -66,35 +65,6 @@ fn codes(resp: &ElectLeadersResponse) -> Vec<(String, i32, i16)> {
 
 fn tp(t: &str, p: i32, code: i16) -> (String, i32, i16) {
     (t.to_string(), p, code)
-}
-
-/// Creates `name` with these replica lists (partition i gets `replicas[i]`), min ISR `min_isr`.
-fn create_assigned(b: &Broker, name: &str, replicas: &[Vec<i32>], min_isr: i32) {
-    let mut c = Client::connect(&b.bootstrap());
-    let req = CreateTopicsRequest::default()
-        .with_timeout_ms(10_000)
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(topic(name))
-            .with_num_partitions(-1)
-            .with_replication_factor(-1)
-            .with_assignments(
-                replicas
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| {
-                        CreatableReplicaAssignment::default()
-                            .with_partition_index(i as i32)
-                            .with_broker_ids(r.iter().map(|id| BrokerId(*id)).collect())
-                    })
-                    .collect(),
-            )
-            .with_configs(vec![
-                create_topics_request::CreatableTopicConfig::default()
-                    .with_name("min.insync.replicas".to_string().into())
-                    .with_value(Some(min_isr.to_string().into())),
-            ])]);
-    let resp: CreateTopicsResponse = c.send(ApiKey::CreateTopics, 7, &req);
-    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
 }
 
 /// Leader and leader epoch of each partition of `name`, as `b` reports them.

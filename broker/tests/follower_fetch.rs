@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::client::{fetch_request, topic, values, Client};
+use common::client::{fetch_request, values, Client};
 use common::netns::Net;
 use common::replicated::*;
 use common::Broker;
@@ -33,29 +33,6 @@ const RACK_AWARE: [&str; 2] = [
     "replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector",
 ];
 const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-
-/// Creates `name` with one partition on `replicas` (the first leads), min.insync.replicas 2.
-fn create_on(b: &Broker, name: &str, replicas: &[i32]) {
-    let mut c = Client::connect(&b.bootstrap());
-    let req = CreateTopicsRequest::default()
-        .with_timeout_ms(10_000)
-        .with_topics(vec![create_topics_request::CreatableTopic::default()
-            .with_name(topic(name))
-            .with_num_partitions(-1)
-            .with_replication_factor(-1)
-            .with_assignments(vec![
-                create_topics_request::CreatableReplicaAssignment::default()
-                    .with_partition_index(0)
-                    .with_broker_ids(replicas.iter().map(|r| BrokerId(*r)).collect()),
-            ])
-            .with_configs(vec![
-                create_topics_request::CreatableTopicConfig::default()
-                    .with_name("min.insync.replicas".into())
-                    .with_value(Some("2".into())),
-            ])]);
-    let resp: CreateTopicsResponse = c.send(ApiKey::CreateTopics, 7, &req);
-    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
-}
 
 /// A consumer's Fetch of partition 0 of `name` at `offset` (v12: topics by name, `rack_id`);
 /// the partition's answer.
@@ -165,7 +142,7 @@ fn a_rack_b_consumer_reads_from_the_rack_b_follower_and_exactly_once_when_it_die
     let _serial = serial();
     let mut nodes = cluster_in_racks(&["a", "b", "c"], &RACK_AWARE);
     let (leader, near) = (&nodes[0], &nodes[1]);
-    create_on(leader, "near", &[1, 2, 3]);
+    create_assigned(leader, "near", &[vec![1, 2, 3]], 2);
     wait_for_full_isr(leader, "near", 0);
     let all: String = nodes
         .iter()
@@ -320,7 +297,7 @@ fn a_rack_b_consumer_reads_from_the_rack_b_follower_and_exactly_once_when_it_die
 fn without_the_selector_the_leader_serves_a_rack_b_consumer_itself() {
     let _serial = serial();
     let nodes = cluster_in_racks(&["a", "b"], &[]);
-    create_on(&nodes[0], "plain", &[1, 2]);
+    create_assigned(&nodes[0], "plain", &[vec![1, 2]], 2);
     wait_until("both replicas in the ISR", Duration::from_secs(30), || {
         partition(&nodes[0], "plain", 0).is_some_and(|(l, _, _, isr)| l == 1 && isr.len() == 2)
     });
@@ -395,7 +372,7 @@ fn a_follower_cut_off_from_its_leader_sends_consumers_back_to_the_leader() {
     });
     let others: Vec<i32> = (1..=3).filter(|id| *id != controller).collect();
     let (l, f) = (others[0], others[1]);
-    create_on(&nodes[0], "cut", &[l, f, controller]);
+    create_assigned(&nodes[0], "cut", &[vec![l, f, controller]], 2);
     wait_for_full_isr(&nodes[0], "cut", 0);
     let (leader, follower) = (&nodes[index_of(l)], &nodes[index_of(f)]);
     let rack = ["a", "b", "c"][index_of(f)];

@@ -166,6 +166,21 @@ impl LazyFs {
         }
     }
 
+    /// [`LazyFs::mount`], or None after saying why where FUSE cannot be mounted (the `what`
+    /// test then passes: the simulated disk's results stand in).
+    fn mount_or_skip(seed: u64, keep_per_256: u64, what: &str) -> Option<LazyFs> {
+        match LazyFs::mount(seed, keep_per_256) {
+            Ok(fs) => Some(fs),
+            Err(reason) => {
+                eprintln!(
+                    "{what} test: FUSE cannot be mounted here: {reason}; the simulated disk's \
+                     results stand in"
+                );
+                None
+            }
+        }
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("lazyfs.log")).unwrap_or_default()
     }
@@ -404,15 +419,8 @@ fn acknowledged_records_survive_power_loss() {
     for &seed in &seeds {
         let mut rng = Rng(seed);
         let keep_per_256 = [32, 128, 224][rng.below(3) as usize];
-        let fs = match LazyFs::mount(seed, keep_per_256) {
-            Ok(fs) => fs,
-            Err(reason) => {
-                eprintln!(
-                    "power-loss test: FUSE cannot be mounted here: {reason}; the simulated \
-                     disk's results stand in"
-                );
-                return;
-            }
+        let Some(fs) = LazyFs::mount_or_skip(seed, keep_per_256, "power-loss") else {
+            return;
         };
         let _on_failure = OnFailure {
             seed,
@@ -608,15 +616,8 @@ fn read_partition(c: &mut Client, name: &str, partition: i32) -> Vec<(i64, Vec<u
 #[test]
 fn a_failed_sync_is_an_error_and_never_a_later_success() {
     let _one_mount_at_a_time = serial();
-    let fs = match LazyFs::mount(11, 128) {
-        Ok(fs) => fs,
-        Err(reason) => {
-            eprintln!(
-                "power-loss test: FUSE cannot be mounted here: {reason}; the simulated disk's \
-                 results stand in"
-            );
-            return;
-        }
+    let Some(fs) = LazyFs::mount_or_skip(11, 128, "power-loss") else {
+        return;
     };
     let data = fs.mountpoint.join("data");
     let mut b = Broker::start(&["--data-dir", data.to_str().unwrap()]);
@@ -695,4 +696,173 @@ fn a_failed_sync_is_an_error_and_never_a_later_success() {
         acked[0].len(),
         acked[1].len()
     );
+}
+
+/// A failed fdatasync in a three-broker cluster (broker 1's data dir on keel-lazyfs, which
+/// fails every sync under two partition dirs from a point on): broker 1 reports those replicas
+/// offline and the controller moves their leadership to other ISR members and takes broker 1
+/// out of their ISRs at once, long before `replica.lag.time.max.ms` (60 s here) would. The
+/// partition broker 1 led: the produce whose sync failed gets KAFKA_STORAGE_ERROR, a new
+/// leader takes writes at the acknowledged end. The partition broker 1 followed: its acks=all
+/// produce is acknowledged by the two others once broker 1 is out. Broker 1 answers
+/// KAFKA_STORAGE_ERROR for both and Metadata lists it in `offline_replicas`. Nothing
+/// acknowledged is lost, and after broker 1 restarts on a healthy disk it rejoins both ISRs.
+#[test]
+fn a_failed_sync_moves_leadership_to_another_replica() {
+    let _one_mount_at_a_time = serial();
+    let Some(fs) = LazyFs::mount_or_skip(12, 128, "offline-log") else {
+        return;
+    };
+    let data = fs.mountpoint.join("data");
+    let data = data.to_str().unwrap().to_string();
+    let mut nodes = cluster_with(
+        &["", "", ""],
+        &["--set", "replica.lag.time.max.ms=60000"],
+        |i, b| {
+            if i == 0 {
+                b.extra.extend(["--data-dir".to_string(), data.clone()]);
+            }
+        },
+    );
+    // Partition 0: broker 1 leads. Partition 1: broker 2 leads, broker 1 follows.
+    create_assigned(&nodes[0], "moved", &[vec![1, 2, 3], vec![2, 3, 1]], 2);
+    for p in 0..2 {
+        wait_for_full_isr(&nodes[0], "moved", p);
+    }
+    let leader_of = |b: &Broker, p: i32| partition(b, "moved", p).map(|(l, _, _, _)| l);
+    assert_eq!(leader_of(&nodes[0], 0), Some(1));
+    assert_eq!(leader_of(&nodes[0], 1), Some(2));
+    let mut acked: Vec<Vec<String>> = vec![Vec::new(), Vec::new()];
+    for p in 0..2i32 {
+        let leader = &nodes[index_of(leader_of(&nodes[0], p).unwrap())];
+        for i in 0..10 {
+            let v = format!("p{p}-before-{i}");
+            let at = raw_produce(leader, "moved", p, -1, &[v.as_bytes()]);
+            assert_eq!(at, Ok(i), "partition {p}");
+            acked[p as usize].push(v);
+        }
+    }
+
+    assert_eq!(
+        fs.command("fault sync-eio data/moved-0/ always")["ok"],
+        true
+    );
+    assert_eq!(
+        fs.command("fault sync-eio data/moved-1/ always")["ok"],
+        true
+    );
+    let failed = raw_produce(&nodes[0], "moved", 0, -1, &[b"p0-sync-failed"]);
+    assert_eq!(
+        failed,
+        Err(KAFKA_STORAGE_ERROR),
+        "the produce whose sync failed"
+    );
+    let took = wait_until(
+        "leadership of partition 0 moves off broker 1",
+        Duration::from_secs(20),
+        || {
+            partition(&nodes[1], "moved", 0)
+                .is_some_and(|(l, _, _, isr)| l > 1 && isr.len() == 2 && !isr.contains(&1))
+        },
+    );
+    // The follower's sync fails on the next record it fetches: this produce waits for it,
+    // and is acknowledged once the controller took broker 1 out of the ISR.
+    let started = Instant::now();
+    let at = raw_produce_within(&nodes[1], "moved", 1, -1, &[b"p1-after"], 30_000);
+    assert_eq!(at, Ok(10), "partition 1 goes on without broker 1");
+    acked[1].push("p1-after".into());
+    let follower_took = started.elapsed();
+    let (_, _, _, isr1) = partition(&nodes[1], "moved", 1).unwrap();
+    assert_eq!(isr1, vec![2, 3], "broker 1 left partition 1's ISR");
+    assert!(
+        took < Duration::from_secs(15) && follower_took < Duration::from_secs(15),
+        "the controller moved them, not the ISR lag check ({took:?}, {follower_took:?})"
+    );
+    // The new leader of partition 0 takes writes at the acknowledged end. The record whose
+    // sync failed on broker 1 may have reached the followers before the failure: then it is
+    // at offset 10 (a produce that got an error is not known to be lost, as in Kafka).
+    let new_leader = &nodes[index_of(leader_of(&nodes[1], 0).unwrap())];
+    let first = raw_produce(new_leader, "moved", 0, -1, &[b"p0-after-0"]);
+    match first {
+        Ok(10) => {}
+        Ok(11) => acked[0].push("p0-sync-failed".into()),
+        other => panic!("partition 0's first write at its new leader: {other:?}"),
+    }
+    acked[0].push("p0-after-0".into());
+    for i in 1..5 {
+        let v = format!("p0-after-{i}");
+        assert_eq!(
+            raw_produce(new_leader, "moved", 0, -1, &[v.as_bytes()]),
+            Ok(first.unwrap() + i),
+            "partition 0 at its new leader"
+        );
+        acked[0].push(v);
+    }
+    // Broker 1's offline replicas: Kafka's answer, and listed as offline.
+    let mut c1 = Client::connect(&nodes[0].bootstrap());
+    for p in 0..2 {
+        let resp: FetchResponse = c1.send(
+            ApiKey::Fetch,
+            12,
+            &fetch_request("moved", &[(p, 0, 1 << 20)], 0, 0, 1 << 20),
+        );
+        assert_eq!(
+            resp.responses[0].partitions[0].error_code, KAFKA_STORAGE_ERROR,
+            "a fetch of partition {p} from broker 1"
+        );
+        let m = metadata(&nodes[1]);
+        let t = m
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == "moved"))
+            .unwrap();
+        let offline: Vec<i32> = t.partitions[p as usize]
+            .offline_replicas
+            .iter()
+            .map(|b| b.0)
+            .collect();
+        assert_eq!(offline, vec![1], "partition {p}'s offline replicas");
+    }
+    let check = |nodes: &[Broker], acked: &[Vec<String>], when: &str| {
+        for p in 0..2i32 {
+            let leader = &nodes[index_of(leader_of(&nodes[1], p).unwrap())];
+            let mut c = Client::connect(&leader.bootstrap());
+            let got: Vec<(i64, String)> = read_partition(&mut c, "moved", p)
+                .into_iter()
+                .map(|(o, v)| (o, String::from_utf8(v).unwrap()))
+                .collect();
+            let want: Vec<(i64, String)> = acked[p as usize]
+                .iter()
+                .enumerate()
+                .map(|(o, v)| (o as i64, v.clone()))
+                .collect();
+            assert_eq!(got, want, "partition {p} {when}");
+        }
+    };
+    check(&nodes, &acked, "after the failed syncs");
+
+    // Broker 1 restarts on a healthy disk: its logs recover, it is no longer offline, and it
+    // catches up into both ISRs.
+    assert_eq!(fs.command("clear")["ok"], true);
+    nodes[0].kill9();
+    nodes[0].restart_after_stop();
+    for p in 0..2 {
+        wait_for_full_isr(&nodes[1], "moved", p);
+        let m = metadata(&nodes[1]);
+        let t = m
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == "moved"))
+            .unwrap();
+        assert!(
+            t.partitions[p as usize].offline_replicas.is_empty(),
+            "partition {p}"
+        );
+    }
+    check(&nodes, &acked, "after broker 1 rejoined");
+    eprintln!(
+        "offline log: leadership moved in {took:?}, the follower left the ISR in \
+         {follower_took:?} (replica.lag.time.max.ms = 60 s)"
+    );
+    drop(nodes);
 }

@@ -301,6 +301,25 @@ fn encode_record<'b>(
             let table = fb::ClientQuotaChanged::create(fbb, &args);
             (fb::Record::ClientQuotaChanged, table.as_union_value())
         }
+        Record::ReplicasOffline {
+            broker_id,
+            broker_epoch,
+            replicas,
+        } => {
+            let replicas: Vec<fb::TopicPartition> = replicas
+                .iter()
+                .map(|(topic_id, partition)| {
+                    fb::TopicPartition::new(&fb::Uuid::new(topic_id), *partition)
+                })
+                .collect();
+            let args = fb::ReplicasOfflineArgs {
+                broker_id: *broker_id,
+                broker_epoch: *broker_epoch,
+                replicas: Some(fbb.create_vector(&replicas)),
+            };
+            let table = fb::ReplicasOffline::create(fbb, &args);
+            (fb::Record::ReplicasOffline, table.as_union_value())
+        }
     }
 }
 
@@ -520,6 +539,18 @@ fn decode_entry(index: usize, entry: fb::Entry<'_>) -> Result<Record, RecordErro
                 value: (!r.remove()).then(|| QuotaValue(r.value())),
             }
         }
+        fb::Record::ReplicasOffline => {
+            let r = f.table(entry.record_as_replicas_offline())?;
+            let replicas = r.replicas().ok_or_else(|| f.error("missing `replicas`"))?;
+            Record::ReplicasOffline {
+                broker_id: r.broker_id(),
+                broker_epoch: r.broker_epoch(),
+                replicas: replicas
+                    .iter()
+                    .map(|tp| (tp.topic_id().0, tp.partition()))
+                    .collect(),
+            }
+        }
         fb::Record::NONE => return Err(f.error("entry holds no record")),
         // The verifier accepts union tags it does not know (a newer writer's record type).
         other => return Err(f.error(format!("unknown record type {}", other.0))),
@@ -722,6 +753,11 @@ mod tests {
                 }],
                 key: "request_percentage".to_string(),
                 value: None,
+            },
+            Record::ReplicasOffline {
+                broker_id: 3,
+                broker_epoch: 41,
+                replicas: vec![(TOPIC, 0), ([8; 16], 7)],
             },
         ]
     }
@@ -1104,6 +1140,18 @@ mod tests {
                     block_size,
                 }
             ),
+            (
+                any::<i32>(),
+                any::<i64>(),
+                vec((any::<TopicId>(), any::<i32>()), 0..4)
+            )
+                .prop_map(|(broker_id, broker_epoch, replicas)| {
+                    Record::ReplicasOffline {
+                        broker_id,
+                        broker_epoch,
+                        replicas,
+                    }
+                }),
         ]
     }
 

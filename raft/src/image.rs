@@ -9,7 +9,7 @@
 //! concurrent creations of one name resolve: the first committed wins, the second is rejected
 //! when applied.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -194,6 +194,17 @@ pub struct BrokerInfo {
     /// Every advertised listener; empty = only `host`/`port` (an older registration).
     #[serde(default)]
     pub listeners: Vec<ListenerEndpoint>,
+    /// Its replicas whose logs went offline in this incarnation (`ReplicasOffline`): never
+    /// elected, never let into an ISR, until the broker registers again.
+    #[serde(default)]
+    pub offline_replicas: BTreeSet<(TopicId, i32)>,
+}
+
+impl BrokerInfo {
+    /// Whether this broker's replica of `partition` of `topic_id` is offline.
+    pub fn is_offline(&self, topic_id: &TopicId, partition: i32) -> bool {
+        self.offline_replicas.contains(&(*topic_id, partition))
+    }
 }
 
 /// One partition's assignment and leadership.
@@ -395,8 +406,31 @@ impl ClusterImage {
                         inter_broker_shard_ports: inter_broker_shard_ports.clone(),
                         previous_broker_epoch: *previous_broker_epoch,
                         listeners: listeners.clone(),
+                        offline_replicas: BTreeSet::new(),
                     },
                 );
+            }
+            Record::ReplicasOffline {
+                broker_id,
+                broker_epoch,
+                replicas,
+            } => {
+                let b = self.brokers.get_mut(broker_id).ok_or_else(|| {
+                    (
+                        codes::BROKER_ID_NOT_REGISTERED,
+                        format!("broker {broker_id} is not registered"),
+                    )
+                })?;
+                if *broker_epoch != b.broker_epoch {
+                    return Err((
+                        codes::STALE_BROKER_EPOCH,
+                        format!(
+                            "broker {broker_id} is at epoch {}, not {broker_epoch}",
+                            b.broker_epoch
+                        ),
+                    ));
+                }
+                b.offline_replicas.extend(replicas.iter().copied());
             }
             Record::BrokerUnregistered {
                 broker_id,

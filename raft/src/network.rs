@@ -28,6 +28,7 @@ use tokio::net::TcpStream;
 
 use crate::partition_change::{AlterPartitionRequest, AlterPartitionResult};
 use crate::partition_change::{ElectLeadersRequest, TopicElectionResults};
+use crate::records::TopicId;
 pub use crate::registration::BrokerRegistration;
 use crate::{Applied, LogIndex, NodeId, Proposal, TypeConfig};
 
@@ -100,6 +101,11 @@ pub enum ControllerRequest {
         broker_epoch: i64,
         #[serde(default)]
         want_shutdown: bool,
+        /// This broker's replicas whose logs went offline (Kafka's `OfflineLogDirs`, KIP-858,
+        /// per partition): the controller moves their leadership away and takes them out of
+        /// the ISR and ELR. Every heartbeat names them all, until the broker restarts.
+        #[serde(default)]
+        offline_replicas: Vec<(TopicId, i32)>,
     },
     /// ISR changes from partition leaders (Kafka's AlterPartition), answered per partition.
     AlterPartition(Vec<AlterPartitionRequest>),

@@ -57,15 +57,15 @@ use crate::network::{
     ControllerResponse, Network, PeerClient, RpcRequest, RpcResponse,
 };
 use crate::partition_change::{
-    alter_partitions, controlled_shutdown_records, fence_records, registration_records,
-    unfence_records, AlterPartitionRequest, AlterPartitionResult, Unclean,
+    alter_partitions, controlled_shutdown_records, fence_records, offline_replica_records,
+    registration_records, unfence_records, AlterPartitionRequest, AlterPartitionResult, Unclean,
     ALTER_PARTITION_BATCH_MAX,
 };
 use crate::partition_change::{
     elect_leaders, leader_rebalance_records, ElectLeadersRequest, TopicElectionResults,
     LEADER_REBALANCE_ELECTIONS_MAX,
 };
-use crate::records::Record;
+use crate::records::{Record, TopicId};
 use crate::state_machine::StateMachine;
 use crate::{Applied, ApplyOutcome, LogIndex, NodeId, Proposal, RaftError, TypeConfig};
 
@@ -185,6 +185,7 @@ enum Command {
         requests: Vec<AlterPartitionRequest>,
     },
     BeginControlledShutdown,
+    ReplicasOffline(Vec<(TopicId, i32)>),
     ElectLeaders {
         ticket: u64,
         request: ElectLeadersRequest,
@@ -334,6 +335,14 @@ impl MetadataHandle {
         let _ = self.commands.send(Command::BeginControlledShutdown);
     }
 
+    /// Reports replicas of this broker whose logs went offline (a failed write or sync, a log
+    /// that would not open): from the next heartbeat on, which follows at once, the controller
+    /// moves their leadership to other replicas and takes them out of the ISR and ELR; they
+    /// stay offline until this broker restarts. Reporting one twice changes nothing.
+    pub fn report_offline_replicas(&self, replicas: Vec<(TopicId, i32)>) {
+        let _ = self.commands.send(Command::ReplicasOffline(replicas));
+    }
+
     /// Stops this broker's registration and heartbeats and Raft, and joins the thread (bounded
     /// wait). A broker that did not complete a controlled shutdown first is fenced by the
     /// session timeout.
@@ -364,8 +373,11 @@ struct Ctx {
     stopping: AtomicBool,
     /// Set by `begin_controlled_shutdown`: heartbeats ask to shut down.
     want_shutdown: AtomicBool,
-    /// Wakes the lifecycle's heartbeat wait (a controlled shutdown begins).
+    /// Wakes the lifecycle's heartbeat wait (a controlled shutdown begins, a replica went
+    /// offline).
     lifecycle_wake: tokio::sync::Notify,
+    /// This broker's replicas whose logs went offline; every heartbeat names them.
+    offline_replicas: Mutex<std::collections::BTreeSet<(TopicId, i32)>>,
     /// Events back to the broker.
     bell: Arc<Bell>,
     /// Held from reading the image to committing the records decided on it (registration,
@@ -455,6 +467,17 @@ async fn run(
                 ctx.want_shutdown.store(true, Ordering::Relaxed);
                 ctx.lifecycle_wake.notify_one();
             }
+            Command::ReplicasOffline(replicas) => {
+                let mut offline = ctx
+                    .offline_replicas
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                let before = offline.len();
+                offline.extend(replicas);
+                if offline.len() > before {
+                    ctx.lifecycle_wake.notify_one();
+                }
+            }
             Command::ElectLeaders { ticket, request } => {
                 let ctx = ctx.clone();
                 let bell = bell.clone();
@@ -538,6 +561,7 @@ async fn setup(cfg: &NodeConfig, bell: Arc<Bell>) -> Result<Ctx, RaftError> {
         stopping: AtomicBool::new(false),
         want_shutdown: AtomicBool::new(false),
         lifecycle_wake: tokio::sync::Notify::new(),
+        offline_replicas: Mutex::new(std::collections::BTreeSet::new()),
         bell,
         decide: tokio::sync::Mutex::new(()),
         peers: tokio::sync::Mutex::new(HashMap::new()),
@@ -682,6 +706,7 @@ async fn handle_controller(
             broker_id,
             broker_epoch,
             want_shutdown,
+            offline_replicas,
         } => {
             let image = ctx.sm.image();
             let fenced = match image.brokers.get(&broker_id) {
@@ -692,6 +717,9 @@ async fn handle_controller(
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(broker_id, Instant::now());
+            if !offline_replicas.is_empty() {
+                take_replicas_offline(ctx, broker_id, broker_epoch, &offline_replicas).await?;
+            }
             if want_shutdown {
                 return controlled_shutdown(ctx, broker_id, broker_epoch).await;
             }
@@ -926,6 +954,51 @@ async fn controlled_shutdown(
     })
 }
 
+/// Leader side of a heartbeat naming offline replicas: records those not recorded yet
+/// (`offline_replica_records`: leadership moved, out of the ISR and ELR). A batch that raced
+/// another change is recomputed; one still refused is tried again at the next heartbeat.
+async fn take_replicas_offline(
+    ctx: &Ctx,
+    broker_id: i32,
+    broker_epoch: i64,
+    replicas: &[(TopicId, i32)],
+) -> Result<(), ControllerError> {
+    let recorded = |image: &ClusterImage| {
+        image.brokers.get(&broker_id).is_some_and(|b| {
+            replicas
+                .iter()
+                .all(|(topic_id, partition)| b.is_offline(topic_id, *partition))
+        })
+    };
+    if recorded(&ctx.sm.image()) {
+        return Ok(());
+    }
+    let _decide = ctx.decide.lock().await;
+    for _ in 0..WRITE_ATTEMPTS {
+        let image = current_image(ctx).await?;
+        let records = match offline_replica_records(
+            &image,
+            broker_id,
+            broker_epoch,
+            replicas,
+            Unclean::TopicConfig,
+        ) {
+            Ok(Some(records)) => records,
+            Ok(None) => return Ok(()),
+            Err(_) => return Err(ControllerError::StaleBrokerEpoch),
+        };
+        if write_records(ctx, &records).await?.outcome == ApplyOutcome::Applied {
+            warn!(
+                broker_id,
+                replicas = records.len() - 1,
+                "replicas offline: their logs failed; leadership moved away"
+            );
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
 /// How often a broker waiting for its controlled shutdown's approval heartbeats.
 const CONTROLLED_SHUTDOWN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -1129,10 +1202,18 @@ async fn broker_lifecycle(ctx: Arc<Ctx>) {
             }
             let want_shutdown = ctx.want_shutdown.load(Ordering::Relaxed);
             let deadline = Instant::now() + ctx.cfg.heartbeat_interval.max(Duration::from_secs(1));
+            let offline_replicas: Vec<(TopicId, i32)> = ctx
+                .offline_replicas
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .copied()
+                .collect();
             let hb = ControllerRequest::Heartbeat {
                 broker_id: reg.broker_id,
                 broker_epoch: epoch,
                 want_shutdown,
+                offline_replicas,
             };
             match controller_call(&ctx, hb, deadline).await {
                 Ok(ControllerResponse::HeartbeatOk {

@@ -142,11 +142,11 @@ fn config<'a>(image: &'a ClusterImage, topic: &'a TopicInfo, name: &str) -> Opti
 /// kept when it is the last member), and where it led, a new leader by the election rules.
 pub fn fence_records(image: &ClusterImage, broker_id: i32, unclean: Unclean) -> Vec<Record> {
     let mut records = vec![Record::BrokerFenced { broker_id }];
-    let live = |id: i32| id != broker_id && is_live(image, id);
-    for_each_partition(image, unclean, &mut records, |p, rules| {
+    for_each_partition(image, unclean, &mut records, |topic_id, p, rules| {
         if !p.isr.contains(&broker_id) && p.leader != broker_id {
             return None;
         }
+        let live = |id: i32| id != broker_id && can_lead(image, id, topic_id, p.partition);
         let mut t = Target::of(p);
         t.remove_from_isr(broker_id, false, rules);
         if t.leader == broker_id {
@@ -158,16 +158,79 @@ pub fn fence_records(image: &ClusterImage, broker_id: i32, unclean: Unclean) -> 
     records
 }
 
+/// Records for replicas of `broker_id` whose logs went offline (Kafka's offline log
+/// directories, KIP-858, per partition): `ReplicasOffline`, then for each such partition the
+/// broker leaves the ISR and the ELR, as after an unclean shutdown, since an offline log
+/// may have lost its unsynced tail (a last ISR member stays, with no leader, unless another is
+/// eligible), and where it led, a new leader by the election rules, never an offline replica.
+/// Replicas already recorded offline, or that the image does not know, are left out; None when
+/// nothing is left. Fails with STALE_BROKER_EPOCH when `broker_epoch` is not the broker's
+/// current one.
+pub fn offline_replica_records(
+    image: &ClusterImage,
+    broker_id: i32,
+    broker_epoch: i64,
+    replicas: &[(TopicId, i32)],
+    unclean: Unclean,
+) -> Result<Option<Vec<Record>>, i16> {
+    let b = match image.brokers.get(&broker_id) {
+        Some(b) if b.broker_epoch == broker_epoch => b,
+        _ => return Err(codes::STALE_BROKER_EPOCH),
+    };
+    let new: Vec<(TopicId, i32)> = replicas
+        .iter()
+        .copied()
+        .filter(|(topic_id, partition)| {
+            !b.is_offline(topic_id, *partition)
+                && image
+                    .topic_by_id(topic_id)
+                    .and_then(|t| partition_of(t, *partition))
+                    .is_some_and(|p| p.replicas.contains(&broker_id))
+        })
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if new.is_empty() {
+        return Ok(None);
+    }
+    let mut records = vec![Record::ReplicasOffline {
+        broker_id,
+        broker_epoch,
+        replicas: new.clone(),
+    }];
+    for_each_partition(image, unclean, &mut records, |topic_id, p, rules| {
+        if !new.contains(&(*topic_id, p.partition)) {
+            return None;
+        }
+        let live = |id: i32| id != broker_id && can_lead(image, id, topic_id, p.partition);
+        let mut t = Target::of(p);
+        t.remove_from_isr(broker_id, true, rules);
+        if t.leader == broker_id {
+            t.leader = -1;
+        }
+        t.elect(&live, rules);
+        Some(t)
+    });
+    Ok(Some(records))
+}
+
 /// Records that unfence `broker_id` (it heartbeats again): `BrokerUnfenced`, and leadership
 /// of the offline partitions (leader -1) that the election rules now give a leader, which
 /// needs this broker in their ISR or ELR (or unclean election).
 pub fn unfence_records(image: &ClusterImage, broker_id: i32, unclean: Unclean) -> Vec<Record> {
     let mut records = vec![Record::BrokerUnfenced { broker_id }];
-    let live = |id: i32| id == broker_id || is_live(image, id);
-    for_each_partition(image, unclean, &mut records, |p, rules| {
+    for_each_partition(image, unclean, &mut records, |topic_id, p, rules| {
         if p.leader != -1 || !p.replicas.contains(&broker_id) {
             return None;
         }
+        let online = |id: i32| {
+            image
+                .brokers
+                .get(&id)
+                .is_some_and(|b| !b.is_offline(topic_id, p.partition))
+        };
+        let live =
+            |id: i32| (id == broker_id && online(id)) || can_lead(image, id, topic_id, p.partition);
         let mut t = Target::of(p);
         t.elect(&live, rules);
         Some(t)
@@ -206,12 +269,13 @@ pub fn registration_records(
         },
         Record::BrokerUnfenced { broker_id: b },
     ];
-    let others = |id: i32| id != b && is_live(image, id);
-    let with_b = |id: i32| id == b || is_live(image, id);
-    for_each_partition(image, unclean, &mut records, |p, rules| {
+    for_each_partition(image, unclean, &mut records, |topic_id, p, rules| {
         if !p.replicas.contains(&b) {
             return None;
         }
+        // The registration clears `b`'s offline replicas: its logs were recovered at start.
+        let others = |id: i32| id != b && can_lead(image, id, topic_id, p.partition);
+        let with_b = |id: i32| id == b || can_lead(image, id, topic_id, p.partition);
         let mut t = Target::of(p);
         if unclean_restart {
             t.remove_from_isr(b, true, rules);
@@ -275,10 +339,11 @@ pub fn alter_partition(
             return Err(codes::INVALID_REQUEST);
         }
         let eligible = p.replicas.contains(&m.broker_id)
-            && image
-                .brokers
-                .get(&m.broker_id)
-                .is_some_and(|b| !b.fenced && b.broker_epoch == m.broker_epoch);
+            && image.brokers.get(&m.broker_id).is_some_and(|b| {
+                !b.fenced
+                    && b.broker_epoch == m.broker_epoch
+                    && !b.is_offline(&request.topic_id, request.partition)
+            });
         if !eligible {
             return Err(codes::INELIGIBLE_REPLICA);
         }
@@ -294,7 +359,10 @@ pub fn alter_partition(
     let mut t = Target::of(p);
     t.set_isr(new_isr, &[], &rules);
     // An added replica joining the ISR may complete the partition's reassignment.
-    t.try_complete_reassignment(&|id| is_live(image, id), &rules);
+    t.try_complete_reassignment(
+        &|id| can_lead(image, id, &request.topic_id, request.partition),
+        &rules,
+    );
     Ok(t.record(topic.topic_id, p))
 }
 
@@ -324,7 +392,7 @@ pub fn reassign(
     let p = partition_of(topic, partition).ok_or_else(unknown)?;
     let invalid = |why: String| (codes::INVALID_REPLICA_ASSIGNMENT, why);
     let rules = Rules::of(image, topic, Unclean::Disabled);
-    let live = |id: i32| is_live(image, id);
+    let live = |id: i32| can_lead(image, id, &topic.topic_id, partition);
     let original = p.replicas_before_reassignment();
     let mut t = Target::of(p);
     match target {
@@ -474,17 +542,26 @@ fn is_live(image: &ClusterImage, id: i32) -> bool {
     image.brokers.get(&id).is_some_and(|b| !b.fenced)
 }
 
+/// Whether broker `id` may lead or join the ISR of `partition` of `topic_id`: registered,
+/// unfenced, and its replica's log not offline (`ReplicasOffline`).
+fn can_lead(image: &ClusterImage, id: i32, topic_id: &TopicId, partition: i32) -> bool {
+    image
+        .brokers
+        .get(&id)
+        .is_some_and(|b| !b.fenced && !b.is_offline(topic_id, partition))
+}
+
 /// Runs `change` on every partition and appends the record of each partition it changes.
 fn for_each_partition(
     image: &ClusterImage,
     unclean: Unclean,
     records: &mut Vec<Record>,
-    mut change: impl FnMut(&PartitionInfo, &Rules) -> Option<Target>,
+    mut change: impl FnMut(&TopicId, &PartitionInfo, &Rules) -> Option<Target>,
 ) {
     for topic in image.topics.values() {
         let rules = Rules::of(image, topic, unclean);
         for p in &topic.partitions {
-            if let Some(t) = change(p, &rules) {
+            if let Some(t) = change(&topic.topic_id, p, &rules) {
                 records.extend(t.record(topic.topic_id, p));
             }
         }
@@ -925,6 +1002,91 @@ mod tests {
         let image = apply(&image, &records);
         assert_eq!(state(&image), (2, 1, vec![2, 3], vec![]));
         assert!(image.brokers[&1].fenced);
+    }
+
+    fn offline(image: &Arc<ClusterImage>, b: i32, partitions: &[i32]) -> Arc<ClusterImage> {
+        let replicas: Vec<(TopicId, i32)> = partitions.iter().map(|p| (TOPIC, *p)).collect();
+        let epoch = image.brokers[&b].broker_epoch;
+        let records = offline_replica_records(image, b, epoch, &replicas, Unclean::Disabled)
+            .unwrap()
+            .expect("a change");
+        apply(image, &records)
+    }
+
+    #[test]
+    fn an_offline_leader_gives_way_to_the_next_isr_member_on_that_partition_only() {
+        let image = cluster(3, 3, None);
+        // Broker 1 leads partition 0 and follows on 1 and 2 (replicas [2,3,1], [3,1,2]).
+        let image = offline(&image, 1, &[0]);
+        assert_eq!(state(&image), (2, 1, vec![2, 3], vec![]));
+        assert!(!image.brokers[&1].fenced);
+        assert!(image.brokers[&1].is_offline(&TOPIC, 0));
+        assert_eq!(part(&image, 1).isr, vec![2, 3, 1]);
+        // An offline follower leaves the ISR; its leader and leader epoch stay.
+        let image = offline(&image, 1, &[1]);
+        let p1 = part(&image, 1);
+        assert_eq!(
+            (p1.leader, p1.leader_epoch, p1.isr.clone()),
+            (2, 0, vec![2, 3])
+        );
+        // Reported again: nothing to record.
+        let epoch = image.brokers[&1].broker_epoch;
+        let again = offline_replica_records(&image, 1, epoch, &[(TOPIC, 0)], Unclean::Disabled);
+        assert_eq!(again, Ok(None));
+        // A stale broker epoch is refused, as a heartbeat's would be.
+        assert_eq!(
+            offline_replica_records(&image, 1, epoch - 1, &[(TOPIC, 2)], Unclean::Disabled),
+            Err(codes::STALE_BROKER_EPOCH)
+        );
+        // The record itself checks the epoch when applied.
+        let stale = Record::ReplicasOffline {
+            broker_id: 1,
+            broker_epoch: epoch - 1,
+            replicas: vec![(TOPIC, 2)],
+        };
+        let (_, outcome) = image.apply(image.applied_index + 1, &[stale]);
+        assert!(
+            matches!(outcome, ApplyOutcome::Rejected { code, .. } if code == codes::STALE_BROKER_EPOCH)
+        );
+    }
+
+    #[test]
+    fn an_offline_replica_is_never_let_back_into_the_isr_or_elected_until_it_registers_again() {
+        let image = offline(&cluster(3, 1, None), 3, &[0]);
+        assert_eq!(state(&image), (1, 0, vec![1, 2], vec![]));
+        // The leader cannot add it back (it may have lost its unsynced tail).
+        let (results, records) = alter_partitions(&image, &[alter(&image, &[1, 2, 3])]);
+        assert!(records.is_empty());
+        assert_eq!(results[0].error_code, codes::INELIGIBLE_REPLICA);
+        // With the others fenced, it is not elected, even by unclean election.
+        let image = fence(&fence(&image, 1), 2);
+        assert_eq!(state(&image).0, -1);
+        let image = apply(&image, &fence_records(&image, 3, Unclean::Disabled));
+        let image = unfence(&image, 3, Unclean::Enabled);
+        assert_eq!(state(&image).0, -1);
+        // A new incarnation recovered its log: its offline set is cleared and it may lead
+        // (here by unclean election, the only one left).
+        let records = registration_records(&image, &registration(3, 2, -1), Unclean::Enabled);
+        let image = apply(&image, &records);
+        assert!(image.brokers[&3].offline_replicas.is_empty());
+        assert_eq!(state(&image).0, 3);
+    }
+
+    #[test]
+    fn an_offline_last_isr_member_leaves_the_isr_to_an_elr_member_and_is_not_eligible() {
+        // min ISR 2: fencing 1 then 2 leaves leader 3 alone in the ISR, 2 in the ELR.
+        let image = fence(&fence(&cluster(3, 1, Some("2")), 1), 2);
+        assert_eq!(state(&image), (3, 2, vec![3], vec![2]));
+        // 3's log goes offline: it leaves the ISR (2 in the ELR holds every committed record)
+        // and is not eligible either; nobody live may lead.
+        let image = offline(&image, 3, &[0]);
+        assert_eq!(state(&image), (-1, 3, vec![], vec![2]));
+        assert_eq!(part(&image, 0).last_known_elr, vec![3]);
+        // 1 is neither in the ISR nor in the ELR; ELR member 2 comes back and leads.
+        let image = unfence(&image, 1, Unclean::Disabled);
+        assert_eq!(state(&image).0, -1);
+        let image = unfence(&image, 2, Unclean::Disabled);
+        assert_eq!(state(&image), (2, 4, vec![2], vec![]));
     }
 
     fn alter(image: &ClusterImage, isr: &[i32]) -> AlterPartitionRequest {

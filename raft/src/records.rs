@@ -142,6 +142,15 @@ pub enum Record {
         key: String,
         value: Option<QuotaValue>,
     },
+    /// Replicas on `broker_id` whose logs went offline (a failed write or fdatasync, or a log
+    /// that would not open): added to the broker's offline set, which its next registration
+    /// clears. Keel's per-partition form of Kafka's offline log directories (KIP-858). Rejected
+    /// (STALE_BROKER_EPOCH) unless `broker_epoch` is the broker's current one.
+    ReplicasOffline {
+        broker_id: i32,
+        broker_epoch: i64,
+        replicas: Vec<(TopicId, i32)>,
+    },
 }
 
 /// One part of a client quota entity: its type (`user`, `client-id`) and name (`None`: that

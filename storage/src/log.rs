@@ -635,6 +635,12 @@ impl Log {
         self.inner.state.borrow().offsets()
     }
 
+    /// Why the log is poisoned (a write, fdatasync or truncation failed; it takes no more
+    /// writes until it is reopened), or `None`.
+    pub fn poisoned(&self) -> Option<String> {
+        self.inner.state.borrow().poisoned.clone()
+    }
+
     pub fn dir(&self) -> PathBuf {
         self.inner.dir.clone()
     }

@@ -266,6 +266,18 @@ where
         .map_err(|e| OpError::new(ResponseError::UnknownServerError, e.to_string()))
 }
 
+/// Reports replicas of this broker whose logs are offline to the controller (through shard
+/// 0's metadata node; see `MetadataHandle::report_offline_replicas`).
+pub async fn report_offline_replicas(
+    shard: &Rc<BrokerShard>,
+    replicas: Vec<([u8; 16], i32)>,
+) -> Result<(), OpError> {
+    call(shard, move |s| async move {
+        controller(&s).handle.report_offline_replicas(replicas);
+    })
+    .await
+}
+
 fn controller(shard: &BrokerShard) -> &Controller {
     shard
         .controller

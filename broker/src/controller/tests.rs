@@ -166,6 +166,7 @@ fn cluster_with(brokers: &[(i32, bool)]) -> ClusterImage {
                 inter_broker_shard_ports: Vec::new(),
                 previous_broker_epoch: -1,
                 listeners: Vec::new(),
+                offline_replicas: Default::default(),
             },
         );
     }

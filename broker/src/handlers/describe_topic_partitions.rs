@@ -112,12 +112,7 @@ pub async fn handle(
                 .and_then(|i| i.partitions.get(p.index as usize))
                 .map(|i| i.last_known_elr.clone())
                 .unwrap_or_default();
-            let offline: Vec<i32> = p
-                .replicas
-                .iter()
-                .copied()
-                .filter(|r| !image.brokers.contains_key(r))
-                .collect();
+            let offline: Vec<i32> = image.offline_replicas(t, p);
             topic.partitions.push(
                 DescribeTopicPartitionsResponsePartition::default()
                     .with_error_code(if p.leader < 0 {

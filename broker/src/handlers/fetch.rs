@@ -89,6 +89,11 @@ async fn read_on_owner(
             })));
             continue;
         };
+        if part.log.poisoned().is_some() {
+            // An offline replica answers so whoever leads (Kafka's `HostedPartition.Offline`).
+            out.push(failed(code(ResponseError::KafkaStorageError)));
+            continue;
+        }
         let epoch_error = check_epoch(item.payload.current_leader_epoch, part.leader_epoch.get());
         if epoch_error != NONE {
             out.push(failed(epoch_error));

@@ -71,6 +71,10 @@ async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<Ask>>) -> Vec<F
             })));
             continue;
         };
+        if part.log.poisoned().is_some() {
+            out.push(failed(code(ResponseError::KafkaStorageError)));
+            continue;
+        }
         let (timestamp, current_epoch, read_committed) = item.payload;
         let epoch = part.leader_epoch.get();
         let epoch_error = check_epoch(current_epoch, epoch);

@@ -17,7 +17,7 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, topic_name, ApiSupport};
 use crate::controller::{self, TopicSpec};
 use crate::errors::code;
-use crate::metadata::{validate_topic_name, TopicMeta};
+use crate::metadata::{validate_topic_name, MetadataImage, TopicMeta};
 use crate::security::{Authz, Session};
 use crate::shard::BrokerShard;
 use keel_auth::acl::{Operation, ResourceType};
@@ -66,7 +66,12 @@ pub async fn auto_create(shard: &Rc<BrokerShard>, names: &[String]) {
 }
 
 /// A topic's entry; `operations` is its `authorized_operations` field (asked from v8 on).
-pub fn topic_response(t: &TopicMeta, version: i16, operations: i32) -> MetadataResponseTopic {
+pub fn topic_response(
+    image: &MetadataImage,
+    t: &TopicMeta,
+    version: i16,
+    operations: i32,
+) -> MetadataResponseTopic {
     let ids = |v: &[i32]| v.iter().map(|b| BrokerId(*b)).collect::<Vec<_>>();
     MetadataResponseTopic::default()
         .with_name(Some(topic_name(&t.name)))
@@ -96,6 +101,12 @@ pub fn topic_response(t: &TopicMeta, version: i16, operations: i32) -> MetadataR
                         .with_leader_epoch(if version >= 7 { p.leader_epoch } else { -1 })
                         .with_replica_nodes(ids(&p.replicas))
                         .with_isr_nodes(ids(&p.isr))
+                        // From v5: replicas not registered or whose log is offline.
+                        .with_offline_replicas(if version >= 5 {
+                            ids(&image.offline_replicas(t, p))
+                        } else {
+                            Vec::new()
+                        })
                 })
                 .collect(),
         )
@@ -188,7 +199,7 @@ pub async fn handle(
                 .topics
                 .values()
                 .filter(|t| authz.topic(Operation::Describe, &t.name))
-                .map(|t| topic_response(t, version, operations_of(&t.name)))
+                .map(|t| topic_response(&image, t, version, operations_of(&t.name)))
                 .collect()
         }
         Some(w) => {
@@ -206,7 +217,7 @@ pub async fn handle(
                 };
                 let found = found.filter(|_| described);
                 let t = match found {
-                    Some(t) => topic_response(t, version, operations_of(&t.name)),
+                    Some(t) => topic_response(&image, t, version, operations_of(&t.name)),
                     None if !described => MetadataResponseTopic::default()
                         .with_name(name.as_deref().map(topic_name))
                         .with_topic_id(if version >= 10 && name.is_none() {

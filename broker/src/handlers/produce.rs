@@ -367,6 +367,13 @@ async fn append_on_owner(
             results.push(r);
             continue;
         };
+        if part.log.poisoned().is_some() {
+            // An offline replica answers so whoever leads (Kafka's `HostedPartition.Offline`).
+            let mut r = failed(code(ResponseError::KafkaStorageError));
+            r.message = Some("partition offline: a write or sync of its log failed".into());
+            results.push(r);
+            continue;
+        }
         if !part.is_leader() {
             results.push(failed(code(ResponseError::NotLeaderOrFollower)));
             continue;

@@ -176,6 +176,9 @@ async fn run(shard: Rc<BrokerShard>, key: FetcherKey, state: Rc<FetcherState>) {
             .filter(|id| !delayed.contains_key(*id))
             .filter_map(|(t, i)| shard.partition(t, *i))
             .filter(|p| p.replication.leader.get() == key.leader && !p.is_leader())
+            // An offline (poisoned) log takes nothing more until the broker restarts; its
+            // stale end offset must not be reported as fetched either.
+            .filter(|p| p.log.poisoned().is_none())
             .filter(|p| {
                 // A throttled replica outside the ISR waits while this shard's share of
                 // follower.replication.throttled.rate is spent.
@@ -264,12 +267,22 @@ async fn run(shard: Rc<BrokerShard>, key: FetcherKey, state: Rc<FetcherState>) {
                 }
             }
         };
-        // Make what is appended durable before reporting it as fetched.
-        for p in &parts {
+        // Make what is appended durable before reporting it as fetched: a partition whose
+        // sync failed is left out (its log is poisoned now, and offline).
+        let mut parts = parts;
+        let mut durable = Vec::with_capacity(parts.len());
+        for p in parts.drain(..) {
             let end = p.log.offsets().log_end_offset;
-            if let Err(e) = p.log.make_durable(end).await {
-                warn!(topic = %p.topic, partition = p.index, error = %e, "follower log cannot be made durable");
+            match p.log.make_durable(end).await {
+                Ok(_) => durable.push(p),
+                Err(e) => {
+                    warn!(topic = %p.topic, partition = p.index, error = %e, "follower log cannot be made durable; not fetching for it")
+                }
             }
+        }
+        let parts = durable;
+        if parts.is_empty() {
+            continue;
         }
         let req = build_request(&cfg, my_epoch, &parts);
         let timeout = Duration::from_millis(cfg.replica_socket_timeout_ms);

@@ -81,10 +81,20 @@ pub fn cluster(n: usize, extra: &[&str]) -> Vec<Broker> {
 
 /// [`cluster`] with node `i + 1` in rack `racks[i]` (`--rack`; "" = none).
 pub fn cluster_in_racks(racks: &[&str], extra: &[&str]) -> Vec<Broker> {
+    cluster_with(racks, extra, |_, _| {})
+}
+
+/// [`cluster_in_racks`] with `adjust(i, node)` run on each node before it starts (its own
+/// flags, say a data dir elsewhere).
+pub fn cluster_with(
+    racks: &[&str],
+    extra: &[&str],
+    adjust: impl Fn(usize, &mut Broker),
+) -> Vec<Broker> {
     let n = racks.len();
     let controller_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
     let hosts = vec!["127.0.0.1".to_string(); n];
-    start_voters(&hosts, &controller_ports, None, racks, extra, |_| {})
+    start_voters(&hosts, &controller_ports, None, racks, extra, adjust)
 }
 
 /// Starts one voter in each of `net`'s namespaces (node `i + 1` at `net.ip(i)`), all on the
@@ -97,7 +107,7 @@ pub fn cluster_in(net: &Net, extra: &[&str]) -> Vec<Broker> {
 pub fn net_cluster_in_racks(net: &Net, racks: &[&str], extra: &[&str]) -> Vec<Broker> {
     let n = net.len();
     let hosts: Vec<String> = (0..n).map(|i| net.ip(i)).collect();
-    start_voters(&hosts, &vec![9093; n], Some(net), racks, extra, |b| {
+    start_voters(&hosts, &vec![9093; n], Some(net), racks, extra, |_, b| {
         b.port = 9092;
         b.admin_port = 9644;
     })
@@ -109,7 +119,7 @@ fn start_voters(
     net: Option<&Net>,
     racks: &[&str],
     extra: &[&str],
-    adjust: impl Fn(&mut Broker),
+    adjust: impl Fn(usize, &mut Broker),
 ) -> Vec<Broker> {
     let quorum = hosts
         .iter()
@@ -138,7 +148,7 @@ fn start_voters(
             let mut b = Broker::prepare(&args);
             b.host = hosts[i].clone();
             b.netns = net.map(|net| net.namespace(i).to_string());
-            adjust(&mut b);
+            adjust(i, &mut b);
             b
         })
         .collect();
@@ -223,6 +233,35 @@ pub fn create(b: &Broker, name: &str, partitions: i32, rf: i16, min_isr: i32) {
         rf,
         &[("min.insync.replicas", min_isr.as_str())],
     );
+}
+
+/// Creates `name` with these replica lists (partition i gets `replicas[i]`), min ISR `min_isr`.
+pub fn create_assigned(b: &Broker, name: &str, replicas: &[Vec<i32>], min_isr: i32) {
+    let mut c = Client::connect(&b.bootstrap());
+    let req = CreateTopicsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(vec![create_topics_request::CreatableTopic::default()
+            .with_name(topic(name))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
+            .with_assignments(
+                replicas
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        create_topics_request::CreatableReplicaAssignment::default()
+                            .with_partition_index(i as i32)
+                            .with_broker_ids(r.iter().map(|id| BrokerId(*id)).collect())
+                    })
+                    .collect(),
+            )
+            .with_configs(vec![
+                create_topics_request::CreatableTopicConfig::default()
+                    .with_name("min.insync.replicas".to_string().into())
+                    .with_value(Some(min_isr.to_string().into())),
+            ])]);
+    let resp: CreateTopicsResponse = c.send(ApiKey::CreateTopics, 7, &req);
+    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
 }
 
 /// Creates topic `name` with `configs` (CreateTopics v7) and expects no error.

@@ -29,10 +29,10 @@ pub mod metadata {
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_RECORD: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_RECORD: u8 = 15;
+pub const ENUM_MAX_RECORD: u8 = 16;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_RECORD: [Record; 16] = [
+pub const ENUM_VALUES_RECORD: [Record; 17] = [
   Record::NONE,
   Record::BrokerRegistered,
   Record::BrokerFenced,
@@ -49,6 +49,7 @@ pub const ENUM_VALUES_RECORD: [Record; 16] = [
   Record::AclCreated,
   Record::AclRemoved,
   Record::ClientQuotaChanged,
+  Record::ReplicasOffline,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -72,9 +73,10 @@ impl Record {
   pub const AclCreated: Self = Self(13);
   pub const AclRemoved: Self = Self(14);
   pub const ClientQuotaChanged: Self = Self(15);
+  pub const ReplicasOffline: Self = Self(16);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 15;
+  pub const ENUM_MAX: u8 = 16;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::NONE,
     Self::BrokerRegistered,
@@ -92,6 +94,7 @@ impl Record {
     Self::AclCreated,
     Self::AclRemoved,
     Self::ClientQuotaChanged,
+    Self::ReplicasOffline,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -112,6 +115,7 @@ impl Record {
       Self::AclCreated => Some("AclCreated"),
       Self::AclRemoved => Some("AclRemoved"),
       Self::ClientQuotaChanged => Some("ClientQuotaChanged"),
+      Self::ReplicasOffline => Some("ReplicasOffline"),
       _ => None,
     }
   }
@@ -243,6 +247,114 @@ impl<'a> Uuid {
     // Created from a valid Table for this object
     // Which contains a valid array in this slot
     unsafe { flatbuffers::emplace_scalar_array(&mut self.0, 0, items) };
+  }
+
+}
+
+/// One partition of a topic, by topic id.
+// struct TopicPartition, aligned to 4
+#[repr(transparent)]
+#[derive(Clone, Copy, PartialEq)]
+pub struct TopicPartition(pub [u8; 20]);
+impl Default for TopicPartition { 
+  fn default() -> Self { 
+    Self([0; 20])
+  }
+}
+impl core::fmt::Debug for TopicPartition {
+  fn fmt(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+    f.debug_struct("TopicPartition")
+      .field("topic_id", &self.topic_id())
+      .field("partition", &self.partition())
+      .finish()
+  }
+}
+
+impl flatbuffers::SimpleToVerifyInSlice for TopicPartition {}
+impl<'a> flatbuffers::Follow<'a> for TopicPartition {
+  type Inner = &'a TopicPartition;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    <&'a TopicPartition>::follow(buf, loc)
+  }
+}
+impl<'a> flatbuffers::Follow<'a> for &'a TopicPartition {
+  type Inner = &'a TopicPartition;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    flatbuffers::follow_cast_ref::<TopicPartition>(buf, loc)
+  }
+}
+impl<'b> flatbuffers::Push for TopicPartition {
+    type Output = TopicPartition;
+    #[inline]
+    unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
+        let src = ::core::slice::from_raw_parts(self as *const TopicPartition as *const u8, Self::size());
+        dst.copy_from_slice(src);
+    }
+}
+
+impl<'a> flatbuffers::Verifiable for TopicPartition {
+  #[inline]
+  fn run_verifier(
+    v: &mut flatbuffers::Verifier, pos: usize
+  ) -> Result<(), flatbuffers::InvalidFlatbuffer> {
+    use self::flatbuffers::Verifiable;
+    v.in_buffer::<Self>(pos)
+  }
+}
+
+impl<'a> TopicPartition {
+  #[allow(clippy::too_many_arguments)]
+  pub fn new(
+    topic_id: &Uuid,
+    partition: i32,
+  ) -> Self {
+    let mut s = Self([0; 20]);
+    s.set_topic_id(topic_id);
+    s.set_partition(partition);
+    s
+  }
+
+  pub fn topic_id(&self) -> &Uuid {
+    // Safety:
+    // Created from a valid Table for this object
+    // Which contains a valid struct in this slot
+    unsafe { &*(self.0[0..].as_ptr() as *const Uuid) }
+  }
+
+  #[allow(clippy::identity_op)]
+  pub fn set_topic_id(&mut self, x: &Uuid) {
+    self.0[0..0 + 16].copy_from_slice(&x.0)
+  }
+
+  pub fn partition(&self) -> i32 {
+    let mut mem = core::mem::MaybeUninit::<<i32 as EndianScalar>::Scalar>::uninit();
+    // Safety:
+    // Created from a valid Table for this object
+    // Which contains a valid value in this slot
+    EndianScalar::from_little_endian(unsafe {
+      core::ptr::copy_nonoverlapping(
+        self.0[16..].as_ptr(),
+        mem.as_mut_ptr() as *mut u8,
+        core::mem::size_of::<<i32 as EndianScalar>::Scalar>(),
+      );
+      mem.assume_init()
+    })
+  }
+
+  pub fn set_partition(&mut self, x: i32) {
+    let x_le = x.to_little_endian();
+    // Safety:
+    // Created from a valid Table for this object
+    // Which contains a valid value in this slot
+    unsafe {
+      core::ptr::copy_nonoverlapping(
+        &x_le as *const _ as *const u8,
+        self.0[16..].as_mut_ptr(),
+        core::mem::size_of::<<i32 as EndianScalar>::Scalar>(),
+      );
+    }
   }
 
 }
@@ -2850,6 +2962,142 @@ impl core::fmt::Debug for ClientQuotaChanged<'_> {
       ds.finish()
   }
 }
+pub enum ReplicasOfflineOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+/// Replicas on a broker whose logs went offline (a failed write or fdatasync poisoned the log,
+/// or it would not open): Keel's per-partition form of Kafka's offline log directories
+/// (KIP-858, BrokerHeartbeat `OfflineLogDirs`). They are added to the broker's offline set,
+/// which its next registration (a restart, logs recovered) clears. Rejected unless
+/// `broker_epoch` is the broker's current one.
+pub struct ReplicasOffline<'a> {
+  pub _tab: flatbuffers::Table<'a>,
+}
+
+impl<'a> flatbuffers::Follow<'a> for ReplicasOffline<'a> {
+  type Inner = ReplicasOffline<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: flatbuffers::Table::new(buf, loc) }
+  }
+}
+
+impl<'a> ReplicasOffline<'a> {
+  pub const VT_BROKER_ID: flatbuffers::VOffsetT = 4;
+  pub const VT_BROKER_EPOCH: flatbuffers::VOffsetT = 6;
+  pub const VT_REPLICAS: flatbuffers::VOffsetT = 8;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
+    ReplicasOffline { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr>(
+    _fbb: &'mut_bldr mut flatbuffers::FlatBufferBuilder<'bldr>,
+    args: &'args ReplicasOfflineArgs<'args>
+  ) -> flatbuffers::WIPOffset<ReplicasOffline<'bldr>> {
+    let mut builder = ReplicasOfflineBuilder::new(_fbb);
+    builder.add_broker_epoch(args.broker_epoch);
+    if let Some(x) = args.replicas { builder.add_replicas(x); }
+    builder.add_broker_id(args.broker_id);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn broker_id(&self) -> i32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i32>(ReplicasOffline::VT_BROKER_ID, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn broker_epoch(&self) -> i64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i64>(ReplicasOffline::VT_BROKER_EPOCH, Some(-1)).unwrap()}
+  }
+  #[inline]
+  pub fn replicas(&self) -> Option<flatbuffers::Vector<'a, TopicPartition>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, TopicPartition>>>(ReplicasOffline::VT_REPLICAS, None)}
+  }
+}
+
+impl flatbuffers::Verifiable for ReplicasOffline<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut flatbuffers::Verifier, pos: usize
+  ) -> Result<(), flatbuffers::InvalidFlatbuffer> {
+    use self::flatbuffers::Verifiable;
+    v.visit_table(pos)?
+     .visit_field::<i32>("broker_id", Self::VT_BROKER_ID, false)?
+     .visit_field::<i64>("broker_epoch", Self::VT_BROKER_EPOCH, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, TopicPartition>>>("replicas", Self::VT_REPLICAS, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct ReplicasOfflineArgs<'a> {
+    pub broker_id: i32,
+    pub broker_epoch: i64,
+    pub replicas: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, TopicPartition>>>,
+}
+impl<'a> Default for ReplicasOfflineArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    ReplicasOfflineArgs {
+      broker_id: 0,
+      broker_epoch: -1,
+      replicas: None,
+    }
+  }
+}
+
+pub struct ReplicasOfflineBuilder<'a: 'b, 'b> {
+  fbb_: &'b mut flatbuffers::FlatBufferBuilder<'a>,
+  start_: flatbuffers::WIPOffset<flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b> ReplicasOfflineBuilder<'a, 'b> {
+  #[inline]
+  pub fn add_broker_id(&mut self, broker_id: i32) {
+    self.fbb_.push_slot::<i32>(ReplicasOffline::VT_BROKER_ID, broker_id, 0);
+  }
+  #[inline]
+  pub fn add_broker_epoch(&mut self, broker_epoch: i64) {
+    self.fbb_.push_slot::<i64>(ReplicasOffline::VT_BROKER_EPOCH, broker_epoch, -1);
+  }
+  #[inline]
+  pub fn add_replicas(&mut self, replicas: flatbuffers::WIPOffset<flatbuffers::Vector<'b , TopicPartition>>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(ReplicasOffline::VT_REPLICAS, replicas);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> ReplicasOfflineBuilder<'a, 'b> {
+    let start = _fbb.start_table();
+    ReplicasOfflineBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> flatbuffers::WIPOffset<ReplicasOffline<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl core::fmt::Debug for ReplicasOffline<'_> {
+  fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+    let mut ds = f.debug_struct("ReplicasOffline");
+      ds.field("broker_id", &self.broker_id());
+      ds.field("broker_epoch", &self.broker_epoch());
+      ds.field("replicas", &self.replicas());
+      ds.finish()
+  }
+}
 pub enum EntryOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -3125,6 +3373,21 @@ impl<'a> Entry<'a> {
     }
   }
 
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn record_as_replicas_offline(&self) -> Option<ReplicasOffline<'a>> {
+    if self.record_type() == Record::ReplicasOffline {
+      self.record().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { ReplicasOffline::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
 }
 
 impl flatbuffers::Verifiable for Entry<'_> {
@@ -3151,6 +3414,7 @@ impl flatbuffers::Verifiable for Entry<'_> {
           Record::AclCreated => v.verify_union_variant::<flatbuffers::ForwardsUOffset<AclCreated>>("Record::AclCreated", pos),
           Record::AclRemoved => v.verify_union_variant::<flatbuffers::ForwardsUOffset<AclRemoved>>("Record::AclRemoved", pos),
           Record::ClientQuotaChanged => v.verify_union_variant::<flatbuffers::ForwardsUOffset<ClientQuotaChanged>>("Record::ClientQuotaChanged", pos),
+          Record::ReplicasOffline => v.verify_union_variant::<flatbuffers::ForwardsUOffset<ReplicasOffline>>("Record::ReplicasOffline", pos),
           _ => Ok(()),
         }
      })?
@@ -3305,6 +3569,13 @@ impl core::fmt::Debug for Entry<'_> {
         },
         Record::ClientQuotaChanged => {
           if let Some(x) = self.record_as_client_quota_changed() {
+            ds.field("record", &x)
+          } else {
+            ds.field("record", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        Record::ReplicasOffline => {
+          if let Some(x) = self.record_as_replicas_offline() {
             ds.field("record", &x)
           } else {
             ds.field("record", &"InvalidFlatbuffer: Union discriminant does not match value.")

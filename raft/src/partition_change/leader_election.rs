@@ -18,7 +18,7 @@ use keel_vocab::error::ResponseError;
 use keel_vocab::ErrorCode;
 use serde::{Deserialize, Serialize};
 
-use super::{is_live, partition_of, Rules, Target, Unclean};
+use super::{can_lead, is_live, partition_of, Rules, Target, Unclean};
 use crate::image::{codes, ClusterImage, PartitionInfo, TopicInfo};
 use crate::records::Record;
 
@@ -199,11 +199,11 @@ pub fn elect_leader(
         .ok_or_else(|| not_available(t, p, "the election changed nothing"))
 }
 
-/// Whether `replica` may lead `p` now (Kafka's `isValidNewLeader`): live, and in the ISR,
-/// or in the ELR when the ISR is empty.
-fn valid_leader(image: &ClusterImage, p: &PartitionInfo, replica: i32) -> bool {
+/// Whether `replica` may lead `p` of `t` now (Kafka's `isValidNewLeader`): live with its
+/// replica online, and in the ISR, or in the ELR when the ISR is empty.
+fn valid_leader(image: &ClusterImage, t: &TopicInfo, p: &PartitionInfo, replica: i32) -> bool {
     let eligible = p.isr.contains(&replica) || (p.isr.is_empty() && p.elr.contains(&replica));
-    eligible && is_live(image, replica)
+    eligible && can_lead(image, replica, &t.topic_id, p.partition)
 }
 
 /// Kafka's PREFERRED election: the preferred replica when it may lead; else, when the current
@@ -226,9 +226,9 @@ fn preferred_target(
             ),
         ));
     }
-    let leader = if valid_leader(image, p, preferred) {
+    let leader = if valid_leader(image, t, p, preferred) {
         preferred
-    } else if p.leader != -1 && valid_leader(image, p, p.leader) {
+    } else if p.leader != -1 && valid_leader(image, t, p, p.leader) {
         return Err(not_available(
             t,
             p,
@@ -238,7 +238,7 @@ fn preferred_target(
         p.replicas[1..]
             .iter()
             .copied()
-            .find(|r| valid_leader(image, p, *r))
+            .find(|r| valid_leader(image, t, p, *r))
             .ok_or_else(|| not_available(t, p, "no replica in the ISR is live"))?
     };
     let mut target = Target::of(p);
@@ -280,7 +280,7 @@ fn unclean_target(
     }
     let mut target = Target::of(p);
     target.elect(
-        &|id| is_live(image, id),
+        &|id| can_lead(image, id, &t.topic_id, p.partition),
         &Rules::of(image, t, Unclean::Enabled),
     );
     if target.leader == -1 {
@@ -352,7 +352,7 @@ pub fn leader_rebalance_records(
             if records.len() >= max {
                 return records;
             }
-            if !valid_leader(image, p, broker) {
+            if !valid_leader(image, t, p, broker) {
                 continue;
             }
             if let Ok(target) = preferred_target(image, t, p) {
