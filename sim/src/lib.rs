@@ -63,6 +63,11 @@ pub struct SeedReport {
     /// Replicated: seeds that ended with the partition offline for good (KIP-966: no eligible
     /// replica left after unclean restarts), where convergence is not checked.
     pub offline_at_end: u64,
+    /// Replicated, with disk faults: replicas whose log an injected EIO poisoned, taken
+    /// offline by the controller (`offline_replica_records`), and how many of them led (their
+    /// leadership moved to another replica or, with none eligible, to nobody).
+    pub replicas_offline: u64,
+    pub offline_leaders: u64,
     pub disk: FaultCounts,
 }
 
@@ -82,6 +87,8 @@ impl SeedReport {
         self.injected_no_space += o.injected_no_space;
         self.injected_power_off += o.injected_power_off;
         self.offline_at_end += o.offline_at_end;
+        self.replicas_offline += o.replicas_offline;
+        self.offline_leaders += o.offline_leaders;
         let (d, e) = (&mut self.disk, &o.disk);
         d.write_eio += e.write_eio;
         d.sync_eio += e.sync_eio;
@@ -103,14 +110,16 @@ pub struct Violation {
     pub what: String,
     /// The run's last operations, oldest first, to read the failure by.
     pub trail: Vec<String>,
+    /// The `keel-sim` flags that select this simulation (`--replicated`, ...).
+    pub flags: &'static str,
 }
 
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "seed {} step {}: {}\n  reproduce: cargo run -p keel-sim -- --seed {}\n  last steps:",
-            self.seed, self.step, self.what, self.seed
+            "seed {} step {}: {}\n  reproduce: cargo run -p keel-sim -- {}--seed {}\n  last steps:",
+            self.seed, self.step, self.what, self.flags, self.seed
         )?;
         for t in &self.trail {
             writeln!(f, "    {t}")?;
@@ -124,16 +133,19 @@ pub(crate) struct Trail {
     seed: u64,
     /// Names the simulation in a violation (`""` for the one-log one).
     kind: &'static str,
+    /// The `keel-sim` flags that replay it.
+    flags: &'static str,
     keep: usize,
     lines: VecDeque<String>,
     checks: Cell<u64>,
 }
 
 impl Trail {
-    pub(crate) fn new(seed: u64, kind: &'static str, keep: usize) -> Trail {
+    pub(crate) fn new(seed: u64, kind: &'static str, flags: &'static str, keep: usize) -> Trail {
         Trail {
             seed,
             kind,
+            flags,
             keep,
             lines: VecDeque::new(),
             checks: Cell::new(0),
@@ -154,6 +166,7 @@ impl Trail {
             step,
             what: format!("{}{what}", self.kind),
             trail: self.lines.iter().cloned().collect(),
+            flags: self.flags,
         }
     }
 
@@ -212,12 +225,18 @@ pub fn run_log_seeds(from: u64, count: u64, steps: u64) -> Result<SeedReport, Vi
 }
 
 /// Runs seeds `from..from + count` of the replicated-partition simulation with `steps` steps
-/// each: the total counts, or the first violation.
-pub fn run_replica_seeds(from: u64, count: u64, steps: u64) -> Result<SeedReport, Violation> {
+/// each, with EIO injected into the replicas' disks when `disk_faults`: the total counts, or
+/// the first violation.
+pub fn run_replica_seeds(
+    from: u64,
+    count: u64,
+    steps: u64,
+    disk_faults: bool,
+) -> Result<SeedReport, Violation> {
     in_executor(|| async move {
         let mut total = SeedReport::default();
         for seed in from..from + count {
-            let r = replica_sim::run(seed, steps).await?;
+            let r = replica_sim::run(seed, steps, disk_faults).await?;
             total.add(&r);
         }
         total.seed = from;

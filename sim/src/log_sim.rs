@@ -141,7 +141,7 @@ pub async fn run(seed: u64, steps: u64) -> Result<SeedReport, Violation> {
         now_ms: 1_700_000_000_000,
         sent: 0,
         faulted: false,
-        trail: Trail::new(seed, "", TRAIL),
+        trail: Trail::new(seed, "", "", TRAIL),
     };
     keel_storage::set_previous_stop_clean(false);
     run.open().await?;

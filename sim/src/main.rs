@@ -6,18 +6,22 @@
 //! keel-sim [--seeds N] [--from S] [--steps K]   N seeds from S (default 100 from 0)
 //! keel-sim --seed S [--steps K]                 one seed, e.g. a failing one
 //! keel-sim --replicated ...                     the replicated partition instead of one log
+//! keel-sim --replicated --disk-faults ...       with EIO injected into the replicas' disks
 //! ```
 
 use std::time::Instant;
 
 fn usage() -> ! {
-    eprintln!("usage: keel-sim [--replicated] [--seeds N] [--from S] [--seed S] [--steps K]");
+    eprintln!(
+        "usage: keel-sim [--replicated [--disk-faults]] [--seeds N] [--from S] [--seed S] [--steps K]"
+    );
     std::process::exit(2)
 }
 
 fn main() {
     let (mut from, mut count, mut steps) = (0u64, 100u64, 300u64);
     let mut replicated = false;
+    let mut disk_faults = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || -> u64 {
@@ -34,6 +38,7 @@ fn main() {
             }
             "--steps" => steps = value(),
             "--replicated" => replicated = true,
+            "--disk-faults" => disk_faults = true,
             _ => usage(),
         }
     }
@@ -41,7 +46,7 @@ fn main() {
     let (what, result) = if replicated {
         (
             "replicated-partition",
-            keel_sim::run_replica_seeds(from, count, steps),
+            keel_sim::run_replica_seeds(from, count, steps, disk_faults),
         )
     } else {
         ("log", keel_sim::run_log_seeds(from, count, steps))
@@ -72,6 +77,14 @@ fn main() {
                 "  power cuts: {} ({} unsynced sectors kept, {} lost, {} directory entries undone); process restarts: {}",
                 t.crashes, t.disk.sectors_kept, t.disk.sectors_lost, t.disk.entries_reverted, t.restarts
             );
+            if replicated
+                && (t.replicas_offline > 0 || t.injected_sync_eio + t.injected_write_eio > 0)
+            {
+                println!(
+                    "  replicas taken offline after a failed write or sync: {} ({} of them leading; leadership moved by keel-raft's offline_replica_records)",
+                    t.replicas_offline, t.offline_leaders
+                );
+            }
             if replicated {
                 println!(
                     "  seeds ending offline for good (KIP-966: no eligible replica after unclean restarts; convergence not checked): {}",

@@ -28,13 +28,13 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use keel_raft::partition_change::{
-    alter_partition, fence_records, registration_records, AlterPartitionRequest, IsrMember,
-    Unclean, MIN_INSYNC_REPLICAS,
+    alter_partition, fence_records, offline_replica_records, registration_records,
+    AlterPartitionRequest, IsrMember, Unclean, MIN_INSYNC_REPLICAS,
 };
 use keel_raft::records::RESOURCE_BROKER;
 use keel_raft::registration::BrokerRegistration;
 use keel_raft::{ApplyOutcome, ClusterImage, Record};
-use keel_simdisk::SimDisk;
+use keel_simdisk::{Fault, SimDisk};
 use keel_storage::replication::{self as rules, FollowerProgress};
 use keel_storage::{Disk, LeaderEpoch, Log, LogConfig, Offset, SimHandle};
 use keel_vocab::records::{frame_batch, parse_records, put_record, BatchFields, BatchHeader};
@@ -108,6 +108,9 @@ struct Node {
     hw_in_isr: Option<i64>,
     /// Started once: a later start is a restart (a new registration).
     started: bool,
+    /// An injected EIO poisoned its log: it is offline (reported to the controller, which
+    /// moved its leadership away) and does nothing until it restarts, as the broker.
+    offline: bool,
 }
 
 /// The partition as the controller has it: keel-raft's own decisions
@@ -218,6 +221,18 @@ impl Controller {
             .map_or(Vec::new(), |p| p.elr.clone())
     }
 
+    /// The broker reports its replica offline (its log is poisoned): keel-raft's
+    /// `offline_replica_records` (out of the ISR and ELR, leadership elected away). Whether
+    /// the controller took it.
+    fn offline(&mut self, id: i32) -> bool {
+        let epoch = self.image.brokers.get(&id).map_or(-1, |b| b.broker_epoch);
+        match offline_replica_records(&self.image, id, epoch, &[(TOPIC_ID, 0)], Unclean::Disabled) {
+            Ok(Some(records)) => self.apply(&records),
+            Ok(None) => true,
+            Err(_) => false,
+        }
+    }
+
     /// The broker missed its session: fenced, out of the ISR, its leaderships elected away.
     fn fence(&mut self, id: i32) {
         let records = fence_records(&self.image, id, Unclean::Disabled);
@@ -259,6 +274,9 @@ struct Pending {
 struct Run {
     seed: u64,
     rng: Rng,
+    /// Inject EIO into replicas' disks (a failed write or sync poisons the log, the replica
+    /// goes offline and the controller moves its leadership away).
+    disk_faults: bool,
     nodes: Vec<Node>,
     ctl: Controller,
     net: VecDeque<Msg>,
@@ -276,8 +294,9 @@ struct Run {
 }
 
 /// Runs seed `seed` of the replicated partition for `steps` steps, then heals everything and
-/// checks that the replicas converge.
-pub async fn run(seed: u64, steps: u64) -> Result<SeedReport, Violation> {
+/// checks that the replicas converge. With `disk_faults`, EIO is injected too (a seed with
+/// and without it are different runs).
+pub async fn run(seed: u64, steps: u64, disk_faults: bool) -> Result<SeedReport, Violation> {
     let mut rng = Rng::new(seed ^ 0x7265_706c);
     let mut nodes = Vec::new();
     for id in REPLICAS {
@@ -295,11 +314,13 @@ pub async fn run(seed: u64, steps: u64) -> Result<SeedReport, Violation> {
             fetching: None,
             hw_in_isr: None,
             started: false,
+            offline: false,
         });
     }
     let mut run = Run {
         seed,
         rng,
+        disk_faults,
         nodes,
         ctl: Controller::new(),
         net: VecDeque::new(),
@@ -314,7 +335,16 @@ pub async fn run(seed: u64, steps: u64) -> Result<SeedReport, Violation> {
             seed,
             ..SeedReport::default()
         },
-        trail: Trail::new(seed, "[replicated] ", TRAIL),
+        trail: if disk_faults {
+            Trail::new(
+                seed,
+                "[replicated, disk faults] ",
+                "--replicated --disk-faults ",
+                TRAIL,
+            )
+        } else {
+            Trail::new(seed, "[replicated] ", "--replicated ", TRAIL)
+        },
     };
     keel_storage::set_previous_stop_clean(false);
     for i in 0..run.nodes.len() {
@@ -336,6 +366,8 @@ pub async fn run(seed: u64, steps: u64) -> Result<SeedReport, Violation> {
         d.sectors_kept += c.sectors_kept;
         d.sectors_lost += c.sectors_lost;
         d.entries_reverted += c.entries_reverted;
+        d.sync_eio += c.sync_eio;
+        d.write_eio += c.write_eio;
         n.log = None;
         keel_storage::file_cache::forget_under(&n.dir);
     }
@@ -376,6 +408,7 @@ impl Run {
                 n.applied = None;
                 n.fetching = None;
                 n.hw_in_isr = None;
+                n.offline = false;
                 let (id, restarted) = (n.id, n.started);
                 n.started = true;
                 self.note(format!("replica {id} starts"));
@@ -399,6 +432,21 @@ impl Run {
                 self.note(format!("replica {id} loses power while it opens"));
                 Ok(())
             }
+            Err(e)
+                if self.disk_faults && {
+                    let c = &n.disk.disk().counts;
+                    c.sync_eio + c.write_eio > 0
+                } =>
+            {
+                // An injected EIO fired while it opened: the broker's partition stays offline
+                // until a later start (the fault fired once).
+                n.down_since = self.now_ms;
+                let id = n.id;
+                self.note(format!(
+                    "replica {id} does not open (an injected fault): {e}"
+                ));
+                Ok(())
+            }
             Err(e) => {
                 let id = n.id;
                 Err(self.violation(format!("replica {id} does not open: {e}")))
@@ -407,12 +455,12 @@ impl Run {
     }
 
     async fn step_once(&mut self) -> Result<(), Violation> {
+        if self.disk_faults && self.rng.chance(2) {
+            self.inject_eio();
+        }
         match self.rng.range(0, 99) {
             0..=21 => self.produce().await,
-            22..=41 => {
-                self.send_fetch().await;
-                Ok(())
-            }
+            22..=41 => self.send_fetch().await,
             42..=74 => self.deliver().await,
             75..=79 => self.read().await,
             80..=84 => {
@@ -468,6 +516,37 @@ impl Run {
         self.nodes[Self::idx(id)].log.is_some()
     }
 
+    /// Up with its log online: it fetches, serves fetches and may lead.
+    fn online(&self, id: i32) -> bool {
+        self.up(id) && !self.nodes[Self::idx(id)].offline
+    }
+
+    /// One EIO on the next write or sync of a live replica's partition dir.
+    fn inject_eio(&mut self) {
+        let live: Vec<i32> = REPLICAS
+            .iter()
+            .copied()
+            .filter(|r| self.online(*r))
+            .collect();
+        let Some(&id) = live.get(self.rng.range(0, 2) as usize) else {
+            return;
+        };
+        let prefix = self.nodes[Self::idx(id)]
+            .dir
+            .to_string_lossy()
+            .trim_start_matches('/')
+            .to_string();
+        let fault = if self.rng.chance(50) {
+            self.report.injected_sync_eio += 1;
+            Fault::SyncEio { prefix, once: true }
+        } else {
+            self.report.injected_write_eio += 1;
+            Fault::WriteEio { prefix, once: true }
+        };
+        self.note(format!("replica {id}: inject {fault:?}"));
+        self.nodes[Self::idx(id)].disk.disk().inject(fault);
+    }
+
     fn log(&self, id: i32) -> &Log {
         self.nodes[Self::idx(id)]
             .log
@@ -509,7 +588,7 @@ impl Run {
             }
             self.nodes[i].applied = Some(role);
             self.nodes[i].fetching = None;
-            if role.0 == id {
+            if role.0 == id && !self.nodes[i].offline {
                 let log = self.nodes[i].log.as_ref().expect("up");
                 if let Err(e) = log.become_leader(LeaderEpoch(role.1)).await {
                     return self.io_failed(id, format!("become_leader: {e}"));
@@ -529,7 +608,8 @@ impl Run {
         }
         // The leader's ISR check.
         let leader = self.ctl.leader;
-        if leader > 0 && self.up(leader) && self.nodes[Self::idx(leader)].pending_isr.is_none() {
+        if leader > 0 && self.online(leader) && self.nodes[Self::idx(leader)].pending_isr.is_none()
+        {
             let n = &self.nodes[Self::idx(leader)];
             let out = rules::out_of_sync(&self.ctl.isr, leader, self.now_ms, LAG_MS, |r| {
                 n.followers.get(&r).map(|p| p.last_caught_up_ms)
@@ -628,7 +708,7 @@ impl Run {
     async fn produce(&mut self) -> Result<(), Violation> {
         let leader = self.ctl.leader;
         if leader < 0
-            || !self.up(leader)
+            || !self.online(leader)
             || self.nodes[Self::idx(leader)].applied != Some((leader, self.ctl.epoch))
         {
             return Ok(());
@@ -716,13 +796,14 @@ impl Run {
 
     /// A follower that knows its leader and has no fetch out sends one, having made what it
     /// appended durable first (it fetches only past what it synced).
-    async fn send_fetch(&mut self) {
+    async fn send_fetch(&mut self) -> Result<(), Violation> {
         let candidates: Vec<i32> = REPLICAS
             .iter()
             .copied()
             .filter(|id| {
                 let n = &self.nodes[Self::idx(*id)];
                 n.log.is_some()
+                    && !n.offline
                     && n.fetching.is_none()
                     && self.ctl.leader > 0
                     && self.ctl.leader != *id
@@ -730,16 +811,14 @@ impl Run {
             })
             .collect();
         if candidates.is_empty() {
-            return;
+            return Ok(());
         }
         let id = candidates[self.rng.range(0, candidates.len() as u64 - 1) as usize];
         let log = self.log(id);
         let end = log.offsets().log_end_offset;
-        if log.make_durable(end).await.is_err() {
-            if self.nodes[Self::idx(id)].disk.disk().is_off() {
-                self.down(id, true);
-            }
-            return;
+        if let Err(e) = log.make_durable(end).await {
+            // As the broker's fetcher: a follower whose sync failed fetches nothing for it.
+            return self.io_failed(id, format!("follower {id} sync: {e}"));
         }
         let o = log.offsets();
         let last_fetched_epoch = log.latest_epoch().map_or(-1, |e| e.0);
@@ -756,6 +835,7 @@ impl Run {
         };
         self.nodes[Self::idx(id)].fetching = Some(fetch_id);
         self.net.push_back(msg);
+        Ok(())
     }
 
     async fn deliver(&mut self) -> Result<(), Violation> {
@@ -837,7 +917,8 @@ impl Run {
         follower_log_start: i64,
     ) -> Result<Answer, Violation> {
         let i = Self::idx(leader);
-        if self.nodes[i].applied != Some((leader, epoch)) {
+        if self.nodes[i].applied != Some((leader, epoch)) || self.nodes[i].offline {
+            // An offline replica answers KAFKA_STORAGE_ERROR; the follower backs off.
             return Ok(Answer::NotLeader);
         }
         let log = self.nodes[i].log.as_ref().expect("up");
@@ -906,8 +987,8 @@ impl Run {
         answer: Answer,
     ) -> Result<(), Violation> {
         let i = Self::idx(follower);
-        if self.nodes[i].applied != Some((leader, epoch)) {
-            return Ok(()); // an answer from an old role
+        if self.nodes[i].applied != Some((leader, epoch)) || self.nodes[i].offline {
+            return Ok(()); // an answer from an old role, or to a replica now offline
         }
         self.nodes[i].fetching = None;
         let log = self.nodes[i].log.as_ref().expect("up");
@@ -972,7 +1053,7 @@ impl Run {
     async fn read(&mut self) -> Result<(), Violation> {
         let leader = self.ctl.leader;
         if leader < 0
-            || !self.up(leader)
+            || !self.online(leader)
             || self.nodes[Self::idx(leader)].applied != Some((leader, self.ctl.epoch))
         {
             return Ok(());
@@ -1036,6 +1117,42 @@ impl Run {
             self.down(id, true);
             return Ok(());
         }
+        let fired = {
+            let c = &self.nodes[Self::idx(id)].disk.disk().counts;
+            c.sync_eio + c.write_eio > 0
+        };
+        if self.disk_faults && fired {
+            let poisoned = self.nodes[Self::idx(id)]
+                .log
+                .as_ref()
+                .is_some_and(|l| l.poisoned().is_some());
+            if poisoned && !self.nodes[Self::idx(id)].offline {
+                // The broker reports the replica offline; the controller moves its leadership.
+                self.nodes[Self::idx(id)].offline = true;
+                self.report.replicas_offline += 1;
+                if self.ctl.leader == id {
+                    self.report.offline_leaders += 1;
+                }
+                let accepted = self.ctl.offline(id);
+                // It leads no more and leaves the ISR (unless it is its last member: then the
+                // partition has no leader).
+                let (leader, isr) = (self.ctl.leader, &self.ctl.isr);
+                let out = leader != id && (!isr.contains(&id) || isr.len() == 1);
+                self.check(accepted && out, || {
+                    format!(
+                        "offline replica {id}: controller accepted {accepted}, leader {leader}, \
+                         ISR {isr:?}"
+                    )
+                })?;
+                let (l, e, isr) = (self.ctl.leader, self.ctl.epoch, self.ctl.isr.clone());
+                self.note(format!(
+                    "replica {id} offline ({what}): accepted {accepted}, leader {l} epoch {e} ISR {isr:?}"
+                ));
+            } else {
+                self.note(format!("replica {id}: {what} (an injected fault)"));
+            }
+            return Ok(());
+        }
         Err(self.violation(what))
     }
 
@@ -1069,6 +1186,14 @@ impl Run {
     }
 
     async fn restart_one(&mut self) -> Result<(), Violation> {
+        // An offline replica's broker is restarted by its operator (a kill, then a start).
+        if let Some(id) = REPLICAS
+            .iter()
+            .copied()
+            .find(|r| self.up(*r) && self.nodes[Self::idx(*r)].offline)
+        {
+            self.down(id, false);
+        }
         let down: Vec<i32> = REPLICAS.iter().copied().filter(|r| !self.up(*r)).collect();
         if down.is_empty() {
             return Ok(());
@@ -1101,10 +1226,13 @@ impl Run {
             let off = {
                 let mut d = self.nodes[Self::idx(id)].disk.disk();
                 d.power_stays_on();
+                d.clear_faults();
                 d.is_off()
             };
             if off && self.up(id) {
                 self.down(id, true);
+            } else if self.up(id) && self.nodes[Self::idx(id)].offline {
+                self.down(id, false);
             }
         }
         for id in REPLICAS {
@@ -1114,7 +1242,7 @@ impl Run {
         }
         for _ in 0..3_000 {
             self.now_ms += 50;
-            self.send_fetch().await;
+            self.send_fetch().await?;
             self.deliver().await?;
             self.settle().await?;
             if self.converged() {

@@ -97,7 +97,7 @@ fn a_seed_replays_exactly() {
 fn the_ci_seed_budget_of_the_replicated_partition_finds_no_violation() {
     let seeds = budget();
     let _one_at_a_time = serial();
-    let t = run_replica_seeds(0, seeds, STEPS).unwrap_or_else(|v| panic!("{v}"));
+    let t = run_replica_seeds(0, seeds, STEPS, false).unwrap_or_else(|v| panic!("{v}"));
     eprintln!(
         "replicated: {seeds} seeds x {STEPS} steps: {} appends, {} records acknowledged, {} \
          power cuts, {} kills, {} reads checked; {} checks",
@@ -109,13 +109,44 @@ fn the_ci_seed_budget_of_the_replicated_partition_finds_no_violation() {
     );
 }
 
+/// The replicated partition with EIO injected into the replicas' disks: a failed write or
+/// sync poisons a replica's log, the replica goes offline and keel-raft's controller moves its
+/// leadership away and takes it out of the ISR; every invariant holds throughout.
+#[test]
+fn the_ci_seed_budget_of_the_replicated_partition_with_disk_faults_finds_no_violation() {
+    let seeds = budget();
+    let _one_at_a_time = serial();
+    let t = run_replica_seeds(0, seeds, STEPS, true).unwrap_or_else(|v| panic!("{v}"));
+    eprintln!(
+        "replicated, disk faults: {seeds} seeds x {STEPS} steps: {} appends, {} records \
+         acknowledged, {} sync EIO and {} write EIO fired, {} replicas taken offline ({} \
+         leading), {} power cuts, {} kills; {} checks",
+        t.appends,
+        t.acked_records,
+        t.disk.sync_eio,
+        t.disk.write_eio,
+        t.replicas_offline,
+        t.offline_leaders,
+        t.crashes,
+        t.restarts,
+        t.checks
+    );
+    // The faults fired and moved leaderships: a run where none did would prove nothing.
+    assert!(t.disk.sync_eio > 0 && t.disk.write_eio > 0, "{t:?}");
+    assert!(
+        t.replicas_offline > seeds / 2 && t.offline_leaders > seeds / 4,
+        "{t:?}"
+    );
+    assert!(t.acked_records > 10 * seeds, "{t:?}");
+}
+
 /// Found a follower serving as committed what it never saw committed: a replicated log that
 /// crashed before its first high watermark checkpoint reopened with its high watermark at its
 /// log end. Fixed: a replicated log writes its first checkpoint before its first sync.
 #[test]
 fn replicated_seed_125_a_restarted_follower_claims_nothing_uncommitted() {
     let _one_at_a_time = serial();
-    run_replica_seeds(125, 1, STEPS).unwrap_or_else(|v| panic!("{v}"));
+    run_replica_seeds(125, 1, STEPS, false).unwrap_or_else(|v| panic!("{v}"));
 }
 
 /// Found a partition left offline by a power cut during a follower's truncation: the cut of
@@ -124,7 +155,7 @@ fn replicated_seed_125_a_restarted_follower_claims_nothing_uncommitted() {
 #[test]
 fn replicated_seed_865_a_power_cut_during_truncation_leaves_no_gap() {
     let _one_at_a_time = serial();
-    run_replica_seeds(865, 1, STEPS).unwrap_or_else(|v| panic!("{v}"));
+    run_replica_seeds(865, 1, STEPS, false).unwrap_or_else(|v| panic!("{v}"));
 }
 
 /// Found a follower stuck forever: its leader's end of the diverged epoch lay past the
@@ -134,7 +165,7 @@ fn replicated_seed_865_a_power_cut_during_truncation_leaves_no_gap() {
 #[test]
 fn replicated_seed_131_a_follower_behind_the_divergence_point_still_truncates() {
     let _one_at_a_time = serial();
-    run_replica_seeds(131, 1, STEPS).unwrap_or_else(|v| panic!("{v}"));
+    run_replica_seeds(131, 1, STEPS, false).unwrap_or_else(|v| panic!("{v}"));
 }
 
 /// Found a new leader whose high watermark stayed below its log end until the next produce:
@@ -143,5 +174,5 @@ fn replicated_seed_131_a_follower_behind_the_divergence_point_still_truncates() 
 #[test]
 fn replicated_seed_2866_a_new_leader_syncs_what_it_appended_as_a_follower() {
     let _one_at_a_time = serial();
-    run_replica_seeds(2866, 1, STEPS).unwrap_or_else(|v| panic!("{v}"));
+    run_replica_seeds(2866, 1, STEPS, false).unwrap_or_else(|v| panic!("{v}"));
 }
