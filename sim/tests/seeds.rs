@@ -176,3 +176,15 @@ fn replicated_seed_2866_a_new_leader_syncs_what_it_appended_as_a_follower() {
     let _one_at_a_time = serial();
     run_replica_seeds(2866, 1, STEPS, false).unwrap_or_else(|v| panic!("{v}"));
 }
+
+/// Found with disk faults: a follower's truncation whose fdatasync failed was never durable
+/// (Linux marks the pages clean), so after a restart and a power cut the follower's log held
+/// the truncated records again, under the epoch of the records it had fetched since (the
+/// leader epoch checkpoint is written before the data it covers). Its fetches then never
+/// diverged and it never caught up. Fixed as Kafka's `LogSegment.recover` does: recovery of
+/// the active segment derives its epochs from its batches.
+#[test]
+fn replicated_disk_faults_seed_3333_recovery_takes_epochs_from_the_batches() {
+    let _one_at_a_time = serial();
+    run_replica_seeds(3333, 1, STEPS, true).unwrap_or_else(|v| panic!("{v}"));
+}

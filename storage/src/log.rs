@@ -1941,6 +1941,16 @@ async fn recover_segment(
     let valid_end = match valid_end {
         Some(end) => end,
         None => {
+            if is_active {
+                // The batches decide the epochs of the active segment, as Kafka's
+                // `LogSegment.recover` truncates the cache to the segment's base first: the
+                // checkpoint may name an epoch for records that are not there (it is written
+                // before the data it covers), or records may be there that a truncation cut
+                // and a failed sync never made durable (found by the fault simulation,
+                // replicated seed 3333 with disk faults: a follower kept the old leader's
+                // records under the new leader's epoch and never truncated them).
+                epochs.truncate_from_end(base);
+            }
             *scanned_bytes += file_size;
             scan_segment(
                 &file,
