@@ -18,6 +18,7 @@
 
 pub mod codec;
 pub mod error;
+pub mod fs;
 mod generated;
 pub mod image;
 pub mod log_store;

@@ -21,8 +21,8 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use crate::codec::decode_batch;
+use crate::fs::{write_atomic, MetaFs, StdFs};
 use crate::image::{codes, ClusterImage};
-use crate::log_store::write_atomic;
 use crate::{Applied, ApplyOutcome, NodeId, TypeConfig};
 
 const SNAPSHOT_FILE: &str = "snapshot.json";
@@ -86,6 +86,7 @@ struct State {
 /// The state machine; clones share state.
 #[derive(Clone)]
 pub struct StateMachine {
+    fs: Arc<dyn MetaFs>,
     dir: PathBuf,
     state: Arc<Mutex<State>>,
     on_image: ImageSink,
@@ -98,7 +99,16 @@ fn io_err(e: impl std::fmt::Display) -> SE {
 impl StateMachine {
     /// Opens the state machine in `dir`, loading its snapshot if there is one.
     pub fn open(dir: &Path, on_image: ImageSink) -> Result<StateMachine, crate::RaftError> {
-        std::fs::create_dir_all(dir)?;
+        StateMachine::open_on(Arc::new(StdFs), dir, on_image)
+    }
+
+    /// [`Self::open`] on `fs` (the I/O seam).
+    pub fn open_on(
+        fs: Arc<dyn MetaFs>,
+        dir: &Path,
+        on_image: ImageSink,
+    ) -> Result<StateMachine, crate::RaftError> {
+        fs.create_dir_all_durable(dir)?;
         let mut state = State {
             image: Arc::new(ClusterImage::default()),
             last_applied: None,
@@ -106,28 +116,25 @@ impl StateMachine {
             snapshot: None,
             snapshots_built: 0,
         };
-        match std::fs::read(dir.join(SNAPSHOT_FILE)) {
-            Ok(bytes) => {
-                let file = decode_snapshot(&bytes).map_err(crate::RaftError::Corrupt)?;
-                let meta = SnapshotMeta {
-                    last_log_id: file.last_applied,
-                    last_membership: file.membership.clone(),
-                    snapshot_id: file.snapshot_id.clone(),
-                };
-                tracing::info!(
-                    applied_index = file.image.applied_index,
-                    topics = file.image.topics.len(),
-                    "metadata snapshot loaded"
-                );
-                state.image = Arc::new(file.image);
-                state.last_applied = file.last_applied;
-                state.membership = file.membership;
-                state.snapshot = Some((meta, bytes));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e.into()),
+        if let Some(bytes) = fs.read(&dir.join(SNAPSHOT_FILE))? {
+            let file = decode_snapshot(&bytes).map_err(crate::RaftError::Corrupt)?;
+            let meta = SnapshotMeta {
+                last_log_id: file.last_applied,
+                last_membership: file.membership.clone(),
+                snapshot_id: file.snapshot_id.clone(),
+            };
+            tracing::info!(
+                applied_index = file.image.applied_index,
+                topics = file.image.topics.len(),
+                "metadata snapshot loaded"
+            );
+            state.image = Arc::new(file.image);
+            state.last_applied = file.last_applied;
+            state.membership = file.membership;
+            state.snapshot = Some((meta, bytes));
         }
         let sm = StateMachine {
+            fs,
             dir: dir.to_path_buf(),
             state: Arc::new(Mutex::new(state)),
             on_image,
@@ -163,7 +170,7 @@ impl StateMachine {
         meta: SnapshotMeta<NodeId, BasicNode>,
         bytes: Vec<u8>,
     ) -> Result<(), SE> {
-        write_atomic(&self.dir.join(SNAPSHOT_FILE), &bytes).map_err(io_err)?;
+        write_atomic(&*self.fs, &self.dir.join(SNAPSHOT_FILE), &bytes).map_err(io_err)?;
         self.lock().snapshot = Some((meta, bytes));
         Ok(())
     }
