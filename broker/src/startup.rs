@@ -521,7 +521,10 @@ pub async fn run_shard(
     mesh.serve(receivers, shard.clone(), 4096);
     glommio::spawn_local(timers::ticker(shard.clone())).detach();
     glommio::spawn_local(crate::replication::run_periodic(shard.clone())).detach();
-    glommio::spawn_local(crate::replication::report_offline_replicas(shard.clone())).detach();
+    glommio::spawn_local(crate::replication::offline::report_offline_replicas(
+        shard.clone(),
+    ))
+    .detach();
     // Retention deletes files in the background: a task queue with a tenth of the default
     // shares, so produce and fetch on this shard go first.
     let background = glommio::executor().create_task_queue(
