@@ -206,17 +206,9 @@ impl MetaFs for SimFs {
     }
 
     fn write_new(&self, path: &Path, data: &[u8]) -> io::Result<()> {
-        let mut d = self.disk();
-        let p = sim_path(path);
-        let ino = match d.resolve(&p) {
-            Ok(ino) => {
-                d.set_len(ino, 0).map_err(sim_error)?;
-                ino
-            }
-            Err(_) => d.create_path(&p).map_err(sim_error)?,
-        };
-        d.write(ino, 0, data).map_err(sim_error)?;
-        d.sync(ino).map_err(sim_error)
+        self.disk()
+            .write_file_path(&sim_path(path), data)
+            .map_err(sim_error)
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {

@@ -589,6 +589,20 @@ impl SimDisk {
         self.create(dir, name)
     }
 
+    /// Replaces the file at `path` with `data` (created, or cut to nothing), then syncs it:
+    /// the write half of an atomic replace (temp file, rename, directory sync).
+    pub fn write_file_path(&mut self, path: &str, data: &[u8]) -> Result<(), SimError> {
+        let ino = match self.resolve(path) {
+            Ok(ino) => {
+                self.set_len(ino, 0)?;
+                ino
+            }
+            Err(_) => self.create_path(path)?,
+        };
+        self.write(ino, 0, data)?;
+        self.sync(ino)
+    }
+
     /// Creates the directory at `path`.
     pub fn mkdir_path(&mut self, path: &str) -> Result<Ino, SimError> {
         let (dir, name) = self.resolve_parent(path)?;

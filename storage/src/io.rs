@@ -347,20 +347,10 @@ impl Disk {
                 file.close().await?;
                 Ok(())
             }
-            Disk::Sim(h) => {
-                let mut d = h.disk();
-                let p = sim_path(path);
-                let ino = match d.resolve(&p) {
-                    Ok(ino) => {
-                        d.set_len(ino, 0).map_err(sim_error)?;
-                        ino
-                    }
-                    Err(_) => d.create_path(&p).map_err(sim_error)?,
-                };
-                d.write(ino, 0, &data).map_err(sim_error)?;
-                d.sync(ino).map_err(sim_error)?;
-                Ok(())
-            }
+            Disk::Sim(h) => Ok(h
+                .disk()
+                .write_file_path(&sim_path(path), &data)
+                .map_err(sim_error)?),
         }
     }
 
