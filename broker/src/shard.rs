@@ -565,14 +565,20 @@ impl BrokerShard {
                         "cannot open partition log; the partition is offline"
                     );
                 }
+                let needs_operator = matches!(e, StorageError::CorruptSegment { .. });
                 offline.insert(
                     key,
                     OfflinePartition {
                         topic_id: topic.id,
                         reason,
-                        needs_operator: matches!(e, StorageError::CorruptSegment { .. }),
+                        needs_operator,
                     },
                 );
+                drop(offline);
+                if needs_operator {
+                    // Offline until an operator repairs it: the controller moves its leadership.
+                    keel_storage::poison::signal_offline();
+                }
             }
         }
     }

@@ -25,6 +25,7 @@ pub use io::{create_dir_all_durable, Disk, SimHandle};
 pub use keel_simdisk as simdisk;
 pub mod io_depth;
 mod log;
+pub mod poison;
 mod producer_state;
 mod records;
 mod recovery;

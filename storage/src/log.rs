@@ -1155,6 +1155,7 @@ impl Log {
                 if s.poisoned.is_none() {
                     tracing::error!(dir = %self.inner.dir.display(), error = %e, "log write failed; refusing further writes");
                     s.poisoned = Some(e.to_string());
+                    crate::poison::signal_offline();
                 }
             }
         }

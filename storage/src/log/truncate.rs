@@ -64,6 +64,7 @@ impl Drop for Truncating {
         if self.cut && !self.done && s.poisoned.is_none() {
             tracing::error!(dir = %self.inner.dir.display(), "truncation stopped midway; refusing writes until the log is reopened");
             s.poisoned = Some("truncation stopped midway".to_string());
+            crate::poison::signal_offline();
         }
     }
 }
