@@ -87,7 +87,20 @@ where
                 if p.leader != me
                     && !(serving == Serving::AnyReplica && p.replicas.contains(&me)) =>
             {
-                results[i] = Some(fail(code(ResponseError::NotLeaderOrFollower)))
+                // This broker's replica of it is offline (its log failed): Kafka answers
+                // KAFKA_STORAGE_ERROR whoever leads, so a client looks elsewhere.
+                let offline_here = image.topic(&item.topic).is_some_and(|t| {
+                    image
+                        .cluster
+                        .brokers
+                        .get(&me)
+                        .is_some_and(|b| b.is_offline(&t.id, item.partition))
+                });
+                results[i] = Some(fail(code(if offline_here {
+                    ResponseError::KafkaStorageError
+                } else {
+                    ResponseError::NotLeaderOrFollower
+                })))
             }
             Some(p) => {
                 let g = groups.entry(p.shard as usize).or_default();
