@@ -10,6 +10,8 @@
 pub mod log_sim;
 pub mod replica_sim;
 
+pub use replica_sim::ReplicaMode;
+
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::future::Future;
@@ -52,6 +54,8 @@ pub struct SeedReport {
     pub crashes: u64,
     pub restarts: u64,
     pub retries: u64,
+    /// Retries the leader found in its log already (answered with the original offsets).
+    pub retries_duplicate: u64,
     pub reads_checked: u64,
     /// Invariant checks run (each a comparison against the model).
     pub checks: u64,
@@ -80,6 +84,7 @@ impl SeedReport {
         self.crashes += o.crashes;
         self.restarts += o.restarts;
         self.retries += o.retries;
+        self.retries_duplicate += o.retries_duplicate;
         self.reads_checked += o.reads_checked;
         self.checks += o.checks;
         self.injected_sync_eio += o.injected_sync_eio;
@@ -111,7 +116,7 @@ pub struct Violation {
     /// The run's last operations, oldest first, to read the failure by.
     pub trail: Vec<String>,
     /// The `keel-sim` flags that select this simulation (`--replicated`, ...).
-    pub flags: &'static str,
+    pub flags: String,
 }
 
 impl std::fmt::Display for Violation {
@@ -132,20 +137,20 @@ impl std::fmt::Display for Violation {
 pub(crate) struct Trail {
     seed: u64,
     /// Names the simulation in a violation (`""` for the one-log one).
-    kind: &'static str,
+    kind: String,
     /// The `keel-sim` flags that replay it.
-    flags: &'static str,
+    flags: String,
     keep: usize,
     lines: VecDeque<String>,
     checks: Cell<u64>,
 }
 
 impl Trail {
-    pub(crate) fn new(seed: u64, kind: &'static str, flags: &'static str, keep: usize) -> Trail {
+    pub(crate) fn new(seed: u64, kind: &str, flags: &str, keep: usize) -> Trail {
         Trail {
             seed,
-            kind,
-            flags,
+            kind: kind.to_string(),
+            flags: flags.to_string(),
             keep,
             lines: VecDeque::new(),
             checks: Cell::new(0),
@@ -166,7 +171,7 @@ impl Trail {
             step,
             what: format!("{}{what}", self.kind),
             trail: self.lines.iter().cloned().collect(),
-            flags: self.flags,
+            flags: self.flags.clone(),
         }
     }
 
@@ -225,18 +230,18 @@ pub fn run_log_seeds(from: u64, count: u64, steps: u64) -> Result<SeedReport, Vi
 }
 
 /// Runs seeds `from..from + count` of the replicated-partition simulation with `steps` steps
-/// each, with EIO injected into the replicas' disks when `disk_faults`: the total counts, or
+/// each, with what `mode` adds (EIO, full disks, idempotent producers): the total counts, or
 /// the first violation.
 pub fn run_replica_seeds(
     from: u64,
     count: u64,
     steps: u64,
-    disk_faults: bool,
+    mode: ReplicaMode,
 ) -> Result<SeedReport, Violation> {
     in_executor(|| async move {
         let mut total = SeedReport::default();
         for seed in from..from + count {
-            let r = replica_sim::run(seed, steps, disk_faults).await?;
+            let r = replica_sim::run(seed, steps, mode).await?;
             total.add(&r);
         }
         total.seed = from;

@@ -7,13 +7,15 @@
 //! keel-sim --seed S [--steps K]                 one seed, e.g. a failing one
 //! keel-sim --replicated ...                     the replicated partition instead of one log
 //! keel-sim --replicated --disk-faults ...       with EIO injected into the replicas' disks
+//! keel-sim --replicated --disk-full ...         with full disks (ENOSPC) that get space back
+//! keel-sim --replicated --idempotent ...        with idempotent producers retrying their batches
 //! ```
 
 use std::time::Instant;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: keel-sim [--replicated [--disk-faults]] [--seeds N] [--from S] [--seed S] [--steps K]"
+        "usage: keel-sim [--replicated [--disk-faults] [--disk-full] [--idempotent]] [--seeds N] [--from S] [--seed S] [--steps K]"
     );
     std::process::exit(2)
 }
@@ -21,7 +23,7 @@ fn usage() -> ! {
 fn main() {
     let (mut from, mut count, mut steps) = (0u64, 100u64, 300u64);
     let mut replicated = false;
-    let mut disk_faults = false;
+    let mut mode = keel_sim::ReplicaMode::default();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || -> u64 {
@@ -38,7 +40,9 @@ fn main() {
             }
             "--steps" => steps = value(),
             "--replicated" => replicated = true,
-            "--disk-faults" => disk_faults = true,
+            "--disk-faults" => mode.disk_faults = true,
+            "--disk-full" => mode.disk_full = true,
+            "--idempotent" => mode.idempotent = true,
             _ => usage(),
         }
     }
@@ -46,7 +50,7 @@ fn main() {
     let (what, result) = if replicated {
         (
             "replicated-partition",
-            keel_sim::run_replica_seeds(from, count, steps, disk_faults),
+            keel_sim::run_replica_seeds(from, count, steps, mode),
         )
     } else {
         ("log", keel_sim::run_log_seeds(from, count, steps))
@@ -63,6 +67,12 @@ fn main() {
                 "  operations: {} appends, {} records acknowledged, {} producer retries, {} reads checked",
                 t.appends, t.acked_records, t.retries, t.reads_checked
             );
+            if t.retries_duplicate > 0 {
+                println!(
+                    "  retries the leader already held (answered at their original offsets): {}",
+                    t.retries_duplicate
+                );
+            }
             println!(
                 "  faults injected: {} sync EIO, {} write EIO, {} disk full, {} power-offs mid-operation; fired: {} sync EIO, {} write EIO, {} ENOSPC",
                 t.injected_sync_eio,

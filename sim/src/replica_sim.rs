@@ -17,16 +17,19 @@
 //! leader's log and the ISR is whole again (a follower that cannot truncate a diverged tail
 //! never does).
 //!
-//! Not Keel's code yet: the controller's decisions are Kafka's rules written here, not the
-//! metadata quorum's (`keel-raft`), and the fetch protocol's glue (what goes in a fetch, what
-//! the follower does with each answer) mirrors `broker/src/replication` rather than calling it.
+//! The fetch protocol's glue (what goes in a fetch, the leader's checks, progress and read, what
+//! the follower does with each answer) is storage's `replication::fetch`, which the broker's
+//! fetcher and Fetch handler run too: the broker carries its asks and answers over Kafka's
+//! Fetch, this simulation over its network (the transport seam). Not Keel's code here: the
+//! broker's tasks around it (the fetcher's loop, connections, timers, throttles), and the
+//! metadata quorum itself (its decisions are keel-raft's own functions, below).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use keel_raft::partition_change::{
     alter_partition, fence_records, offline_replica_records, registration_records,
     AlterPartitionRequest, IsrMember, Unclean, MIN_INSYNC_REPLICAS,
@@ -35,8 +38,9 @@ use keel_raft::records::RESOURCE_BROKER;
 use keel_raft::registration::BrokerRegistration;
 use keel_raft::{ApplyOutcome, ClusterImage, Record};
 use keel_simdisk::{Fault, SimDisk};
+use keel_storage::replication::fetch::{self as glue, Applied, FetchAnswer, FetchAsk, NotApplied};
 use keel_storage::replication::{self as rules, FollowerProgress};
-use keel_storage::{Disk, LeaderEpoch, Log, LogConfig, Offset, SimHandle};
+use keel_storage::{Disk, LeaderEpoch, Log, LogConfig, Offset, SimHandle, StorageError};
 use keel_vocab::records::{frame_batch, parse_records, put_record, BatchFields, BatchHeader};
 
 use crate::{Rng, SeedReport, Trail, Violation};
@@ -53,30 +57,20 @@ const FETCH_MAX: usize = 16 << 10;
 const TRAIL: usize = 60;
 
 #[derive(Clone)]
-enum Answer {
-    Diverging(i32, i64),
-    OutOfRange { log_start: i64, hw: i64 },
-    Records { bytes: Bytes, hw: i64 },
-    NotLeader,
-}
-
-#[derive(Clone)]
 enum Msg {
     Fetch {
         id: u64,
         from: i32,
         to: i32,
         epoch: i32,
-        fetch_offset: i64,
-        last_fetched_epoch: i32,
-        log_start: i64,
+        ask: FetchAsk,
     },
     Answer {
         id: u64,
         from: i32,
         to: i32,
         epoch: i32,
-        answer: Answer,
+        answer: FetchAnswer,
     },
 }
 
@@ -269,14 +263,79 @@ struct Pending {
     epoch: i32,
     last: i64,
     records: Vec<(i64, Vec<u8>)>,
+    /// The idempotent producer that sent it.
+    producer: Option<usize>,
+}
+
+/// What a replicated run adds to the network faults, power cuts and restarts every run has (a
+/// seed under another mode is another run).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaMode {
+    /// `--disk-faults`: EIO on replicas' writes and syncs (a failed write or sync poisons the
+    /// log, the replica goes offline and the controller moves its leadership away).
+    pub disk_faults: bool,
+    /// `--disk-full`: a replica's disk fills up (ENOSPC) and gets space back later; its log
+    /// stalls (appends refused, reads go on) and retries its staged writes, as the broker's
+    /// timer does once a second.
+    pub disk_full: bool,
+    /// `--idempotent`: two idempotent producers (`enable.idempotence`, one request in flight)
+    /// beside the plain one; a batch not acknowledged is sent again, with its sequence, to
+    /// whoever leads, until it is. Checked too: a retried batch the leader holds is answered
+    /// at its original offsets and never appended twice; a retry of a batch the leader lacks
+    /// is taken, never refused as out of sequence.
+    pub idempotent: bool,
+}
+
+impl ReplicaMode {
+    /// The parts that are on: each one's `keel-sim` flag and its name in a violation.
+    fn parts(self) -> impl Iterator<Item = (&'static str, &'static str)> {
+        [
+            (self.disk_faults, "--disk-faults", "disk faults"),
+            (self.disk_full, "--disk-full", "disk full"),
+            (self.idempotent, "--idempotent", "idempotent"),
+        ]
+        .into_iter()
+        .filter(|(on, _, _)| *on)
+        .map(|(_, flag, name)| (flag, name))
+    }
+
+    /// The `keel-sim` flags that select this mode, and its name in a violation.
+    fn names(self) -> (String, String) {
+        let mut flags = String::from("--replicated ");
+        let mut kind = String::from("[replicated");
+        for (flag, name) in self.parts() {
+            flags.push_str(flag);
+            flags.push(' ');
+            kind.push_str(", ");
+            kind.push_str(name);
+        }
+        kind.push_str("] ");
+        (flags, kind)
+    }
+}
+
+/// An idempotent producer.
+struct Producer {
+    id: i64,
+    next_sequence: i32,
+    /// The batch sent and not acknowledged yet: sent again until it is.
+    outstanding: Option<Outstanding>,
+}
+
+#[derive(Clone)]
+struct Outstanding {
+    base_sequence: i32,
+    timestamp: i64,
+    values: Vec<Vec<u8>>,
 }
 
 struct Run {
     seed: u64,
     rng: Rng,
-    /// Inject EIO into replicas' disks (a failed write or sync poisons the log, the replica
-    /// goes offline and the controller moves its leadership away).
-    disk_faults: bool,
+    mode: ReplicaMode,
+    producers: Vec<Producer>,
+    /// Replicas whose disk is full, and the step at which space comes back.
+    full_until: BTreeMap<i32, u64>,
     nodes: Vec<Node>,
     ctl: Controller,
     net: VecDeque<Msg>,
@@ -294,9 +353,8 @@ struct Run {
 }
 
 /// Runs seed `seed` of the replicated partition for `steps` steps, then heals everything and
-/// checks that the replicas converge. With `disk_faults`, EIO is injected too (a seed with
-/// and without it are different runs).
-pub async fn run(seed: u64, steps: u64, disk_faults: bool) -> Result<SeedReport, Violation> {
+/// checks that the replicas converge. `mode` says what else is injected or run.
+pub async fn run(seed: u64, steps: u64, mode: ReplicaMode) -> Result<SeedReport, Violation> {
     let mut rng = Rng::new(seed ^ 0x7265_706c);
     let mut nodes = Vec::new();
     for id in REPLICAS {
@@ -320,7 +378,15 @@ pub async fn run(seed: u64, steps: u64, disk_faults: bool) -> Result<SeedReport,
     let mut run = Run {
         seed,
         rng,
-        disk_faults,
+        mode,
+        producers: (0..2)
+            .map(|i| Producer {
+                id: 1000 + i,
+                next_sequence: 0,
+                outstanding: None,
+            })
+            .collect(),
+        full_until: BTreeMap::new(),
         nodes,
         ctl: Controller::new(),
         net: VecDeque::new(),
@@ -335,15 +401,9 @@ pub async fn run(seed: u64, steps: u64, disk_faults: bool) -> Result<SeedReport,
             seed,
             ..SeedReport::default()
         },
-        trail: if disk_faults {
-            Trail::new(
-                seed,
-                "[replicated, disk faults] ",
-                "--replicated --disk-faults ",
-                TRAIL,
-            )
-        } else {
-            Trail::new(seed, "[replicated] ", "--replicated ", TRAIL)
+        trail: {
+            let (flags, kind) = mode.names();
+            Trail::new(seed, &kind, &flags, TRAIL)
         },
     };
     keel_storage::set_previous_stop_clean(false);
@@ -368,6 +428,7 @@ pub async fn run(seed: u64, steps: u64, disk_faults: bool) -> Result<SeedReport,
         d.entries_reverted += c.entries_reverted;
         d.sync_eio += c.sync_eio;
         d.write_eio += c.write_eio;
+        d.no_space += c.no_space;
         n.log = None;
         keel_storage::file_cache::forget_under(&n.dir);
     }
@@ -432,14 +493,9 @@ impl Run {
                 self.note(format!("replica {id} loses power while it opens"));
                 Ok(())
             }
-            Err(e)
-                if self.disk_faults && {
-                    let c = &n.disk.disk().counts;
-                    c.sync_eio + c.write_eio > 0
-                } =>
-            {
-                // An injected EIO fired while it opened: the broker's partition stays offline
-                // until a later start (the fault fired once).
+            Err(e) if fired(self.mode, &n.disk) && !e.to_string().contains("corrupt") => {
+                // An injected EIO or ENOSPC fired while it opened: the broker's partition stays
+                // offline until a later start.
                 n.down_since = self.now_ms;
                 let id = n.id;
                 self.note(format!(
@@ -455,8 +511,11 @@ impl Run {
     }
 
     async fn step_once(&mut self) -> Result<(), Violation> {
-        if self.disk_faults && self.rng.chance(2) {
+        if self.mode.disk_faults && self.rng.chance(2) {
             self.inject_eio();
+        }
+        if self.mode.disk_full {
+            self.disk_full().await;
         }
         match self.rng.range(0, 99) {
             0..=21 => self.produce().await,
@@ -545,6 +604,57 @@ impl Run {
         };
         self.note(format!("replica {id}: inject {fault:?}"));
         self.nodes[Self::idx(id)].disk.disk().inject(fault);
+    }
+
+    /// `--disk-full`: now and then a live replica's disk fills up (a capacity a little above
+    /// what it holds); 5-40 steps later space comes back. Meanwhile its log stalls and, as the
+    /// broker's timer does, retries its staged writes.
+    async fn disk_full(&mut self) {
+        let step = self.step;
+        let back: Vec<i32> = self
+            .full_until
+            .iter()
+            .filter(|(_, until)| **until <= step)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in back {
+            self.full_until.remove(&id);
+            self.nodes[Self::idx(id)].disk.disk().remove_no_space();
+            self.note(format!("replica {id}'s disk has space again"));
+        }
+        if self.rng.chance(2) {
+            let live: Vec<i32> = REPLICAS
+                .iter()
+                .copied()
+                .filter(|r| self.online(*r) && !self.full_until.contains_key(r))
+                .collect();
+            if let Some(&id) = live.get(self.rng.range(0, 2) as usize) {
+                let used = self.nodes[Self::idx(id)].disk.disk().used_bytes();
+                let capacity = used + self.rng.range(0, 6_000);
+                let until = step + self.rng.range(5, 40);
+                self.nodes[Self::idx(id)]
+                    .disk
+                    .disk()
+                    .inject(Fault::NoSpace { capacity });
+                self.full_until.insert(id, until);
+                self.report.injected_no_space += 1;
+                self.note(format!(
+                    "replica {id}'s disk fills up at {capacity} bytes until step {until}"
+                ));
+            }
+        }
+        for id in REPLICAS {
+            if self.online(id) && self.log(id).is_disk_full() && self.rng.chance(30) {
+                let writable = self.log(id).retry_stalled().await;
+                self.note(format!(
+                    "replica {id} retries its stalled writes: writable {writable}"
+                ));
+                if self.nodes[Self::idx(id)].disk.disk().is_off() {
+                    // The power went off during the retry: the replica is down now.
+                    self.down(id, true);
+                }
+            }
+        }
     }
 
     fn log(&self, id: i32) -> &Log {
@@ -713,38 +823,20 @@ impl Run {
         {
             return Ok(());
         }
-        let count = self.rng.range(1, 3) as usize;
-        let mut section = BytesMut::new();
-        let mut values = Vec::new();
-        for i in 0..count {
-            self.sent += 1;
-            let mut v = format!("{}:{}:", self.seed, self.sent).into_bytes();
-            v.resize(
-                v.len() + self.rng.range(0, 900) as usize,
-                b'a' + (self.sent % 26) as u8,
-            );
-            put_record(&mut section, 0, i as i64, None, Some(&v), &[]);
-            values.push(v);
+        if self.mode.idempotent {
+            if let Some(i) = [None, Some(0), Some(1)][self.rng.range(0, 2) as usize] {
+                return self.produce_idempotent(leader, i).await;
+            }
         }
-        let fields = BatchFields {
-            base_offset: 0,
-            leader_epoch: -1,
-            attributes: 0,
-            last_offset_delta: count as i32 - 1,
-            base_timestamp: self.now_ms,
-            max_timestamp: self.now_ms,
-            producer_id: -1,
-            producer_epoch: -1,
-            base_sequence: -1,
-            records_count: count as i32,
-        };
-        let epoch = self.ctl.epoch;
+        let count = self.rng.range(1, 3) as usize;
+        let mut values = Vec::new();
+        for _ in 0..count {
+            values.push(self.value());
+        }
+        let (epoch, now) = (self.ctl.epoch, self.now_ms);
+        let batch = batch(&values, now, None);
         let log = self.log(leader);
-        let info = match log.append(
-            frame_batch(&fields, &section),
-            LeaderEpoch(epoch),
-            self.now_ms,
-        ) {
+        let info = match log.append(batch, LeaderEpoch(epoch), now) {
             Ok(info) => info,
             Err(e) => return self.io_failed(leader, format!("leader append refused: {e}")),
         };
@@ -765,6 +857,128 @@ impl Run {
                 .enumerate()
                 .map(|(k, v)| (base + k as i64, v))
                 .collect(),
+            producer: None,
+        });
+        Ok(())
+    }
+
+    /// A record value, unique in the run.
+    fn value(&mut self) -> Vec<u8> {
+        self.sent += 1;
+        let mut v = format!("{}:{}:", self.seed, self.sent).into_bytes();
+        v.resize(
+            v.len() + self.rng.range(0, 900) as usize,
+            b'a' + (self.sent % 26) as u8,
+        );
+        v
+    }
+
+    /// Idempotent producer `i` sends its outstanding batch again (its answer was lost, timed
+    /// out, or its leader lost the leadership), or else a new one, to `leader`.
+    async fn produce_idempotent(&mut self, leader: i32, i: usize) -> Result<(), Violation> {
+        let retry = self.producers[i].outstanding.is_some();
+        let waiting = self
+            .pending
+            .iter()
+            .any(|p| p.producer == Some(i) && p.leader == leader && p.epoch == self.ctl.epoch);
+        if waiting && !self.rng.chance(15) {
+            // Its request is still waiting on this leader's high watermark; now and then it
+            // times out and is sent again (to the same leader, which holds it).
+            return Ok(());
+        }
+        if !retry {
+            let count = self.rng.range(1, 3) as usize;
+            let mut values = Vec::new();
+            for _ in 0..count {
+                values.push(self.value());
+            }
+            self.producers[i].outstanding = Some(Outstanding {
+                base_sequence: self.producers[i].next_sequence,
+                timestamp: self.now_ms,
+                values,
+            });
+        }
+        let out = self.producers[i].outstanding.clone().expect("set above");
+        let id = self.producers[i].id;
+        // One request in flight: a retry replaces the send it repeats.
+        self.pending.retain(|p| p.producer != Some(i));
+        let epoch = self.ctl.epoch;
+        let batch = batch(&out.values, out.timestamp, Some((id, out.base_sequence)));
+        let result = self
+            .log(leader)
+            .append(batch, LeaderEpoch(epoch), self.now_ms);
+        let seq = out.base_sequence;
+        let info = match result {
+            Ok(info) => info,
+            Err(
+                e @ (StorageError::OutOfOrderSequence(_) | StorageError::InvalidProducerEpoch(_)),
+            ) => {
+                // Every batch before this one was acknowledged, so it is in every ISR member's
+                // log and its producer state: the leader must take this one.
+                return Err(self.violation(format!(
+                    "leader {leader} refused producer {id}'s batch at sequence {seq} \
+                     (retry {retry}): {e}"
+                )));
+            }
+            Err(e) => return self.io_failed(leader, format!("leader append refused: {e}")),
+        };
+        let base = info.base_offset.0;
+        self.note(format!(
+            "producer {id} sends sequence {seq} ({} records, retry {retry}) to {leader}: at {base}, \
+             duplicate {}",
+            out.values.len(),
+            info.duplicate
+        ));
+        if retry {
+            self.report.retries += 1;
+        }
+        if info.duplicate {
+            self.report.retries_duplicate += 1;
+            // The original batch: these values at these offsets.
+            let held = match self
+                .log(leader)
+                .read(
+                    Offset(base),
+                    64 << 10,
+                    self.log(leader).offsets().log_end_offset,
+                )
+                .await
+            {
+                Ok(r) => parse(&r.records),
+                Err(e) => return self.io_failed(leader, format!("leader read at {base}: {e}")),
+            };
+            let want: Vec<(i64, Vec<u8>)> = out
+                .values
+                .iter()
+                .enumerate()
+                .map(|(k, v)| (base + k as i64, v.clone()))
+                .collect();
+            let got: Vec<(i64, Vec<u8>)> = held.into_iter().take(want.len()).collect();
+            self.check(retry && got == want, || {
+                format!(
+                    "producer {id}'s batch at sequence {seq} (retry {retry}) answered as a \
+                     duplicate at {base}, where the log holds other records"
+                )
+            })?;
+        } else {
+            self.report.appends += 1;
+        }
+        let end = info.last_offset.0 + 1;
+        if let Err(e) = self.log(leader).make_durable(Offset(end)).await {
+            return self.io_failed(leader, format!("leader sync: {e}"));
+        }
+        self.advance_hw(leader);
+        self.pending.push(Pending {
+            leader,
+            epoch,
+            last: info.last_offset.0,
+            records: out
+                .values
+                .into_iter()
+                .enumerate()
+                .map(|(k, v)| (base + k as i64, v))
+                .collect(),
+            producer: Some(i),
         });
         Ok(())
     }
@@ -779,10 +993,16 @@ impl Run {
                 && self.up(p.leader)
                 && self.nodes[Self::idx(p.leader)].applied == Some((p.leader, p.epoch));
             if !leading {
+                // Failed (NOT_LEADER_OR_FOLLOWER): an idempotent producer sends it again.
                 continue;
             }
             let hw = self.log(p.leader).offsets().high_watermark.0;
             if hw > p.last {
+                if let Some(i) = p.producer {
+                    let pr = &mut self.producers[i];
+                    pr.next_sequence += p.records.len() as i32;
+                    pr.outstanding = None;
+                }
                 self.report.acked_records += p.records.len() as u64;
                 for (o, v) in p.records {
                     self.must.insert(o, v);
@@ -820,8 +1040,7 @@ impl Run {
             // As the broker's fetcher: a follower whose sync failed fetches nothing for it.
             return self.io_failed(id, format!("follower {id} sync: {e}"));
         }
-        let o = log.offsets();
-        let last_fetched_epoch = log.latest_epoch().map_or(-1, |e| e.0);
+        let ask = FetchAsk::of(log);
         self.sent += 1;
         let fetch_id = self.sent;
         let msg = Msg::Fetch {
@@ -829,9 +1048,7 @@ impl Run {
             from: id,
             to: self.ctl.leader,
             epoch: self.ctl.epoch,
-            fetch_offset: o.log_end_offset.0,
-            last_fetched_epoch,
-            log_start: o.log_start_offset.0,
+            ask,
         };
         self.nodes[Self::idx(id)].fetching = Some(fetch_id);
         self.net.push_back(msg);
@@ -864,13 +1081,9 @@ impl Run {
                 from,
                 to,
                 epoch,
-                fetch_offset,
-                last_fetched_epoch,
-                log_start,
+                ask,
             } => {
-                let answer = self
-                    .serve_fetch(to, from, epoch, fetch_offset, last_fetched_epoch, log_start)
-                    .await?;
+                let answer = self.serve_fetch(to, from, epoch, ask).await?;
                 self.net.push_back(Msg::Answer {
                     id,
                     from: to,
@@ -906,85 +1119,73 @@ impl Run {
         }
     }
 
-    /// The leader's side of a fetch (as `broker/src/replication/leader.rs::serve_fetch`).
+    /// The leader's side of a fetch: storage's replication glue, as the broker's
+    /// `replication/leader.rs::serve_fetch` runs it.
     async fn serve_fetch(
         &mut self,
         leader: i32,
         follower: i32,
         epoch: i32,
-        fetch_offset: i64,
-        last_fetched_epoch: i32,
-        follower_log_start: i64,
-    ) -> Result<Answer, Violation> {
+        ask: FetchAsk,
+    ) -> Result<FetchAnswer, Violation> {
         let i = Self::idx(leader);
         if self.nodes[i].applied != Some((leader, epoch)) || self.nodes[i].offline {
-            // An offline replica answers KAFKA_STORAGE_ERROR; the follower backs off.
-            return Ok(Answer::NotLeader);
+            // Not the leader of that epoch (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH), or
+            // offline (KAFKA_STORAGE_ERROR): the follower backs off.
+            return Ok(FetchAnswer::Refused("not the leader, or offline".into()));
         }
         let log = self.nodes[i].log.as_ref().expect("up");
-        let offsets = log.offsets();
-        if last_fetched_epoch >= 0 {
-            let end =
-                rules::end_offset_for_epoch(log, LeaderEpoch(last_fetched_epoch), Some(epoch));
-            if let Some((e, o)) = rules::diverging_epoch(last_fetched_epoch, fetch_offset, end) {
+        if let Some(early) = glue::check_fetch(log, Some(epoch), &ask) {
+            if let FetchAnswer::Diverging {
+                epoch: e,
+                end_offset,
+            } = early
+            {
                 self.note(format!(
-                    "{leader} tells {follower}: diverged in epoch {e} ending at {o}"
+                    "{leader} tells {follower}: diverged in epoch {e} ending at {end_offset}"
                 ));
-                return Ok(Answer::Diverging(e, o));
             }
+            return Ok(early);
         }
-        if fetch_offset < offsets.log_start_offset.0 || fetch_offset > offsets.log_end_offset.0 {
-            return Ok(Answer::OutOfRange {
-                log_start: offsets.log_start_offset.0,
-                hw: offsets.high_watermark.0,
-            });
-        }
-        let now = self.now_ms;
-        self.nodes[i]
-            .followers
-            .entry(follower)
-            .or_insert(FollowerProgress::unknown(-1))
-            .record_fetch(
-                fetch_offset,
-                follower_log_start,
-                offsets.log_end_offset.0,
-                -1,
-                now,
-            );
-        let in_isr = self.ctl.isr.contains(&follower);
-        if !in_isr
-            && self.nodes[i].pending_isr.is_none()
-            && rules::may_join_isr(
-                fetch_offset,
-                offsets.high_watermark.0,
-                self.nodes[i].epoch_start_offset,
-            )
-        {
-            let mut isr = self.ctl.isr.clone();
-            isr.push(follower);
+        let offsets = log.offsets();
+        let isr = self.ctl.isr.clone();
+        let n = &mut self.nodes[i];
+        let expand = glue::record_follower_fetch(
+            &mut n.followers,
+            follower,
+            -1,
+            &ask,
+            self.now_ms,
+            glue::LeaderView {
+                isr: &isr,
+                change_pending: n.pending_isr.is_some(),
+                log_end_offset: offsets.log_end_offset.0,
+                high_watermark: offsets.high_watermark.0,
+                epoch_start_offset: n.epoch_start_offset,
+            },
+        );
+        if let Some(isr) = expand {
             self.propose_isr(leader, isr, "expand");
         }
         self.advance_hw(leader);
-        let log = self.log(leader);
-        let end = log.offsets().log_end_offset;
-        match log.read(Offset(fetch_offset), FETCH_MAX, end).await {
-            Ok(r) => Ok(Answer::Records {
-                bytes: r.records,
-                hw: r.high_watermark.0,
-            }),
-            Err(e) => self
-                .io_failed(leader, format!("leader read at {fetch_offset}: {e}"))
-                .map(|()| Answer::NotLeader),
+        match glue::read_for_follower(self.log(leader), &ask, FETCH_MAX).await {
+            Ok(answer) => Ok(answer),
+            Err(e) => {
+                let at = ask.fetch_offset;
+                self.io_failed(leader, format!("leader read at {at}: {e}"))
+                    .map(|()| FetchAnswer::Refused(format!("read failed: {e}")))
+            }
         }
     }
 
-    /// The follower's side (as `broker/src/replication/fetcher.rs::handle_partition`).
+    /// The follower's side: storage's replication glue, as the broker's
+    /// `replication/fetcher.rs::handle_partition` runs it.
     async fn apply_answer(
         &mut self,
         follower: i32,
         leader: i32,
         epoch: i32,
-        answer: Answer,
+        answer: FetchAnswer,
     ) -> Result<(), Violation> {
         let i = Self::idx(follower);
         if self.nodes[i].applied != Some((leader, epoch)) || self.nodes[i].offline {
@@ -992,61 +1193,25 @@ impl Run {
         }
         self.nodes[i].fetching = None;
         let log = self.nodes[i].log.as_ref().expect("up");
-        let o = log.offsets();
-        match answer {
-            Answer::NotLeader => {}
-            Answer::Diverging(e, end) => {
-                let local = if e >= 0 {
-                    rules::end_offset_for_epoch(log, LeaderEpoch(e), None)
-                } else {
-                    (-1, -1)
-                };
-                let target =
-                    rules::truncation_point(o.log_end_offset.0, o.high_watermark.0, e, end, local);
-                if let Err(err) = log.truncate_to(Offset(target)).await {
-                    return self
-                        .io_failed(follower, format!("follower {follower} truncation: {err}"));
-                }
-                self.note(format!("{follower} truncates to {target}"));
+        match glue::apply_answer(log, LeaderEpoch(epoch), self.now_ms, answer).await {
+            Ok(Applied::Truncated { outcome, .. }) => {
+                let to = outcome.log_end_offset.0;
+                self.note(format!("{follower} truncates to {to}"));
+                Ok(())
             }
-            Answer::OutOfRange { log_start, hw } => {
-                if log_start > o.log_end_offset.0 {
-                    if let Err(err) = log.truncate_fully_and_start_at(Offset(log_start)).await {
-                        return self.io_failed(
-                            follower,
-                            format!("follower {follower} restart at {log_start}: {err}"),
-                        );
-                    }
-                } else if hw >= 0 && hw < o.log_end_offset.0 {
-                    let target = rules::truncation_point(
-                        o.log_end_offset.0,
-                        o.high_watermark.0,
-                        -1,
-                        hw,
-                        (-1, -1),
-                    );
-                    if let Err(err) = log.truncate_to(Offset(target)).await {
-                        return self
-                            .io_failed(follower, format!("follower {follower} truncation: {err}"));
-                    }
-                }
+            Ok(Applied::StartedOver { at }) => {
+                self.note(format!("{follower} starts over at {at}"));
+                Ok(())
             }
-            Answer::Records { bytes, hw } => {
-                if !bytes.is_empty() {
-                    if let Err(e) = log.append_as_follower(bytes, LeaderEpoch(epoch), self.now_ms) {
-                        // Keel's fetcher backs off and asks again: an answer that does not fit
-                        // (a duplicate, a reordered one) changes nothing.
-                        self.note(format!("{follower} refuses an answer: {e}"));
-                        return Ok(());
-                    }
-                }
-                let end = log.offsets().log_end_offset.0;
-                if hw >= 0 {
-                    log.advance_high_watermark(Offset(hw.min(end)));
-                }
+            Ok(Applied::Appended { .. }) | Err(NotApplied::Refused(_)) => Ok(()),
+            Err(e @ (NotApplied::Mismatch(_) | NotApplied::OutOfRange { .. })) => {
+                // Keel's fetcher backs off and asks again: an answer that does not fit (a
+                // duplicate, a reordered one) changes nothing.
+                self.note(format!("{follower} refuses an answer: {e}"));
+                Ok(())
             }
+            Err(NotApplied::Io(e)) => self.io_failed(follower, format!("follower {follower}: {e}")),
         }
-        Ok(())
     }
 
     /// A reader reads from the leader below its high watermark: what it sees must stay.
@@ -1107,7 +1272,18 @@ impl Run {
         let end = self.log(id).offsets().log_end_offset.0;
         self.check(missing.is_empty(), || {
             format!("{who} {id} (log end {end}) lacks acknowledged or seen records at {missing:?}")
-        })
+        })?;
+        if self.mode.idempotent {
+            // Every value was sent in one batch only: one held twice is a retry appended again.
+            let mut seen = BTreeMap::new();
+            let twice = got
+                .iter()
+                .find_map(|(o, v)| seen.insert(v, *o).map(|first| (first, *o)));
+            self.check(twice.is_none(), || {
+                format!("{who} {id} holds a record twice, at {twice:?}: a retry appended again")
+            })?;
+        }
+        Ok(())
     }
 
     /// An operation of replica `id` failed: expected if its power went off (it then goes
@@ -1117,11 +1293,12 @@ impl Run {
             self.down(id, true);
             return Ok(());
         }
-        let fired = {
-            let c = &self.nodes[Self::idx(id)].disk.disk().counts;
-            c.sync_eio + c.write_eio > 0
-        };
-        if self.disk_faults && fired {
+        // No fault here corrupts a sector: a batch Keel cannot read back (`corrupt message`,
+        // `corrupt segment`) is Keel's own write gone wrong, whatever else was injected.
+        if what.contains("corrupt") {
+            return Err(self.violation(what));
+        }
+        if fired(self.mode, &self.nodes[Self::idx(id)].disk) {
             let poisoned = self.nodes[Self::idx(id)]
                 .log
                 .as_ref()
@@ -1229,9 +1406,11 @@ impl Run {
                 d.clear_faults();
                 d.is_off()
             };
+            // A replica offline, or whose log a fault poisoned before it noticed, restarts.
+            let poisoned = self.up(id) && self.log(id).poisoned().is_some();
             if off && self.up(id) {
                 self.down(id, true);
-            } else if self.up(id) && self.nodes[Self::idx(id)].offline {
+            } else if self.up(id) && (self.nodes[Self::idx(id)].offline || poisoned) {
                 self.down(id, false);
             }
         }
@@ -1240,8 +1419,15 @@ impl Run {
                 self.start(Self::idx(id)).await?;
             }
         }
+        self.full_until.clear();
         for _ in 0..3_000 {
             self.now_ms += 50;
+            for id in REPLICAS {
+                // A log stalled by a full disk retries its staged writes (the broker's timer).
+                if self.online(id) && self.log(id).is_disk_full() {
+                    self.log(id).retry_stalled().await;
+                }
+            }
             self.send_fetch().await?;
             self.deliver().await?;
             self.settle().await?;
@@ -1274,11 +1460,25 @@ impl Run {
             )
         })?;
         self.check_must(leader, "the leader at the end").await?;
-        let reference = read_all(self.log(leader)).await.unwrap_or_default();
+        let reference = match read_all(self.log(leader)).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.violation(format!("the leader {leader}: read: {e}"))),
+        };
         for id in REPLICAS {
-            let got = read_all(self.log(id)).await.unwrap_or_default();
+            let got = match read_all(self.log(id)).await {
+                Ok(r) => r,
+                Err(e) => return Err(self.violation(format!("replica {id}: read: {e}"))),
+            };
             self.check(got == reference, || {
-                format!("replica {id}'s log differs from the leader's")
+                let first = got.iter().zip(reference.iter()).find(|(a, b)| a != b).map(
+                    |((o, a), (_, b))| {
+                        let head = |v: &Vec<u8>| {
+                            String::from_utf8_lossy(&v[..v.len().min(12)]).to_string()
+                        };
+                        format!("at {o}: {:?} where the leader has {:?}", head(a), head(b))
+                    },
+                );
+                format!("replica {id}'s log differs from the leader's: first {first:?}")
             })?;
         }
         Ok(())
@@ -1297,6 +1497,39 @@ impl Run {
                 o.log_end_offset.0 == end && o.high_watermark.0 == end
             })
     }
+}
+
+/// One batch of `values` stamped `timestamp`, from an idempotent producer `(id, base
+/// sequence)` or a plain one.
+fn batch(values: &[Vec<u8>], timestamp: i64, idempotent: Option<(i64, i32)>) -> BytesMut {
+    let mut section = BytesMut::new();
+    for (i, v) in values.iter().enumerate() {
+        put_record(&mut section, 0, i as i64, None, Some(v), &[]);
+    }
+    let (producer_id, producer_epoch, base_sequence) = match idempotent {
+        Some((id, seq)) => (id, 0, seq),
+        None => (-1, -1, -1),
+    };
+    let fields = BatchFields {
+        base_offset: 0,
+        leader_epoch: -1,
+        attributes: 0,
+        last_offset_delta: values.len() as i32 - 1,
+        base_timestamp: timestamp,
+        max_timestamp: timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        records_count: values.len() as i32,
+    };
+    frame_batch(&fields, &section)
+}
+
+/// Whether an injected disk fault (per `mode`) has fired on `disk`: an error is then expected.
+fn fired(mode: ReplicaMode, disk: &SimHandle) -> bool {
+    let d = disk.disk();
+    let c = &d.counts;
+    (mode.disk_faults && c.sync_eio + c.write_eio > 0) || (mode.disk_full && c.no_space > 0)
 }
 
 /// Every record of `log` from its start: (offset, value), offsets checked dense.

@@ -1,7 +1,31 @@
 //! The simulation's CI seed budget, the seeds that found bugs in Keel (kept as regression
 //! tests), and determinism: a seed replays exactly.
 
-use keel_sim::{run_log_seeds, run_replica_seeds, SeedReport};
+use keel_sim::{run_log_seeds, run_replica_seeds, ReplicaMode, SeedReport};
+
+const DISK_FAULTS: ReplicaMode = ReplicaMode {
+    disk_faults: true,
+    disk_full: false,
+    idempotent: false,
+};
+
+const DISK_FAULTS_AND_FULL: ReplicaMode = ReplicaMode {
+    disk_faults: true,
+    disk_full: true,
+    idempotent: false,
+};
+
+const IDEMPOTENT: ReplicaMode = ReplicaMode {
+    disk_faults: false,
+    disk_full: false,
+    idempotent: true,
+};
+
+const EVERYTHING: ReplicaMode = ReplicaMode {
+    disk_faults: true,
+    disk_full: true,
+    idempotent: true,
+};
 
 /// Seeds in the CI budget; `SIM_SEEDS` overrides (a longer campaign is
 /// `scripts/simulate.sh --seeds N`).
@@ -97,7 +121,8 @@ fn a_seed_replays_exactly() {
 fn the_ci_seed_budget_of_the_replicated_partition_finds_no_violation() {
     let seeds = budget();
     let _one_at_a_time = serial();
-    let t = run_replica_seeds(0, seeds, STEPS, false).unwrap_or_else(|v| panic!("{v}"));
+    let t = run_replica_seeds(0, seeds, STEPS, ReplicaMode::default())
+        .unwrap_or_else(|v| panic!("{v}"));
     eprintln!(
         "replicated: {seeds} seeds x {STEPS} steps: {} appends, {} records acknowledged, {} \
          power cuts, {} kills, {} reads checked; {} checks",
@@ -116,7 +141,7 @@ fn the_ci_seed_budget_of_the_replicated_partition_finds_no_violation() {
 fn the_ci_seed_budget_of_the_replicated_partition_with_disk_faults_finds_no_violation() {
     let seeds = budget();
     let _one_at_a_time = serial();
-    let t = run_replica_seeds(0, seeds, STEPS, true).unwrap_or_else(|v| panic!("{v}"));
+    let t = run_replica_seeds(0, seeds, STEPS, DISK_FAULTS).unwrap_or_else(|v| panic!("{v}"));
     eprintln!(
         "replicated, disk faults: {seeds} seeds x {STEPS} steps: {} appends, {} records \
          acknowledged, {} sync EIO and {} write EIO fired, {} replicas taken offline ({} \
@@ -140,13 +165,89 @@ fn the_ci_seed_budget_of_the_replicated_partition_with_disk_faults_finds_no_viol
     assert!(t.acked_records > 10 * seeds, "{t:?}");
 }
 
+/// The replicated partition with idempotent producers: batches not acknowledged are sent again,
+/// to the same leader or to the next one, and must be answered at their original offsets when
+/// the leader holds them (which it knows only from the producer state it rebuilt as a
+/// follower, or recovered after a crash) and never appended twice.
+#[test]
+fn the_ci_seed_budget_with_idempotent_producers_finds_no_violation() {
+    let seeds = budget();
+    let _one_at_a_time = serial();
+    let t = run_replica_seeds(0, seeds, STEPS, IDEMPOTENT).unwrap_or_else(|v| panic!("{v}"));
+    eprintln!(
+        "replicated, idempotent: {seeds} seeds x {STEPS} steps: {} appends, {} records \
+         acknowledged, {} retries ({} held by the leader already), {} power cuts, {} kills; \
+         {} checks",
+        t.appends, t.acked_records, t.retries, t.retries_duplicate, t.crashes, t.restarts, t.checks
+    );
+    assert!(t.acked_records > 10 * seeds, "{t:?}");
+    // Retries happened, and many found their batch at the leader: after a leader change too.
+    assert!(
+        t.retries > seeds && t.retries_duplicate > seeds && t.retries > t.retries_duplicate,
+        "{t:?}"
+    );
+}
+
+/// Everything at once: EIO, full disks that get space back, idempotent producers.
+#[test]
+fn the_ci_seed_budget_with_every_fault_and_idempotent_producers_finds_no_violation() {
+    let seeds = budget();
+    let _one_at_a_time = serial();
+    let t = run_replica_seeds(0, seeds, STEPS, EVERYTHING).unwrap_or_else(|v| panic!("{v}"));
+    eprintln!(
+        "replicated, every fault, idempotent: {seeds} seeds x {STEPS} steps: {} appends, {} \
+         records acknowledged, {} retries, {} sync EIO, {} write EIO and {} ENOSPC fired, {} \
+         replicas taken offline; {} checks",
+        t.appends,
+        t.acked_records,
+        t.retries,
+        t.disk.sync_eio,
+        t.disk.write_eio,
+        t.disk.no_space,
+        t.replicas_offline,
+        t.checks
+    );
+    assert!(t.acked_records > 5 * seeds, "{t:?}");
+    assert!(
+        t.disk.sync_eio > 0 && t.disk.write_eio > 0 && t.disk.no_space > seeds,
+        "{t:?}"
+    );
+    assert!(
+        t.retries_duplicate > 0 && t.replicas_offline > seeds / 2,
+        "{t:?}"
+    );
+}
+
+/// Found with EIO and full disks: a log stalled by ENOSPC whose fdatasync then failed was
+/// poisoned, but the broker's once-a-second retry of stalled writes (`Log::retry_stalled`)
+/// did not check for that: it wrote the staged bytes again over a log already offline and
+/// reported them durable; after a restart and a power cut a closed segment held a batch that
+/// no longer read back, and the only eligible replica did not open. Fixed: a poisoned log
+/// writes nothing more.
+#[test]
+fn replicated_disk_full_seed_62_a_poisoned_log_writes_nothing_when_space_returns() {
+    let _one_at_a_time = serial();
+    run_replica_seeds(62, 1, STEPS, DISK_FAULTS_AND_FULL).unwrap_or_else(|v| panic!("{v}"));
+}
+
+/// Found with EIO and full disks: an fdatasync that failed inside the retry of stalled writes
+/// poisoned the log without cutting its segments back to their synced bytes (every other
+/// flush does, the fsync-gate fix of log seed 5): the bytes whose sync failed read back after
+/// a restart, were taken as durable, and a later power cut left them unreadable in the middle
+/// of the log. Fixed: the retry flushes as every flush does.
+#[test]
+fn replicated_disk_full_seed_372_a_failed_sync_after_a_stall_cuts_back() {
+    let _one_at_a_time = serial();
+    run_replica_seeds(372, 1, STEPS, DISK_FAULTS_AND_FULL).unwrap_or_else(|v| panic!("{v}"));
+}
+
 /// Found a follower serving as committed what it never saw committed: a replicated log that
 /// crashed before its first high watermark checkpoint reopened with its high watermark at its
 /// log end. Fixed: a replicated log writes its first checkpoint before its first sync.
 #[test]
 fn replicated_seed_125_a_restarted_follower_claims_nothing_uncommitted() {
     let _one_at_a_time = serial();
-    run_replica_seeds(125, 1, STEPS, false).unwrap_or_else(|v| panic!("{v}"));
+    run_replica_seeds(125, 1, STEPS, ReplicaMode::default()).unwrap_or_else(|v| panic!("{v}"));
 }
 
 /// Found a partition left offline by a power cut during a follower's truncation: the cut of
@@ -155,7 +256,7 @@ fn replicated_seed_125_a_restarted_follower_claims_nothing_uncommitted() {
 #[test]
 fn replicated_seed_865_a_power_cut_during_truncation_leaves_no_gap() {
     let _one_at_a_time = serial();
-    run_replica_seeds(865, 1, STEPS, false).unwrap_or_else(|v| panic!("{v}"));
+    run_replica_seeds(865, 1, STEPS, ReplicaMode::default()).unwrap_or_else(|v| panic!("{v}"));
 }
 
 /// Found a follower stuck forever: its leader's end of the diverged epoch lay past the
@@ -165,7 +266,7 @@ fn replicated_seed_865_a_power_cut_during_truncation_leaves_no_gap() {
 #[test]
 fn replicated_seed_131_a_follower_behind_the_divergence_point_still_truncates() {
     let _one_at_a_time = serial();
-    run_replica_seeds(131, 1, STEPS, false).unwrap_or_else(|v| panic!("{v}"));
+    run_replica_seeds(131, 1, STEPS, ReplicaMode::default()).unwrap_or_else(|v| panic!("{v}"));
 }
 
 /// Found a new leader whose high watermark stayed below its log end until the next produce:
@@ -174,7 +275,7 @@ fn replicated_seed_131_a_follower_behind_the_divergence_point_still_truncates() 
 #[test]
 fn replicated_seed_2866_a_new_leader_syncs_what_it_appended_as_a_follower() {
     let _one_at_a_time = serial();
-    run_replica_seeds(2866, 1, STEPS, false).unwrap_or_else(|v| panic!("{v}"));
+    run_replica_seeds(2866, 1, STEPS, ReplicaMode::default()).unwrap_or_else(|v| panic!("{v}"));
 }
 
 /// Found with disk faults: a follower's truncation whose fdatasync failed was never durable
@@ -186,5 +287,5 @@ fn replicated_seed_2866_a_new_leader_syncs_what_it_appended_as_a_follower() {
 #[test]
 fn replicated_disk_faults_seed_3333_recovery_takes_epochs_from_the_batches() {
     let _one_at_a_time = serial();
-    run_replica_seeds(3333, 1, STEPS, true).unwrap_or_else(|v| panic!("{v}"));
+    run_replica_seeds(3333, 1, STEPS, DISK_FAULTS).unwrap_or_else(|v| panic!("{v}"));
 }

@@ -247,6 +247,17 @@ impl SimDisk {
         self.faults.clear();
     }
 
+    /// Removes an injected capacity: the disk has space again.
+    pub fn remove_no_space(&mut self) {
+        self.faults.retain(|f| !matches!(f, Fault::NoSpace { .. }));
+    }
+
+    /// Bytes the disk holds: every file's current length together (what a
+    /// [`Fault::NoSpace`] capacity is measured against).
+    pub fn used_bytes(&self) -> u64 {
+        self.inodes.values().map(|i| i.current.len() as u64).sum()
+    }
+
     // ---- by inode ----------------------------------------------------------------------
 
     /// What `ino` is, if it exists.
@@ -707,8 +718,7 @@ impl SimDisk {
         let Some(capacity) = capacity else {
             return false;
         };
-        let used: u64 = self.inodes.values().map(|i| i.current.len() as u64).sum();
-        used + more > capacity
+        self.used_bytes() + more > capacity
     }
 }
 

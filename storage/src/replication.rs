@@ -2,7 +2,10 @@
 //! leader and follower code (`broker/src/replication`) apply, as plain functions of what the
 //! replica knows, so that the fault simulation (keel-sim) runs the same rules over a simulated
 //! network instead of a model of them. Names follow Kafka's (`Partition`, `Replica`,
-//! `AbstractFetcherThread`).
+//! `AbstractFetcherThread`). [`fetch`] is the fetch protocol's glue on top of them: what a
+//! follower asks, the leader's checks and read, what the follower does with the answer.
+
+pub mod fetch;
 
 /// What a leader knows of one follower, from its fetches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

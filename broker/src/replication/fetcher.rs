@@ -27,7 +27,8 @@ use kafka_protocol::ResponseError;
 use keel_client::aio::{Identity, PipelinedConn};
 use keel_client::core::ClientVersions;
 use keel_client::ClientError;
-use keel_storage::{LeaderEpoch, Offset};
+use keel_storage::replication::fetch::{self as glue, Applied, FetchAnswer, FetchAsk, NotApplied};
+use keel_storage::LeaderEpoch;
 use keel_vocab::ErrorCode;
 use tracing::{debug, info, warn};
 
@@ -353,14 +354,14 @@ fn build_request(
 ) -> FetchRequest {
     let mut topics: BTreeMap<[u8; 16], Vec<FetchPartition>> = BTreeMap::new();
     for p in parts {
-        let offsets = p.log.offsets();
+        let ask = FetchAsk::of(&p.log);
         topics.entry(p.topic_id).or_default().push(
             FetchPartition::default()
                 .with_partition(p.index)
                 .with_current_leader_epoch(p.leader_epoch.get())
-                .with_fetch_offset(offsets.log_end_offset.0)
-                .with_last_fetched_epoch(p.log.latest_epoch().map_or(-1, |e| e.0))
-                .with_log_start_offset(offsets.log_start_offset.0)
+                .with_fetch_offset(ask.fetch_offset)
+                .with_last_fetched_epoch(ask.last_fetched_epoch)
+                .with_log_start_offset(ask.log_start_offset)
                 .with_partition_max_bytes(cfg.replica_fetch_max_bytes),
         );
     }
@@ -387,130 +388,77 @@ fn build_request(
         )
 }
 
-/// Applies one partition's answer; `Err` says why the partition backs off.
+/// The replication glue's form of one partition's answer (Fetch's `PartitionData`).
+fn fetch_answer(pd: kafka_protocol::messages::fetch_response::PartitionData) -> FetchAnswer {
+    let error = ErrorCode::from_code(pd.error_code);
+    if error == ErrorCode::of(ResponseError::OffsetOutOfRange) {
+        return FetchAnswer::OutOfRange {
+            log_start_offset: pd.log_start_offset,
+            high_watermark: pd.high_watermark,
+        };
+    }
+    if !error.is_none() {
+        return FetchAnswer::Refused(format!("{error:?}"));
+    }
+    if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
+        return FetchAnswer::Diverging {
+            epoch: pd.diverging_epoch.epoch,
+            end_offset: pd.diverging_epoch.end_offset,
+        };
+    }
+    FetchAnswer::Records {
+        records: pd.records.unwrap_or_default(),
+        high_watermark: pd.high_watermark,
+        last_stable_offset: pd.last_stable_offset,
+        log_start_offset: pd.log_start_offset,
+    }
+}
+
+/// Applies one partition's answer (storage's replication glue, which the fault simulation
+/// runs too); `Err` says why the partition backs off.
 async fn handle_partition(
     shard: &Rc<BrokerShard>,
     part: &Rc<Partition>,
     pd: kafka_protocol::messages::fetch_response::PartitionData,
 ) -> Result<(), String> {
-    let error = ErrorCode::from_code(pd.error_code);
-    if error == ErrorCode::of(ResponseError::OffsetOutOfRange) {
-        return out_of_range(shard, part, pd.log_start_offset, pd.high_watermark).await;
-    }
-    if !error.is_none() {
-        return Err(format!("leader answered {error:?}"));
-    }
-    if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
-        return truncate_diverged(
-            shard,
-            part,
-            pd.diverging_epoch.epoch,
-            pd.diverging_epoch.end_offset,
-        )
-        .await;
-    }
-    let records = pd.records.unwrap_or_default();
-    if !records.is_empty() {
-        let bytes = records.len();
-        let now_ms = shard.clock.now_ms();
-        let epoch = LeaderEpoch(part.leader_epoch.get());
-        // A compacted leader's batches leave offset gaps; the log must take them first.
-        part.log.prepare_for_gaps(&records).await.map_err(|e| {
-            warn!(topic = %part.topic, partition = part.index, error = %e, "cannot take the leader's offset gaps; nothing appended");
-            format!("preparing for offset gaps: {e}")
-        })?;
-        part.log
-            .append_as_follower(records, epoch, now_ms)
-            .map_err(|e| {
-                warn!(topic = %part.topic, partition = part.index, error = %e, "leader's answer refused; nothing appended");
-                format!("append refused: {e}")
-            })?;
-        let c = &shard.counters;
-        c.replica_fetch_bytes
-            .set(c.replica_fetch_bytes.get() + bytes as u64);
-    }
-    let log_end = part.log.offsets().log_end_offset.0;
-    if pd.high_watermark >= 0 {
-        let before = part.log.offsets().high_watermark;
-        let after = part
-            .log
-            .advance_high_watermark(Offset(pd.high_watermark.min(log_end)));
-        if after > before {
-            // Consumers reading from this follower (KIP-392) wait on its high watermark.
-            shard.notify_data(part);
+    let epoch = LeaderEpoch(part.leader_epoch.get());
+    let now_ms = shard.clock.now_ms();
+    match glue::apply_answer(&part.log, epoch, now_ms, fetch_answer(pd)).await {
+        Ok(Applied::Appended {
+            bytes,
+            high_watermark_moved,
+        }) => {
+            let c = &shard.counters;
+            c.replica_fetch_bytes
+                .set(c.replica_fetch_bytes.get() + bytes as u64);
+            if high_watermark_moved {
+                // Consumers reading from this follower (KIP-392) wait on its high watermark.
+                shard.notify_data(part);
+            }
+            Ok(())
+        }
+        Ok(Applied::Truncated { from, outcome }) => {
+            let below_hw = outcome.below_high_watermark;
+            let c = &shard.counters;
+            c.replica_truncations.set(c.replica_truncations.get() + 1);
+            if below_hw {
+                c.replica_truncations_below_hw
+                    .set(c.replica_truncations_below_hw.get() + 1);
+            }
+            warn!(topic = %part.topic, partition = part.index, from, to = outcome.log_end_offset.0, below_high_watermark = below_hw, "follower log diverged from the leader's: truncated");
+            Ok(())
+        }
+        Ok(Applied::StartedOver { at }) => {
+            info!(topic = %part.topic, partition = part.index, offset = at, "follower log behind the leader's log start: started over there");
+            Ok(())
+        }
+        Err(why) => {
+            if matches!(why, NotApplied::Mismatch(_) | NotApplied::Io(_)) {
+                warn!(topic = %part.topic, partition = part.index, error = %why, "leader's answer not applied");
+            }
+            Err(why.to_string())
         }
     }
-    if pd.log_start_offset > part.log.offsets().log_start_offset.0 {
-        if let Err(e) = part
-            .log
-            .maybe_increment_log_start_offset(Offset(pd.log_start_offset))
-            .await
-        {
-            warn!(topic = %part.topic, partition = part.index, error = %e, "moving the follower's log start failed");
-        }
-    }
-    Ok(())
-}
-
-/// Kafka's `getOffsetTruncationState`: where the local log agrees with the leader, given the
-/// leader's end of the epoch it said the follower diverged in.
-async fn truncate_diverged(
-    shard: &Rc<BrokerShard>,
-    part: &Rc<Partition>,
-    leader_epoch: i32,
-    leader_end: i64,
-) -> Result<(), String> {
-    let offsets = part.log.offsets();
-    let leo = offsets.log_end_offset.0;
-    let local = if leader_epoch >= 0 {
-        super::leader::end_offset_for_epoch(part, LeaderEpoch(leader_epoch))
-    } else {
-        (-1, -1)
-    };
-    let target = keel_storage::replication::truncation_point(
-        leo,
-        offsets.high_watermark.0,
-        leader_epoch,
-        leader_end,
-        local,
-    );
-    let outcome = part
-        .log
-        .truncate_to(Offset(target))
-        .await
-        .map_err(|e| format!("truncation failed: {e}"))?;
-    let below_hw = outcome.below_high_watermark;
-    let c = &shard.counters;
-    c.replica_truncations.set(c.replica_truncations.get() + 1);
-    if below_hw {
-        c.replica_truncations_below_hw
-            .set(c.replica_truncations_below_hw.get() + 1);
-    }
-    warn!(topic = %part.topic, partition = part.index, from = leo, to = outcome.log_end_offset.0, leader_epoch, below_high_watermark = below_hw, "follower log diverged from the leader's: truncated");
-    Ok(())
-}
-
-/// The fetch offset is outside the leader's log: below its start (start over there) or past
-/// its end (truncate to the leader's high watermark, which every ISR member holds).
-async fn out_of_range(
-    shard: &Rc<BrokerShard>,
-    part: &Rc<Partition>,
-    leader_log_start: i64,
-    leader_hw: i64,
-) -> Result<(), String> {
-    let leo = part.log.offsets().log_end_offset.0;
-    if leader_log_start > leo {
-        part.log
-            .truncate_fully_and_start_at(Offset(leader_log_start))
-            .await
-            .map_err(|e| format!("restarting the log failed: {e}"))?;
-        info!(topic = %part.topic, partition = part.index, offset = leader_log_start, "follower log behind the leader's log start: started over there");
-        return Ok(());
-    }
-    if leader_hw >= 0 && leader_hw < leo {
-        return truncate_diverged(shard, part, -1, leader_hw).await;
-    }
-    Err(format!("offset {leo} out of range at the leader (start {leader_log_start}, high watermark {leader_hw})"))
 }
 
 impl FetcherState {

@@ -19,12 +19,12 @@ use keel_vocab::ErrorCode;
 use tracing::{debug, info, warn};
 
 use super::read::{failed, FetchPart, PartData, ReplicaFetch};
-use super::state::FollowerProgress;
 use super::throttle;
 use super::CommitError;
 use crate::errors::{code, storage_code, NONE};
 use crate::shard::{BrokerShard, Partition};
 use keel_storage::replication as rules;
+use keel_storage::replication::fetch::{self as glue, FetchAnswer, FetchAsk};
 
 /// A new leader gives every follower a full lag window from now (Kafka resets
 /// `lastCaughtUpTimeMs` of the ISR members when leadership changes).
@@ -52,58 +52,68 @@ pub async fn serve_fetch(
         debug!(topic = %part.topic, partition = part.index, broker = replica.broker_id, "replica fetch from a broker that is not a replica");
         return failed(code(ResponseError::NotLeaderOrFollower));
     }
-    let offsets = part.log.offsets();
-    let answer = |error: i16| PartData::empty(error, &offsets);
-    let fetch_offset = fetch.fetch_offset;
-    if fetch.last_fetched_epoch >= 0 {
-        // Kafka's Partition.fetchRecords: the follower's last epoch must end, here, at or
-        // after its fetch offset; otherwise it is told where its log diverged.
-        let end = end_offset_for_epoch(part, LeaderEpoch(fetch.last_fetched_epoch));
-        if let Some(diverged) = rules::diverging_epoch(fetch.last_fetched_epoch, fetch_offset, end)
-        {
-            let mut d = answer(NONE);
-            d.diverging = Some(diverged);
-            return d;
-        }
+    let ask = FetchAsk {
+        fetch_offset: fetch.fetch_offset,
+        last_fetched_epoch: fetch.last_fetched_epoch,
+        log_start_offset: fetch.log_start_offset,
+    };
+    let leading = part.is_leader().then(|| part.leader_epoch.get());
+    if let Some(early) = glue::check_fetch(&part.log, leading, &ask) {
+        return part_data(early, &part.log.offsets());
     }
-    if fetch_offset < offsets.log_start_offset.0 || fetch_offset > offsets.log_end_offset.0 {
-        return answer(code(ResponseError::OffsetOutOfRange));
-    }
-    record_progress(
-        shard,
-        part,
-        replica,
-        fetch_offset,
-        fetch.log_start_offset,
-        offsets.log_end_offset.0,
-    );
+    record_progress(shard, part, replica, &ask);
     maybe_advance_high_watermark(shard, part);
     if !throttle::leader_may_serve(shard, part, replica.broker_id) {
         // This shard's share of leader.replication.throttled.rate is spent: nothing this
         // round for a throttled follower outside the ISR.
-        return answer(NONE);
+        return PartData::empty(NONE, &part.log.offsets());
     }
     let max = usize::try_from(fetch.partition_max_bytes.max(0)).unwrap_or(0);
-    let log_end = part.log.offsets().log_end_offset;
-    match part.log.read(Offset(fetch_offset), max, log_end).await {
-        Ok(r) => {
-            throttle::leader_served(shard, part, replica.broker_id, r.records.len());
-            PartData {
-                error: NONE,
-                high_watermark: r.high_watermark.0,
-                last_stable_offset: r.last_stable_offset.0,
-                log_start_offset: r.log_start_offset.0,
-                records: r.records,
-                aborted: None,
-                diverging: None,
-                preferred_read_replica: -1,
+    match glue::read_for_follower(&part.log, &ask, max).await {
+        Ok(answer) => {
+            if let FetchAnswer::Records { records, .. } = &answer {
+                throttle::leader_served(shard, part, replica.broker_id, records.len());
             }
+            part_data(answer, &part.log.offsets())
         }
         Err(e) => {
             if !matches!(e, StorageError::OffsetOutOfRange { .. }) {
                 warn!(topic = %part.topic, partition = part.index, error = %e, "replica fetch read failed");
             }
             PartData::empty(storage_code(&e), &part.log.offsets())
+        }
+    }
+}
+
+/// The Fetch handler's form of the leader's answer (`offsets`: the partition's now).
+fn part_data(answer: FetchAnswer, offsets: &keel_storage::LogOffsets) -> PartData {
+    match answer {
+        FetchAnswer::Records {
+            records,
+            high_watermark,
+            last_stable_offset,
+            log_start_offset,
+        } => PartData {
+            error: NONE,
+            high_watermark,
+            last_stable_offset,
+            log_start_offset,
+            records,
+            aborted: None,
+            diverging: None,
+            preferred_read_replica: -1,
+        },
+        FetchAnswer::Diverging { epoch, end_offset } => {
+            let mut d = PartData::empty(NONE, offsets);
+            d.diverging = Some((epoch, end_offset));
+            d
+        }
+        FetchAnswer::OutOfRange { .. } => {
+            PartData::empty(code(ResponseError::OffsetOutOfRange), offsets)
+        }
+        // Not one of the leader's own answers (a follower makes it of an error code).
+        FetchAnswer::Refused(_) => {
+            PartData::empty(code(ResponseError::UnknownServerError), offsets)
         }
     }
 }
@@ -115,37 +125,32 @@ pub fn end_offset_for_epoch(part: &Partition, epoch: LeaderEpoch) -> (i32, i64) 
     rules::end_offset_for_epoch(&part.log, epoch, leading)
 }
 
-/// Records a follower's fetch at `fetch_offset` (its log end) while the leader's log ends at
-/// `leader_log_end`; starts an ISR expansion when it has caught up.
+/// Records a follower's fetch (its log end and log start); starts an ISR expansion when it has
+/// caught up.
 fn record_progress(
     shard: &Rc<BrokerShard>,
     part: &Rc<Partition>,
     replica: ReplicaFetch,
-    fetch_offset: i64,
-    follower_log_start: i64,
-    leader_log_end: i64,
+    ask: &FetchAsk,
 ) {
-    let now_ms = shard.clock.now_ms();
-    part.replication
-        .followers
-        .borrow_mut()
-        .entry(replica.broker_id)
-        .or_insert(FollowerProgress::unknown(replica.broker_epoch))
-        .record_fetch(
-            fetch_offset,
-            follower_log_start,
-            leader_log_end,
-            replica.broker_epoch,
-            now_ms,
-        );
-    let in_isr = part.replication.maximal_isr().contains(&replica.broker_id);
-    if !in_isr && part.replication.pending_isr.borrow().is_none() {
-        let hw = part.log.offsets().high_watermark.0;
-        if rules::may_join_isr(fetch_offset, hw, part.replication.epoch_start_offset.get()) {
-            let mut isr = part.replication.isr.borrow().clone();
-            isr.push(replica.broker_id);
-            propose_isr(shard, part, isr, "expand");
-        }
+    let isr = part.replication.isr.borrow().clone();
+    let offsets = part.log.offsets();
+    let expand = glue::record_follower_fetch(
+        &mut part.replication.followers.borrow_mut(),
+        replica.broker_id,
+        replica.broker_epoch,
+        ask,
+        shard.clock.now_ms(),
+        glue::LeaderView {
+            isr: &isr,
+            change_pending: part.replication.pending_isr.borrow().is_some(),
+            log_end_offset: offsets.log_end_offset.0,
+            high_watermark: offsets.high_watermark.0,
+            epoch_start_offset: part.replication.epoch_start_offset.get(),
+        },
+    );
+    if let Some(isr) = expand {
+        propose_isr(shard, part, isr, "expand");
     }
 }
 
