@@ -56,6 +56,9 @@ pub struct SeedReport {
     pub retries: u64,
     /// Retries the leader found in its log already (answered with the original offsets).
     pub retries_duplicate: u64,
+    /// Of those, retries a leader other than the one last sent to (another replica, or the
+    /// same one in a later epoch) found in its log.
+    pub retries_duplicate_elsewhere: u64,
     pub reads_checked: u64,
     /// Invariant checks run (each a comparison against the model).
     pub checks: u64,
@@ -85,6 +88,7 @@ impl SeedReport {
         self.restarts += o.restarts;
         self.retries += o.retries;
         self.retries_duplicate += o.retries_duplicate;
+        self.retries_duplicate_elsewhere += o.retries_duplicate_elsewhere;
         self.reads_checked += o.reads_checked;
         self.checks += o.checks;
         self.injected_sync_eio += o.injected_sync_eio;

@@ -69,8 +69,8 @@ fn main() {
             );
             if t.retries_duplicate > 0 {
                 println!(
-                    "  retries the leader already held (answered at their original offsets): {}",
-                    t.retries_duplicate
+                    "  retries the leader already held (answered at their original offsets): {} ({} of them by a leader other than the one last sent to)",
+                    t.retries_duplicate, t.retries_duplicate_elsewhere
                 );
             }
             println!(

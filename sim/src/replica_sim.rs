@@ -327,6 +327,8 @@ struct Outstanding {
     base_sequence: i32,
     timestamp: i64,
     values: Vec<Vec<u8>>,
+    /// The (leader, epoch) it was last sent to.
+    sent_to: Option<(i32, i32)>,
 }
 
 struct Run {
@@ -896,6 +898,7 @@ impl Run {
                 base_sequence: self.producers[i].next_sequence,
                 timestamp: self.now_ms,
                 values,
+                sent_to: None,
             });
         }
         let out = self.producers[i].outstanding.clone().expect("set above");
@@ -932,8 +935,16 @@ impl Run {
         if retry {
             self.report.retries += 1;
         }
+        if let Some(o) = self.producers[i].outstanding.as_mut() {
+            o.sent_to = Some((leader, epoch));
+        }
         if info.duplicate {
             self.report.retries_duplicate += 1;
+            if out.sent_to.is_some_and(|to| to != (leader, epoch)) {
+                // Found by a leader other than the one it was sent to: from the producer state
+                // it built as a follower, or recovered after a crash.
+                self.report.retries_duplicate_elsewhere += 1;
+            }
             // The original batch: these values at these offsets.
             let held = match self
                 .log(leader)

@@ -186,6 +186,7 @@ fn the_ci_seed_budget_with_idempotent_producers_finds_no_violation() {
         t.retries > seeds && t.retries_duplicate > seeds && t.retries > t.retries_duplicate,
         "{t:?}"
     );
+    assert!(t.retries_duplicate_elsewhere > seeds / 10, "{t:?}");
 }
 
 /// Everything at once: EIO, full disks that get space back, idempotent producers.
