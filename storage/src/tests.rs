@@ -817,6 +817,62 @@ fn disk_full_refuses_appends_keeps_reads_and_resumes() {
     });
 }
 
+/// A log stalled by ENOSPC whose fdatasync then fails when its staged writes are retried is
+/// poisoned and cut back to what it synced, as any failed flush is; later retries write nothing
+/// over the cut; a restart without a power cut serves nothing whose sync failed (found by the
+/// fault simulation, replicated seeds 62 and 372 with disk faults and full disks).
+#[test]
+fn a_failed_sync_when_a_stalled_log_retries_cuts_back_and_writes_nothing_more() {
+    use keel_simdisk::{Fault, SimDisk};
+    run(|| async {
+        let sim = SimHandle::new(SimDisk::new(7, 0));
+        let dir = Path::new("/d/t-0");
+        let seg = "d/t-0/00000000000000000000.log";
+        let log = Log::open_on(Disk::Sim(sim.clone()), dir, small_config())
+            .await
+            .unwrap();
+        for i in 0..3 {
+            log.append(batch(1, 1000 + i, 100), LeaderEpoch(0), 0)
+                .unwrap();
+            log.commit(Offset(i + 1)).await.unwrap();
+        }
+        let file_len = |sim: &SimHandle| {
+            let d = sim.disk();
+            d.len(d.resolve(seg).unwrap()).unwrap()
+        };
+        let before = file_len(&sim);
+        let used = sim.disk().used_bytes();
+        sim.disk().inject(Fault::NoSpace { capacity: used });
+        // Larger than what is left of the segment's last block: the write must grow the file.
+        log.append(batch(1, 2000, 8192), LeaderEpoch(0), 0).unwrap();
+        let err = log.commit(Offset(4)).await.unwrap_err();
+        assert!(matches!(err, StorageError::DiskFull(_)), "{err:?}");
+        // Space comes back, and the retry's fdatasync fails.
+        sim.disk().remove_no_space();
+        sim.disk().inject(Fault::SyncEio {
+            prefix: "d/t-0/".into(),
+            once: true,
+        });
+        assert!(!log.retry_stalled().await);
+        assert!(log.poisoned().is_some(), "a failed sync poisons the log");
+        let cut = file_len(&sim);
+        assert!(
+            cut <= before,
+            "cut back to what was synced: {cut} bytes, {before} before the stall"
+        );
+        assert!(!log.retry_stalled().await);
+        assert_eq!(file_len(&sim), cut, "a poisoned log writes nothing more");
+        drop(log);
+        crate::file_cache::forget_under(dir);
+        let log = Log::open_on(Disk::Sim(sim.clone()), dir, small_config())
+            .await
+            .unwrap();
+        assert_eq!(log.offsets().log_end_offset, Offset(3));
+        let r = log.read(Offset(0), 1 << 20, Offset(3)).await.unwrap();
+        assert_eq!(batches_in(&r.records).len(), 3);
+    });
+}
+
 /// Every (offset, key, value) of the log, read from `from`.
 async fn keyed_contents(log: &Log, from: i64) -> Vec<(i64, String, Option<String>)> {
     let end = log.offsets().high_watermark;
