@@ -59,6 +59,10 @@ pub struct SeedReport {
     /// Of those, retries a leader other than the one last sent to (another replica, or the
     /// same one in a later epoch) found in its log.
     pub retries_duplicate_elsewhere: u64,
+    /// `--controller-network`: AlterPartition requests the controller received, and those it
+    /// refused (epochs gone stale on the way, a member fenced or re-registered meanwhile).
+    pub alter_partitions: u64,
+    pub alter_partitions_refused: u64,
     pub reads_checked: u64,
     /// Invariant checks run (each a comparison against the model).
     pub checks: u64,
@@ -89,6 +93,8 @@ impl SeedReport {
         self.retries += o.retries;
         self.retries_duplicate += o.retries_duplicate;
         self.retries_duplicate_elsewhere += o.retries_duplicate_elsewhere;
+        self.alter_partitions += o.alter_partitions;
+        self.alter_partitions_refused += o.alter_partitions_refused;
         self.reads_checked += o.reads_checked;
         self.checks += o.checks;
         self.injected_sync_eio += o.injected_sync_eio;

@@ -9,13 +9,14 @@
 //! keel-sim --replicated --disk-faults ...       with EIO injected into the replicas' disks
 //! keel-sim --replicated --disk-full ...         with full disks (ENOSPC) that get space back
 //! keel-sim --replicated --idempotent ...        with idempotent producers retrying their batches
+//! keel-sim --replicated --controller-network ... with AlterPartition over the simulated network
 //! ```
 
 use std::time::Instant;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: keel-sim [--replicated [--disk-faults] [--disk-full] [--idempotent]] [--seeds N] [--from S] [--seed S] [--steps K]"
+        "usage: keel-sim [--replicated [--disk-faults] [--disk-full] [--idempotent] [--controller-network]] [--seeds N] [--from S] [--seed S] [--steps K]"
     );
     std::process::exit(2)
 }
@@ -43,6 +44,7 @@ fn main() {
             "--disk-faults" => mode.disk_faults = true,
             "--disk-full" => mode.disk_full = true,
             "--idempotent" => mode.idempotent = true,
+            "--controller-network" => mode.controller_network = true,
             _ => usage(),
         }
     }
@@ -67,6 +69,12 @@ fn main() {
                 "  operations: {} appends, {} records acknowledged, {} producer retries, {} reads checked",
                 t.appends, t.acked_records, t.retries, t.reads_checked
             );
+            if t.alter_partitions > 0 {
+                println!(
+                    "  AlterPartition requests over the network: {} ({} refused by the controller)",
+                    t.alter_partitions, t.alter_partitions_refused
+                );
+            }
             if t.retries_duplicate > 0 {
                 println!(
                     "  retries the leader already held (answered at their original offsets): {} ({} of them by a leader other than the one last sent to)",

@@ -72,12 +72,32 @@ enum Msg {
         epoch: i32,
         answer: FetchAnswer,
     },
+    /// `--controller-network`: a leader's AlterPartition (Kafka's AlterPartitionManager
+    /// sends one per change), with the epochs it knows and the members' broker epochs.
+    AlterPartition {
+        leader: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<IsrMember>,
+        why: &'static str,
+    },
+    /// The controller's answer: whether it took the change.
+    AlterPartitionAnswer {
+        to: i32,
+        isr: Vec<i32>,
+        accepted: bool,
+    },
 }
+
+/// The controller's address on the simulated network.
+const CONTROLLER: i32 = 0;
 
 impl Msg {
     fn ends(&self) -> (i32, i32) {
         match self {
             Msg::Fetch { from, to, .. } | Msg::Answer { from, to, .. } => (*from, *to),
+            Msg::AlterPartition { leader, .. } => (*leader, CONTROLLER),
+            Msg::AlterPartitionAnswer { to, .. } => (CONTROLLER, *to),
         }
     }
 }
@@ -233,21 +253,37 @@ impl Controller {
         self.apply(&records);
     }
 
-    /// The leader's AlterPartition: whether the controller took it.
-    fn alter_isr(&mut self, leader: i32, isr: &[i32]) -> bool {
-        let new_isr = isr
-            .iter()
+    /// `isr` with each member's broker epoch as the image has it now.
+    fn members(&self, isr: &[i32]) -> Vec<IsrMember> {
+        isr.iter()
             .map(|b| IsrMember {
                 broker_id: *b,
                 broker_epoch: self.image.brokers.get(b).map_or(-1, |i| i.broker_epoch),
             })
-            .collect();
+            .collect()
+    }
+
+    /// The leader's AlterPartition, sent at the current epochs: whether the controller took it.
+    fn alter_isr(&mut self, leader: i32, isr: &[i32]) -> bool {
+        let new_isr = self.members(isr);
+        self.alter_isr_at(leader, self.epoch, self.partition_epoch, new_isr)
+    }
+
+    /// An AlterPartition sent at (`leader_epoch`, `partition_epoch`), possibly stale by the
+    /// time it arrives (keel-raft refuses it then): whether the controller took it.
+    fn alter_isr_at(
+        &mut self,
+        leader: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        new_isr: Vec<IsrMember>,
+    ) -> bool {
         let request = AlterPartitionRequest {
             topic_id: TOPIC_ID,
             partition: 0,
             leader_id: leader,
-            leader_epoch: self.epoch,
-            partition_epoch: self.partition_epoch,
+            leader_epoch,
+            partition_epoch,
             new_isr,
         };
         match alter_partition(&self.image, &request) {
@@ -284,6 +320,11 @@ pub struct ReplicaMode {
     /// at its original offsets and never appended twice; a retry of a batch the leader lacks
     /// is taken, never refused as out of sequence.
     pub idempotent: bool,
+    /// `--controller-network`: a leader's ISR changes travel to the controller as
+    /// AlterPartition requests over the simulated network (delayed, reordered, duplicated,
+    /// lost) and stay pending until answered: the leader counts the maximal ISR meanwhile,
+    /// and keel-raft refuses a request whose epochs went stale on the way.
+    pub controller_network: bool,
 }
 
 impl ReplicaMode {
@@ -293,6 +334,11 @@ impl ReplicaMode {
             (self.disk_faults, "--disk-faults", "disk faults"),
             (self.disk_full, "--disk-full", "disk full"),
             (self.idempotent, "--idempotent", "idempotent"),
+            (
+                self.controller_network,
+                "--controller-network",
+                "controller network",
+            ),
         ]
         .into_iter()
         .filter(|(on, _, _)| *on)
@@ -784,13 +830,40 @@ impl Run {
     }
 
     /// A leader's AlterPartition, applied at once when the controller accepts it.
-    fn propose_isr(&mut self, leader: i32, isr: Vec<i32>, why: &str) {
+    fn propose_isr(&mut self, leader: i32, isr: Vec<i32>, why: &'static str) {
+        if self.mode.controller_network {
+            // Sent over the network: pending (counted in the maximal ISR) until answered.
+            let members = self.ctl.members(&isr);
+            self.net.push_back(Msg::AlterPartition {
+                leader,
+                leader_epoch: self.ctl.epoch,
+                partition_epoch: self.ctl.partition_epoch,
+                isr: members,
+                why,
+            });
+            self.note(format!(
+                "replica {leader} sends AlterPartition ISR {isr:?} ({why})"
+            ));
+            self.nodes[Self::idx(leader)].pending_isr = Some(isr);
+            self.advance_hw(leader);
+            return;
+        }
         let accepted = self.ctl.alter_isr(leader, &isr);
         self.note(format!(
             "replica {leader} proposes ISR {isr:?} ({why}): accepted {accepted}"
         ));
         self.nodes[Self::idx(leader)].pending_isr = None;
         self.advance_hw(leader);
+    }
+
+    /// An AlterPartition of `leader` proposing `isr` was answered, or lost (the leader proposes
+    /// again at its next check): the change stops pending if it is still the one proposed.
+    fn alter_partition_ended(&mut self, leader: i32, isr: &[i32]) {
+        let n = &mut self.nodes[Self::idx(leader)];
+        if n.pending_isr.as_deref() == Some(isr) {
+            n.pending_isr = None;
+            self.advance_hw(leader);
+        }
     }
 
     /// The leader's high watermark rule.
@@ -800,10 +873,7 @@ impl Run {
         }
         let n = &self.nodes[Self::idx(leader)];
         let log = n.log.as_ref().expect("up");
-        let mut maximal = self.ctl.isr.clone();
-        if let Some(p) = &n.pending_isr {
-            maximal.extend(p.iter().filter(|r| !self.ctl.isr.contains(r)));
-        }
+        let maximal = rules::maximal_isr(&self.ctl.isr, n.pending_isr.as_deref());
         let candidate = rules::high_watermark_candidate(
             self.ctl.isr.len(),
             MIN_ISR,
@@ -1082,7 +1152,8 @@ impl Run {
             self.net.remove(k).expect("in range")
         };
         let (from, to) = msg.ends();
-        if !self.up(to) || self.cut.contains(&(from.min(to), from.max(to))) {
+        let reachable = to == CONTROLLER || self.up(to);
+        if !reachable || self.cut.contains(&(from.min(to), from.max(to))) {
             self.timed_out(&msg);
             return Ok(());
         }
@@ -1114,6 +1185,39 @@ impl Run {
                     self.apply_answer(to, from, epoch, answer).await?;
                 }
             }
+            Msg::AlterPartition {
+                leader,
+                leader_epoch,
+                partition_epoch,
+                isr,
+                why,
+            } => {
+                let ids: Vec<i32> = isr.iter().map(|m| m.broker_id).collect();
+                let accepted = self
+                    .ctl
+                    .alter_isr_at(leader, leader_epoch, partition_epoch, isr);
+                self.report.alter_partitions += 1;
+                if !accepted {
+                    self.report.alter_partitions_refused += 1;
+                }
+                let (l, e, now) = (self.ctl.leader, self.ctl.epoch, self.ctl.isr.clone());
+                self.note(format!(
+                    "controller: AlterPartition from {leader} ISR {ids:?} ({why}, leader epoch \
+                     {leader_epoch}, partition epoch {partition_epoch}): accepted {accepted}; \
+                     leader {l} epoch {e} ISR {now:?}"
+                ));
+                self.net.push_back(Msg::AlterPartitionAnswer {
+                    to: leader,
+                    isr: ids,
+                    accepted,
+                });
+            }
+            Msg::AlterPartitionAnswer { to, isr, accepted } => {
+                self.note(format!(
+                    "replica {to} learns AlterPartition ISR {isr:?}: accepted {accepted}"
+                ));
+                self.alter_partition_ended(to, &isr);
+            }
         }
         Ok(())
     }
@@ -1123,6 +1227,15 @@ impl Run {
         let (fetcher, id) = match m {
             Msg::Fetch { from, id, .. } => (*from, *id),
             Msg::Answer { to, id, .. } => (*to, *id),
+            Msg::AlterPartition { leader, isr, .. } => {
+                let isr: Vec<i32> = isr.iter().map(|m| m.broker_id).collect();
+                self.alter_partition_ended(*leader, &isr);
+                return;
+            }
+            Msg::AlterPartitionAnswer { to, isr, .. } => {
+                self.alter_partition_ended(*to, isr);
+                return;
+            }
         };
         let n = &mut self.nodes[Self::idx(fetcher)];
         if n.fetching == Some(id) {

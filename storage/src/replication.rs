@@ -137,6 +137,19 @@ pub fn out_of_sync(
         .collect()
 }
 
+/// Leader: the committed ISR together with a pending change (Kafka's maximal ISR): a shrink is
+/// not trusted before the controller commits it (its leavers still count), an expansion counts
+/// at once.
+pub fn maximal_isr(committed: &[i32], pending: Option<&[i32]>) -> Vec<i32> {
+    let mut isr = committed.to_vec();
+    for r in pending.unwrap_or_default() {
+        if !isr.contains(r) {
+            isr.push(*r);
+        }
+    }
+    isr
+}
+
 /// Leader: where the high watermark may move (Kafka's `Partition.maybeIncrementLeaderHW`):
 /// nothing while the committed ISR (`committed_isr_len` members) is below
 /// `min_insync_replicas` (KIP-966); else the lowest log end over the maximal ISR (committed

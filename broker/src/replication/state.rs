@@ -158,15 +158,10 @@ impl PartitionReplication {
 
     /// The committed ISR together with a pending change (Kafka's maximal ISR).
     pub fn maximal_isr(&self) -> Vec<i32> {
-        let mut isr = self.isr.borrow().clone();
-        if let Some(pending) = &*self.pending_isr.borrow() {
-            for r in pending {
-                if !isr.contains(r) {
-                    isr.push(*r);
-                }
-            }
-        }
-        isr
+        keel_storage::replication::maximal_isr(
+            &self.isr.borrow(),
+            self.pending_isr.borrow().as_deref(),
+        )
     }
 
     /// Takes the assignment of an installed image. A pending ISR change ends once the image
