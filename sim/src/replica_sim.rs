@@ -749,8 +749,15 @@ impl Run {
             if role.0 == id && !self.nodes[i].offline {
                 let log = self.nodes[i].log.as_ref().expect("up");
                 if let Err(e) = log.become_leader(LeaderEpoch(role.1)).await {
-                    return self.io_failed(id, format!("become_leader: {e}"));
+                    self.io_failed(id, format!("become_leader: {e}"))?;
+                    if !self.online(id) {
+                        return Ok(());
+                    }
+                    // A full disk: as the broker (`replication::apply_image`), the leader
+                    // takes up its role all the same, its epoch's start and its followers
+                    // reset; it appends nothing until its writes go through again.
                 }
+                let log = self.nodes[i].log.as_ref().expect("up");
                 let end = log.offsets().log_end_offset.0;
                 let n = &mut self.nodes[i];
                 n.epoch_start_offset = end;
