@@ -999,6 +999,10 @@ async fn take_replicas_offline(
     Ok(())
 }
 
+/// How long a controller request waits for a voter's connection that another call holds
+/// before it tries the next voter (it comes back to the leader's hint next round).
+const CONNECTION_WAIT: Duration = Duration::from_millis(500);
+
 /// How often a broker waiting for its controlled shutdown's approval heartbeats.
 const CONTROLLED_SHUTDOWN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -1103,11 +1107,24 @@ async fn controller_call(
                 .saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(100));
             let client = peer(ctx, &addr).await;
-            let answer = client
-                .lock()
-                .await
-                .call(&RpcRequest::Controller(req.clone()), timeout)
-                .await;
+            // The connection serves one call at a time, and waiting for it is bounded: a call
+            // to a voter that stopped answering (a SIGSTOPped former leader) holds it until its
+            // own deadline, and a heartbeat queued behind it went unanswered that long, so the
+            // new leader fenced this broker (CI pre-check: replication_operations, 10 s behind
+            // an AlterPartition). Now it tries the next voter, and the leader's hint next round.
+            let wait = timeout.min(CONNECTION_WAIT);
+            let answer = match tokio::time::timeout(wait, client.lock()).await {
+                Ok(mut c) => {
+                    let left = deadline
+                        .saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(100));
+                    c.call(&RpcRequest::Controller(req.clone()), left).await
+                }
+                Err(_) => Err(crate::network::CallError::Network(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the connection is busy with another call",
+                ))),
+            };
             match answer {
                 Ok(RpcResponse::Controller(Err(ControllerError::NotLeader {
                     leader_addr,
