@@ -76,6 +76,22 @@ impl LazyFs {
         }
     }
 
+    /// A delayed request (a [`keel_simdisk::Fault::Delay`]): `op` runs on the model and
+    /// answers from another thread after `ms` milliseconds, while this one goes on serving the
+    /// rest of the file system. Unless the power was cut meanwhile: then nothing of it reaches
+    /// the model, and the dropped reply answers EIO (to a process the cut already ended).
+    fn after(&self, ms: u64, op: impl FnOnce(&mut SimDisk) + Send + 'static) {
+        let disk = self.disk.clone();
+        let crashes = self.disk().counts.crashes;
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(ms));
+            let mut disk = disk.lock().unwrap_or_else(|p| p.into_inner());
+            if disk.counts.crashes == crashes {
+                op(&mut disk);
+            }
+        });
+    }
+
     fn empty(&self, reply: ReplyEmpty, op: impl FnOnce(&mut SimDisk) -> Result<(), SimError>) {
         match op(&mut self.disk()) {
             Ok(()) => reply.ok(),
@@ -247,9 +263,17 @@ impl Filesystem for LazyFs {
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.disk().write(ino.0, offset, data) {
+        let write = move |disk: &mut SimDisk, data: &[u8]| match disk.write(ino.0, offset, data) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(errno(&e)),
+        };
+        let delay = self.disk().take_delay(ino.0, true);
+        match delay {
+            None => write(&mut self.disk(), data),
+            Some(ms) => {
+                let data = data.to_vec();
+                self.after(ms, move |disk| write(disk, &data));
+            }
         }
     }
 
@@ -286,7 +310,14 @@ impl Filesystem for LazyFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.empty(reply, |d| d.sync(ino.0));
+        let delay = self.disk().take_delay(ino.0, false);
+        match delay {
+            None => self.empty(reply, |d| d.sync(ino.0)),
+            Some(ms) => self.after(ms, move |disk| match disk.sync(ino.0) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }),
+        }
     }
 
     fn readdir(
@@ -328,7 +359,14 @@ impl Filesystem for LazyFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.empty(reply, |d| d.sync(ino.0));
+        let delay = self.disk().take_delay(ino.0, false);
+        match delay {
+            None => self.empty(reply, |d| d.sync(ino.0)),
+            Some(ms) => self.after(ms, move |disk| match disk.sync(ino.0) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }),
+        }
     }
 
     fn fallocate(

@@ -16,8 +16,10 @@
 //!   write is kept with probability K/256, default 128, drawn from the seed), remounts.
 //! - `counts`: the fault counters.
 //! - `fault sync-eio|write-eio PATH_PREFIX once|always`, `fault nospace BYTES`,
-//!   `fault corrupt PATH SECTOR`, `clear`: inject or clear a fault (paths from the root,
-//!   without a leading slash).
+//!   `fault corrupt PATH SECTOR`, `fault sync-delay|write-delay PATH_PREFIX MS once|always`,
+//!   `clear`: inject or clear a fault (paths from the root, without a leading slash). A
+//!   delayed request is answered from its own thread after the delay; the file system goes on
+//!   answering others meanwhile.
 //!
 //! SIGTERM or SIGINT unmounts and exits.
 
@@ -97,7 +99,8 @@ fn unmount(at: &Path) -> std::io::Result<()> {
 fn counts_json(c: &FaultCounts) -> String {
     format!(
         "\"crashes\":{},\"sectors_kept\":{},\"sectors_lost\":{},\"entries_reverted\":{},\
-         \"write_eio\":{},\"sync_eio\":{},\"no_space\":{},\"corrupt_reads\":{}",
+         \"write_eio\":{},\"sync_eio\":{},\"no_space\":{},\"corrupt_reads\":{},\
+         \"delays\":{},\"delayed_ms\":{}",
         c.crashes,
         c.sectors_kept,
         c.sectors_lost,
@@ -105,7 +108,9 @@ fn counts_json(c: &FaultCounts) -> String {
         c.write_eio,
         c.sync_eio,
         c.no_space,
-        c.corrupt_reads
+        c.corrupt_reads,
+        c.delays,
+        c.delayed_ms
     )
 }
 
@@ -132,6 +137,12 @@ fn parse_fault(words: &[&str]) -> Result<Fault, String> {
         }),
         ["nospace", bytes] => Ok(Fault::NoSpace {
             capacity: number(bytes)?,
+        }),
+        [op @ ("sync-delay" | "write-delay"), prefix, ms, when] => Ok(Fault::Delay {
+            prefix: prefix.to_string(),
+            write: *op == "write-delay",
+            ms: number(ms)?,
+            once: once(when)?,
         }),
         ["corrupt", path, sector] => Ok(Fault::CorruptSector {
             path: path.to_string(),

@@ -18,7 +18,8 @@
 //!   file's durable bytes and, of its pending sector writes, an arbitrary seeded subset, each
 //!   sector on its own, so a multi-sector write may be torn at sector boundaries.
 //! - **Faults** ([`Fault`]): EIO on a write or a sync (once, or from then on), ENOSPC past a
-//!   number of bytes, a sector read back corrupted.
+//!   number of bytes, a sector read back corrupted, a write or a sync delayed (the host waits
+//!   the delay out: the model itself has no clock).
 //!
 //! Two ways in: by inode (`lookup`, `create`, `write`, ...: what a FUSE file system gets, see
 //! `keel-lazyfs`) and by path relative to the root (`resolve`, [`SimDisk::create_path`], ...:
@@ -56,6 +57,17 @@ pub enum Fault {
     NoSpace { capacity: u64 },
     /// Reads of sector `sector` of the file at `path` return it with its bits flipped.
     CorruptSector { path: String, sector: u64 },
+    /// Writes (`write`) or syncs of files whose path starts with `prefix` take `ms`
+    /// milliseconds longer, the next one (`once`) or every one from now on. The model has no
+    /// clock: [`SimDisk::take_delay`] tells the host, which waits it out before the operation
+    /// (keel-lazyfs answers that request from another thread after the wait, so the rest of
+    /// the file system keeps answering, as a disk with one slow request does).
+    Delay {
+        prefix: String,
+        write: bool,
+        ms: u64,
+        once: bool,
+    },
 }
 
 /// Why an operation failed.
@@ -119,6 +131,9 @@ pub struct FaultCounts {
     pub entries_reverted: u64,
     /// Operations refused because the power was off (see [`SimDisk::power_off_after`]).
     pub refused_power_off: u64,
+    /// Operations a [`Fault::Delay`] held back, and the milliseconds it asked for in all.
+    pub delays: u64,
+    pub delayed_ms: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -240,6 +255,29 @@ impl SimDisk {
     /// Injects `fault` from now on (until it fires, for a `once` fault).
     pub fn inject(&mut self, fault: Fault) {
         self.faults.push(fault);
+    }
+
+    /// The delay an injected [`Fault::Delay`] puts on a write (`write`) or a sync of inode
+    /// `ino`, in milliseconds, counted; a `once` fault that fires is spent. The host waits it
+    /// out and then performs the operation; syncs of directories are never delayed.
+    pub fn take_delay(&mut self, ino: Ino, write: bool) -> Option<u64> {
+        if self.inodes.get(&ino)?.kind == Kind::Dir {
+            return None;
+        }
+        let path = self.path_of(ino);
+        let i = self.faults.iter().position(|f| {
+            matches!(f, Fault::Delay { prefix, write: w, .. }
+                if *w == write && path.starts_with(prefix.as_str()))
+        })?;
+        let Fault::Delay { ms, once, .. } = self.faults[i] else {
+            unreachable!("matched a delay")
+        };
+        if once {
+            self.faults.remove(i);
+        }
+        self.counts.delays += 1;
+        self.counts.delayed_ms += ms;
+        Some(ms)
     }
 
     /// Removes every fault not yet spent.

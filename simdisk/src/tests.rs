@@ -253,3 +253,45 @@ fn the_power_goes_off_between_a_write_and_its_sync() {
     assert_eq!(read_path(&mut d, "a.log"), b"synced;");
     d.create_path("b").unwrap();
 }
+
+#[test]
+fn delays_name_their_operation_and_path_and_a_once_delay_is_spent() {
+    let mut d = SimDisk::new(3, 128);
+    let dir = d.mkdir_path("t-0").unwrap();
+    let f = d.create_path("t-0/leader-epoch-checkpoint").unwrap();
+    let other = d.create_path("t-0/0.log").unwrap();
+    d.sync(dir).unwrap();
+    d.sync(ROOT).unwrap();
+    d.inject(Fault::Delay {
+        prefix: "t-0/leader-epoch".into(),
+        write: false,
+        ms: 250,
+        once: true,
+    });
+    d.inject(Fault::Delay {
+        prefix: "t-0/0.log".into(),
+        write: true,
+        ms: 40,
+        once: false,
+    });
+    // A write of the first file, a sync of the second, a directory: none delayed.
+    assert_eq!(d.take_delay(f, true), None);
+    assert_eq!(d.take_delay(other, false), None);
+    assert_eq!(d.take_delay(dir, false), None);
+    assert_eq!(d.take_delay(f, false), Some(250));
+    assert_eq!(d.take_delay(f, false), None, "once: spent");
+    for _ in 0..3 {
+        assert_eq!(d.take_delay(other, true), Some(40), "always");
+    }
+    assert_eq!((d.counts.delays, d.counts.delayed_ms), (4, 370));
+    // A delay changes nothing the model keeps: the sync after it makes the bytes durable.
+    d.write(f, 0, b"epoch").unwrap();
+    d.sync(f).unwrap();
+    d.crash();
+    assert_eq!(
+        &read_path(&mut d, "t-0/leader-epoch-checkpoint")[..5],
+        b"epoch"
+    );
+    d.clear_faults();
+    assert_eq!(d.take_delay(other, true), None);
+}
