@@ -48,9 +48,20 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// Whether this broker leads the partition per the installed image: the owner checks it
-    /// at every append and read, whatever the routing shard saw.
+    /// Whether this broker leads the partition and has taken up that leadership
+    /// (`replication::apply_image` recorded the epoch, its start offset and the followers):
+    /// the owner checks it at every append and read, whatever the routing shard saw. Between
+    /// installing an image that names this broker leader and taking the role up (an await on
+    /// the leader-epoch checkpoint's fdatasync) it does not serve as leader: an append then
+    /// would be stamped with the previous epoch, and ListOffsets would judge KIP-207's epoch
+    /// start by the previous one (Kafka holds the partition's lock through `makeLeader`).
     pub fn is_leader(&self) -> bool {
+        self.leads_per_image()
+            && self.replication.applied_role.get() == Some((self.node_id, self.leader_epoch.get()))
+    }
+
+    /// Whether the installed image names this broker the partition's leader, taken up or not.
+    pub fn leads_per_image(&self) -> bool {
         self.replication.leader.get() == self.node_id
     }
 

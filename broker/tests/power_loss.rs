@@ -36,7 +36,10 @@ use std::time::{Duration, Instant};
 use common::client::{batch, create_topic, fetch_request, try_produce, values, Client};
 use common::replicated::*;
 use common::Broker;
-use kafka_protocol::messages::{ApiKey, FetchResponse};
+use kafka_protocol::messages::{
+    offset_for_leader_epoch_request, ApiKey, BrokerId, FetchResponse, ListOffsetsResponse,
+    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+};
 use rdkafka::producer::{BaseRecord, Producer, PurgeConfig};
 use serde_json::Value;
 
@@ -863,6 +866,160 @@ fn a_failed_sync_moves_leadership_to_another_replica() {
     eprintln!(
         "offline log: leadership moved in {took:?}, the follower left the ISR in \
          {follower_took:?} (replica.lag.time.max.ms = 60 s)"
+    );
+    drop(nodes);
+}
+
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+
+/// A new leader serves nothing as leader until it has taken up its epoch (a slow disk holds
+/// the take-up: keel-lazyfs delays the fdatasync of broker 1's `leader-epoch-checkpoint` by
+/// 2.5 s, the only delayed request; the rest of its file system answers meanwhile). Broker 2
+/// leads, broker 1 is next in replica order; broker 2's controlled shutdown makes broker 1 the
+/// leader. While the delayed sync holds the take-up, broker 1's own Metadata already names it
+/// leader at the new epoch, and it answers a produce and a ListOffsets for the latest offset
+/// with NOT_LEADER_OR_FOLLOWER (the CI once saw a new leader answer ListOffsets from its old
+/// state in that window, and an append there would carry the old epoch; Kafka holds the
+/// partition's lock through `makeLeader`). Once taken up: OffsetForLeaderEpoch ends the old
+/// epoch at 5, the first write lands at 5, every record reads back at its offset.
+#[test]
+fn a_new_leader_serves_nothing_until_it_has_taken_up_its_epoch() {
+    let _one_mount_at_a_time = serial();
+    let Some(fs) = LazyFs::mount_or_skip(13, 128, "leader take-up") else {
+        return;
+    };
+    let data = fs.mountpoint.join("data");
+    let data = data.to_str().unwrap().to_string();
+    let mut nodes = cluster_with(&["", "", ""], &[], |i, b| {
+        if i == 0 {
+            b.extra.extend(["--data-dir".to_string(), data.clone()]);
+        }
+    });
+    create_assigned(&nodes[0], "takeup", &[vec![2, 1, 3]], 2);
+    wait_for_full_isr(&nodes[0], "takeup", 0);
+    let (leader, old_epoch, _, _) = partition(&nodes[0], "takeup", 0).unwrap();
+    assert_eq!(leader, 2);
+    let mut want: Vec<(i64, String)> = Vec::new();
+    for i in 0..5 {
+        let v = format!("before-{i}");
+        assert_eq!(
+            raw_produce(&nodes[1], "takeup", 0, -1, &[v.as_bytes()]),
+            Ok(i)
+        );
+        want.push((i, v));
+    }
+    // Broker 1 has them all before broker 2 goes.
+    wait_until(
+        "broker 1 holds the five records",
+        Duration::from_secs(10),
+        || {
+            nodes[1].metrics().lines().any(|m| {
+                m == "keel_follower_lag_records{topic=\"takeup\",partition=\"0\",follower=\"1\"} 0"
+            })
+        },
+    );
+    let delay_ms = 2500;
+    let fault = format!("fault sync-delay data/takeup-0/leader-epoch-checkpoint {delay_ms} once");
+    assert_eq!(fs.command(&fault)["ok"], true);
+    let delays = |fs: &LazyFs| fs.command("counts")["delays"].as_u64().unwrap();
+    assert_eq!(delays(&fs), 0);
+
+    let (one, others) = nodes.split_at_mut(1);
+    let one = &one[0];
+    let stopping = std::thread::scope(|s| {
+        let two = &mut others[0];
+        let stop = s.spawn(move || two.stop_within(Duration::from_secs(30)));
+        // The take-up's sync has started when the delay is taken.
+        wait_until(
+            "broker 1 starts taking up the leadership",
+            Duration::from_secs(20),
+            || delays(&fs) == 1,
+        );
+        let window = Instant::now();
+        let mut probes = 0;
+        // Well inside the delay: every probe lands before the take-up can finish.
+        while window.elapsed() < Duration::from_millis(delay_ms / 2) {
+            let named = partition(one, "takeup", 0);
+            assert!(
+                named
+                    .as_ref()
+                    .is_some_and(|(l, e, _, _)| *l == 1 && *e > old_epoch),
+                "broker 1's image names it leader at a new epoch: {named:?}"
+            );
+            assert_eq!(
+                raw_produce(one, "takeup", 0, 1, &[b"in-the-window"]),
+                Err(NOT_LEADER_OR_FOLLOWER),
+                "a produce {:?} into the take-up",
+                window.elapsed()
+            );
+            let mut c = Client::connect(&one.bootstrap());
+            let resp: ListOffsetsResponse = c.send(
+                ApiKey::ListOffsets,
+                7,
+                &common::client::list_offsets_request("takeup", 0, -1),
+            );
+            let p = &resp.topics[0].partitions[0];
+            assert_eq!(
+                (p.error_code, p.offset),
+                (NOT_LEADER_OR_FOLLOWER, -1),
+                "ListOffsets latest {:?} into the take-up",
+                window.elapsed()
+            );
+            probes += 1;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(
+            window.elapsed() < Duration::from_millis(delay_ms),
+            "the probes outlasted the delay ({:?}): they proved nothing",
+            window.elapsed()
+        );
+        eprintln!("take-up window: {probes} probes answered NOT_LEADER_OR_FOLLOWER");
+        stop.join().unwrap()
+    });
+    assert_eq!(stopping, Some(0), "broker 2's controlled shutdown");
+    let (_, new_epoch, _, _) = partition(&nodes[0], "takeup", 0).unwrap();
+    // Taken up: the first write lands at the epoch start, and nothing from the window is in the
+    // log.
+    let mut first = Err(0);
+    wait_until(
+        "broker 1 takes writes as leader",
+        Duration::from_secs(20),
+        || {
+            first = raw_produce(&nodes[0], "takeup", 0, -1, &[b"after"]);
+            first != Err(NOT_LEADER_OR_FOLLOWER)
+        },
+    );
+    assert_eq!(first, Ok(5));
+    want.push((5, "after".into()));
+    let mut c = Client::connect(&nodes[0].bootstrap());
+    let req = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![
+            offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                .with_topic(common::client::topic("takeup"))
+                .with_partitions(vec![
+                    offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                        .with_partition(0)
+                        .with_current_leader_epoch(new_epoch)
+                        .with_leader_epoch(old_epoch),
+                ]),
+        ]);
+    let resp: OffsetForLeaderEpochResponse = c.send(ApiKey::OffsetForLeaderEpoch, 4, &req);
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!(
+        (p.error_code, p.leader_epoch, p.end_offset),
+        (0, old_epoch, 5),
+        "the old epoch ends where the new one starts"
+    );
+    let got: Vec<(i64, String)> = read_partition(&mut c, "takeup", 0)
+        .into_iter()
+        .map(|(o, v)| (o, String::from_utf8(v).unwrap()))
+        .collect();
+    assert_eq!(got, want);
+    let counts = fs.command("counts");
+    assert_eq!(
+        (counts["delays"].as_u64(), counts["delayed_ms"].as_u64()),
+        (Some(1), Some(delay_ms))
     );
     drop(nodes);
 }

@@ -276,13 +276,10 @@ pub async fn check_isr(shard: &Rc<BrokerShard>) {
     let now_ms = shard.clock.now_ms();
     let lag_ms = shard.config.replica_lag_time_max_ms as i64;
     for part in shard.all_partitions() {
-        // Only once this broker took up the leadership (`apply_image` gave every follower a
-        // full lag window): between installing an image and taking up its roles, a new
-        // leader knows no follower yet and would drop them all.
-        let taken_up =
-            part.replication.applied_role.get() == Some((part.node_id, part.leader_epoch.get()));
+        // `is_leader`: only once this broker took up the leadership (`apply_image` gave every
+        // follower a full lag window): between installing an image and taking up its roles, a
+        // new leader knows no follower yet and would drop them all.
         if !part.is_leader()
-            || !taken_up
             || !part.replication.is_replicated()
             || part.replication.pending_isr.borrow().is_some()
         {

@@ -181,7 +181,7 @@ pub async fn apply_image(shard: &Rc<BrokerShard>) {
             continue;
         }
         let was_leader = previous.is_some_and(|(l, _)| l == shard.config.node_id);
-        if part.is_leader() {
+        if part.leads_per_image() {
             // A single replica records its epoch with its first append, as before
             // replication: a restart of thousands of them writes no checkpoint each.
             let recorded = if replicated {
@@ -196,6 +196,9 @@ pub async fn apply_image(shard: &Rc<BrokerShard>) {
             part.replication.epoch_start_offset.set(log_end);
             leader::reset_followers(&part, shard.clock.now_ms());
             fetcher::unassign(shard, &part);
+            // Only now does it serve as leader (`Partition::is_leader`), and only now does the
+            // ISR check judge its followers (each has a full lag window).
+            part.replication.applied_role.set(Some((leader, epoch)));
             info!(shard = shard.id, topic = %part.topic, partition = part.index, epoch, log_end_offset = log_end, replicated, "leading partition");
             if !was_leader {
                 shard.run_loader(&part);
@@ -214,10 +217,8 @@ pub async fn apply_image(shard: &Rc<BrokerShard>) {
             } else {
                 fetcher::unassign(shard, &part);
             }
+            part.replication.applied_role.set(Some((leader, epoch)));
         }
-        // Only now: the leader's ISR check waits for the role to be taken up (its followers
-        // known, each with a full lag window).
-        part.replication.applied_role.set(Some((leader, epoch)));
         part.replication.fire_hw_moved();
         shard.notify_data(&part);
     }
