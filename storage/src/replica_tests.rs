@@ -399,6 +399,35 @@ fn truncate_below_log_start_is_refused_and_truncate_fully_restarts_the_log() {
 }
 
 #[test]
+fn a_truncation_at_the_log_end_drops_a_deposed_leaders_empty_epoch() {
+    // Found by keel-sim --controller-network --metadata-network, seed 9671: a replica took up a
+    // leadership (epoch 3 at its log end 12), was deposed before it appended, and as a
+    // follower sent 3 as its last fetched epoch; its leader, which never heard of epoch 3,
+    // answered epoch 1 ending at 20, the truncation to 12 was a no-op that kept the entry, and
+    // the same divergence came back forever. As Kafka's truncateTo: the cache drops what
+    // starts at the log end, durably.
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let log = log_of(dir.path(), 4).await; // epoch 1 from 0, log end 12
+        log.become_leader(LeaderEpoch(3)).await.unwrap();
+        assert_eq!(log.latest_epoch(), Some(LeaderEpoch(3)));
+        let outcome = log.truncate_to(Offset(12)).await.unwrap();
+        assert_eq!(
+            (outcome.log_end_offset, outcome.truncated),
+            (Offset(12), false)
+        );
+        assert_eq!(log.epoch_entries(), vec![(LeaderEpoch(1), Offset(0))]);
+        let text = std::fs::read_to_string(dir.path().join("leader-epoch-checkpoint")).unwrap();
+        assert_eq!(text, "0\n1\n1 0\n");
+        // A target past the end does the same, and an entry inside the log stays.
+        log.become_leader(LeaderEpoch(4)).await.unwrap();
+        log.truncate_to(Offset(30)).await.unwrap();
+        assert_eq!(log.epoch_entries(), vec![(LeaderEpoch(1), Offset(0))]);
+        assert_eq!(log.offsets().log_end_offset, Offset(12));
+    });
+}
+
+#[test]
 fn become_leader_records_the_epoch_start_before_any_append() {
     let dir = tempfile::tempdir().unwrap();
     run(|| async {

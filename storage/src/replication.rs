@@ -150,6 +150,64 @@ pub fn maximal_isr(committed: &[i32], pending: Option<&[i32]>) -> Vec<i32> {
     isr
 }
 
+/// What a leader heard back about an ISR change it sent the controller (AlterPartition).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IsrChangeAnswer {
+    /// Committed; the partition epoch it was committed with (the sent one when the ISR
+    /// already was the proposed one, so nothing changed).
+    Committed { partition_epoch: i32 },
+    /// Refused by the controller with this Kafka error code.
+    Refused { code: i16 },
+    /// No answer: the request or its answer was lost, timed out, or the controller could not
+    /// be reached. The change may have been committed all the same.
+    NoAnswer,
+}
+
+/// What happens to a leader's pending ISR change after an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PendingIsrChange {
+    /// It ends now: the ISR stays the committed one.
+    End,
+    /// It stays pending (counted in the maximal ISR) until an image with a newer partition
+    /// epoch ends it: the controller holds a newer state of the partition, which may be this
+    /// change itself.
+    Keep,
+    /// It stays pending and is sent again (Kafka's AlterPartitionManager retries).
+    Resend,
+}
+
+/// Kafka's `Partition.handleAlterPartitionError` and the AlterPartitionManager's retries:
+/// whether a pending change ends with `answer` to a request sent at `sent_partition_epoch`.
+/// Only a refusal that proves the change was not committed, against the state this leader
+/// knows, ends it. A lost answer does not: ending it then would let the high watermark move
+/// by the old ISR while the controller holds the new one, whose added member (an expansion)
+/// may lack what the high watermark passes and be elected (found by keel-sim
+/// `--controller-network --metadata-network`, seed 5573). A stale refusal (the leader or
+/// partition epoch moved on, which a resent change's own commit does too) waits for the image.
+pub fn after_isr_change(answer: IsrChangeAnswer, sent_partition_epoch: i32) -> PendingIsrChange {
+    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    const FENCED_LEADER_EPOCH: i16 = 74;
+    const NEW_LEADER_ELECTED: i16 = 106;
+    const INVALID_UPDATE_VERSION: i16 = 108;
+    match answer {
+        IsrChangeAnswer::Committed { partition_epoch }
+            if partition_epoch == sent_partition_epoch =>
+        {
+            PendingIsrChange::End
+        }
+        IsrChangeAnswer::Committed { .. } => PendingIsrChange::Keep,
+        IsrChangeAnswer::Refused {
+            code:
+                NOT_LEADER_OR_FOLLOWER
+                | FENCED_LEADER_EPOCH
+                | NEW_LEADER_ELECTED
+                | INVALID_UPDATE_VERSION,
+        } => PendingIsrChange::Keep,
+        IsrChangeAnswer::Refused { .. } => PendingIsrChange::End,
+        IsrChangeAnswer::NoAnswer => PendingIsrChange::Resend,
+    }
+}
+
 /// Leader: where the high watermark may move (Kafka's `Partition.maybeIncrementLeaderHW`):
 /// nothing while the committed ISR (`committed_isr_len` members) is below
 /// `min_insync_replicas` (KIP-966); else the lowest log end over the maximal ISR (committed
@@ -209,6 +267,28 @@ pub fn truncation_point(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pending_isr_change_ends_only_when_it_surely_was_not_committed() {
+        use IsrChangeAnswer::*;
+        use PendingIsrChange::*;
+        // Committed: the image with the new partition epoch ends it; one that changed
+        // nothing (the same epoch back) ends here.
+        assert_eq!(after_isr_change(Committed { partition_epoch: 8 }, 7), Keep);
+        assert_eq!(after_isr_change(Committed { partition_epoch: 7 }, 7), End);
+        // Refused against the state the leader knows: INELIGIBLE_REPLICA, INVALID_REQUEST,
+        // UNKNOWN_TOPIC_ID.
+        for code in [107, 42, 100] {
+            assert_eq!(after_isr_change(Refused { code }, 7), End, "code {code}");
+        }
+        // Refused as stale (the controller moved on, maybe with this very change when it is
+        // a resend): wait for the image.
+        for code in [6, 74, 106, 108] {
+            assert_eq!(after_isr_change(Refused { code }, 7), Keep, "code {code}");
+        }
+        // No answer: it may have been committed; send it again.
+        assert_eq!(after_isr_change(NoAnswer, 7), Resend);
+    }
 
     #[test]
     fn the_high_watermark_is_the_lowest_log_end_over_the_isr_and_waits_for_min_isr() {

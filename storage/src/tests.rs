@@ -1240,3 +1240,35 @@ fn log_bytes_of(_log: &Log, dir: &Path) -> usize {
         .unwrap()
         .len() as usize
 }
+
+/// An offline (poisoned) replicated log keeps its high watermark where it was: a leader that
+/// learns of a committed ISR change after its log went offline moves nothing (seen while
+/// building the fault simulation's metadata over the network).
+#[test]
+fn a_poisoned_log_keeps_its_high_watermark() {
+    use keel_simdisk::{Fault, SimDisk};
+    run(|| async {
+        let sim = SimHandle::new(SimDisk::new(7, 0));
+        let dir = Path::new("/d/t-0");
+        let log = Log::open_on(Disk::Sim(sim.clone()), dir, small_config())
+            .await
+            .unwrap();
+        log.set_replicated(true);
+        for i in 0..3 {
+            log.append(batch(1, 1000 + i, 100), LeaderEpoch(0), 0)
+                .unwrap();
+            log.commit(Offset(i + 1)).await.unwrap();
+        }
+        assert_eq!(log.advance_high_watermark(Offset(1)), Offset(1));
+        sim.disk().inject(Fault::SyncEio {
+            prefix: "d/t-0/".into(),
+            once: true,
+        });
+        log.append(batch(1, 2000, 100), LeaderEpoch(0), 0).unwrap();
+        assert!(log.commit(Offset(4)).await.is_err());
+        assert!(log.poisoned().is_some(), "a failed sync poisons the log");
+        assert_eq!(log.advance_high_watermark(Offset(3)), Offset(1));
+        assert_eq!(log.offsets().high_watermark, Offset(1));
+    });
+    crate::file_cache::forget_under(Path::new("/d/t-0"));
+}

@@ -30,6 +30,7 @@ use keel_raft::partition_change::{AlterPartitionRequest, IsrMember};
 use keel_raft::partition_change::{ElectLeadersRequest, TopicElectionResults};
 use keel_raft::records::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use keel_raft::{ApplyOutcome, ClusterImage, Record};
+use keel_storage::replication::IsrChangeAnswer;
 use tracing::{info, warn};
 
 use crate::config::{validate_dynamic_broker_config, validate_topic_config, BrokerConfig};
@@ -165,13 +166,15 @@ fn node_config(config: &BrokerConfig, shard_count: usize) -> NodeConfig {
 }
 
 /// Sends `changes` to the controller as one AlterPartition request (through shard 0's
-/// metadata node) and waits for its answer: a result per change, in order. `Ok` carries the
-/// partition epoch the change was committed with (the image that carries it is installed or
-/// on its way); an error is that partition's, or the whole request's when none came back.
+/// metadata node) and waits for its answer: an answer per change, in order, with words for the
+/// log. Committed carries the partition epoch the change was committed with (the image that
+/// carries it is installed or on its way); Refused that partition's error code; NoAnswer
+/// says none came back (a timeout, an unreachable controller), so the change may have been
+/// committed or not.
 pub async fn alter_partitions(
     shard: &Rc<BrokerShard>,
     changes: &[IsrChange],
-) -> Vec<Result<i32, OpError>> {
+) -> Vec<(IsrChangeAnswer, String)> {
     let node_id = shard.config.node_id;
     let own_epoch = shard
         .image()
@@ -221,30 +224,37 @@ pub async fn alter_partitions(
     let results = match answer {
         Ok(results) if results.len() == count => results,
         Ok(results) => {
-            let e = OpError::new(
-                ResponseError::UnknownServerError,
-                format!(
-                    "the controller answered {} of {count} partitions",
-                    results.len()
-                ),
+            let why = format!(
+                "the controller answered {} of {count} partitions",
+                results.len()
             );
-            return vec![Err(e); count];
+            return vec![(IsrChangeAnswer::NoAnswer, why); count];
         }
-        Err(e) => return vec![Err(e); count],
+        Err(e) => return vec![(IsrChangeAnswer::NoAnswer, e.message); count],
     };
     results
         .into_iter()
         .map(|r| {
             if r.error_code == 0 {
-                return Ok(r.partition_epoch);
+                let epoch = r.partition_epoch;
+                return (
+                    IsrChangeAnswer::Committed {
+                        partition_epoch: epoch,
+                    },
+                    format!("committed at partition epoch {epoch}"),
+                );
             }
-            Err(OpError {
-                code: ErrorCode::from_code(r.error_code),
-                message: format!(
-                    "controller refused the ISR change (its view: leader {} epoch {}, partition epoch {}, ISR {:?})",
-                    r.leader_id, r.leader_epoch, r.partition_epoch, r.isr
+            (
+                IsrChangeAnswer::Refused { code: r.error_code },
+                format!(
+                    "controller refused the ISR change with {:?} (its view: leader {} epoch {}, partition epoch {}, ISR {:?})",
+                    ErrorCode::from_code(r.error_code),
+                    r.leader_id,
+                    r.leader_epoch,
+                    r.partition_epoch,
+                    r.isr
                 ),
-            })
+            )
         })
         .collect()
 }

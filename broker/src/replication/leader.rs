@@ -357,36 +357,64 @@ fn propose_isr(
     );
 }
 
-/// One partition's result of an AlterPartition request. Accepted: the image with the new
-/// partition epoch ends the pending change (an answer at the same partition epoch changed
-/// nothing, so it ends here). Refused: the pending change ends here. Either way only while it
+/// Whether `change` is still the pending ISR change of `part`, led in the epochs it was sent
+/// at.
+fn still_pending(part: &Partition, change: &crate::controller::IsrChange) -> bool {
+    let proposed: Vec<i32> = change.new_isr.iter().map(|(r, _)| *r).collect();
+    part.is_leader()
+        && part.leader_epoch.get() == change.leader_epoch
+        && part.replication.partition_epoch.get() == change.partition_epoch
+        && part.replication.pending_isr.borrow().as_ref() == Some(&proposed)
+}
+
+/// How long a leader waits before it sends again an ISR change that got no answer (Kafka's
+/// `retry.backoff.ms` default).
+const ISR_CHANGE_RESEND_BACKOFF: Duration = Duration::from_millis(100);
+
+/// One partition's answer to an AlterPartition request, judged by storage's
+/// `replication::after_isr_change` (Kafka's `handleAlterPartitionError` and the
+/// AlterPartitionManager's retries): the pending change ends only on a refusal that proves it
+/// was not committed; a commit at a new partition epoch, or a stale refusal, leaves it to the
+/// image that carries the controller's newer state; no answer sends it again. Only while it
 /// is still this change: an image may have ended it already and a newer one be pending.
 pub fn isr_change_done(
     shard: &Rc<BrokerShard>,
     part: &Rc<Partition>,
     change: &crate::controller::IsrChange,
     why: &'static str,
-    result: Result<i32, crate::controller::OpError>,
+    answer: rules::IsrChangeAnswer,
+    detail: &str,
 ) {
-    let ended = match result {
-        Ok(partition_epoch) => {
-            debug!(topic = %part.topic, partition = part.index, partition_epoch, why, "ISR change committed");
-            partition_epoch == change.partition_epoch
+    match answer {
+        rules::IsrChangeAnswer::Committed { .. } => {
+            debug!(topic = %part.topic, partition = part.index, why, detail, "ISR change committed");
         }
-        Err(e) => {
-            warn!(topic = %part.topic, partition = part.index, error = %e.message, code = ?e.code, why, "ISR change refused");
+        rules::IsrChangeAnswer::Refused { .. } | rules::IsrChangeAnswer::NoAnswer => {
+            warn!(topic = %part.topic, partition = part.index, why, detail, "ISR change not committed");
             shard
                 .counters
                 .failed_isr_updates
                 .set(shard.counters.failed_isr_updates.get() + 1);
-            true
         }
-    };
-    let proposed: Vec<i32> = change.new_isr.iter().map(|(r, _)| *r).collect();
-    let ours = part.replication.partition_epoch.get() == change.partition_epoch
-        && part.replication.pending_isr.borrow().as_ref() == Some(&proposed);
-    if ended && ours {
-        *part.replication.pending_isr.borrow_mut() = None;
+    }
+    match rules::after_isr_change(answer, change.partition_epoch) {
+        rules::PendingIsrChange::End if still_pending(part, change) => {
+            *part.replication.pending_isr.borrow_mut() = None;
+        }
+        rules::PendingIsrChange::Resend if still_pending(part, change) => {
+            let (shard, part, change) = (shard.clone(), part.clone(), change.clone());
+            glommio::spawn_local(async move {
+                glommio::timer::sleep(ISR_CHANGE_RESEND_BACKOFF).await;
+                if still_pending(&part, &change) {
+                    alter_partition::submit(
+                        &shard,
+                        alter_partition::AlterPartitionItem { part, change, why },
+                    );
+                }
+            })
+            .detach();
+        }
+        _ => {}
     }
     maybe_advance_high_watermark(shard, part);
 }

@@ -203,6 +203,7 @@ impl PartitionReplication {
 }
 
 /// One ISR change a leader proposes (one partition's item of an AlterPartition request).
+#[derive(Clone, Debug)]
 pub struct IsrChange {
     pub topic_id: [u8; 16],
     pub partition: i32,

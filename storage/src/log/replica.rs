@@ -96,6 +96,13 @@ impl Log {
     /// the high watermark.
     pub fn advance_high_watermark(&self, to: Offset) -> Offset {
         let mut s = self.inner.state.borrow_mut();
+        if s.poisoned.is_some() {
+            // An offline replica keeps nothing moving (Kafka drops an offline log's partition
+            // from memory, and waiting acks=all writes get KAFKA_STORAGE_ERROR). Seen while
+            // building keel-sim --metadata-network: an offline former leader that learned a
+            // committed ISR expansion late moved its high watermark.
+            return s.high_watermark;
+        }
         let to = to.min(s.log_end_offset);
         if to > s.high_watermark {
             s.high_watermark = to;

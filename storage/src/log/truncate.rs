@@ -112,15 +112,36 @@ impl Log {
     /// Removes every batch at or past `offset` (see the module docs). Returns what it did.
     pub async fn truncate_to(&self, offset: Offset) -> Result<TruncateOutcome, StorageError> {
         let _permit = self.inner.flush_lock.acquire_permit(1).await?;
+        // Nothing to cut at or past the log end, but as Kafka's `truncateTo` the epoch cache
+        // still drops what starts at the log end: a replica that took up a leadership and was
+        // deposed before it appended keeps that epoch's entry at its log end, sends it as its
+        // last fetched epoch, and the leader (which never heard of it) answers the same
+        // divergence forever (found by keel-sim --controller-network --metadata-network, seed
+        // 9671).
+        let at_end = {
+            let mut s = self.inner.state.borrow_mut();
+            s.check_poisoned()?;
+            let end = s.log_end_offset;
+            (offset >= end).then(|| {
+                let dropped = s.epochs.truncate_from_end(end);
+                if dropped {
+                    s.epochs_dirty = true;
+                }
+                (end, dropped)
+            })
+        };
+        if let Some((end, dropped)) = at_end {
+            if dropped {
+                let result = self.persist_epochs().await;
+                self.poison_on_error(result)?;
+            }
+            return Ok(TruncateOutcome {
+                log_end_offset: end,
+                ..TruncateOutcome::default()
+            });
+        }
         {
             let s = self.inner.state.borrow();
-            s.check_poisoned()?;
-            if offset >= s.log_end_offset {
-                return Ok(TruncateOutcome {
-                    log_end_offset: s.log_end_offset,
-                    ..TruncateOutcome::default()
-                });
-            }
             if offset < s.log_start_offset {
                 return Err(StorageError::OffsetOutOfRange {
                     requested: offset,

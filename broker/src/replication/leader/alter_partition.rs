@@ -100,8 +100,8 @@ async fn send(shard: &Rc<BrokerShard>, batch: Vec<AlterPartitionItem>) {
         changes.len(),
         "a result per AlterPartition item"
     );
-    for (((part, why), change), result) in items.into_iter().zip(changes).zip(results) {
-        super::isr_change_done(shard, &part, &change, why, result);
+    for (((part, why), change), (answer, detail)) in items.into_iter().zip(changes).zip(results) {
+        super::isr_change_done(shard, &part, &change, why, answer, &detail);
     }
 }
 
