@@ -63,6 +63,15 @@ pub struct SeedReport {
     /// refused (epochs gone stale on the way, a member fenced or re-registered meanwhile).
     pub alter_partitions: u64,
     pub alter_partitions_refused: u64,
+    /// `--metadata-network`: images replicas installed from the network, replicas the
+    /// controller fenced while they ran (cut off from it), and client requests a replica
+    /// served as leader by an image the controller had replaced (a former leader).
+    pub images_installed: u64,
+    pub fenced_while_up: u64,
+    pub stale_leader_requests: u64,
+    /// Records a former leader acknowledged (its high watermark passed them by its old image)
+    /// after the controller had elected another.
+    pub stale_leader_acks: u64,
     pub reads_checked: u64,
     /// Invariant checks run (each a comparison against the model).
     pub checks: u64,
@@ -95,6 +104,10 @@ impl SeedReport {
         self.retries_duplicate_elsewhere += o.retries_duplicate_elsewhere;
         self.alter_partitions += o.alter_partitions;
         self.alter_partitions_refused += o.alter_partitions_refused;
+        self.images_installed += o.images_installed;
+        self.fenced_while_up += o.fenced_while_up;
+        self.stale_leader_requests += o.stale_leader_requests;
+        self.stale_leader_acks += o.stale_leader_acks;
         self.reads_checked += o.reads_checked;
         self.checks += o.checks;
         self.injected_sync_eio += o.injected_sync_eio;

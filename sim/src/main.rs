@@ -10,13 +10,14 @@
 //! keel-sim --replicated --disk-full ...         with full disks (ENOSPC) that get space back
 //! keel-sim --replicated --idempotent ...        with idempotent producers retrying their batches
 //! keel-sim --replicated --controller-network ... with AlterPartition over the simulated network
+//! keel-sim --replicated --metadata-network ... with metadata images and heartbeats over it too
 //! ```
 
 use std::time::Instant;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: keel-sim [--replicated [--disk-faults] [--disk-full] [--idempotent] [--controller-network]] [--seeds N] [--from S] [--seed S] [--steps K]"
+        "usage: keel-sim [--replicated [--disk-faults] [--disk-full] [--idempotent] [--controller-network] [--metadata-network]] [--seeds N] [--from S] [--seed S] [--steps K]"
     );
     std::process::exit(2)
 }
@@ -45,6 +46,7 @@ fn main() {
             "--disk-full" => mode.disk_full = true,
             "--idempotent" => mode.idempotent = true,
             "--controller-network" => mode.controller_network = true,
+            "--metadata-network" => mode.metadata_network = true,
             _ => usage(),
         }
     }
@@ -69,6 +71,17 @@ fn main() {
                 "  operations: {} appends, {} records acknowledged, {} producer retries, {} reads checked",
                 t.appends, t.acked_records, t.retries, t.reads_checked
             );
+            if t.images_installed > 0 {
+                println!(
+                    "  metadata over the network: {} images installed, {} replicas fenced while \
+                     running, {} client requests served by a former leader, {} records it \
+                     acknowledged after another was elected",
+                    t.images_installed,
+                    t.fenced_while_up,
+                    t.stale_leader_requests,
+                    t.stale_leader_acks
+                );
+            }
             if t.alter_partitions > 0 {
                 println!(
                     "  AlterPartition requests over the network: {} ({} refused by the controller)",

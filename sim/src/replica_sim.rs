@@ -22,7 +22,11 @@
 //! fetcher and Fetch handler run too: the broker carries its asks and answers over Kafka's
 //! Fetch, this simulation over its network (the transport seam). Not Keel's code here: the
 //! broker's tasks around it (the fetcher's loop, connections, timers, throttles), and the
-//! metadata quorum itself (its decisions are keel-raft's own functions, below).
+//! metadata quorum itself (its decisions are keel-raft's own functions, below). With
+//! `--metadata-network` each replica acts on its own installed image, which reaches it over
+//! the network (as the broker's metadata fetch brings it), and the controller hears heartbeats
+//! over it: a replica cut off from the controller is fenced while it runs and leads on by its
+//! old image until the new one reaches it.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
@@ -31,7 +35,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use keel_raft::partition_change::{
-    alter_partition, fence_records, offline_replica_records, registration_records,
+    alter_partition, fence_records, offline_replica_records, registration_records, unfence_records,
     AlterPartitionRequest, IsrMember, Unclean, MIN_INSYNC_REPLICAS,
 };
 use keel_raft::records::RESOURCE_BROKER;
@@ -39,7 +43,9 @@ use keel_raft::registration::BrokerRegistration;
 use keel_raft::{ApplyOutcome, ClusterImage, Record};
 use keel_simdisk::{Fault, SimDisk};
 use keel_storage::replication::fetch::{self as glue, Applied, FetchAnswer, FetchAsk, NotApplied};
-use keel_storage::replication::{self as rules, FollowerProgress};
+use keel_storage::replication::{
+    self as rules, FollowerProgress, IsrChangeAnswer, PendingIsrChange,
+};
 use keel_storage::{Disk, LeaderEpoch, Log, LogConfig, Offset, SimHandle, StorageError};
 use keel_vocab::records::{frame_batch, parse_records, put_record, BatchFields, BatchHeader};
 
@@ -81,12 +87,30 @@ enum Msg {
         isr: Vec<IsrMember>,
         why: &'static str,
     },
-    /// The controller's answer: whether it took the change.
+    /// The controller's answer to `request` (an `AlterPartition`): committed or refused, and
+    /// the partition as the controller has it then (Kafka's AlterPartition response carries
+    /// it).
     AlterPartitionAnswer {
         to: i32,
-        isr: Vec<i32>,
-        accepted: bool,
+        request: Box<Msg>,
+        answer: IsrChangeAnswer,
+        view: View,
     },
+    /// `--metadata-network`: a metadata image reaching a replica (what the broker's metadata
+    /// fetch from the quorum brings it).
+    Image { to: i32, view: View },
+}
+
+/// The partition as one replica's installed metadata image has it (the controller's newest
+/// without `--metadata-network`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct View {
+    /// The metadata log index of the image.
+    index: u64,
+    leader: i32,
+    epoch: i32,
+    isr: Vec<i32>,
+    partition_epoch: i32,
 }
 
 /// The controller's address on the simulated network.
@@ -97,7 +121,7 @@ impl Msg {
         match self {
             Msg::Fetch { from, to, .. } | Msg::Answer { from, to, .. } => (*from, *to),
             Msg::AlterPartition { leader, .. } => (*leader, CONTROLLER),
-            Msg::AlterPartitionAnswer { to, .. } => (CONTROLLER, *to),
+            Msg::AlterPartitionAnswer { to, .. } | Msg::Image { to, .. } => (CONTROLLER, *to),
         }
     }
 }
@@ -110,9 +134,15 @@ struct Node {
     down_since: i64,
     /// The (leader, epoch) role this replica took up last.
     applied: Option<(i32, i32)>,
+    /// `--metadata-network`: the image it installed last, and when the controller last heard
+    /// its heartbeat.
+    view: View,
+    heard_ms: i64,
     /// Leader: its followers' progress, the ISR change it proposed, its epoch's start.
     followers: BTreeMap<i32, FollowerProgress>,
     pending_isr: Option<Vec<i32>>,
+    /// The partition epoch the pending change was sent at: an image with another ends it.
+    pending_at: i32,
     epoch_start_offset: i64,
     /// Follower: the fetch that is out and not answered. Its answer is the only one applied:
     /// one connection, one request at a time, as the broker's fetcher (a duplicated or late
@@ -181,6 +211,24 @@ impl Controller {
         ]);
         assert!(created, "the simulated cluster's topic");
         c
+    }
+
+    /// The partition as this image has it.
+    fn view(&self) -> View {
+        View {
+            index: self.image.applied_index,
+            leader: self.leader,
+            epoch: self.epoch,
+            isr: self.isr.clone(),
+            partition_epoch: self.partition_epoch,
+        }
+    }
+
+    /// A fenced broker heartbeats again with its metadata caught up: unfenced (the same
+    /// incarnation; it rejoins ISRs by fetching).
+    fn unfence(&mut self, id: i32) {
+        let records = unfence_records(&self.image, id, Unclean::Disabled);
+        self.apply(&records);
     }
 
     /// Applies `records` as the next log entry; false if the image refuses them.
@@ -263,21 +311,15 @@ impl Controller {
             .collect()
     }
 
-    /// The leader's AlterPartition, sent at the current epochs: whether the controller took it.
-    fn alter_isr(&mut self, leader: i32, isr: &[i32]) -> bool {
-        let new_isr = self.members(isr);
-        self.alter_isr_at(leader, self.epoch, self.partition_epoch, new_isr)
-    }
-
     /// An AlterPartition sent at (`leader_epoch`, `partition_epoch`), possibly stale by the
-    /// time it arrives (keel-raft refuses it then): whether the controller took it.
+    /// time it arrives (keel-raft refuses it then): the controller's answer.
     fn alter_isr_at(
         &mut self,
         leader: i32,
         leader_epoch: i32,
         partition_epoch: i32,
         new_isr: Vec<IsrMember>,
-    ) -> bool {
+    ) -> IsrChangeAnswer {
         let request = AlterPartitionRequest {
             topic_id: TOPIC_ID,
             partition: 0,
@@ -287,9 +329,14 @@ impl Controller {
             new_isr,
         };
         match alter_partition(&self.image, &request) {
-            Ok(Some(record)) => self.apply(&[record]),
-            Ok(None) => true,
-            Err(_) => false,
+            Ok(Some(record)) => {
+                assert!(self.apply(&[record]), "a change keel-raft decided applies");
+                IsrChangeAnswer::Committed {
+                    partition_epoch: self.partition_epoch,
+                }
+            }
+            Ok(None) => IsrChangeAnswer::Committed { partition_epoch },
+            Err(code) => IsrChangeAnswer::Refused { code },
         }
     }
 }
@@ -325,9 +372,25 @@ pub struct ReplicaMode {
     /// lost) and stay pending until answered: the leader counts the maximal ISR meanwhile,
     /// and keel-raft refuses a request whose epochs went stale on the way.
     pub controller_network: bool,
+    /// `--metadata-network`: the controller's images reach each replica over the simulated
+    /// network (delayed, reordered, lost and sent again), so replicas act on stale images: a
+    /// follower fetches from a former leader, a new leader takes up its role late, a former
+    /// leader serves on. The controller hears each replica's heartbeats over the network too:
+    /// a replica cut off from it is fenced while it runs (out of the ISR, its leadership
+    /// elected away) and unfenced when its heartbeats come back.
+    pub metadata_network: bool,
 }
 
 impl ReplicaMode {
+    /// Nothing added: the replicated partition with the faults every run has.
+    pub const PLAIN: ReplicaMode = ReplicaMode {
+        disk_faults: false,
+        disk_full: false,
+        idempotent: false,
+        controller_network: false,
+        metadata_network: false,
+    };
+
     /// The parts that are on: each one's `keel-sim` flag and its name in a violation.
     fn parts(self) -> impl Iterator<Item = (&'static str, &'static str)> {
         [
@@ -338,6 +401,11 @@ impl ReplicaMode {
                 self.controller_network,
                 "--controller-network",
                 "controller network",
+            ),
+            (
+                self.metadata_network,
+                "--metadata-network",
+                "metadata network",
             ),
         ]
         .into_iter()
@@ -396,6 +464,8 @@ struct Run {
     must: BTreeMap<i64, Vec<u8>>,
     /// The highest high watermark a leader reached.
     committed: i64,
+    /// `--metadata-network`: the newest image index sent to the replicas.
+    broadcast_index: u64,
     report: SeedReport,
     trail: Trail,
 }
@@ -414,8 +484,17 @@ pub async fn run(seed: u64, steps: u64, mode: ReplicaMode) -> Result<SeedReport,
             log: None,
             down_since: 0,
             applied: None,
+            view: View {
+                index: 0,
+                leader: -1,
+                epoch: -1,
+                isr: Vec::new(),
+                partition_epoch: -1,
+            },
+            heard_ms: 0,
             followers: BTreeMap::new(),
             pending_isr: None,
+            pending_at: -1,
             epoch_start_offset: 0,
             fetching: None,
             hw_in_isr: None,
@@ -445,6 +524,7 @@ pub async fn run(seed: u64, steps: u64, mode: ReplicaMode) -> Result<SeedReport,
         pending: Vec::new(),
         must: BTreeMap::new(),
         committed: 0,
+        broadcast_index: 0,
         report: SeedReport {
             seed,
             ..SeedReport::default()
@@ -501,6 +581,108 @@ impl Run {
         (id - 1) as usize
     }
 
+    /// The partition as replica `id`'s installed image has it: the controller's newest
+    /// unless `--metadata-network`.
+    fn view_of(&self, id: i32) -> View {
+        if self.mode.metadata_network {
+            self.nodes[Self::idx(id)].view.clone()
+        } else {
+            self.ctl.view()
+        }
+    }
+
+    /// The replicas that lead by their own image and have taken the role up (without
+    /// `--metadata-network`, the controller's leader only; with it, a former leader may
+    /// still believe it leads).
+    fn self_leaders(&self) -> Vec<i32> {
+        REPLICAS
+            .iter()
+            .copied()
+            .filter(|id| {
+                let v = self.view_of(*id);
+                v.leader == *id
+                    && self.up(*id)
+                    && self.nodes[Self::idx(*id)].applied == Some((*id, v.epoch))
+            })
+            .collect()
+    }
+
+    /// The leader a client's request goes to: one that leads by its own image, online and
+    /// with its role taken up (with `--metadata-network` there may be two: a client with an
+    /// older image talks to the former one).
+    fn client_leader(&mut self) -> Option<i32> {
+        if !self.mode.metadata_network {
+            let leader = self.ctl.leader;
+            let ok = leader > 0
+                && self.online(leader)
+                && self.nodes[Self::idx(leader)].applied == Some((leader, self.ctl.epoch));
+            return ok.then_some(leader);
+        }
+        let leaders: Vec<i32> = self
+            .self_leaders()
+            .into_iter()
+            .filter(|id| self.online(*id))
+            .collect();
+        let chosen = match leaders.len() {
+            0 => None,
+            1 => Some(leaders[0]),
+            n => Some(leaders[self.rng.range(0, n as u64 - 1) as usize]),
+        };
+        if chosen.is_some_and(|l| (l, self.view_of(l).epoch) != (self.ctl.leader, self.ctl.epoch)) {
+            self.report.stale_leader_requests += 1;
+        }
+        chosen
+    }
+
+    /// `--metadata-network`: every image the controller made since the last call is sent to
+    /// every live replica, and each replica cut off from the controller misses heartbeats:
+    /// fenced once `SESSION_MS` passed, unfenced once it heartbeats again caught up.
+    fn metadata_traffic(&mut self) {
+        if !self.mode.metadata_network {
+            return;
+        }
+        let index = self.ctl.image.applied_index;
+        if index > self.broadcast_index {
+            self.broadcast_index = index;
+            for id in REPLICAS {
+                if self.up(id) {
+                    self.net.push_back(Msg::Image {
+                        to: id,
+                        view: self.ctl.view(),
+                    });
+                }
+            }
+        }
+        for id in REPLICAS {
+            let heard = self.up(id) && !self.cut.contains(&(CONTROLLER, id));
+            let i = Self::idx(id);
+            if heard {
+                self.nodes[i].heard_ms = self.now_ms;
+                let caught_up = self.nodes[i].view.index >= self.ctl.image.applied_index;
+                if self.ctl.fenced.contains(&id) && caught_up && !self.nodes[i].offline {
+                    self.ctl.unfence(id);
+                    let (l, e, isr) = (self.ctl.leader, self.ctl.epoch, self.ctl.isr.clone());
+                    self.note(format!(
+                        "controller unfences replica {id}: leader {l} epoch {e} ISR {isr:?}"
+                    ));
+                }
+            } else if !self.ctl.fenced.contains(&id)
+                && self.now_ms - self.nodes[i].heard_ms > SESSION_MS
+            {
+                self.ctl.fence(id);
+                let (l, e, isr) = (self.ctl.leader, self.ctl.epoch, self.ctl.isr.clone());
+                let up = self.up(id);
+                if up {
+                    self.report.fenced_while_up += 1;
+                }
+                self.note(format!(
+                    "controller fences replica {id} (up {up}, heartbeats lost): leader {l} \
+                     epoch {e} ISR {isr:?}"
+                ));
+            }
+        }
+    }
+
     /// Opens replica `i`'s log (after a start, a crash or a kill).
     async fn start(&mut self, i: usize) -> Result<(), Violation> {
         let n = &mut self.nodes[i];
@@ -530,6 +712,11 @@ impl Run {
                         "replica {id} registers: leader {l} epoch {e} ISR {isr:?} ELR {elr:?}"
                     ));
                 }
+                // It serves once it has caught up with the metadata log.
+                let (view, now) = (self.ctl.view(), self.now_ms);
+                let n = &mut self.nodes[i];
+                n.view = view;
+                n.heard_ms = now;
                 Ok(())
             }
             Err(_) if n.disk.disk().is_off() => {
@@ -721,9 +908,11 @@ impl Run {
             }
         }
         // The controller fences replicas it has not heard from.
+        self.metadata_traffic();
         for id in REPLICAS {
             let n = &self.nodes[Self::idx(id)];
-            if n.log.is_none()
+            if !self.mode.metadata_network
+                && n.log.is_none()
                 && !self.ctl.fenced.contains(&id)
                 && self.now_ms - n.down_since > SESSION_MS
             {
@@ -739,7 +928,8 @@ impl Run {
             if !self.up(id) {
                 continue;
             }
-            let role = (self.ctl.leader, self.ctl.epoch);
+            let v = self.view_of(id);
+            let role = (v.leader, v.epoch);
             let i = Self::idx(id);
             if self.nodes[i].applied == Some(role) {
                 continue;
@@ -771,32 +961,39 @@ impl Run {
                 self.check_must(id, "the new leader").await?;
             }
         }
-        // The leader's ISR check.
-        let leader = self.ctl.leader;
-        if leader > 0 && self.online(leader) && self.nodes[Self::idx(leader)].pending_isr.is_none()
-        {
-            let n = &self.nodes[Self::idx(leader)];
-            let out = rules::out_of_sync(&self.ctl.isr, leader, self.now_ms, LAG_MS, |r| {
-                n.followers.get(&r).map(|p| p.last_caught_up_ms)
-            });
-            if !out.is_empty() {
-                let isr: Vec<i32> = self
-                    .ctl
-                    .isr
-                    .iter()
-                    .copied()
-                    .filter(|r| !out.contains(r))
-                    .collect();
-                self.propose_isr(leader, isr, "shrink");
+        for id in REPLICAS {
+            self.image_ends_pending(id);
+        }
+        // The leader's ISR check (each replica that leads by its own image).
+        let leaders: Vec<i32> = if self.mode.metadata_network {
+            self.self_leaders()
+        } else {
+            vec![self.ctl.leader]
+        };
+        for leader in leaders.iter().copied() {
+            if leader > 0
+                && self.online(leader)
+                && self.nodes[Self::idx(leader)].pending_isr.is_none()
+            {
+                let isr_now = self.view_of(leader).isr;
+                let n = &self.nodes[Self::idx(leader)];
+                let out = rules::out_of_sync(&isr_now, leader, self.now_ms, LAG_MS, |r| {
+                    n.followers.get(&r).map(|p| p.last_caught_up_ms)
+                });
+                if !out.is_empty() {
+                    let isr: Vec<i32> = isr_now
+                        .iter()
+                        .copied()
+                        .filter(|r| !out.contains(r))
+                        .collect();
+                    self.propose_isr(leader, isr, "shrink");
+                }
             }
         }
         self.acknowledge();
         // Committed is what a leader's high watermark passed; no replica's high watermark
         // (what it would serve a reader, KIP-392) may claim more.
-        if leader > 0
-            && self.up(leader)
-            && self.nodes[Self::idx(leader)].applied == Some((leader, self.ctl.epoch))
-        {
+        for leader in self.self_leaders() {
             let hw = self.log(leader).offsets().high_watermark.0;
             self.committed = self.committed.max(hw);
         }
@@ -833,56 +1030,159 @@ impl Run {
             }
             self.nodes[i].hw_in_isr = Some(hw);
         }
+        self.metadata_traffic();
         Ok(())
     }
 
     /// A leader's AlterPartition, applied at once when the controller accepts it.
     fn propose_isr(&mut self, leader: i32, isr: Vec<i32>, why: &'static str) {
+        // At the epochs of the leader's own image.
+        let v = self.view_of(leader);
         if self.mode.controller_network {
             // Sent over the network: pending (counted in the maximal ISR) until answered.
             let members = self.ctl.members(&isr);
             self.net.push_back(Msg::AlterPartition {
                 leader,
-                leader_epoch: self.ctl.epoch,
-                partition_epoch: self.ctl.partition_epoch,
+                leader_epoch: v.epoch,
+                partition_epoch: v.partition_epoch,
                 isr: members,
                 why,
             });
             self.note(format!(
                 "replica {leader} sends AlterPartition ISR {isr:?} ({why})"
             ));
-            self.nodes[Self::idx(leader)].pending_isr = Some(isr);
+            let n = &mut self.nodes[Self::idx(leader)];
+            n.pending_isr = Some(isr);
+            n.pending_at = v.partition_epoch;
             self.advance_hw(leader);
             return;
         }
-        let accepted = self.ctl.alter_isr(leader, &isr);
+        let members = self.ctl.members(&isr);
+        let answer = self
+            .ctl
+            .alter_isr_at(leader, v.epoch, v.partition_epoch, members);
         self.note(format!(
-            "replica {leader} proposes ISR {isr:?} ({why}): accepted {accepted}"
+            "replica {leader} proposes ISR {isr:?} ({why}): {answer:?}"
         ));
-        self.nodes[Self::idx(leader)].pending_isr = None;
+        let n = &mut self.nodes[Self::idx(leader)];
+        n.pending_isr = Some(isr.clone());
+        n.pending_at = v.partition_epoch;
+        let view = self.ctl.view();
+        self.isr_change_answered(leader, &isr, v.partition_epoch, answer, view);
+    }
+
+    /// The leader's side of an AlterPartition answer, as the broker's
+    /// `leader::isr_change_done`: storage's `replication::after_isr_change` says whether the
+    /// pending change ends, waits for the image, or is sent again (`Resend` comes only from a
+    /// lost request or answer, see `timed_out`). A committed answer carries the controller's
+    /// state, which the leader takes at once.
+    fn isr_change_answered(
+        &mut self,
+        leader: i32,
+        isr: &[i32],
+        sent_partition_epoch: i32,
+        answer: IsrChangeAnswer,
+        view: View,
+    ) {
+        if let IsrChangeAnswer::Committed { .. } = answer {
+            self.learn(leader, view);
+        }
+        let n = &mut self.nodes[Self::idx(leader)];
+        let ours = n.pending_isr.as_deref() == Some(isr) && n.pending_at == sent_partition_epoch;
+        if ours && rules::after_isr_change(answer, sent_partition_epoch) == PendingIsrChange::End {
+            n.pending_isr = None;
+        }
+        self.image_ends_pending(leader);
         self.advance_hw(leader);
     }
 
-    /// An AlterPartition of `leader` proposing `isr` was answered, or lost (the leader proposes
-    /// again at its next check): the change stops pending if it is still the one proposed.
-    fn alter_partition_ended(&mut self, leader: i32, isr: &[i32]) {
-        let n = &mut self.nodes[Self::idx(leader)];
-        if n.pending_isr.as_deref() == Some(isr) {
+    /// An AlterPartition or its answer was lost: the leader cannot tell whether the change
+    /// was committed, so (storage's `after_isr_change`: `Resend`) it sends the same request
+    /// again while the change is still its pending one.
+    fn resend_alter_partition(&mut self, request: Msg) {
+        let Msg::AlterPartition {
+            leader,
+            leader_epoch,
+            partition_epoch,
+            ref isr,
+            ..
+        } = request
+        else {
+            unreachable!("an AlterPartition")
+        };
+        let ids: Vec<i32> = isr.iter().map(|m| m.broker_id).collect();
+        let after = rules::after_isr_change(IsrChangeAnswer::NoAnswer, partition_epoch);
+        let still = self.up(leader) && {
+            let n = &self.nodes[Self::idx(leader)];
+            n.pending_isr.as_deref() == Some(&ids[..])
+                && n.pending_at == partition_epoch
+                && n.applied == Some((leader, leader_epoch))
+        };
+        if !still {
+            return;
+        }
+        match after {
+            PendingIsrChange::Resend => {
+                self.note(format!(
+                    "replica {leader} sends AlterPartition ISR {ids:?} again (no answer)"
+                ));
+                self.net.push_back(request);
+            }
+            PendingIsrChange::End => {
+                self.nodes[Self::idx(leader)].pending_isr = None;
+                self.advance_hw(leader);
+            }
+            PendingIsrChange::Keep => {}
+        }
+    }
+
+    /// As the broker's `set_from_image`: an image with another partition epoch than the one
+    /// the pending change was sent at ends it (the change is in it, or was overtaken).
+    fn image_ends_pending(&mut self, id: i32) {
+        if !self.up(id) {
+            return;
+        }
+        let epoch = self.view_of(id).partition_epoch;
+        let n = &mut self.nodes[Self::idx(id)];
+        if n.pending_isr.is_some() && n.pending_at != epoch {
             n.pending_isr = None;
-            self.advance_hw(leader);
+            self.advance_hw(id);
+        }
+    }
+
+    /// `--metadata-network`: replica `id` installs `view` if it is newer than its own.
+    fn learn(&mut self, id: i32, view: View) {
+        if !self.mode.metadata_network || !self.up(id) {
+            return;
+        }
+        let n = &mut self.nodes[Self::idx(id)];
+        if view.index > n.view.index {
+            let (l, e, isr, index) = (view.leader, view.epoch, view.isr.clone(), view.index);
+            n.view = view;
+            self.report.images_installed += 1;
+            self.note(format!(
+                "replica {id} installs image {index}: leader {l} epoch {e} ISR {isr:?}"
+            ));
+            self.image_ends_pending(id);
         }
     }
 
     /// The leader's high watermark rule.
     fn advance_hw(&mut self, leader: i32) {
-        if !self.up(leader) || self.ctl.leader != leader {
+        let v = self.view_of(leader);
+        // As the broker's `maybe_advance_high_watermark` (`Partition::is_leader`): only a
+        // leader that has taken up its role (its followers' progress reset for its epoch).
+        if !self.up(leader)
+            || v.leader != leader
+            || self.nodes[Self::idx(leader)].applied != Some((leader, v.epoch))
+        {
             return;
         }
         let n = &self.nodes[Self::idx(leader)];
         let log = n.log.as_ref().expect("up");
-        let maximal = rules::maximal_isr(&self.ctl.isr, n.pending_isr.as_deref());
+        let maximal = rules::maximal_isr(&v.isr, n.pending_isr.as_deref());
         let candidate = rules::high_watermark_candidate(
-            self.ctl.isr.len(),
+            v.isr.len(),
             MIN_ISR,
             &maximal,
             leader,
@@ -895,13 +1195,9 @@ impl Run {
     }
 
     async fn produce(&mut self) -> Result<(), Violation> {
-        let leader = self.ctl.leader;
-        if leader < 0
-            || !self.online(leader)
-            || self.nodes[Self::idx(leader)].applied != Some((leader, self.ctl.epoch))
-        {
+        let Some(leader) = self.client_leader() else {
             return Ok(());
-        }
+        };
         if self.mode.idempotent {
             if let Some(i) = [None, Some(0), Some(1)][self.rng.range(0, 2) as usize] {
                 return self.produce_idempotent(leader, i).await;
@@ -912,7 +1208,7 @@ impl Run {
         for _ in 0..count {
             values.push(self.value());
         }
-        let (epoch, now) = (self.ctl.epoch, self.now_ms);
+        let (epoch, now) = (self.view_of(leader).epoch, self.now_ms);
         let batch = batch(&values, now, None);
         let log = self.log(leader);
         let info = match log.append(batch, LeaderEpoch(epoch), now) {
@@ -956,10 +1252,11 @@ impl Run {
     /// out, or its leader lost the leadership), or else a new one, to `leader`.
     async fn produce_idempotent(&mut self, leader: i32, i: usize) -> Result<(), Violation> {
         let retry = self.producers[i].outstanding.is_some();
+        let epoch = self.view_of(leader).epoch;
         let waiting = self
             .pending
             .iter()
-            .any(|p| p.producer == Some(i) && p.leader == leader && p.epoch == self.ctl.epoch);
+            .any(|p| p.producer == Some(i) && p.leader == leader && p.epoch == epoch);
         if waiting && !self.rng.chance(15) {
             // Its request is still waiting on this leader's high watermark; now and then it
             // times out and is sent again (to the same leader, which holds it).
@@ -982,7 +1279,6 @@ impl Run {
         let id = self.producers[i].id;
         // One request in flight: a retry replaces the send it repeats.
         self.pending.retain(|p| p.producer != Some(i));
-        let epoch = self.ctl.epoch;
         let batch = batch(&out.values, out.timestamp, Some((id, out.base_sequence)));
         let result = self
             .log(leader)
@@ -990,6 +1286,17 @@ impl Run {
         let seq = out.base_sequence;
         let info = match result {
             Ok(info) => info,
+            Err(StorageError::OutOfOrderSequence(e))
+                if (leader, epoch) != (self.ctl.leader, self.ctl.epoch) =>
+            {
+                // A former leader (`--metadata-network`) lacks what the current one took since:
+                // Kafka's answer there too; the producer finds the current leader and retries.
+                self.note(format!(
+                    "former leader {leader} refuses producer {id}'s sequence {}: {e}",
+                    out.base_sequence
+                ));
+                return Ok(());
+            }
             Err(
                 e @ (StorageError::OutOfOrderSequence(_) | StorageError::InvalidProducerEpoch(_)),
             ) => {
@@ -1076,8 +1383,9 @@ impl Run {
     fn acknowledge(&mut self) {
         let mut still = Vec::new();
         for p in std::mem::take(&mut self.pending) {
-            let leading = self.ctl.leader == p.leader
-                && self.ctl.epoch == p.epoch
+            let v = self.view_of(p.leader);
+            let leading = v.leader == p.leader
+                && v.epoch == p.epoch
                 && self.up(p.leader)
                 && self.nodes[Self::idx(p.leader)].applied == Some((p.leader, p.epoch));
             if !leading {
@@ -1092,6 +1400,9 @@ impl Run {
                     pr.outstanding = None;
                 }
                 self.report.acked_records += p.records.len() as u64;
+                if (p.leader, p.epoch) != (self.ctl.leader, self.ctl.epoch) {
+                    self.report.stale_leader_acks += p.records.len() as u64;
+                }
                 for (o, v) in p.records {
                     self.must.insert(o, v);
                 }
@@ -1110,12 +1421,13 @@ impl Run {
             .copied()
             .filter(|id| {
                 let n = &self.nodes[Self::idx(*id)];
+                let v = self.view_of(*id);
                 n.log.is_some()
                     && !n.offline
                     && n.fetching.is_none()
-                    && self.ctl.leader > 0
-                    && self.ctl.leader != *id
-                    && n.applied == Some((self.ctl.leader, self.ctl.epoch))
+                    && v.leader > 0
+                    && v.leader != *id
+                    && n.applied == Some((v.leader, v.epoch))
             })
             .collect();
         if candidates.is_empty() {
@@ -1131,11 +1443,12 @@ impl Run {
         let ask = FetchAsk::of(log);
         self.sent += 1;
         let fetch_id = self.sent;
+        let v = self.view_of(id);
         let msg = Msg::Fetch {
             id: fetch_id,
             from: id,
-            to: self.ctl.leader,
-            epoch: self.ctl.epoch,
+            to: v.leader,
+            epoch: v.epoch,
             ask,
         };
         self.nodes[Self::idx(id)].fetching = Some(fetch_id);
@@ -1196,13 +1509,14 @@ impl Run {
                 leader,
                 leader_epoch,
                 partition_epoch,
-                isr,
+                ref isr,
                 why,
             } => {
                 let ids: Vec<i32> = isr.iter().map(|m| m.broker_id).collect();
-                let accepted = self
-                    .ctl
-                    .alter_isr_at(leader, leader_epoch, partition_epoch, isr);
+                let answer =
+                    self.ctl
+                        .alter_isr_at(leader, leader_epoch, partition_epoch, isr.clone());
+                let accepted = matches!(answer, IsrChangeAnswer::Committed { .. });
                 self.report.alter_partitions += 1;
                 if !accepted {
                     self.report.alter_partitions_refused += 1;
@@ -1215,16 +1529,34 @@ impl Run {
                 ));
                 self.net.push_back(Msg::AlterPartitionAnswer {
                     to: leader,
-                    isr: ids,
-                    accepted,
+                    request: Box::new(msg),
+                    answer,
+                    view: self.ctl.view(),
                 });
             }
-            Msg::AlterPartitionAnswer { to, isr, accepted } => {
+            Msg::AlterPartitionAnswer {
+                to,
+                request,
+                answer,
+                view,
+            } => {
+                let Msg::AlterPartition {
+                    isr,
+                    partition_epoch,
+                    ..
+                } = *request
+                else {
+                    unreachable!("an answer to an AlterPartition")
+                };
+                let ids: Vec<i32> = isr.iter().map(|m| m.broker_id).collect();
                 self.note(format!(
-                    "replica {to} learns AlterPartition ISR {isr:?}: accepted {accepted}"
+                    "replica {to} learns AlterPartition ISR {ids:?}: {answer:?}"
                 ));
-                self.alter_partition_ended(to, &isr);
+                if self.up(to) {
+                    self.isr_change_answered(to, &ids, partition_epoch, answer, view);
+                }
             }
+            Msg::Image { to, view } => self.learn(to, view),
         }
         Ok(())
     }
@@ -1234,13 +1566,22 @@ impl Run {
         let (fetcher, id) = match m {
             Msg::Fetch { from, id, .. } => (*from, *id),
             Msg::Answer { to, id, .. } => (*to, *id),
-            Msg::AlterPartition { leader, isr, .. } => {
-                let isr: Vec<i32> = isr.iter().map(|m| m.broker_id).collect();
-                self.alter_partition_ended(*leader, &isr);
+            Msg::AlterPartition { .. } => {
+                self.resend_alter_partition(m.clone());
                 return;
             }
-            Msg::AlterPartitionAnswer { to, isr, .. } => {
-                self.alter_partition_ended(*to, isr);
+            Msg::AlterPartitionAnswer { request, .. } => {
+                self.resend_alter_partition((**request).clone());
+                return;
+            }
+            Msg::Image { to, .. } => {
+                // The broker goes on fetching the metadata log: the newest image comes later.
+                if self.up(*to) {
+                    self.net.push_back(Msg::Image {
+                        to: *to,
+                        view: self.ctl.view(),
+                    });
+                }
                 return;
             }
         };
@@ -1279,7 +1620,7 @@ impl Run {
             return Ok(early);
         }
         let offsets = log.offsets();
-        let isr = self.ctl.isr.clone();
+        let isr = self.view_of(leader).isr;
         let n = &mut self.nodes[i];
         let expand = glue::record_follower_fetch(
             &mut n.followers,
@@ -1347,13 +1688,9 @@ impl Run {
 
     /// A reader reads from the leader below its high watermark: what it sees must stay.
     async fn read(&mut self) -> Result<(), Violation> {
-        let leader = self.ctl.leader;
-        if leader < 0
-            || !self.online(leader)
-            || self.nodes[Self::idx(leader)].applied != Some((leader, self.ctl.epoch))
-        {
+        let Some(leader) = self.client_leader() else {
             return Ok(());
-        }
+        };
         let o = self.log(leader).offsets();
         if o.high_watermark.0 <= o.log_start_offset.0 {
             return Ok(());
@@ -1511,8 +1848,15 @@ impl Run {
     }
 
     fn toggle_link(&mut self) {
-        let a = REPLICAS[self.rng.range(0, 2) as usize];
-        let b = REPLICAS[self.rng.range(0, 2) as usize];
+        // With `--metadata-network`, also the link between a replica and the controller.
+        let ends: &[i32] = if self.mode.metadata_network {
+            &[CONTROLLER, 1, 2, 3]
+        } else {
+            &REPLICAS
+        };
+        let last = ends.len() as u64 - 1;
+        let a = ends[self.rng.range(0, last) as usize];
+        let b = ends[self.rng.range(0, last) as usize];
         if a == b {
             return;
         }
@@ -1541,6 +1885,12 @@ impl Run {
             let poisoned = self.up(id) && self.log(id).poisoned().is_some();
             if off && self.up(id) {
                 self.down(id, true);
+            } else if off {
+                // Its power went off with its last change before it was killed: the cut
+                // happened, and it restarts on what the crash kept.
+                self.nodes[Self::idx(id)].disk.disk().crash();
+                self.report.crashes += 1;
+                self.note(format!("replica {id} was down with its power off: crashed"));
             } else if self.up(id) && (self.nodes[Self::idx(id)].offline || poisoned) {
                 self.down(id, false);
             }
@@ -1618,6 +1968,15 @@ impl Run {
     fn converged(&self) -> bool {
         let leader = self.ctl.leader;
         if leader < 0 || self.ctl.isr.len() != REPLICAS.len() {
+            return false;
+        }
+        if self.mode.metadata_network
+            && REPLICAS.iter().any(|r| {
+                let n = &self.nodes[Self::idx(*r)];
+                n.view.index < self.ctl.image.applied_index
+                    || n.applied != Some((leader, self.ctl.epoch))
+            })
+        {
             return false;
         }
         let end = self.log(leader).offsets().log_end_offset.0;

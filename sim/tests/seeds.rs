@@ -5,30 +5,34 @@ use keel_sim::{run_log_seeds, run_replica_seeds, ReplicaMode, SeedReport};
 
 const DISK_FAULTS: ReplicaMode = ReplicaMode {
     disk_faults: true,
-    disk_full: false,
-    idempotent: false,
-    controller_network: false,
+    ..ReplicaMode::PLAIN
 };
 
 const DISK_FAULTS_AND_FULL: ReplicaMode = ReplicaMode {
     disk_faults: true,
     disk_full: true,
-    idempotent: false,
-    controller_network: false,
+    ..ReplicaMode::PLAIN
 };
 
 const IDEMPOTENT: ReplicaMode = ReplicaMode {
-    disk_faults: false,
-    disk_full: false,
     idempotent: true,
-    controller_network: false,
+    ..ReplicaMode::PLAIN
 };
 
 const CONTROLLER_NETWORK: ReplicaMode = ReplicaMode {
-    disk_faults: false,
-    disk_full: false,
-    idempotent: false,
     controller_network: true,
+    ..ReplicaMode::PLAIN
+};
+
+const METADATA_NETWORK: ReplicaMode = ReplicaMode {
+    metadata_network: true,
+    ..ReplicaMode::PLAIN
+};
+
+const CONTROLLER_AND_METADATA_NETWORK: ReplicaMode = ReplicaMode {
+    controller_network: true,
+    metadata_network: true,
+    ..ReplicaMode::PLAIN
 };
 
 const EVERYTHING: ReplicaMode = ReplicaMode {
@@ -36,6 +40,7 @@ const EVERYTHING: ReplicaMode = ReplicaMode {
     disk_full: true,
     idempotent: true,
     controller_network: true,
+    metadata_network: true,
 };
 
 /// Seeds in the CI budget; `SIM_SEEDS` overrides (a longer campaign is
@@ -222,8 +227,33 @@ fn the_ci_seed_budget_with_alter_partition_over_the_network_finds_no_violation()
     );
 }
 
+/// Metadata images and heartbeats cross the simulated network: replicas act on stale images
+/// (a follower fetches from a former leader, a new leader takes its role up late), and a
+/// replica cut off from the controller is fenced while it runs and leads on by its old image,
+/// serving clients, until the new image reaches it. Its ISR changes carry its stale epochs and
+/// keel-raft refuses them, so its high watermark cannot pass what the new leader lacks.
+#[test]
+fn the_ci_seed_budget_with_metadata_over_the_network_finds_no_violation() {
+    let seeds = budget();
+    let _one_at_a_time = serial();
+    let t = run_replica_seeds(0, seeds, STEPS, METADATA_NETWORK).unwrap_or_else(|v| panic!("{v}"));
+    eprintln!(
+        "replicated, metadata network: {seeds} seeds x {STEPS} steps: {} records acknowledged, \
+         {} images installed, {} replicas fenced while running, {} client requests served by a \
+         former leader; {} checks",
+        t.acked_records, t.images_installed, t.fenced_while_up, t.stale_leader_requests, t.checks
+    );
+    assert!(t.acked_records > 10 * seeds, "{t:?}");
+    assert!(
+        t.images_installed > 10 * seeds
+            && t.fenced_while_up > seeds / 10
+            && t.stale_leader_requests > seeds / 10,
+        "{t:?}"
+    );
+}
+
 /// Everything at once: EIO, full disks that get space back, idempotent producers,
-/// AlterPartition over the network.
+/// AlterPartition and metadata over the network.
 #[test]
 fn the_ci_seed_budget_with_every_fault_and_idempotent_producers_finds_no_violation() {
     let seeds = budget();
@@ -242,7 +272,7 @@ fn the_ci_seed_budget_with_every_fault_and_idempotent_producers_finds_no_violati
         t.replicas_offline,
         t.checks
     );
-    assert!(t.acked_records > 5 * seeds, "{t:?}");
+    assert!(t.acked_records > 2 * seeds, "{t:?}");
     assert!(
         t.disk.sync_eio > 0 && t.disk.write_eio > 0 && t.disk.no_space > seeds,
         "{t:?}"
@@ -251,6 +281,33 @@ fn the_ci_seed_budget_with_every_fault_and_idempotent_producers_finds_no_violati
         t.retries_duplicate > 0 && t.replicas_offline > seeds / 2,
         "{t:?}"
     );
+}
+
+/// Found with AlterPartition and metadata over the network: an ISR expansion whose answer was
+/// lost ended the leader's pending change (as a refusal would), so the leader moved its high
+/// watermark by the old ISR while the controller had committed the new one, whose added
+/// member lacked those records; the leader was then fenced and the controller elected that
+/// member, losing acknowledged records 0-4. Fixed as Kafka does: only a refusal that proves the
+/// change was not committed ends it, a lost answer sends it again, a stale refusal waits for
+/// the image (storage's `replication::after_isr_change`, run by the broker too).
+#[test]
+fn replicated_controller_and_metadata_network_seed_5573_a_lost_answer_keeps_the_change_pending() {
+    let _one_at_a_time = serial();
+    run_replica_seeds(5573, 1, STEPS, CONTROLLER_AND_METADATA_NETWORK)
+        .unwrap_or_else(|v| panic!("{v}"));
+}
+
+/// Found with AlterPartition and metadata over the network: a replica that took up a
+/// leadership and was deposed before it appended kept that epoch's entry at its log end; as a
+/// follower it sent that epoch as its last fetched one, the new leader (which never heard of
+/// it) answered the same divergence, the truncation to the log end was a no-op that kept the
+/// entry, and the follower never caught up. Fixed as Kafka's `truncateTo`: the epoch cache
+/// drops what starts at the log end.
+#[test]
+fn replicated_controller_and_metadata_network_seed_9671_a_deposed_leaders_empty_epoch_is_dropped() {
+    let _one_at_a_time = serial();
+    run_replica_seeds(9671, 1, STEPS, CONTROLLER_AND_METADATA_NETWORK)
+        .unwrap_or_else(|v| panic!("{v}"));
 }
 
 /// Found with EIO and full disks: a log stalled by ENOSPC whose fdatasync then failed was
