@@ -870,18 +870,20 @@ fn a_failed_sync_moves_leadership_to_another_replica() {
     drop(nodes);
 }
 
-const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+/// How long keel-lazyfs holds the new leader's leader-epoch sync in the take-up test.
+const TAKE_UP_DELAY: Duration = Duration::from_millis(2500);
 
-/// A new leader serves nothing as leader until it has taken up its epoch (a slow disk holds
-/// the take-up: keel-lazyfs delays the fdatasync of broker 1's `leader-epoch-checkpoint` by
-/// 2.5 s, the only delayed request; the rest of its file system answers meanwhile). Broker 2
-/// leads, broker 1 is next in replica order; broker 2's controlled shutdown makes broker 1 the
-/// leader. While the delayed sync holds the take-up, broker 1's own Metadata already names it
-/// leader at the new epoch, and it answers a produce and a ListOffsets for the latest offset
-/// with NOT_LEADER_OR_FOLLOWER (the CI once saw a new leader answer ListOffsets from its old
-/// state in that window, and an append there would carry the old epoch; Kafka holds the
-/// partition's lock through `makeLeader`). Once taken up: OffsetForLeaderEpoch ends the old
-/// epoch at 5, the first write lands at 5, every record reads back at its offset.
+/// A new leader serves as leader only once it has taken up its epoch (a slow disk holds the
+/// take-up: keel-lazyfs delays the fdatasync of broker 1's `leader-epoch-checkpoint` by 2.5 s,
+/// the only delayed request; the rest of its file system answers meanwhile). Broker 2 leads,
+/// broker 1 is next in replica order; broker 2's controlled shutdown makes broker 1 the leader.
+/// While the delayed sync holds the take-up, broker 1's own Metadata already names it leader
+/// at the new epoch; a produce and a ListOffsets sent to it then wait for the take-up, as
+/// Kafka's wait on the partition lock `makeLeader` holds (the CI once saw a new leader answer
+/// ListOffsets from its old state in that window, and an append there carried the new epoch's
+/// first record before the epoch's recorded start). Once taken up: the produce lands at 5,
+/// OffsetForLeaderEpoch ends the old epoch at 5 (the new epoch starts with that record), and
+/// every record reads back at its offset.
 #[test]
 fn a_new_leader_serves_nothing_until_it_has_taken_up_its_epoch() {
     let _one_mount_at_a_time = serial();
@@ -899,6 +901,20 @@ fn a_new_leader_serves_nothing_until_it_has_taken_up_its_epoch() {
     wait_for_full_isr(&nodes[0], "takeup", 0);
     let (leader, old_epoch, _, _) = partition(&nodes[0], "takeup", 0).unwrap();
     assert_eq!(leader, 2);
+    // Broker 1's Metadata can name the partition before broker 2 has installed it.
+    wait_until(
+        "broker 2 serves the partition",
+        Duration::from_secs(10),
+        || {
+            let mut c = Client::connect(&nodes[1].bootstrap());
+            let resp: ListOffsetsResponse = c.send(
+                ApiKey::ListOffsets,
+                7,
+                &common::client::list_offsets_request("takeup", 0, -1),
+            );
+            resp.topics[0].partitions[0].error_code == 0
+        },
+    );
     let mut want: Vec<(i64, String)> = Vec::new();
     for i in 0..5 {
         let v = format!("before-{i}");
@@ -918,15 +934,17 @@ fn a_new_leader_serves_nothing_until_it_has_taken_up_its_epoch() {
             })
         },
     );
-    let delay_ms = 2500;
-    let fault = format!("fault sync-delay data/takeup-0/leader-epoch-checkpoint {delay_ms} once");
+    let fault = format!(
+        "fault sync-delay data/takeup-0/leader-epoch-checkpoint {} once",
+        TAKE_UP_DELAY.as_millis()
+    );
     assert_eq!(fs.command(&fault)["ok"], true);
     let delays = |fs: &LazyFs| fs.command("counts")["delays"].as_u64().unwrap();
     assert_eq!(delays(&fs), 0);
 
     let (one, others) = nodes.split_at_mut(1);
     let one = &one[0];
-    let stopping = std::thread::scope(|s| {
+    let (stopping, produced, listed) = std::thread::scope(|s| {
         let two = &mut others[0];
         let stop = s.spawn(move || two.stop_within(Duration::from_secs(30)));
         // The take-up's sync has started when the delay is taken.
@@ -936,62 +954,54 @@ fn a_new_leader_serves_nothing_until_it_has_taken_up_its_epoch() {
             || delays(&fs) == 1,
         );
         let window = Instant::now();
-        let mut probes = 0;
-        // Well inside the delay: every probe lands before the take-up can finish.
-        while window.elapsed() < Duration::from_millis(delay_ms / 2) {
-            let named = partition(one, "takeup", 0);
-            assert!(
-                named
-                    .as_ref()
-                    .is_some_and(|(l, e, _, _)| *l == 1 && *e > old_epoch),
-                "broker 1's image names it leader at a new epoch: {named:?}"
-            );
-            assert_eq!(
-                raw_produce(one, "takeup", 0, 1, &[b"in-the-window"]),
-                Err(NOT_LEADER_OR_FOLLOWER),
-                "a produce {:?} into the take-up",
-                window.elapsed()
-            );
-            let mut c = Client::connect(&one.bootstrap());
-            let resp: ListOffsetsResponse = c.send(
-                ApiKey::ListOffsets,
-                7,
-                &common::client::list_offsets_request("takeup", 0, -1),
-            );
-            let p = &resp.topics[0].partitions[0];
-            assert_eq!(
-                (p.error_code, p.offset),
-                (NOT_LEADER_OR_FOLLOWER, -1),
-                "ListOffsets latest {:?} into the take-up",
-                window.elapsed()
-            );
-            probes += 1;
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let named = partition(one, "takeup", 0);
         assert!(
-            window.elapsed() < Duration::from_millis(delay_ms),
-            "the probes outlasted the delay ({:?}): they proved nothing",
-            window.elapsed()
+            named
+                .as_ref()
+                .is_some_and(|(l, e, _, _)| *l == 1 && *e > old_epoch),
+            "broker 1's image names it leader at a new epoch during the take-up: {named:?}"
         );
-        eprintln!("take-up window: {probes} probes answered NOT_LEADER_OR_FOLLOWER");
-        stop.join().unwrap()
+        let produce = s.spawn(move || {
+            let r = raw_produce(one, "takeup", 0, 1, &[b"in-the-window"]);
+            (r, window.elapsed())
+        });
+        let mut c = Client::connect(&one.bootstrap());
+        let resp: ListOffsetsResponse = c.send(
+            ApiKey::ListOffsets,
+            7,
+            &common::client::list_offsets_request("takeup", 0, -1),
+        );
+        let p = &resp.topics[0].partitions[0];
+        let listed = (p.error_code, p.offset, window.elapsed());
+        (stop.join().unwrap(), produce.join().unwrap(), listed)
     });
     assert_eq!(stopping, Some(0), "broker 2's controlled shutdown");
-    let (_, new_epoch, _, _) = partition(&nodes[0], "takeup", 0).unwrap();
-    // Taken up: the first write lands at the epoch start, and nothing from the window is in the
-    // log.
-    let mut first = Err(0);
-    wait_until(
-        "broker 1 takes writes as leader",
-        Duration::from_secs(20),
-        || {
-            first = raw_produce(&nodes[0], "takeup", 0, -1, &[b"after"]);
-            first != Err(NOT_LEADER_OR_FOLLOWER)
-        },
+    // Both waited for the take-up (the delayed sync ends 2.5 s after the window opened), then
+    // were answered as leader: the produce at the epoch's first offset.
+    let waited = TAKE_UP_DELAY - Duration::from_millis(500);
+    assert!(
+        produced.1 >= waited && listed.2 >= waited,
+        "answered before the take-up: produce after {:?}, ListOffsets after {:?}",
+        produced.1,
+        listed.2
     );
-    assert_eq!(first, Ok(5));
-    want.push((5, "after".into()));
-    let mut c = Client::connect(&nodes[0].bootstrap());
+    assert_eq!(produced.0, Ok(5), "the produce sent into the take-up");
+    want.push((5, "in-the-window".into()));
+    // Answered as the leader of the new epoch: latest is its high watermark once that reached
+    // the epoch start (5), else OFFSET_NOT_AVAILABLE (KIP-207; the follower's high watermark
+    // it took over may lag its log end by the last fetch).
+    assert!(
+        (listed.0 == 0 && (5..=6).contains(&listed.1)) || (listed.0, listed.1) == (78, -1),
+        "ListOffsets after the take-up: {listed:?}"
+    );
+    let (_, new_epoch, _, _) = partition(one, "takeup", 0).unwrap();
+    assert_eq!(
+        raw_produce(one, "takeup", 0, -1, &[b"after"]),
+        Ok(6),
+        "the next write"
+    );
+    want.push((6, "after".into()));
+    let mut c = Client::connect(&one.bootstrap());
     let req = OffsetForLeaderEpochRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_topics(vec![
@@ -1009,7 +1019,8 @@ fn a_new_leader_serves_nothing_until_it_has_taken_up_its_epoch() {
     assert_eq!(
         (p.error_code, p.leader_epoch, p.end_offset),
         (0, old_epoch, 5),
-        "the old epoch ends where the new one starts"
+        "the old epoch ends where the new one starts: the record sent into the take-up is the \
+         new epoch's first"
     );
     let got: Vec<(i64, String)> = read_partition(&mut c, "takeup", 0)
         .into_iter()
@@ -1019,7 +1030,7 @@ fn a_new_leader_serves_nothing_until_it_has_taken_up_its_epoch() {
     let counts = fs.command("counts");
     assert_eq!(
         (counts["delays"].as_u64(), counts["delayed_ms"].as_u64()),
-        (Some(1), Some(delay_ms))
+        (Some(1), Some(TAKE_UP_DELAY.as_millis() as u64))
     );
     drop(nodes);
 }

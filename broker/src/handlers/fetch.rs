@@ -94,6 +94,7 @@ async fn read_on_owner(
             out.push(failed(code(ResponseError::KafkaStorageError)));
             continue;
         }
+        crate::replication::wait_for_take_up(&part).await;
         let epoch_error = check_epoch(item.payload.current_leader_epoch, part.leader_epoch.get());
         if epoch_error != NONE {
             out.push(failed(epoch_error));

@@ -76,6 +76,7 @@ async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<Ask>>) -> Vec<F
             continue;
         }
         let (timestamp, current_epoch, read_committed) = item.payload;
+        crate::replication::wait_for_take_up(&part).await;
         let epoch = part.leader_epoch.get();
         let epoch_error = check_epoch(current_epoch, epoch);
         if epoch_error != NONE {

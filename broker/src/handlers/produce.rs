@@ -374,6 +374,7 @@ async fn append_on_owner(
             results.push(r);
             continue;
         }
+        crate::replication::wait_for_take_up(&part).await;
         if !part.is_leader() {
             results.push(failed(code(ResponseError::NotLeaderOrFollower)));
             continue;

@@ -103,6 +103,34 @@ pub async fn commit(
 /// for the ISR: Kafka's `offsets.commit.timeout.ms` default.
 pub const COORDINATOR_COMMIT_TIMEOUT: Duration = Duration::from_millis(5_000);
 
+/// The longest a request waits for this broker to take up a leadership its installed image
+/// already names (see [`wait_for_take_up`]).
+const TAKE_UP_WAIT_MAX: Duration = Duration::from_secs(5);
+
+/// A request for a partition this broker leads by its installed image but has not taken up
+/// yet (`apply_image` is recording the epoch: an fdatasync) waits for the take-up, bounded, as
+/// Kafka's requests wait on the partition lock `makeLeader` holds; then the caller checks
+/// `Partition::is_leader` as usual (still not taken up after the bound: NOT_LEADER_OR_FOLLOWER).
+/// Without the wait a client that read the new leader from Metadata got a spurious
+/// NOT_LEADER_OR_FOLLOWER for the few milliseconds of every take-up.
+pub async fn wait_for_take_up(part: &Partition) {
+    let deadline = Instant::now() + TAKE_UP_WAIT_MAX;
+    while part.leads_per_image() && !part.is_leader() {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        // `apply_image` fires the high-watermark event once the role is taken up.
+        let event = part.replication.hw_event();
+        if part.is_leader() {
+            return;
+        }
+        event
+            .wait_timeout((deadline - now).min(Duration::from_millis(50)))
+            .await;
+    }
+}
+
 /// Waits until a new leader's high watermark reaches its epoch start (KIP-207): what its
 /// followers had not fetched from the old leader is then committed here too. A coordinator
 /// loads its state only from committed records, so its load waits for this; `false` when this
