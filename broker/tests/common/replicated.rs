@@ -301,6 +301,44 @@ pub fn wait_for_full_isr(b: &Broker, name: &str, p: i32) {
         Duration::from_secs(30),
         || partition(b, name, p).is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == 3),
     );
+    wait_for_leader_to_serve(b, name, p);
+}
+
+/// Waits (10 s at most, then goes on) until the leader `b`'s Metadata names for partition `p`
+/// of `name` answers for it as leader: `b` may name the partition before its leader has
+/// installed the image (it then answers NOT_LEADER_OR_FOLLOWER or UNKNOWN_TOPIC_OR_PARTITION,
+/// as Kafka does), and a raw request sent then is not retried as a client's would be.
+pub fn wait_for_leader_to_serve(b: &Broker, name: &str, p: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let m = metadata(b);
+        let leader = m
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == name))
+            .and_then(|t| t.partitions.iter().find(|x| x.partition_index == p))
+            .map(|x| x.leader_id.0);
+        let address = leader.and_then(|l| {
+            m.brokers
+                .iter()
+                .find(|x| x.node_id.0 == l)
+                .map(|x| format!("{}:{}", x.host.as_str(), x.port))
+        });
+        if let Some(address) = address {
+            let mut c = Client::connect(&address);
+            let resp: ListOffsetsResponse = c.send(
+                ApiKey::ListOffsets,
+                7,
+                &super::client::list_offsets_request(name, p, -1),
+            );
+            let code = resp.topics[0].partitions[0].error_code;
+            // 6: NOT_LEADER_OR_FOLLOWER, 3: UNKNOWN_TOPIC_OR_PARTITION.
+            if code != 6 && code != 3 {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 pub fn producer(bootstrap: &str, reports: &Reports) -> BaseProducer<Reports> {
