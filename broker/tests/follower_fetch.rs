@@ -348,15 +348,6 @@ fn without_the_selector_the_leader_serves_a_rack_b_consumer_itself() {
     );
 }
 
-/// The quorum leader as `b` reports it.
-fn quorum_leader(b: &Broker) -> i32 {
-    b.metrics()
-        .lines()
-        .find_map(|l| l.strip_prefix("keel_quorum_leader "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(-1)
-}
-
 #[test]
 fn a_follower_cut_off_from_its_leader_sends_consumers_back_to_the_leader() {
     let _serial = serial();

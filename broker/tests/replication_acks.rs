@@ -256,16 +256,6 @@ fn a_new_leader_answers_offset_not_available_until_its_high_watermark_reaches_it
     assert_eq!(read_values(&nodes[n], "kip207", 6), expected);
 }
 
-/// The node id of the metadata quorum's leader, as `b` sees it.
-fn quorum_leader(b: &Broker) -> i32 {
-    let metrics = b.metrics();
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("keel_quorum_leader "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("keel_quorum_leader is reported")
-}
-
 /// Sum over `b`'s shards of a counter.
 fn counter(b: &Broker, name: &str) -> u64 {
     b.metric_by_shard(name).iter().sum()

@@ -304,6 +304,15 @@ pub fn wait_for_full_isr(b: &Broker, name: &str, p: i32) {
     wait_for_leader_to_serve(b, name, p);
 }
 
+/// The metadata quorum's leader as `b` reports it (`keel_quorum_leader`; -1 when unknown).
+pub fn quorum_leader(b: &Broker) -> i32 {
+    b.metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix("keel_quorum_leader "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(-1)
+}
+
 /// Waits (10 s at most, then goes on) until the leader `b`'s Metadata names for partition `p`
 /// of `name` answers for it as leader: `b` may name the partition before its leader has
 /// installed the image (it then answers NOT_LEADER_OR_FOLLOWER or UNKNOWN_TOPIC_OR_PARTITION,
