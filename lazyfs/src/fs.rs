@@ -92,6 +92,19 @@ impl LazyFs {
         });
     }
 
+    /// fsync and fsyncdir: the model's sync, after a delay a `Fault::Delay` puts on it (never
+    /// on a directory).
+    fn sync(&self, ino: INodeNo, reply: ReplyEmpty) {
+        let delay = self.disk().take_delay(ino.0, false);
+        match delay {
+            None => self.empty(reply, |d| d.sync(ino.0)),
+            Some(ms) => self.after(ms, move |disk| match disk.sync(ino.0) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }),
+        }
+    }
+
     fn empty(&self, reply: ReplyEmpty, op: impl FnOnce(&mut SimDisk) -> Result<(), SimError>) {
         match op(&mut self.disk()) {
             Ok(()) => reply.ok(),
@@ -310,14 +323,7 @@ impl Filesystem for LazyFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let delay = self.disk().take_delay(ino.0, false);
-        match delay {
-            None => self.empty(reply, |d| d.sync(ino.0)),
-            Some(ms) => self.after(ms, move |disk| match disk.sync(ino.0) {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
-            }),
-        }
+        self.sync(ino, reply);
     }
 
     fn readdir(
@@ -359,14 +365,7 @@ impl Filesystem for LazyFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let delay = self.disk().take_delay(ino.0, false);
-        match delay {
-            None => self.empty(reply, |d| d.sync(ino.0)),
-            Some(ms) => self.after(ms, move |disk| match disk.sync(ino.0) {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
-            }),
-        }
+        self.sync(ino, reply);
     }
 
     fn fallocate(
