@@ -56,8 +56,15 @@ impl Partition {
     /// would be stamped with the previous epoch, and ListOffsets would judge KIP-207's epoch
     /// start by the previous one (Kafka holds the partition's lock through `makeLeader`).
     pub fn is_leader(&self) -> bool {
-        self.leads_per_image()
-            && self.replication.applied_role.get() == Some((self.node_id, self.leader_epoch.get()))
+        self.with_assignment(|a| self.replication.local.borrow().is_leader(a))
+    }
+
+    /// Runs `f` on the partition as the installed image has it.
+    pub fn with_assignment<R>(
+        &self,
+        f: impl FnOnce(&keel_storage::replication::Assignment<'_>) -> R,
+    ) -> R {
+        self.replication.with_assignment(self.leader_epoch.get(), f)
     }
 
     /// Whether the installed image names this broker the partition's leader, taken up or not.
@@ -70,8 +77,14 @@ impl Partition {
         // ISR, never its own flushes.
         self.log.set_replicated(p.replicas.len() > 1);
         self.leader_epoch.set(p.leader_epoch);
-        self.replication
-            .set_from_image(p.leader, &p.replicas, &p.isr, &p.elr, p.partition_epoch);
+        self.replication.set_from_image(
+            p.leader,
+            p.leader_epoch,
+            &p.replicas,
+            &p.isr,
+            &p.elr,
+            p.partition_epoch,
+        );
     }
 }
 
@@ -543,7 +556,7 @@ impl BrokerShard {
                     log,
                     leader_epoch: Cell::new(leader_epoch),
                     node_id: self.config.node_id,
-                    replication: PartitionReplication::default(),
+                    replication: PartitionReplication::new(self.config.node_id),
                     waiters: DataWaiters::default(),
                     flush_ms: Cell::new(self.config.flush_ms(&topic.configs)),
                     min_insync_replicas: Cell::new(self.config.min_insync_replicas(&topic.configs)),

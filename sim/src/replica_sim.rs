@@ -20,8 +20,12 @@
 //! The fetch protocol's glue (what goes in a fetch, the leader's checks, progress and read, what
 //! the follower does with each answer) is storage's `replication::fetch`, which the broker's
 //! fetcher and Fetch handler run too: the broker carries its asks and answers over Kafka's
-//! Fetch, this simulation over its network (the transport seam). Not Keel's code here: the
-//! broker's tasks around it (the fetcher's loop, connections, timers, throttles), and the
+//! Fetch, this simulation over its network (the transport seam). Each replica's role, its
+//! followers, its pending ISR change and its high watermark are storage's
+//! `replication::ReplicaState`, the state machine the broker keeps per partition (taking up
+//! the role an image names, the periodic ISR check, AlterPartition answers, an image ending a
+//! pending change). Not Keel's code here: the broker's tasks around these (the fetcher's
+//! loop, connections, timers, throttles, the AlterPartition queue's batching), and the
 //! metadata quorum itself (its decisions are keel-raft's own functions, below). With
 //! `--metadata-network` each replica acts on its own installed image, which reaches it over
 //! the network (as the broker's metadata fetch brings it), and the controller hears heartbeats
@@ -44,7 +48,7 @@ use keel_raft::{ApplyOutcome, ClusterImage, Record};
 use keel_simdisk::{Fault, SimDisk};
 use keel_storage::replication::fetch::{self as glue, Applied, FetchAnswer, FetchAsk, NotApplied};
 use keel_storage::replication::{
-    self as rules, FollowerProgress, IsrChangeAnswer, PendingIsrChange,
+    Assignment, IsrChangeAnswer, PendingIsr, PendingIsrChange, ReplicaState, Role,
 };
 use keel_storage::{Disk, LeaderEpoch, Log, LogConfig, Offset, SimHandle, StorageError};
 use keel_vocab::records::{frame_batch, parse_records, put_record, BatchFields, BatchHeader};
@@ -113,6 +117,19 @@ struct View {
     partition_epoch: i32,
 }
 
+impl View {
+    /// The partition as this image has it, for the replica state machine.
+    fn assignment(&self) -> Assignment<'_> {
+        Assignment {
+            leader: self.leader,
+            leader_epoch: self.epoch,
+            replicas: &REPLICAS,
+            isr: &self.isr,
+            partition_epoch: self.partition_epoch,
+        }
+    }
+}
+
 /// The controller's address on the simulated network.
 const CONTROLLER: i32 = 0;
 
@@ -132,18 +149,14 @@ struct Node {
     dir: PathBuf,
     log: Option<Log>,
     down_since: i64,
-    /// The (leader, epoch) role this replica took up last.
-    applied: Option<(i32, i32)>,
     /// `--metadata-network`: the image it installed last, and when the controller last heard
     /// its heartbeat.
     view: View,
     heard_ms: i64,
-    /// Leader: its followers' progress, the ISR change it proposed, its epoch's start.
-    followers: BTreeMap<i32, FollowerProgress>,
-    pending_isr: Option<Vec<i32>>,
-    /// The partition epoch the pending change was sent at: an image with another ends it.
-    pending_at: i32,
-    epoch_start_offset: i64,
+    /// The broker's replica state machine (storage's `replication::ReplicaState`, which the
+    /// broker keeps per partition): the role taken up, the leader's followers and epoch
+    /// start, the ISR change it proposed. A restart starts it afresh, as the broker's.
+    state: ReplicaState,
     /// Follower: the fetch that is out and not answered. Its answer is the only one applied:
     /// one connection, one request at a time, as the broker's fetcher (a duplicated or late
     /// answer to an older fetch is dropped, as TCP and a reconnection would).
@@ -483,7 +496,6 @@ pub async fn run(seed: u64, steps: u64, mode: ReplicaMode) -> Result<SeedReport,
             dir: PathBuf::from(format!("/b{id}/t-0")),
             log: None,
             down_since: 0,
-            applied: None,
             view: View {
                 index: 0,
                 leader: -1,
@@ -492,10 +504,7 @@ pub async fn run(seed: u64, steps: u64, mode: ReplicaMode) -> Result<SeedReport,
                 partition_epoch: -1,
             },
             heard_ms: 0,
-            followers: BTreeMap::new(),
-            pending_isr: None,
-            pending_at: -1,
-            epoch_start_offset: 0,
+            state: ReplicaState::new(id),
             fetching: None,
             hw_in_isr: None,
             started: false,
@@ -602,7 +611,7 @@ impl Run {
                 let v = self.view_of(*id);
                 v.leader == *id
                     && self.up(*id)
-                    && self.nodes[Self::idx(*id)].applied == Some((*id, v.epoch))
+                    && self.nodes[Self::idx(*id)].state.applied_role == Some((*id, v.epoch))
             })
             .collect()
     }
@@ -615,7 +624,8 @@ impl Run {
             let leader = self.ctl.leader;
             let ok = leader > 0
                 && self.online(leader)
-                && self.nodes[Self::idx(leader)].applied == Some((leader, self.ctl.epoch));
+                && self.nodes[Self::idx(leader)].state.applied_role
+                    == Some((leader, self.ctl.epoch));
             return ok.then_some(leader);
         }
         let leaders: Vec<i32> = self
@@ -696,7 +706,7 @@ impl Run {
             Ok(log) => {
                 log.set_replicated(true);
                 n.log = Some(log);
-                n.applied = None;
+                n.state = ReplicaState::new(n.id);
                 n.fetching = None;
                 n.hw_in_isr = None;
                 n.offline = false;
@@ -923,39 +933,44 @@ impl Run {
                 ));
             }
         }
-        // Roles.
+        // Roles (as the broker's `replication::apply_image`).
         for id in REPLICAS {
             if !self.up(id) {
                 continue;
             }
             let v = self.view_of(id);
-            let role = (v.leader, v.epoch);
             let i = Self::idx(id);
-            if self.nodes[i].applied == Some(role) {
+            let Some(role) = self.nodes[i].state.role_to_take_up(&v.assignment()) else {
                 continue;
-            }
-            self.nodes[i].applied = Some(role);
+            };
             self.nodes[i].fetching = None;
-            if role.0 == id && !self.nodes[i].offline {
+            let Role::Lead { epoch } = role else {
+                self.nodes[i].state.took_up_following(&v.assignment());
+                continue;
+            };
+            let offline = self.nodes[i].offline;
+            if !offline {
                 let log = self.nodes[i].log.as_ref().expect("up");
-                if let Err(e) = log.become_leader(LeaderEpoch(role.1)).await {
+                if let Err(e) = log.become_leader(LeaderEpoch(epoch)).await {
                     self.io_failed(id, format!("become_leader: {e}"))?;
                     if !self.online(id) {
                         return Ok(());
                     }
-                    // A full disk: as the broker (`replication::apply_image`), the leader
-                    // takes up its role all the same, its epoch's start and its followers
-                    // reset; it appends nothing until its writes go through again.
+                    // A full disk: as the broker, the leader takes up its role all the
+                    // same, its epoch's start and its followers reset; it appends nothing
+                    // until its writes go through again.
                 }
-                let log = self.nodes[i].log.as_ref().expect("up");
-                let end = log.offsets().log_end_offset.0;
-                let n = &mut self.nodes[i];
-                n.epoch_start_offset = end;
-                n.followers = rules::new_leader_followers(&REPLICAS, id, self.now_ms);
-                n.pending_isr = None;
+            }
+            // An offline replica takes up its role too (the broker's fails to record the
+            // epoch on its poisoned log); it serves nothing until it restarts.
+            let end = self.log(id).offsets().log_end_offset.0;
+            let now_ms = self.now_ms;
+            self.nodes[i]
+                .state
+                .took_up_leadership(&v.assignment(), end, now_ms);
+            if !offline {
                 self.note(format!(
-                    "replica {id} leads epoch {} from offset {end}",
-                    role.1
+                    "replica {id} leads epoch {epoch} from offset {end}"
                 ));
                 // Everything acknowledged or seen must be here.
                 self.check_must(id, "the new leader").await?;
@@ -971,21 +986,14 @@ impl Run {
             vec![self.ctl.leader]
         };
         for leader in leaders.iter().copied() {
-            if leader > 0
-                && self.online(leader)
-                && self.nodes[Self::idx(leader)].pending_isr.is_none()
-            {
-                let isr_now = self.view_of(leader).isr;
-                let n = &self.nodes[Self::idx(leader)];
-                let out = rules::out_of_sync(&isr_now, leader, self.now_ms, LAG_MS, |r| {
-                    n.followers.get(&r).map(|p| p.last_caught_up_ms)
-                });
-                if !out.is_empty() {
-                    let isr: Vec<i32> = isr_now
-                        .iter()
-                        .copied()
-                        .filter(|r| !out.contains(r))
-                        .collect();
+            if leader > 0 && self.online(leader) {
+                let v = self.view_of(leader);
+                let shrink = self.nodes[Self::idx(leader)].state.isr_to_shrink(
+                    &v.assignment(),
+                    self.now_ms,
+                    LAG_MS,
+                );
+                if let Some(isr) = shrink {
                     self.propose_isr(leader, isr, "shrink");
                 }
             }
@@ -1034,13 +1042,18 @@ impl Run {
         Ok(())
     }
 
-    /// A leader's AlterPartition, applied at once when the controller accepts it.
+    /// A leader's AlterPartition (`ReplicaState::propose`: pending, counted in the maximal
+    /// ISR, until answered), applied at once when the controller accepts it unless
+    /// `--controller-network` sends it over the network. The members' broker epochs are the
+    /// controller's registrations (the simulated followers fetch without one).
     fn propose_isr(&mut self, leader: i32, isr: Vec<i32>, why: &'static str) {
         // At the epochs of the leader's own image.
         let v = self.view_of(leader);
+        let members = self.ctl.members(&isr);
+        let (_, sent) = self.nodes[Self::idx(leader)]
+            .state
+            .propose(&v.assignment(), isr.clone());
         if self.mode.controller_network {
-            // Sent over the network: pending (counted in the maximal ISR) until answered.
-            let members = self.ctl.members(&isr);
             self.net.push_back(Msg::AlterPartition {
                 leader,
                 leader_epoch: v.epoch,
@@ -1051,54 +1064,46 @@ impl Run {
             self.note(format!(
                 "replica {leader} sends AlterPartition ISR {isr:?} ({why})"
             ));
-            let n = &mut self.nodes[Self::idx(leader)];
-            n.pending_isr = Some(isr);
-            n.pending_at = v.partition_epoch;
             self.advance_hw(leader);
             return;
         }
-        let members = self.ctl.members(&isr);
         let answer = self
             .ctl
             .alter_isr_at(leader, v.epoch, v.partition_epoch, members);
         self.note(format!(
             "replica {leader} proposes ISR {isr:?} ({why}): {answer:?}"
         ));
-        let n = &mut self.nodes[Self::idx(leader)];
-        n.pending_isr = Some(isr.clone());
-        n.pending_at = v.partition_epoch;
         let view = self.ctl.view();
-        self.isr_change_answered(leader, &isr, v.partition_epoch, answer, view);
+        self.isr_change_answered(leader, &sent, answer, view);
     }
 
     /// The leader's side of an AlterPartition answer, as the broker's
-    /// `leader::isr_change_done`: storage's `replication::after_isr_change` says whether the
-    /// pending change ends, waits for the image, or is sent again (`Resend` comes only from a
-    /// lost request or answer, see `timed_out`). A committed answer carries the controller's
-    /// state, which the leader takes at once.
+    /// `leader::isr_change_done`: `ReplicaState::isr_change_answered` (storage's
+    /// `replication::after_isr_change`) says whether the pending change ends, waits for the
+    /// image, or is sent again (`Resend` comes only from a lost request or answer, see
+    /// `timed_out`). A committed answer carries the controller's state, which the leader
+    /// takes at once.
     fn isr_change_answered(
         &mut self,
         leader: i32,
-        isr: &[i32],
-        sent_partition_epoch: i32,
+        sent: &PendingIsr,
         answer: IsrChangeAnswer,
         view: View,
     ) {
         if let IsrChangeAnswer::Committed { .. } = answer {
             self.learn(leader, view);
         }
-        let n = &mut self.nodes[Self::idx(leader)];
-        let ours = n.pending_isr.as_deref() == Some(isr) && n.pending_at == sent_partition_epoch;
-        if ours && rules::after_isr_change(answer, sent_partition_epoch) == PendingIsrChange::End {
-            n.pending_isr = None;
-        }
+        let v = self.view_of(leader);
+        self.nodes[Self::idx(leader)]
+            .state
+            .isr_change_answered(&v.assignment(), sent, answer);
         self.image_ends_pending(leader);
         self.advance_hw(leader);
     }
 
     /// An AlterPartition or its answer was lost: the leader cannot tell whether the change
-    /// was committed, so (storage's `after_isr_change`: `Resend`) it sends the same request
-    /// again while the change is still its pending one.
+    /// was committed, so (`ReplicaState::isr_change_answered` with no answer: `Resend`) it
+    /// sends the same request again while the change is still its pending one.
     fn resend_alter_partition(&mut self, request: Msg) {
         let Msg::AlterPartition {
             leader,
@@ -1110,42 +1115,45 @@ impl Run {
         else {
             unreachable!("an AlterPartition")
         };
-        let ids: Vec<i32> = isr.iter().map(|m| m.broker_id).collect();
-        let after = rules::after_isr_change(IsrChangeAnswer::NoAnswer, partition_epoch);
-        let still = self.up(leader) && {
-            let n = &self.nodes[Self::idx(leader)];
-            n.pending_isr.as_deref() == Some(&ids[..])
-                && n.pending_at == partition_epoch
-                && n.applied == Some((leader, leader_epoch))
-        };
-        if !still {
+        if !self.up(leader) {
             return;
         }
+        let sent = PendingIsr {
+            isr: isr.iter().map(|m| m.broker_id).collect(),
+            leader_epoch,
+            partition_epoch,
+        };
+        let v = self.view_of(leader);
+        let after = self.nodes[Self::idx(leader)].state.isr_change_answered(
+            &v.assignment(),
+            &sent,
+            IsrChangeAnswer::NoAnswer,
+        );
         match after {
             PendingIsrChange::Resend => {
+                let ids = &sent.isr;
                 self.note(format!(
                     "replica {leader} sends AlterPartition ISR {ids:?} again (no answer)"
                 ));
                 self.net.push_back(request);
             }
-            PendingIsrChange::End => {
-                self.nodes[Self::idx(leader)].pending_isr = None;
-                self.advance_hw(leader);
-            }
+            PendingIsrChange::End => self.advance_hw(leader),
             PendingIsrChange::Keep => {}
         }
     }
 
-    /// As the broker's `set_from_image`: an image with another partition epoch than the one
-    /// the pending change was sent at ends it (the change is in it, or was overtaken).
+    /// As the broker's `set_from_image` (`ReplicaState::image_installed`): an image with
+    /// another partition epoch than the one the pending change was sent at ends it (the
+    /// change is in it, or was overtaken).
     fn image_ends_pending(&mut self, id: i32) {
         if !self.up(id) {
             return;
         }
-        let epoch = self.view_of(id).partition_epoch;
-        let n = &mut self.nodes[Self::idx(id)];
-        if n.pending_isr.is_some() && n.pending_at != epoch {
-            n.pending_isr = None;
+        let v = self.view_of(id);
+        if self.nodes[Self::idx(id)]
+            .state
+            .image_installed(&v.assignment())
+        {
             self.advance_hw(id);
         }
     }
@@ -1167,28 +1175,18 @@ impl Run {
         }
     }
 
-    /// The leader's high watermark rule.
+    /// The leader's high watermark rule (`ReplicaState::high_watermark_candidate`, as the
+    /// broker's `maybe_advance_high_watermark`: only a leader that has taken up its role).
     fn advance_hw(&mut self, leader: i32) {
-        let v = self.view_of(leader);
-        // As the broker's `maybe_advance_high_watermark` (`Partition::is_leader`): only a
-        // leader that has taken up its role (its followers' progress reset for its epoch).
-        if !self.up(leader)
-            || v.leader != leader
-            || self.nodes[Self::idx(leader)].applied != Some((leader, v.epoch))
-        {
+        if !self.up(leader) {
             return;
         }
+        let v = self.view_of(leader);
         let n = &self.nodes[Self::idx(leader)];
         let log = n.log.as_ref().expect("up");
-        let maximal = rules::maximal_isr(&v.isr, n.pending_isr.as_deref());
-        let candidate = rules::high_watermark_candidate(
-            v.isr.len(),
-            MIN_ISR,
-            &maximal,
-            leader,
-            log.durable_end().0,
-            |r| n.followers.get(&r).map_or(-1, |p| p.log_end_offset),
-        );
+        let candidate =
+            n.state
+                .high_watermark_candidate(&v.assignment(), MIN_ISR, log.durable_end().0);
         if let Some(c) = candidate {
             log.advance_high_watermark(Offset(c));
         }
@@ -1387,7 +1385,7 @@ impl Run {
             let leading = v.leader == p.leader
                 && v.epoch == p.epoch
                 && self.up(p.leader)
-                && self.nodes[Self::idx(p.leader)].applied == Some((p.leader, p.epoch));
+                && self.nodes[Self::idx(p.leader)].state.applied_role == Some((p.leader, p.epoch));
             if !leading {
                 // Failed (NOT_LEADER_OR_FOLLOWER): an idempotent producer sends it again.
                 continue;
@@ -1427,7 +1425,7 @@ impl Run {
                     && n.fetching.is_none()
                     && v.leader > 0
                     && v.leader != *id
-                    && n.applied == Some((v.leader, v.epoch))
+                    && n.state.applied_role == Some((v.leader, v.epoch))
             })
             .collect();
         if candidates.is_empty() {
@@ -1542,6 +1540,7 @@ impl Run {
             } => {
                 let Msg::AlterPartition {
                     isr,
+                    leader_epoch,
                     partition_epoch,
                     ..
                 } = *request
@@ -1553,7 +1552,12 @@ impl Run {
                     "replica {to} learns AlterPartition ISR {ids:?}: {answer:?}"
                 ));
                 if self.up(to) {
-                    self.isr_change_answered(to, &ids, partition_epoch, answer, view);
+                    let sent = PendingIsr {
+                        isr: ids,
+                        leader_epoch,
+                        partition_epoch,
+                    };
+                    self.isr_change_answered(to, &sent, answer, view);
                 }
             }
             Msg::Image { to, view } => self.learn(to, view),
@@ -1601,7 +1605,7 @@ impl Run {
         ask: FetchAsk,
     ) -> Result<FetchAnswer, Violation> {
         let i = Self::idx(leader);
-        if self.nodes[i].applied != Some((leader, epoch)) || self.nodes[i].offline {
+        if self.nodes[i].state.applied_role != Some((leader, epoch)) || self.nodes[i].offline {
             // Not the leader of that epoch (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH), or
             // offline (KAFKA_STORAGE_ERROR): the follower backs off.
             return Ok(FetchAnswer::Refused("not the leader, or offline".into()));
@@ -1620,21 +1624,16 @@ impl Run {
             return Ok(early);
         }
         let offsets = log.offsets();
-        let isr = self.view_of(leader).isr;
-        let n = &mut self.nodes[i];
-        let expand = glue::record_follower_fetch(
-            &mut n.followers,
+        let v = self.view_of(leader);
+        let now_ms = self.now_ms;
+        let expand = self.nodes[i].state.record_fetch(
+            &v.assignment(),
             follower,
             -1,
             &ask,
-            self.now_ms,
-            glue::LeaderView {
-                isr: &isr,
-                change_pending: n.pending_isr.is_some(),
-                log_end_offset: offsets.log_end_offset.0,
-                high_watermark: offsets.high_watermark.0,
-                epoch_start_offset: n.epoch_start_offset,
-            },
+            offsets.log_end_offset.0,
+            offsets.high_watermark.0,
+            now_ms,
         );
         if let Some(isr) = expand {
             self.propose_isr(leader, isr, "expand");
@@ -1660,7 +1659,7 @@ impl Run {
         answer: FetchAnswer,
     ) -> Result<(), Violation> {
         let i = Self::idx(follower);
-        if self.nodes[i].applied != Some((leader, epoch)) || self.nodes[i].offline {
+        if self.nodes[i].state.applied_role != Some((leader, epoch)) || self.nodes[i].offline {
             return Ok(()); // an answer from an old role, or to a replica now offline
         }
         self.nodes[i].fetching = None;
@@ -1816,7 +1815,7 @@ impl Run {
         let n = &mut self.nodes[Self::idx(id)];
         n.log = None;
         n.down_since = self.now_ms;
-        n.applied = None;
+        n.state = ReplicaState::new(id);
         n.hw_in_isr = None;
         if crash {
             n.disk.disk().crash();
@@ -1974,7 +1973,7 @@ impl Run {
             && REPLICAS.iter().any(|r| {
                 let n = &self.nodes[Self::idx(*r)];
                 n.view.index < self.ctl.image.applied_index
-                    || n.applied != Some((leader, self.ctl.epoch))
+                    || n.state.applied_role != Some((leader, self.ctl.epoch))
             })
         {
             return false;

@@ -3,9 +3,14 @@
 //! replica knows, so that the fault simulation (keel-sim) runs the same rules over a simulated
 //! network instead of a model of them. Names follow Kafka's (`Partition`, `Replica`,
 //! `AbstractFetcherThread`). [`fetch`] is the fetch protocol's glue on top of them: what a
-//! follower asks, the leader's checks and read, what the follower does with the answer.
+//! follower asks, the leader's checks and read, what the follower does with the answer;
+//! [`replica`] is one replica's state machine over both (its role, its followers, its
+//! pending ISR change, its high watermark).
 
 pub mod fetch;
+pub mod replica;
+
+pub use replica::{Assignment, PendingIsr, ReplicaState, Role};
 
 /// What a leader knows of one follower, from its fetches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -99,8 +99,9 @@ fn leader_snapshot(p: &Partition, log_end_offset: i64, now_ms: i64) -> LeaderSna
         isr: r.isr.borrow().len() as u32,
         min_insync_replicas: p.min_insync_replicas.get(),
         followers: r
-            .followers
+            .local
             .borrow()
+            .followers
             .iter()
             .map(|(id, f)| {
                 let lag = if f.log_end_offset < 0 {

@@ -26,14 +26,6 @@ use crate::shard::{BrokerShard, Partition};
 use keel_storage::replication as rules;
 use keel_storage::replication::fetch::{self as glue, FetchAnswer, FetchAsk};
 
-/// A new leader gives every follower a full lag window from now (Kafka resets
-/// `lastCaughtUpTimeMs` of the ISR members when leadership changes).
-pub fn reset_followers(part: &Partition, now_ms: i64) {
-    let replicas = part.replication.replicas.borrow().clone();
-    *part.replication.followers.borrow_mut() =
-        rules::new_leader_followers(&replicas, part.node_id, now_ms);
-}
-
 /// Serves one follower's fetch of `part` (this broker leads it): checks divergence, records
 /// the follower's progress, moves the high watermark, and reads from the fetch offset up to
 /// the log end.
@@ -133,22 +125,18 @@ fn record_progress(
     replica: ReplicaFetch,
     ask: &FetchAsk,
 ) {
-    let isr = part.replication.isr.borrow().clone();
     let offsets = part.log.offsets();
-    let expand = glue::record_follower_fetch(
-        &mut part.replication.followers.borrow_mut(),
-        replica.broker_id,
-        replica.broker_epoch,
-        ask,
-        shard.clock.now_ms(),
-        glue::LeaderView {
-            isr: &isr,
-            change_pending: part.replication.pending_isr.borrow().is_some(),
-            log_end_offset: offsets.log_end_offset.0,
-            high_watermark: offsets.high_watermark.0,
-            epoch_start_offset: part.replication.epoch_start_offset.get(),
-        },
-    );
+    let expand = part.with_assignment(|a| {
+        part.replication.local.borrow_mut().record_fetch(
+            a,
+            replica.broker_id,
+            replica.broker_epoch,
+            ask,
+            offsets.log_end_offset.0,
+            offsets.high_watermark.0,
+            shard.clock.now_ms(),
+        )
+    });
     if let Some(isr) = expand {
         propose_isr(shard, part, isr, "expand");
     }
@@ -158,26 +146,20 @@ fn record_progress(
 /// end in the maximal ISR, if the committed ISR is large enough; wakes fetches and acks=all
 /// waits when it moved.
 pub fn maybe_advance_high_watermark(shard: &Rc<BrokerShard>, part: &Rc<Partition>) {
-    if !part.replication.is_replicated() || !part.is_leader() {
-        return;
-    }
     // Kafka's Partition.maybeIncrementLeaderHW: nothing moves while the committed ISR is
     // below min.insync.replicas (KIP-966), so a pending expansion cannot let consumers read
     // what only the leader and a joining follower hold (were it never committed and the leader
     // lost, an eligible leader replica without those records could be elected). Above the
     // minimum the high watermark is the lowest log end over the maximal ISR, committed and
-    // pending members both (a pending shrink's leaver still counts).
-    let candidate = {
-        let followers = part.replication.followers.borrow();
-        rules::high_watermark_candidate(
-            part.replication.isr.borrow().len(),
+    // pending members both (a pending shrink's leaver still counts). Only on a replicated
+    // partition whose leadership this broker has taken up.
+    let candidate = part.with_assignment(|a| {
+        part.replication.local.borrow().high_watermark_candidate(
+            a,
             part.min_insync_replicas.get(),
-            &part.replication.maximal_isr(),
-            part.node_id,
             part.log.durable_end().0,
-            |r| followers.get(&r).map_or(-1, |p| p.log_end_offset),
         )
-    };
+    });
     let Some(candidate) = candidate else {
         return;
     };
@@ -241,7 +223,7 @@ pub async fn wait_for_high_watermark(
 pub fn low_watermark(shard: &BrokerShard, part: &Partition) -> i64 {
     let image = shard.image();
     let mut low = part.log.offsets().log_start_offset.0;
-    for (id, p) in part.replication.followers.borrow().iter() {
+    for (id, p) in part.replication.local.borrow().followers.iter() {
         let live = image.brokers.contains_key(id);
         if live {
             low = low.min(p.log_start_offset.max(0));
@@ -276,31 +258,19 @@ pub async fn check_isr(shard: &Rc<BrokerShard>) {
     let now_ms = shard.clock.now_ms();
     let lag_ms = shard.config.replica_lag_time_max_ms as i64;
     for part in shard.all_partitions() {
-        // `is_leader`: only once this broker took up the leadership (`apply_image` gave every
-        // follower a full lag window): between installing an image and taking up its roles, a
-        // new leader knows no follower yet and would drop them all.
-        if !part.is_leader()
-            || !part.replication.is_replicated()
-            || part.replication.pending_isr.borrow().is_some()
-        {
+        // Only once this broker took up the leadership (`apply_image` gave every follower a
+        // full lag window): between installing an image and taking up its roles, a new
+        // leader knows no follower yet and would drop them all; not while a change is pending.
+        let Some(new_isr) = part.with_assignment(|a| {
+            part.replication
+                .local
+                .borrow()
+                .isr_to_shrink(a, now_ms, lag_ms)
+        }) else {
             continue;
-        }
-        let isr = part.replication.isr.borrow().clone();
-        let out_of_sync: Vec<i32> = {
-            let followers = part.replication.followers.borrow();
-            rules::out_of_sync(&isr, part.node_id, now_ms, lag_ms, |r| {
-                followers.get(&r).map(|p| p.last_caught_up_ms)
-            })
         };
-        if out_of_sync.is_empty() {
-            continue;
-        }
-        let new_isr: Vec<i32> = isr
-            .iter()
-            .copied()
-            .filter(|r| !out_of_sync.contains(r))
-            .collect();
-        info!(topic = %part.topic, partition = part.index, ?isr, ?out_of_sync, lag_ms, "shrinking the ISR: followers out of sync");
+        let isr = part.replication.isr.borrow().clone();
+        info!(topic = %part.topic, partition = part.index, ?isr, ?new_isr, lag_ms, "shrinking the ISR: followers out of sync");
         shard
             .counters
             .isr_shrinks
@@ -325,26 +295,13 @@ fn propose_isr(
             .set(shard.counters.isr_expands.get() + 1);
         info!(topic = %part.topic, partition = part.index, isr = ?new_isr, "expanding the ISR: a follower caught up");
     }
-    let members: Vec<(i32, i64)> = {
-        let followers = part.replication.followers.borrow();
-        new_isr
-            .iter()
-            .map(|r| {
-                let epoch = if *r == part.node_id {
-                    -1
-                } else {
-                    followers.get(r).map_or(-1, |p| p.broker_epoch)
-                };
-                (*r, epoch)
-            })
-            .collect()
-    };
-    *part.replication.pending_isr.borrow_mut() = Some(new_isr);
+    let (members, sent) =
+        part.with_assignment(|a| part.replication.local.borrow_mut().propose(a, new_isr));
     let change = crate::controller::IsrChange {
         topic_id: part.topic_id,
         partition: part.index,
-        leader_epoch: part.leader_epoch.get(),
-        partition_epoch: part.replication.partition_epoch.get(),
+        leader_epoch: sent.leader_epoch,
+        partition_epoch: sent.partition_epoch,
         new_isr: members,
     };
     alter_partition::submit(
@@ -357,14 +314,20 @@ fn propose_isr(
     );
 }
 
+/// `change` as the pending ISR change it was sent as.
+fn as_sent(change: &crate::controller::IsrChange) -> rules::PendingIsr {
+    rules::PendingIsr {
+        isr: change.new_isr.iter().map(|(r, _)| *r).collect(),
+        leader_epoch: change.leader_epoch,
+        partition_epoch: change.partition_epoch,
+    }
+}
+
 /// Whether `change` is still the pending ISR change of `part`, led in the epochs it was sent
 /// at.
 fn still_pending(part: &Partition, change: &crate::controller::IsrChange) -> bool {
-    let proposed: Vec<i32> = change.new_isr.iter().map(|(r, _)| *r).collect();
-    part.is_leader()
-        && part.leader_epoch.get() == change.leader_epoch
-        && part.replication.partition_epoch.get() == change.partition_epoch
-        && part.replication.pending_isr.borrow().as_ref() == Some(&proposed)
+    let sent = as_sent(change);
+    part.with_assignment(|a| part.replication.local.borrow().still_pending(a, &sent))
 }
 
 /// How long a leader waits before it sends again an ISR change that got no answer (Kafka's
@@ -373,10 +336,11 @@ const ISR_CHANGE_RESEND_BACKOFF: Duration = Duration::from_millis(100);
 
 /// One partition's answer to an AlterPartition request, judged by storage's
 /// `replication::after_isr_change` (Kafka's `handleAlterPartitionError` and the
-/// AlterPartitionManager's retries): the pending change ends only on a refusal that proves it
-/// was not committed; a commit at a new partition epoch, or a stale refusal, leaves it to the
-/// image that carries the controller's newer state; no answer sends it again. Only while it
-/// is still this change: an image may have ended it already and a newer one be pending.
+/// AlterPartitionManager's retries) through `ReplicaState::isr_change_answered`: the pending
+/// change ends only on a refusal that proves it was not committed; a commit at a new
+/// partition epoch, or a stale refusal, leaves it to the image that carries the controller's
+/// newer state; no answer sends it again. Only while it is still this change: an image may
+/// have ended it already and a newer one be pending.
 pub fn isr_change_done(
     shard: &Rc<BrokerShard>,
     part: &Rc<Partition>,
@@ -397,24 +361,25 @@ pub fn isr_change_done(
                 .set(shard.counters.failed_isr_updates.get() + 1);
         }
     }
-    match rules::after_isr_change(answer, change.partition_epoch) {
-        rules::PendingIsrChange::End if still_pending(part, change) => {
-            *part.replication.pending_isr.borrow_mut() = None;
-        }
-        rules::PendingIsrChange::Resend if still_pending(part, change) => {
-            let (shard, part, change) = (shard.clone(), part.clone(), change.clone());
-            glommio::spawn_local(async move {
-                glommio::timer::sleep(ISR_CHANGE_RESEND_BACKOFF).await;
-                if still_pending(&part, &change) {
-                    alter_partition::submit(
-                        &shard,
-                        alter_partition::AlterPartitionItem { part, change, why },
-                    );
-                }
-            })
-            .detach();
-        }
-        _ => {}
+    let sent = as_sent(change);
+    let after = part.with_assignment(|a| {
+        part.replication
+            .local
+            .borrow_mut()
+            .isr_change_answered(a, &sent, answer)
+    });
+    if after == rules::PendingIsrChange::Resend {
+        let (shard, part, change) = (shard.clone(), part.clone(), change.clone());
+        glommio::spawn_local(async move {
+            glommio::timer::sleep(ISR_CHANGE_RESEND_BACKOFF).await;
+            if still_pending(&part, &change) {
+                alter_partition::submit(
+                    &shard,
+                    alter_partition::AlterPartitionItem { part, change, why },
+                );
+            }
+        })
+        .detach();
     }
     maybe_advance_high_watermark(shard, part);
 }

@@ -31,6 +31,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::ResponseError;
+use keel_storage::replication::Role;
 use keel_storage::{LeaderEpoch, Offset, StorageError};
 use keel_vocab::ErrorCode;
 use tracing::{info, warn};
@@ -142,7 +143,8 @@ pub async fn wait_for_epoch_start(part: &Partition) -> bool {
             return false;
         }
         let event = part.replication.hw_event();
-        if part.log.offsets().high_watermark.0 >= part.replication.epoch_start_offset.get() {
+        if part.log.offsets().high_watermark.0 >= part.replication.local.borrow().epoch_start_offset
+        {
             return true;
         }
         event.wait_timeout(Duration::from_millis(100)).await;
@@ -193,59 +195,70 @@ pub async fn apply_image(shard: &Rc<BrokerShard>) {
     fetcher::prune(shard);
     throttle::apply(shard, &image);
     for part in shard.all_partitions() {
-        let leader = part.replication.leader.get();
-        let epoch = part.leader_epoch.get();
         let replicated = part.replication.is_replicated();
         part.log.set_replicated(replicated);
-        let previous = part.replication.applied_role.get();
-        if previous == Some((leader, epoch)) {
-            // The same role; an ISR change the image committed may let the high watermark
-            // move (an expansion back to min.insync.replicas), and on a follower it decides
-            // whether consumers waiting on it are still served there (KIP-392).
-            leader::maybe_advance_high_watermark(shard, &part);
-            if !part.is_leader() {
-                shard.notify_data(&part);
+        let was_leader = part
+            .replication
+            .local
+            .borrow()
+            .applied_role
+            .is_some_and(|(l, _)| l == shard.config.node_id);
+        let role = part.with_assignment(|a| part.replication.local.borrow().role_to_take_up(a));
+        match role {
+            None => {
+                // The same role; an ISR change the image committed may let the high watermark
+                // move (an expansion back to min.insync.replicas), and on a follower it
+                // decides whether consumers waiting on it are still served there (KIP-392).
+                leader::maybe_advance_high_watermark(shard, &part);
+                if !part.is_leader() {
+                    shard.notify_data(&part);
+                }
+                continue;
             }
-            continue;
-        }
-        let was_leader = previous.is_some_and(|(l, _)| l == shard.config.node_id);
-        if part.leads_per_image() {
-            // A single replica records its epoch with its first append, as before
-            // replication: a restart of thousands of them writes no checkpoint each.
-            let recorded = if replicated {
-                part.log.become_leader(LeaderEpoch(epoch)).await
-            } else {
-                Ok(())
-            };
-            if let Err(e) = recorded {
-                warn!(topic = %part.topic, partition = part.index, epoch, error = %e, "recording the leader epoch failed");
-            }
-            let log_end = part.log.offsets().log_end_offset.0;
-            part.replication.epoch_start_offset.set(log_end);
-            leader::reset_followers(&part, shard.clock.now_ms());
-            fetcher::unassign(shard, &part);
-            // Only now does it serve as leader (`Partition::is_leader`), and only now does the
-            // ISR check judge its followers (each has a full lag window).
-            part.replication.applied_role.set(Some((leader, epoch)));
-            info!(shard = shard.id, topic = %part.topic, partition = part.index, epoch, log_end_offset = log_end, replicated, "leading partition");
-            if !was_leader {
-                shard.run_loader(&part);
-            }
-            leader::maybe_advance_high_watermark(shard, &part);
-        } else {
-            part.replication.followers.borrow_mut().clear();
-            if was_leader {
-                // Kafka's onResignation: the coordinator forgets the partition; its requests
-                // get NOT_COORDINATOR and clients look up the new leader.
-                shard.run_unloader(&part);
-            }
-            if leader >= 0 {
-                fetcher::assign(shard, &image, &part);
-                info!(shard = shard.id, topic = %part.topic, partition = part.index, epoch, leader, "following partition");
-            } else {
+            Some(Role::Lead { epoch }) => {
+                // A single replica records its epoch with its first append, as before
+                // replication: a restart of thousands of them writes no checkpoint each.
+                let recorded = if replicated {
+                    part.log.become_leader(LeaderEpoch(epoch)).await
+                } else {
+                    Ok(())
+                };
+                if let Err(e) = recorded {
+                    warn!(topic = %part.topic, partition = part.index, epoch, error = %e, "recording the leader epoch failed");
+                }
+                let log_end = part.log.offsets().log_end_offset.0;
+                // Only now does it serve as leader (`Partition::is_leader`), and only now does
+                // the ISR check judge its followers (each has a full lag window from now).
+                // The image may have moved on during the await: the role taken up is the one
+                // recorded, and the next `apply_image` takes up the newer one.
+                let now_ms = shard.clock.now_ms();
+                part.replication.with_assignment(epoch, |a| {
+                    part.replication
+                        .local
+                        .borrow_mut()
+                        .took_up_leadership(a, log_end, now_ms)
+                });
                 fetcher::unassign(shard, &part);
+                info!(shard = shard.id, topic = %part.topic, partition = part.index, epoch, log_end_offset = log_end, replicated, "leading partition");
+                if !was_leader {
+                    shard.run_loader(&part);
+                }
+                leader::maybe_advance_high_watermark(shard, &part);
             }
-            part.replication.applied_role.set(Some((leader, epoch)));
+            Some(Role::Follow { leader, epoch }) => {
+                part.with_assignment(|a| part.replication.local.borrow_mut().took_up_following(a));
+                if was_leader {
+                    // Kafka's onResignation: the coordinator forgets the partition; its
+                    // requests get NOT_COORDINATOR and clients look up the new leader.
+                    shard.run_unloader(&part);
+                }
+                if leader >= 0 {
+                    fetcher::assign(shard, &image, &part);
+                    info!(shard = shard.id, topic = %part.topic, partition = part.index, epoch, leader, "following partition");
+                } else {
+                    fetcher::unassign(shard, &part);
+                }
+            }
         }
         part.replication.fire_hw_moved();
         shard.notify_data(&part);

@@ -84,7 +84,8 @@ pub fn preferred_read_replica(
     let image = shard.image();
     let leader_rack = rack_on(&image, part.node_id, &client.listener).flatten();
     let isr = part.replication.isr.borrow();
-    let followers = part.replication.followers.borrow();
+    let local = part.replication.local.borrow();
+    let followers = &local.followers;
     let candidates: Vec<Candidate<'_>> = isr
         .iter()
         .filter(|r| **r != part.node_id)

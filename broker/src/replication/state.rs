@@ -19,9 +19,7 @@ use keel_shard::Event;
 
 use crate::coordination::parking::DataWaiters;
 
-/// What the leader knows of one follower, from its fetches (the rules are storage's, shared
-/// with the fault simulation).
-pub use keel_storage::replication::FollowerProgress;
+use keel_storage::replication::{Assignment, ReplicaState};
 
 /// A partition's replication state (see the module docs).
 pub struct PartitionReplication {
@@ -34,20 +32,15 @@ pub struct PartitionReplication {
     /// Eligible leader replicas (KIP-966), from the image.
     pub elr: RefCell<Vec<i32>>,
     pub partition_epoch: Cell<i32>,
-    /// An ISR this leader has proposed and the controller has not committed yet.
-    pub pending_isr: RefCell<Option<Vec<i32>>>,
-    /// Leader: the log end offset when it became leader at its current epoch; the high
-    /// watermark reaching it is when ListOffsets may answer (KIP-207).
-    pub epoch_start_offset: Cell<i64>,
-    /// Leader: its followers' progress, by broker id.
-    pub followers: RefCell<BTreeMap<i32, FollowerProgress>>,
+    /// What this replica knows beyond the image, and its decisions on it: the role it took
+    /// up, the leader's followers and epoch start, the ISR change it proposed and the
+    /// controller has not committed (storage's `replication::ReplicaState`, which the fault
+    /// simulation runs too).
+    pub local: RefCell<ReplicaState>,
     /// Leader: followers' fetches waiting for the log end to move. They are woken by every
     /// append (before it is durable here: the followers' writes overlap the leader's), and by
     /// every move of the high watermark.
     pub follower_waiters: DataWaiters,
-    /// The (leader, leader epoch) whose role this broker last took up (see
-    /// `replication::apply_image`); `None` before the first.
-    pub applied_role: Cell<Option<(i32, i32)>>,
     /// Fired (and replaced) whenever the high watermark moves, the ISR changes or leadership
     /// changes: acks=all produces and the coordinators' writes wait on it.
     hw_moved: RefCell<Rc<Event>>,
@@ -60,19 +53,17 @@ pub struct PartitionReplication {
     pub follower_throttled: Cell<bool>,
 }
 
-impl Default for PartitionReplication {
-    fn default() -> Self {
+impl PartitionReplication {
+    /// The replication state of broker `node`'s replica, before any image.
+    pub fn new(node: i32) -> Self {
         PartitionReplication {
             leader: Cell::new(-1),
             replicas: RefCell::new(Vec::new()),
             isr: RefCell::new(Vec::new()),
             elr: RefCell::new(Vec::new()),
             partition_epoch: Cell::new(-1),
-            pending_isr: RefCell::new(None),
-            epoch_start_offset: Cell::new(0),
-            followers: RefCell::new(BTreeMap::new()),
+            local: RefCell::new(ReplicaState::new(node)),
             follower_waiters: DataWaiters::default(),
-            applied_role: Cell::new(None),
             hw_moved: RefCell::new(Event::new()),
             leader_throttled: Cell::new(false),
             follower_throttled: Cell::new(false),
@@ -156,20 +147,32 @@ impl PartitionReplication {
         self.replicas.borrow().len() > 1
     }
 
+    /// Runs `f` on the partition as the installed image has it (`leader_epoch` is the
+    /// partition's, kept beside this state).
+    pub fn with_assignment<R>(&self, leader_epoch: i32, f: impl FnOnce(&Assignment<'_>) -> R) -> R {
+        let replicas = self.replicas.borrow();
+        let isr = self.isr.borrow();
+        f(&Assignment {
+            leader: self.leader.get(),
+            leader_epoch,
+            replicas: &replicas,
+            isr: &isr,
+            partition_epoch: self.partition_epoch.get(),
+        })
+    }
+
     /// The committed ISR together with a pending change (Kafka's maximal ISR).
     pub fn maximal_isr(&self) -> Vec<i32> {
-        keel_storage::replication::maximal_isr(
-            &self.isr.borrow(),
-            self.pending_isr.borrow().as_deref(),
-        )
+        self.with_assignment(-1, |a| self.local.borrow().maximal_isr(a))
     }
 
     /// Takes the assignment of an installed image. A pending ISR change ends once the image
-    /// carries a newer partition epoch (committed, or overtaken by another change); a new ISR
-    /// wakes what waits for the high watermark.
+    /// carries another partition epoch than it was sent at (committed, or overtaken by
+    /// another change); a new ISR wakes what waits for the high watermark.
     pub fn set_from_image(
         &self,
         leader: i32,
+        leader_epoch: i32,
         replicas: &[i32],
         isr: &[i32],
         elr: &[i32],
@@ -180,10 +183,8 @@ impl PartitionReplication {
         let isr_changed = *self.isr.borrow() != isr;
         *self.isr.borrow_mut() = isr.to_vec();
         *self.elr.borrow_mut() = elr.to_vec();
-        if partition_epoch != self.partition_epoch.get() {
-            *self.pending_isr.borrow_mut() = None;
-        }
         self.partition_epoch.set(partition_epoch);
+        self.with_assignment(leader_epoch, |a| self.local.borrow_mut().image_installed(a));
         if isr_changed {
             // acks=all waits check the ISR against min.insync.replicas.
             self.fire_hw_moved();
@@ -247,37 +248,45 @@ impl<P> Default for AlterPartitionManager<P> {
 mod tests {
     use super::*;
 
+    fn pending(r: &PartitionReplication, isr: Vec<i32>) {
+        r.with_assignment(3, |a| {
+            let mut local = r.local.borrow_mut();
+            local.took_up_leadership(a, 0, 0);
+            local.propose(a, isr);
+        });
+    }
+
     #[test]
     fn maximal_isr_is_the_union_of_committed_and_pending() {
-        let r = PartitionReplication::default();
-        *r.isr.borrow_mut() = vec![1, 2];
+        let r = PartitionReplication::new(1);
+        r.set_from_image(1, 3, &[1, 2, 3], &[1, 2], &[], 4);
         assert_eq!(r.maximal_isr(), vec![1, 2]);
-        *r.pending_isr.borrow_mut() = Some(vec![1, 3]);
+        pending(&r, vec![1, 3]);
         assert_eq!(r.maximal_isr(), vec![1, 2, 3]);
-        *r.pending_isr.borrow_mut() = Some(vec![1]);
+        pending(&r, vec![1]);
         assert_eq!(r.maximal_isr(), vec![1, 2]);
     }
 
     #[test]
     fn a_new_isr_wakes_the_waits_and_a_new_partition_epoch_ends_the_pending_change() {
-        let r = PartitionReplication::default();
-        r.set_from_image(1, &[1, 2, 3], &[1, 2, 3], &[], 4);
-        *r.pending_isr.borrow_mut() = Some(vec![1, 2]);
+        let r = PartitionReplication::new(1);
+        r.set_from_image(1, 3, &[1, 2, 3], &[1, 2, 3], &[], 4);
+        pending(&r, vec![1, 2]);
         let waiting = r.hw_event();
         // The same ISR at the same partition epoch: nothing wakes, the change stays pending.
-        r.set_from_image(1, &[1, 2, 3], &[1, 2, 3], &[], 4);
+        r.set_from_image(1, 3, &[1, 2, 3], &[1, 2, 3], &[], 4);
         assert!(!waiting.is_fired());
         assert_eq!(r.maximal_isr(), vec![1, 2, 3]);
         // The shrink committed: the waits wake and check the ISR against the minimum.
-        r.set_from_image(1, &[1, 2, 3], &[1, 2], &[], 5);
+        r.set_from_image(1, 3, &[1, 2, 3], &[1, 2], &[], 5);
         assert!(waiting.is_fired());
-        assert_eq!(*r.pending_isr.borrow(), None);
+        assert_eq!(r.local.borrow().pending, None);
         assert_eq!(r.maximal_isr(), vec![1, 2]);
     }
 
     #[test]
     fn hw_event_fires_once_and_is_replaced() {
-        let r = PartitionReplication::default();
+        let r = PartitionReplication::new(1);
         let first = r.hw_event();
         assert!(!first.is_fired());
         r.fire_hw_moved();
