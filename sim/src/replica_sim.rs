@@ -609,9 +609,7 @@ impl Run {
             .copied()
             .filter(|id| {
                 let v = self.view_of(*id);
-                v.leader == *id
-                    && self.up(*id)
-                    && self.nodes[Self::idx(*id)].state.applied_role == Some((*id, v.epoch))
+                self.up(*id) && self.nodes[Self::idx(*id)].state.is_leader(&v.assignment())
             })
             .collect()
     }
@@ -622,10 +620,12 @@ impl Run {
     fn client_leader(&mut self) -> Option<i32> {
         if !self.mode.metadata_network {
             let leader = self.ctl.leader;
+            let v = self.ctl.view();
             let ok = leader > 0
                 && self.online(leader)
-                && self.nodes[Self::idx(leader)].state.applied_role
-                    == Some((leader, self.ctl.epoch));
+                && self.nodes[Self::idx(leader)]
+                    .state
+                    .is_leader(&v.assignment());
             return ok.then_some(leader);
         }
         let leaders: Vec<i32> = self
@@ -1382,10 +1382,11 @@ impl Run {
         let mut still = Vec::new();
         for p in std::mem::take(&mut self.pending) {
             let v = self.view_of(p.leader);
-            let leading = v.leader == p.leader
-                && v.epoch == p.epoch
+            let leading = v.epoch == p.epoch
                 && self.up(p.leader)
-                && self.nodes[Self::idx(p.leader)].state.applied_role == Some((p.leader, p.epoch));
+                && self.nodes[Self::idx(p.leader)]
+                    .state
+                    .is_leader(&v.assignment());
             if !leading {
                 // Failed (NOT_LEADER_OR_FOLLOWER): an idempotent producer sends it again.
                 continue;
