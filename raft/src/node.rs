@@ -75,6 +75,9 @@ pub struct NodeConfig {
     pub node_id: NodeId,
     /// `<data.dir>/__cluster_metadata-0`.
     pub dir: PathBuf,
+    /// The file system the metadata log, vote and snapshots live on (the I/O seam): `StdFs`
+    /// in production, the disk model in the Raft group's power-loss test.
+    pub fs: Arc<dyn crate::fs::MetaFs>,
     /// The voters and their controller addresses (`--controller-quorum`).
     pub voters: BTreeMap<NodeId, String>,
     /// Where this node accepts controller traffic; `None` for a lone voter.
@@ -507,9 +510,10 @@ async fn run(
 }
 
 async fn setup(cfg: &NodeConfig, bell: Arc<Bell>) -> Result<Ctx, RaftError> {
-    let log = LogStore::open(&cfg.dir)?;
+    let log = LogStore::open_on(cfg.fs.clone(), &cfg.dir)?;
     let sink_bell = bell.clone();
-    let sm = StateMachine::open(
+    let sm = StateMachine::open_on(
+        cfg.fs.clone(),
         &cfg.dir,
         Arc::new(move |image| sink_bell.push(Event::Image(image))),
     )?;

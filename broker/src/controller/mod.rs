@@ -120,6 +120,7 @@ fn node_config(config: &BrokerConfig, shard_count: usize) -> NodeConfig {
     NodeConfig {
         node_id,
         dir: config.data_dir.join("__cluster_metadata-0"),
+        fs: std::sync::Arc::new(keel_raft::fs::StdFs),
         voters,
         controller_listen: config.controller_listen,
         tls: config.controller_tls.clone(),
