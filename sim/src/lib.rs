@@ -72,6 +72,10 @@ pub struct SeedReport {
     /// Records a former leader acknowledged (its high watermark passed them by its old image)
     /// after the controller had elected another.
     pub stale_leader_acks: u64,
+    /// `--slow-take-up`: leaderships taken up some steps after the image named them, and
+    /// ListOffsets (latest) answers checked.
+    pub take_ups_delayed: u64,
+    pub latest_offsets_checked: u64,
     pub reads_checked: u64,
     /// Invariant checks run (each a comparison against the model).
     pub checks: u64,
@@ -108,6 +112,8 @@ impl SeedReport {
         self.fenced_while_up += o.fenced_while_up;
         self.stale_leader_requests += o.stale_leader_requests;
         self.stale_leader_acks += o.stale_leader_acks;
+        self.take_ups_delayed += o.take_ups_delayed;
+        self.latest_offsets_checked += o.latest_offsets_checked;
         self.reads_checked += o.reads_checked;
         self.checks += o.checks;
         self.injected_sync_eio += o.injected_sync_eio;

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: keel-sim [--replicated [--disk-faults] [--disk-full] [--idempotent] [--controller-network] [--metadata-network]] [--seeds N] [--from S] [--seed S] [--steps K]"
+        "usage: keel-sim [--replicated [--disk-faults] [--disk-full] [--idempotent] [--controller-network] [--metadata-network] [--slow-take-up]] [--seeds N] [--from S] [--seed S] [--steps K]"
     );
     std::process::exit(2)
 }
@@ -47,6 +47,7 @@ fn main() {
             "--idempotent" => mode.idempotent = true,
             "--controller-network" => mode.controller_network = true,
             "--metadata-network" => mode.metadata_network = true,
+            "--slow-take-up" => mode.slow_take_up = true,
             _ => usage(),
         }
     }
@@ -80,6 +81,13 @@ fn main() {
                     t.fenced_while_up,
                     t.stale_leader_requests,
                     t.stale_leader_acks
+                );
+            }
+            if t.take_ups_delayed > 0 {
+                println!(
+                    "  slow take-up: {} leaderships taken up 1-5 steps after their image, {} \
+                     ListOffsets (latest) answers checked",
+                    t.take_ups_delayed, t.latest_offsets_checked
                 );
             }
             if t.alter_partitions > 0 {

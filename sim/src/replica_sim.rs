@@ -31,6 +31,8 @@
 //! the network (as the broker's metadata fetch brings it), and the controller hears heartbeats
 //! over it: a replica cut off from the controller is fenced while it runs and leads on by its
 //! old image until the new one reaches it.
+//! With `--slow-take-up` a new leader takes up its role steps after its image (a slow
+//! leader-epoch checkpoint sync) and clients ask ListOffsets for the latest offset (KIP-207).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
@@ -157,6 +159,8 @@ struct Node {
     /// broker keeps per partition): the role taken up, the leader's followers and epoch
     /// start, the ISR change it proposed. A restart starts it afresh, as the broker's.
     state: ReplicaState,
+    /// `--slow-take-up`: the leadership (epoch) it is taking up, and the step it completes.
+    take_up_due: Option<(i32, u64)>,
     /// Follower: the fetch that is out and not answered. Its answer is the only one applied:
     /// one connection, one request at a time, as the broker's fetcher (a duplicated or late
     /// answer to an older fetch is dropped, as TCP and a reconnection would).
@@ -392,6 +396,13 @@ pub struct ReplicaMode {
     /// a replica cut off from it is fenced while it runs (out of the ISR, its leadership
     /// elected away) and unfenced when its heartbeats come back.
     pub metadata_network: bool,
+    /// `--slow-take-up`: a replica named leader takes up the role 1-5 steps after the image
+    /// that names it (the broker awaits the leader-epoch checkpoint's fdatasync, which a slow
+    /// disk stretches), while the other replicas and the clients go on; clients also ask
+    /// ListOffsets for the latest offset. Checked too: no answer is below what was committed
+    /// when its leader began taking up the role (KIP-207), which holds only if a replica
+    /// serves as leader once it has taken the role up.
+    pub slow_take_up: bool,
 }
 
 impl ReplicaMode {
@@ -402,6 +413,7 @@ impl ReplicaMode {
         idempotent: false,
         controller_network: false,
         metadata_network: false,
+        slow_take_up: false,
     };
 
     /// The parts that are on: each one's `keel-sim` flag and its name in a violation.
@@ -420,6 +432,7 @@ impl ReplicaMode {
                 "--metadata-network",
                 "metadata network",
             ),
+            (self.slow_take_up, "--slow-take-up", "slow take-up"),
         ]
         .into_iter()
         .filter(|(on, _, _)| *on)
@@ -471,6 +484,9 @@ struct Run {
     cut: BTreeSet<(i32, i32)>,
     now_ms: i64,
     step: u64,
+    /// `--slow-take-up`: by leader epoch, what was committed when its leader began taking
+    /// it up; no ListOffsets (latest) answer of that epoch may be below it.
+    latest_floor: BTreeMap<i32, i64>,
     sent: u64,
     pending: Vec<Pending>,
     /// What must survive: acknowledged records and records a reader saw, by offset.
@@ -505,6 +521,7 @@ pub async fn run(seed: u64, steps: u64, mode: ReplicaMode) -> Result<SeedReport,
             },
             heard_ms: 0,
             state: ReplicaState::new(id),
+            take_up_due: None,
             fetching: None,
             hw_in_isr: None,
             started: false,
@@ -529,6 +546,7 @@ pub async fn run(seed: u64, steps: u64, mode: ReplicaMode) -> Result<SeedReport,
         cut: BTreeSet::new(),
         now_ms: 1_700_000_000_000,
         step: 0,
+        latest_floor: BTreeMap::new(),
         sent: 0,
         pending: Vec::new(),
         must: BTreeMap::new(),
@@ -707,6 +725,7 @@ impl Run {
                 log.set_replicated(true);
                 n.log = Some(log);
                 n.state = ReplicaState::new(n.id);
+                n.take_up_due = None;
                 n.fetching = None;
                 n.hw_in_isr = None;
                 n.offline = false;
@@ -761,6 +780,9 @@ impl Run {
         }
         if self.mode.disk_full {
             self.disk_full().await;
+        }
+        if self.mode.slow_take_up && self.rng.chance(20) {
+            self.list_offsets()?;
         }
         match self.rng.range(0, 99) {
             0..=21 => self.produce().await,
@@ -949,6 +971,27 @@ impl Run {
                 continue;
             };
             let offline = self.nodes[i].offline;
+            if self.mode.slow_take_up && !offline {
+                // The take-up's epoch checkpoint sync is slow: it completes some steps on.
+                match self.nodes[i].take_up_due {
+                    Some((e, due)) if e == epoch => {
+                        if self.step < due {
+                            continue;
+                        }
+                    }
+                    _ => {
+                        let due = self.step + self.rng.range(1, 5);
+                        self.nodes[i].take_up_due = Some((epoch, due));
+                        let committed = self.committed;
+                        self.latest_floor.entry(epoch).or_insert(committed);
+                        self.report.take_ups_delayed += 1;
+                        self.note(format!(
+                            "replica {id} begins taking up epoch {epoch} (done at step {due})"
+                        ));
+                        continue;
+                    }
+                }
+            }
             if !offline {
                 let log = self.nodes[i].log.as_ref().expect("up");
                 if let Err(e) = log.become_leader(LeaderEpoch(epoch)).await {
@@ -1687,6 +1730,28 @@ impl Run {
     }
 
     /// A reader reads from the leader below its high watermark: what it sees must stay.
+    /// `--slow-take-up`: a client asks the leader it knows for the latest offset
+    /// (`ReplicaState::latest_offset`, the broker's KIP-207 rule).
+    fn list_offsets(&mut self) -> Result<(), Violation> {
+        let Some(leader) = self.client_leader() else {
+            return Ok(());
+        };
+        let epoch = self.view_of(leader).epoch;
+        let n = &self.nodes[Self::idx(leader)];
+        let hw = n.log.as_ref().expect("up").offsets().high_watermark.0;
+        let Some(latest) = n.state.latest_offset(hw) else {
+            return Ok(()); // OFFSET_NOT_AVAILABLE: the client asks again later
+        };
+        self.report.latest_offsets_checked += 1;
+        let floor = self.latest_floor.get(&epoch).copied().unwrap_or(0);
+        self.check(latest >= floor, || {
+            format!(
+                "replica {leader} leading epoch {epoch} answered ListOffsets latest {latest}, \
+                 below {floor}, committed when it began taking up the role"
+            )
+        })
+    }
+
     async fn read(&mut self) -> Result<(), Violation> {
         let Some(leader) = self.client_leader() else {
             return Ok(());
@@ -1817,6 +1882,7 @@ impl Run {
         n.log = None;
         n.down_since = self.now_ms;
         n.state = ReplicaState::new(id);
+        n.take_up_due = None;
         n.hw_in_isr = None;
         if crash {
             n.disk.disk().crash();
@@ -1903,6 +1969,10 @@ impl Run {
         self.full_until.clear();
         for _ in 0..3_000 {
             self.now_ms += 50;
+            if self.mode.slow_take_up {
+                // A slow take-up completes in converge's rounds too.
+                self.step += 1;
+            }
             for id in REPLICAS {
                 // A log stalled by a full disk retries its staged writes (the broker's timer).
                 if self.online(id) && self.log(id).is_disk_full() {

@@ -41,6 +41,13 @@ const EVERYTHING: ReplicaMode = ReplicaMode {
     idempotent: true,
     controller_network: true,
     metadata_network: true,
+    slow_take_up: false,
+};
+
+const SLOW_TAKE_UP_WITH_METADATA_NETWORK: ReplicaMode = ReplicaMode {
+    slow_take_up: true,
+    metadata_network: true,
+    ..ReplicaMode::PLAIN
 };
 
 /// Seeds in the CI budget; `SIM_SEEDS` overrides (a longer campaign is
@@ -248,6 +255,29 @@ fn the_ci_seed_budget_with_metadata_over_the_network_finds_no_violation() {
         t.images_installed > 10 * seeds
             && t.fenced_while_up > seeds / 10
             && t.stale_leader_requests > seeds / 10,
+        "{t:?}"
+    );
+}
+
+/// A new leader takes its role up some steps after its image (a slow leader-epoch checkpoint
+/// sync), with images over the network, and clients ask ListOffsets for the latest offset: no
+/// answer is below what was committed when its leader began taking up the role (KIP-207).
+/// A replica that served as leader before taking the role up (`ReplicaState::is_leader`
+/// without its take-up check, the window CI once found in the broker) fails seed 1 here.
+#[test]
+fn the_ci_seed_budget_with_slow_take_ups_finds_no_violation() {
+    let seeds = budget();
+    let _one_at_a_time = serial();
+    let t = run_replica_seeds(0, seeds, STEPS, SLOW_TAKE_UP_WITH_METADATA_NETWORK)
+        .unwrap_or_else(|v| panic!("{v}"));
+    eprintln!(
+        "replicated, slow take-up, metadata network: {seeds} seeds x {STEPS} steps: {} records \
+         acknowledged, {} take-ups delayed, {} ListOffsets answers checked; {} checks",
+        t.acked_records, t.take_ups_delayed, t.latest_offsets_checked, t.checks
+    );
+    assert!(t.acked_records > 5 * seeds, "{t:?}");
+    assert!(
+        t.take_ups_delayed > 2 * seeds && t.latest_offsets_checked > 5 * seeds,
         "{t:?}"
     );
 }

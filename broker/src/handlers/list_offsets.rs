@@ -90,7 +90,12 @@ async fn lookup_on_owner(shard: Rc<BrokerShard>, items: Vec<Item<Ask>>) -> Vec<F
         let offsets = part.log.offsets();
         // KIP-207: a new leader whose high watermark has not reached the start of its epoch
         // does not know the latest committed offset yet.
-        let lagging = part.replication.local.borrow().epoch_start_offset > offsets.high_watermark.0;
+        let lagging = part
+            .replication
+            .local
+            .borrow()
+            .latest_offset(offsets.high_watermark.0)
+            .is_none();
         let not_available = || failed(code(ResponseError::OffsetNotAvailable));
         if lagging && timestamp == LATEST {
             out.push(not_available());

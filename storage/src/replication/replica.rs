@@ -250,6 +250,15 @@ impl ReplicaState {
         after
     }
 
+    /// Leader (KIP-207): the latest offset ListOffsets answers, the high watermark, once it
+    /// has reached this leader's epoch start (what the followers had not fetched from the
+    /// previous leader is then committed here too, so the answer is never below one the
+    /// previous leader gave); `None` before: OFFSET_NOT_AVAILABLE. Only for a replica that
+    /// [`Self::is_leader`]: another answers NOT_LEADER_OR_FOLLOWER.
+    pub fn latest_offset(&self, high_watermark: i64) -> Option<i64> {
+        (self.epoch_start_offset <= high_watermark).then_some(high_watermark)
+    }
+
     /// Leader: where the high watermark may move ([`high_watermark_candidate`] over the
     /// maximal ISR, with the followers' log ends and the leader's durable end); `None` unless
     /// the partition is replicated and this replica has taken up its leadership.
@@ -308,6 +317,9 @@ mod tests {
         assert!(r.is_leader(&a));
         assert_eq!(r.role_to_take_up(&a), None);
         assert_eq!(r.epoch_start_offset, 10);
+        // KIP-207: no latest offset below the epoch's start.
+        assert_eq!(r.latest_offset(9), None);
+        assert_eq!(r.latest_offset(10), Some(10));
         // Every follower has a full lag window from the take-up, and no known log end.
         assert_eq!(r.isr_to_shrink(&a, 31_000, 30_000), None);
         assert_eq!(r.isr_to_shrink(&a, 31_001, 30_000), Some(vec![1]));
