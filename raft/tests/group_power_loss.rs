@@ -23,27 +23,15 @@ use keel_raft::fs::SimFs;
 use keel_raft::node::{Event, MetadataHandle, NodeConfig};
 use keel_raft::registration::BrokerRegistration;
 use keel_raft::{ApplyOutcome, ClusterImage, Record};
-use keel_simdisk::SimDisk;
+use keel_simdisk::{SimDisk, SplitMix64};
 
 const NODES: [u64; 3] = [1, 2, 3];
 /// Proposals per seed.
 const ROUNDS: usize = 30;
 
-/// A small seeded generator (splitmix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
+/// A value below `n` from the disk model's seeded generator.
+fn below(rng: &mut SplitMix64, n: u64) -> u64 {
+    rng.next() % n
 }
 
 struct Node {
@@ -158,7 +146,7 @@ impl Node {
 }
 
 fn run_seed(seed: u64) {
-    let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x7261_6674);
+    let mut rng = SplitMix64(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x7261_6674);
     let voters: BTreeMap<u64, String> = NODES
         .iter()
         .map(|id| (*id, format!("127.0.0.1:{}", free_port())))
@@ -169,7 +157,7 @@ fn run_seed(seed: u64) {
             id: *id,
             fs: SimFs::new(SimDisk::new(
                 rng.next(),
-                [0u32, 128, 256][rng.below(3) as usize],
+                [0u32, 128, 256][below(&mut rng, 3) as usize],
             )),
             handle: None,
             _bell: None,
@@ -185,17 +173,17 @@ fn run_seed(seed: u64) {
     for round in 0..ROUNDS {
         // A power cut in most rounds, of one node or of all three at once; it lands after a
         // few more disk changes, while this round's proposal is under way.
-        let victims: Vec<usize> = match rng.below(10) {
-            0..=3 => vec![rng.below(3) as usize],
+        let victims: Vec<usize> = match below(&mut rng, 10) {
+            0..=3 => vec![below(&mut rng, 3) as usize],
             4..=5 => vec![0, 1, 2],
             _ => Vec::new(),
         };
         for v in &victims {
-            let changes = rng.below(8);
+            let changes = below(&mut rng, 8);
             nodes[*v].cut_after(changes);
         }
         let name = format!("s{seed}-r{round}");
-        let i = rng.below(3) as usize;
+        let i = below(&mut rng, 3) as usize;
         let mut topic_id = [0u8; 16];
         topic_id[..8].copy_from_slice(&rng.next().to_be_bytes());
         topic_id[8..].copy_from_slice(&(round as u64 + 1).to_be_bytes());
