@@ -5,10 +5,12 @@
 //! `AbstractFetcherThread`). [`fetch`] is the fetch protocol's glue on top of them: what a
 //! follower asks, the leader's checks and read, what the follower does with the answer;
 //! [`replica`] is one replica's state machine over both (its role, its followers, its
-//! pending ISR change, its high watermark).
+//! pending ISR change, its high watermark); [`timers`] holds its timed decisions as deadlines
+//! (acks=all waits, the AlterPartition queue's resends, follower back-offs).
 
 pub mod fetch;
 pub mod replica;
+pub mod timers;
 
 pub use replica::{Assignment, PendingIsr, ReplicaState, Role};
 

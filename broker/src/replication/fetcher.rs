@@ -17,9 +17,9 @@
 //! A fetcher ends when it has no partitions left. It runs on the shard that owns its
 //! partitions; nothing it holds is shared with other shards.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
@@ -28,6 +28,7 @@ use keel_client::aio::{Identity, PipelinedConn};
 use keel_client::core::ClientVersions;
 use keel_client::ClientError;
 use keel_storage::replication::fetch::{self as glue, Applied, FetchAnswer, FetchAsk, NotApplied};
+use keel_storage::replication::timers::FetchBackoff;
 use keel_storage::LeaderEpoch;
 use keel_vocab::ErrorCode;
 use tracing::{debug, info, warn};
@@ -142,14 +143,16 @@ pub fn prune(shard: &Rc<BrokerShard>) {
     }
 }
 
-/// Per partition, until when it backs off after an error.
-type Backoff = HashMap<(String, i32), Instant>;
+/// Per partition, until when it backs off after an answer it could not apply (storage's
+/// `replication::timers::FetchBackoff`, on the shard's monotonic clock).
+type Backoff = FetchBackoff<(String, i32)>;
 
 async fn run(shard: Rc<BrokerShard>, key: FetcherKey, state: Rc<FetcherState>) {
     let cfg = shard.config.clone();
     let backoff = Duration::from_millis(cfg.replica_fetch_backoff_ms);
     let mut conn: Option<Rc<PipelinedConn>> = None;
-    let mut delayed: Backoff = HashMap::new();
+    let mut delayed: Backoff = FetchBackoff::default();
+    let backoff_ms = cfg.replica_fetch_backoff_ms as i64;
     loop {
         if shard.shutdown.is_fired() {
             break;
@@ -169,12 +172,12 @@ async fn run(shard: Rc<BrokerShard>, key: FetcherKey, state: Rc<FetcherState>) {
             );
             break;
         }
-        let now = Instant::now();
-        delayed.retain(|_, until| *until > now);
+        let now_ms = shard.clock.monotonic_ms();
+        delayed.expire(now_ms);
         let mut throttled = false;
         let parts: Vec<Rc<Partition>> = ids
             .iter()
-            .filter(|id| !delayed.contains_key(*id))
+            .filter(|id| !delayed.delayed(*id, now_ms))
             .filter_map(|(t, i)| shard.partition(t, *i))
             .filter(|p| p.replication.leader.get() == key.leader && !p.is_leader())
             // An offline (poisoned) log takes nothing more until the broker restarts; its
@@ -340,7 +343,11 @@ async fn run(shard: Rc<BrokerShard>, key: FetcherKey, state: Rc<FetcherState>) {
                 throttle::follower_fetched(&shard, part, bytes);
                 if let Err(why) = handle_partition(&shard, part, pd).await {
                     debug!(topic = %part.topic, partition = part.index, why, "follower partition backs off");
-                    delayed.insert((part.topic.clone(), part.index), Instant::now() + backoff);
+                    delayed.delay(
+                        (part.topic.clone(), part.index),
+                        shard.clock.monotonic_ms(),
+                        backoff_ms,
+                    );
                 }
             }
         }

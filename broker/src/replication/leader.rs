@@ -25,6 +25,7 @@ use crate::errors::{code, storage_code, NONE};
 use crate::shard::{BrokerShard, Partition};
 use keel_storage::replication as rules;
 use keel_storage::replication::fetch::{self as glue, FetchAnswer, FetchAsk};
+use keel_storage::replication::timers::{self, AcksAll};
 
 /// Serves one follower's fetch of `part` (this broker leads it): checks divergence, records
 /// the follower's progress, moves the high watermark, and reads from the fetch offset up to
@@ -178,42 +179,48 @@ pub fn maybe_advance_high_watermark(shard: &Rc<BrokerShard>, part: &Rc<Partition
 /// or not: the record is in the leader's log, but the high watermark does not move while the
 /// ISR is that small (KIP-966), so waiting could only end in REQUEST_TIMED_OUT. This is what
 /// a client of Kafka before KIP-966 saw when the ISR shrank under its write (Kafka's
-/// DelayedProduce); the image that installs the smaller ISR wakes the wait.
+/// DelayedProduce); the image that installs the smaller ISR wakes the wait. The decision is
+/// storage's `replication::timers::acks_all` (which the fault simulation runs too) on the
+/// shard's monotonic clock; this loop only sleeps until the high watermark moves or the
+/// deadline it gives.
 pub async fn wait_for_high_watermark(
+    shard: &BrokerShard,
     part: &Rc<Partition>,
     upto: Offset,
     timeout: Duration,
 ) -> Result<(), CommitError> {
-    let deadline = Instant::now() + timeout;
+    let timeout_ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+    let deadline_ms = shard.clock.monotonic_ms().saturating_add(timeout_ms);
     loop {
-        if !part.is_leader() {
-            return Err(super::not_leader(part));
-        }
+        // Taken before the checks, so that a move between them and the wait wakes it.
         let event = part.replication.hw_event();
-        let isr = part.replication.isr.borrow().len() as i32;
+        let now_ms = shard.clock.monotonic_ms();
+        let isr = part.replication.isr.borrow().len();
         let min = part.min_insync_replicas.get();
-        if isr < min {
-            return Err(CommitError::Replication(
-                ErrorCode::of(ResponseError::NotEnoughReplicasAfterAppend),
-                format!("the in-sync replica set shrank to {isr}, below min.insync.replicas {min}, after the write"),
-            ));
-        }
-        if part.log.offsets().high_watermark >= upto {
-            return Ok(());
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || !event.wait_timeout(left).await {
-            if part.log.offsets().high_watermark >= upto && part.is_leader() {
-                continue;
+        let hw = part.log.offsets().high_watermark.0;
+        match timers::acks_all(part.is_leader(), isr, min, hw, upto.0, now_ms, deadline_ms) {
+            AcksAll::Done => return Ok(()),
+            AcksAll::NotLeader => return Err(super::not_leader(part)),
+            AcksAll::NotEnoughReplicasAfterAppend { isr, min } => {
+                return Err(CommitError::Replication(
+                    ErrorCode::of(ResponseError::NotEnoughReplicasAfterAppend),
+                    format!("the in-sync replica set shrank to {isr}, below min.insync.replicas {min}, after the write"),
+                ))
             }
-            return Err(CommitError::Replication(
-                ErrorCode::of(ResponseError::RequestTimedOut),
-                format!(
-                    "the in-sync replicas did not reach offset {} within {} ms",
-                    upto.0,
-                    timeout.as_millis()
-                ),
-            ));
+            AcksAll::TimedOut => {
+                return Err(CommitError::Replication(
+                    ErrorCode::of(ResponseError::RequestTimedOut),
+                    format!(
+                        "the in-sync replicas did not reach offset {} within {} ms",
+                        upto.0,
+                        timeout.as_millis()
+                    ),
+                ))
+            }
+            AcksAll::Wait { deadline_ms } => {
+                let left = u64::try_from(deadline_ms - now_ms).unwrap_or(0);
+                event.wait_timeout(Duration::from_millis(left)).await;
+            }
         }
     }
 }
@@ -325,14 +332,10 @@ fn as_sent(change: &crate::controller::IsrChange) -> rules::PendingIsr {
 
 /// Whether `change` is still the pending ISR change of `part`, led in the epochs it was sent
 /// at.
-fn still_pending(part: &Partition, change: &crate::controller::IsrChange) -> bool {
+pub(super) fn still_pending(part: &Partition, change: &crate::controller::IsrChange) -> bool {
     let sent = as_sent(change);
     part.with_assignment(|a| part.replication.local.borrow().still_pending(a, &sent))
 }
-
-/// How long a leader waits before it sends again an ISR change that got no answer (Kafka's
-/// `retry.backoff.ms` default).
-const ISR_CHANGE_RESEND_BACKOFF: Duration = Duration::from_millis(100);
 
 /// One partition's answer to an AlterPartition request, judged by storage's
 /// `replication::after_isr_change` (Kafka's `handleAlterPartitionError` and the
@@ -369,17 +372,14 @@ pub fn isr_change_done(
             .isr_change_answered(a, &sent, answer)
     });
     if after == rules::PendingIsrChange::Resend {
-        let (shard, part, change) = (shard.clone(), part.clone(), change.clone());
-        glommio::spawn_local(async move {
-            glommio::timer::sleep(ISR_CHANGE_RESEND_BACKOFF).await;
-            if still_pending(&part, &change) {
-                alter_partition::submit(
-                    &shard,
-                    alter_partition::AlterPartitionItem { part, change, why },
-                );
-            }
-        })
-        .detach();
+        alter_partition::resend_later(
+            shard,
+            alter_partition::AlterPartitionItem {
+                part: part.clone(),
+                change: change.clone(),
+                why,
+            },
+        );
     }
     maybe_advance_high_watermark(shard, part);
 }

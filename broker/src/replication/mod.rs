@@ -96,7 +96,7 @@ pub async fn commit(
     leader::maybe_advance_high_watermark(shard, part);
     match wait {
         Wait::Leader => Ok(()),
-        Wait::Isr { timeout } => leader::wait_for_high_watermark(part, upto, timeout).await,
+        Wait::Isr { timeout } => leader::wait_for_high_watermark(shard, part, upto, timeout).await,
     }
 }
 

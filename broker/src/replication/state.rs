@@ -12,13 +12,13 @@
 //! Runs on the owner shard only; borrows never live across an `.await`.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use keel_shard::Event;
 
 use crate::coordination::parking::DataWaiters;
 
+use keel_storage::replication::timers::IsrChangeQueue;
 use keel_storage::replication::{Assignment, ReplicaState};
 
 /// A partition's replication state (see the module docs).
@@ -227,19 +227,18 @@ pub struct AlterPartitionItem<P> {
 /// A partition by (topic id, index).
 pub type PartitionKey = ([u8; 16], i32);
 
-/// A shard's AlterPartition queue (`replication::leader::alter_partition` works it).
+/// A shard's AlterPartition queue (`replication::leader::alter_partition` works it): storage's
+/// `replication::timers::IsrChangeQueue` (at most one request in flight, changes submitted
+/// meanwhile go in the next one, unanswered ones go again after the backoff), which the fault
+/// simulation runs too.
 pub struct AlterPartitionManager<P> {
-    /// Changes for the next request, by (topic id, partition): at most one each.
-    pub unsent: RefCell<BTreeMap<PartitionKey, AlterPartitionItem<P>>>,
-    /// Whether a request is in flight (Kafka's `inflightRequest`).
-    pub in_flight: Cell<bool>,
+    pub queue: RefCell<IsrChangeQueue<PartitionKey, AlterPartitionItem<P>>>,
 }
 
 impl<P> Default for AlterPartitionManager<P> {
     fn default() -> Self {
         AlterPartitionManager {
-            unsent: RefCell::new(BTreeMap::new()),
-            in_flight: Cell::new(false),
+            queue: RefCell::new(IsrChangeQueue::default()),
         }
     }
 }
