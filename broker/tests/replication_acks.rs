@@ -43,13 +43,21 @@ fn list_offset(b: &Broker, name: &str, timestamp: i64, read_committed: bool) -> 
     (p.error_code, p.offset)
 }
 
-/// Waits until partition 0 of `name` has a leader and all `rf` replicas in its ISR; returns
+/// Waits until partition 0 of `name` has a leader and all `rf` replicas in its ISR, as
+/// `nodes[0]` and the leader itself both see it (the leader installs the image that names the
+/// full ISR on its own time: a write it takes before would see a smaller ISR); returns
 /// (leader, leader epoch, replicas in replica order).
-fn wait_isr_full(b: &Broker, name: &str, rf: usize) -> (i32, i32, Vec<i32>) {
+fn wait_isr_full(nodes: &[Broker], name: &str, rf: usize) -> (i32, i32, Vec<i32>) {
+    let full =
+        |b: &Broker| partition(b, name, 0).filter(|(l, _, _, isr)| *l > 0 && isr.len() == rf);
+    let mut seen = None;
     wait_until("the ISR has every replica", Duration::from_secs(20), || {
-        partition(b, name, 0).is_some_and(|(l, _, _, isr)| l > 0 && isr.len() == rf)
+        seen = full(&nodes[0]).filter(|(l, e, _, _)| {
+            full(&nodes[index_of(*l)]).is_some_and(|(l2, e2, _, _)| (l2, e2) == (*l, *e))
+        });
+        seen.is_some()
     });
-    let (leader, epoch, replicas, _) = partition(b, name, 0).unwrap();
+    let (leader, epoch, replicas, _) = seen.expect("waited for it");
     (leader, epoch, replicas)
 }
 
@@ -70,7 +78,7 @@ fn acks_all_answers_request_timed_out_when_the_high_watermark_does_not_pass_the_
     let _serial = serial();
     let nodes = cluster(3, &[]);
     create(&nodes[0], "slow-isr", 1, 3, 2);
-    let (leader, _, replicas) = wait_isr_full(&nodes[0], "slow-isr", 3);
+    let (leader, _, replicas) = wait_isr_full(&nodes, "slow-isr", 3);
     let l = index_of(leader);
     assert_eq!(
         raw_produce(&nodes[l], "slow-isr", 0, -1, &[b"before"]),
@@ -117,7 +125,7 @@ fn acks_all_answers_not_enough_replicas_after_append_when_the_isr_shrinks_below_
     // min.insync.replicas 3 of 3: one stopped follower takes the ISR below the minimum, and
     // the two others keep the metadata quorum, so the shrink commits while the write waits.
     create(&nodes[0], "shrinking", 1, 3, 3);
-    let (leader, _, replicas) = wait_isr_full(&nodes[0], "shrinking", 3);
+    let (leader, _, replicas) = wait_isr_full(&nodes, "shrinking", 3);
     let l = index_of(leader);
     assert_eq!(
         raw_produce(&nodes[l], "shrinking", 0, -1, &[b"before"]),
@@ -162,7 +170,7 @@ fn a_new_leader_answers_offset_not_available_until_its_high_watermark_reaches_it
     // Five voters, so the metadata quorum survives the leader killed and a follower stopped.
     let mut nodes = cluster(5, &[]);
     create(&nodes[0], "kip207", 1, 3, 2);
-    let (leader, epoch, replicas) = wait_isr_full(&nodes[0], "kip207", 3);
+    let (leader, epoch, replicas) = wait_isr_full(&nodes, "kip207", 3);
     let committed: Vec<String> = (0..5).map(|i| format!("committed-{i}")).collect();
     for (i, v) in committed.iter().enumerate() {
         assert_eq!(

@@ -76,6 +76,21 @@ pub struct SeedReport {
     /// ListOffsets (latest) answers checked.
     pub take_ups_delayed: u64,
     pub latest_offsets_checked: u64,
+    /// Of those, take-ups a power cut ended before their checkpoint's sync completed.
+    pub take_ups_cut: u64,
+    /// `--timers`: acks=all writes refused before their append (NOT_ENOUGH_REPLICAS: the
+    /// committed ISR below the minimum), answered REQUEST_TIMED_OUT and
+    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND, follower fetches timed out, AlterPartition requests
+    /// that got no answer in time and changes sent again after the backoff, answers that came
+    /// after their request had timed out (dropped), and follower back-offs.
+    pub produces_not_enough_replicas: u64,
+    pub acks_timed_out: u64,
+    pub acks_not_enough_replicas: u64,
+    pub fetches_timed_out: u64,
+    pub alter_partitions_timed_out: u64,
+    pub alter_partitions_resent: u64,
+    pub late_answers_dropped: u64,
+    pub fetch_backoffs: u64,
     pub reads_checked: u64,
     /// Invariant checks run (each a comparison against the model).
     pub checks: u64,
@@ -114,6 +129,15 @@ impl SeedReport {
         self.stale_leader_acks += o.stale_leader_acks;
         self.take_ups_delayed += o.take_ups_delayed;
         self.latest_offsets_checked += o.latest_offsets_checked;
+        self.take_ups_cut += o.take_ups_cut;
+        self.produces_not_enough_replicas += o.produces_not_enough_replicas;
+        self.acks_timed_out += o.acks_timed_out;
+        self.acks_not_enough_replicas += o.acks_not_enough_replicas;
+        self.fetches_timed_out += o.fetches_timed_out;
+        self.alter_partitions_timed_out += o.alter_partitions_timed_out;
+        self.alter_partitions_resent += o.alter_partitions_resent;
+        self.late_answers_dropped += o.late_answers_dropped;
+        self.fetch_backoffs += o.fetch_backoffs;
         self.reads_checked += o.reads_checked;
         self.checks += o.checks;
         self.injected_sync_eio += o.injected_sync_eio;

@@ -11,13 +11,15 @@
 //! keel-sim --replicated --idempotent ...        with idempotent producers retrying their batches
 //! keel-sim --replicated --controller-network ... with AlterPartition over the simulated network
 //! keel-sim --replicated --metadata-network ... with metadata images and heartbeats over it too
+//! keel-sim --replicated --slow-take-up ...     leaderships taken up some steps after their image
+//! keel-sim --replicated --timers ...           the broker's timers: deadlines, resends, back-offs
 //! ```
 
 use std::time::Instant;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: keel-sim [--replicated [--disk-faults] [--disk-full] [--idempotent] [--controller-network] [--metadata-network] [--slow-take-up]] [--seeds N] [--from S] [--seed S] [--steps K]"
+        "usage: keel-sim [--replicated [--disk-faults] [--disk-full] [--idempotent] [--controller-network] [--metadata-network] [--slow-take-up] [--timers]] [--seeds N] [--from S] [--seed S] [--steps K]"
     );
     std::process::exit(2)
 }
@@ -48,6 +50,7 @@ fn main() {
             "--controller-network" => mode.controller_network = true,
             "--metadata-network" => mode.metadata_network = true,
             "--slow-take-up" => mode.slow_take_up = true,
+            "--timers" => mode.timers = true,
             _ => usage(),
         }
     }
@@ -85,9 +88,23 @@ fn main() {
             }
             if t.take_ups_delayed > 0 {
                 println!(
-                    "  slow take-up: {} leaderships taken up 1-5 steps after their image, {} \
-                     ListOffsets (latest) answers checked",
-                    t.take_ups_delayed, t.latest_offsets_checked
+                    "  slow take-up: {} leaderships taken up 1-5 steps after their image ({} cut short \
+                     by a power cut before their checkpoint synced), {} ListOffsets (latest) \
+                     answers checked",
+                    t.take_ups_delayed, t.take_ups_cut, t.latest_offsets_checked
+                );
+            }
+            if mode.timers {
+                println!(
+                    "  timers: {} acks=all writes refused NOT_ENOUGH_REPLICAS, {} timed out, {} refused NOT_ENOUGH_REPLICAS_AFTER_APPEND; {} follower fetches timed out, {} follower back-offs; {} AlterPartition requests unanswered in time, {} changes sent again after the backoff, {} late answers dropped",
+                    t.produces_not_enough_replicas,
+                    t.acks_timed_out,
+                    t.acks_not_enough_replicas,
+                    t.fetches_timed_out,
+                    t.fetch_backoffs,
+                    t.alter_partitions_timed_out,
+                    t.alter_partitions_resent,
+                    t.late_answers_dropped
                 );
             }
             if t.alter_partitions > 0 {

@@ -49,6 +49,7 @@ use keel_raft::registration::BrokerRegistration;
 use keel_raft::{ApplyOutcome, ClusterImage, Record};
 use keel_simdisk::{Fault, SimDisk};
 use keel_storage::replication::fetch::{self as glue, Applied, FetchAnswer, FetchAsk, NotApplied};
+use keel_storage::replication::timers::{self, AcksAll, FetchBackoff, IsrChangeQueue};
 use keel_storage::replication::{
     Assignment, IsrChangeAnswer, PendingIsr, PendingIsrChange, ReplicaState, Role,
 };
@@ -64,6 +65,13 @@ const MIN_ISR: i32 = 2;
 const LAG_MS: i64 = 3_000;
 /// The controller fences a replica it has not heard from for this long.
 const SESSION_MS: i64 = 2_000;
+/// `--timers`, scaled as `LAG_MS` is (a tenth of Kafka's defaults): an acks=all write's
+/// deadline (the producer's `request.timeout.ms`), a follower fetch's (`replica.socket.timeout.ms`),
+/// an AlterPartition request's, and a follower partition's back-off (`replica.fetch.backoff.ms`).
+const REQUEST_TIMEOUT_MS: i64 = 3_000;
+const SOCKET_TIMEOUT_MS: i64 = 3_000;
+const CONTROLLER_TIMEOUT_MS: i64 = 3_000;
+const FETCH_BACKOFF_MS: i64 = 100;
 /// Bytes a follower fetches at most per answer.
 const FETCH_MAX: usize = 16 << 10;
 const TRAIL: usize = 60;
@@ -87,6 +95,8 @@ enum Msg {
     /// `--controller-network`: a leader's AlterPartition (Kafka's AlterPartitionManager
     /// sends one per change), with the epochs it knows and the members' broker epochs.
     AlterPartition {
+        /// The request's number (`--timers`: an answer to a request that timed out is dropped).
+        req: u64,
         leader: i32,
         leader_epoch: i32,
         partition_epoch: i32,
@@ -136,6 +146,24 @@ impl View {
 const CONTROLLER: i32 = 0;
 
 impl Msg {
+    /// An AlterPartition's change as its leader sent it (what `ReplicaState` holds pending).
+    fn as_sent(&self) -> PendingIsr {
+        let Msg::AlterPartition {
+            leader_epoch,
+            partition_epoch,
+            isr,
+            ..
+        } = self
+        else {
+            unreachable!("an AlterPartition")
+        };
+        PendingIsr {
+            isr: isr.iter().map(|m| m.broker_id).collect(),
+            leader_epoch: *leader_epoch,
+            partition_epoch: *partition_epoch,
+        }
+    }
+
     fn ends(&self) -> (i32, i32) {
         match self {
             Msg::Fetch { from, to, .. } | Msg::Answer { from, to, .. } => (*from, *to),
@@ -165,6 +193,13 @@ struct Node {
     /// one connection, one request at a time, as the broker's fetcher (a duplicated or late
     /// answer to an older fetch is dropped, as TCP and a reconnection would).
     fetching: Option<u64>,
+    /// `--timers`: when the fetch out times out; the follower's back-off after an answer it
+    /// could not apply; the leader's AlterPartition queue and the request in flight (its
+    /// number, deadline, and the request).
+    fetch_deadline: i64,
+    backoff: FetchBackoff<()>,
+    isr_queue: IsrChangeQueue<i32, Msg>,
+    alter_in_flight: Option<(u64, i64, Msg)>,
     /// The high watermark last seen while it was up and in the ISR.
     hw_in_isr: Option<i64>,
     /// Started once: a later start is a restart (a new registration).
@@ -365,6 +400,8 @@ struct Pending {
     records: Vec<(i64, Vec<u8>)>,
     /// The idempotent producer that sent it.
     producer: Option<usize>,
+    /// `--timers`: when the acks=all wait times out.
+    deadline_ms: i64,
 }
 
 /// What a replicated run adds to the network faults, power cuts and restarts every run has (a
@@ -403,6 +440,16 @@ pub struct ReplicaMode {
     /// when its leader began taking up the role (KIP-207), which holds only if a replica
     /// serves as leader once it has taken the role up.
     pub slow_take_up: bool,
+    /// `--timers`: the broker's timers on the simulated clock (storage's
+    /// `replication::timers`, which the broker's tasks sleep on): an acks=all write waits
+    /// until a deadline (`acks_all`: REQUEST_TIMED_OUT, or NOT_ENOUGH_REPLICAS_AFTER_APPEND once
+    /// the committed ISR is below the minimum); a lost fetch or answer is noticed when the
+    /// fetch's socket timeout passes, a follower backs off after an answer it could not apply
+    /// (`FetchBackoff`); with `--controller-network`, each leader's AlterPartition queue
+    /// (`IsrChangeQueue`: one request in flight, an unanswered one noticed at its timeout and
+    /// sent again after the backoff if still pending, a late answer dropped). Without it every
+    /// timer fires at once: a lost message is noticed as it is lost and clients wait for ever.
+    pub timers: bool,
 }
 
 impl ReplicaMode {
@@ -414,6 +461,7 @@ impl ReplicaMode {
         controller_network: false,
         metadata_network: false,
         slow_take_up: false,
+        timers: false,
     };
 
     /// The parts that are on: each one's `keel-sim` flag and its name in a violation.
@@ -433,6 +481,7 @@ impl ReplicaMode {
                 "metadata network",
             ),
             (self.slow_take_up, "--slow-take-up", "slow take-up"),
+            (self.timers, "--timers", "timers"),
         ]
         .into_iter()
         .filter(|(on, _, _)| *on)
@@ -488,6 +537,8 @@ struct Run {
     /// it up; no ListOffsets (latest) answer of that epoch may be below it.
     latest_floor: BTreeMap<i32, i64>,
     sent: u64,
+    /// AlterPartition requests numbered so far.
+    alter_sent: u64,
     pending: Vec<Pending>,
     /// What must survive: acknowledged records and records a reader saw, by offset.
     must: BTreeMap<i64, Vec<u8>>,
@@ -523,6 +574,10 @@ pub async fn run(seed: u64, steps: u64, mode: ReplicaMode) -> Result<SeedReport,
             state: ReplicaState::new(id),
             take_up_due: None,
             fetching: None,
+            fetch_deadline: 0,
+            backoff: FetchBackoff::default(),
+            isr_queue: IsrChangeQueue::default(),
+            alter_in_flight: None,
             hw_in_isr: None,
             started: false,
             offline: false,
@@ -548,6 +603,7 @@ pub async fn run(seed: u64, steps: u64, mode: ReplicaMode) -> Result<SeedReport,
         step: 0,
         latest_floor: BTreeMap::new(),
         sent: 0,
+        alter_sent: 0,
         pending: Vec::new(),
         must: BTreeMap::new(),
         committed: 0,
@@ -593,6 +649,9 @@ pub async fn run(seed: u64, steps: u64, mode: ReplicaMode) -> Result<SeedReport,
 impl Run {
     fn note(&mut self, what: String) {
         let line = format!("{:>5} t+{} {what}", self.step, self.now_ms % 1_000_000);
+        if std::env::var("SIM_TRACE").is_ok() {
+            eprintln!("N {line}");
+        }
         self.trail.note(line);
     }
 
@@ -727,6 +786,9 @@ impl Run {
                 n.state = ReplicaState::new(n.id);
                 n.take_up_due = None;
                 n.fetching = None;
+                n.backoff.clear();
+                n.isr_queue.clear();
+                n.alter_in_flight = None;
                 n.hw_in_isr = None;
                 n.offline = false;
                 let (id, restarted) = (n.id, n.started);
@@ -1041,6 +1103,7 @@ impl Run {
                 }
             }
         }
+        self.fire_timers();
         self.acknowledge();
         // Committed is what a leader's high watermark passed; no replica's high watermark
         // (what it would serve a reader, KIP-392) may claim more.
@@ -1097,16 +1160,29 @@ impl Run {
             .state
             .propose(&v.assignment(), isr.clone());
         if self.mode.controller_network {
-            self.net.push_back(Msg::AlterPartition {
+            self.alter_sent += 1;
+            let request = Msg::AlterPartition {
+                req: self.alter_sent,
                 leader,
                 leader_epoch: v.epoch,
                 partition_epoch: v.partition_epoch,
                 isr: members,
                 why,
-            });
-            self.note(format!(
-                "replica {leader} sends AlterPartition ISR {isr:?} ({why})"
-            ));
+            };
+            if self.mode.timers {
+                // Into the leader's AlterPartition queue: sent now unless a request is in
+                // flight.
+                self.nodes[Self::idx(leader)].isr_queue.submit(0, request);
+                self.note(format!(
+                    "replica {leader} queues AlterPartition ISR {isr:?} ({why})"
+                ));
+                self.pump_alter_partition(leader);
+            } else {
+                self.net.push_back(request);
+                self.note(format!(
+                    "replica {leader} sends AlterPartition ISR {isr:?} ({why})"
+                ));
+            }
             self.advance_hw(leader);
             return;
         }
@@ -1148,24 +1224,13 @@ impl Run {
     /// was committed, so (`ReplicaState::isr_change_answered` with no answer: `Resend`) it
     /// sends the same request again while the change is still its pending one.
     fn resend_alter_partition(&mut self, request: Msg) {
-        let Msg::AlterPartition {
-            leader,
-            leader_epoch,
-            partition_epoch,
-            ref isr,
-            ..
-        } = request
-        else {
+        let Msg::AlterPartition { leader, .. } = request else {
             unreachable!("an AlterPartition")
         };
         if !self.up(leader) {
             return;
         }
-        let sent = PendingIsr {
-            isr: isr.iter().map(|m| m.broker_id).collect(),
-            leader_epoch,
-            partition_epoch,
-        };
+        let sent = request.as_sent();
         let v = self.view_of(leader);
         let after = self.nodes[Self::idx(leader)].state.isr_change_answered(
             &v.assignment(),
@@ -1182,6 +1247,94 @@ impl Run {
             }
             PendingIsrChange::End => self.advance_hw(leader),
             PendingIsrChange::Keep => {}
+        }
+    }
+
+    /// `--timers`: the leader's AlterPartition queue sends its next request when none is in
+    /// flight and a change is unsent or due to go again (one still pending, as the broker's
+    /// `alter_partition::maybe_send` takes it).
+    fn pump_alter_partition(&mut self, leader: i32) {
+        if !self.up(leader) {
+            return;
+        }
+        let now = self.now_ms;
+        let v = self.view_of(leader);
+        let n = &mut self.nodes[Self::idx(leader)];
+        if !n.isr_queue.may_start(now) {
+            return;
+        }
+        n.isr_queue.start();
+        let state = &n.state;
+        let batch = n.isr_queue.take_batch(now, 1, |m| {
+            state.still_pending(&v.assignment(), &m.as_sent())
+        });
+        let Some(request) = batch.into_iter().next() else {
+            n.isr_queue.answered();
+            return;
+        };
+        let Msg::AlterPartition { req, ref isr, .. } = request else {
+            unreachable!("the queue holds AlterPartition requests")
+        };
+        let ids: Vec<i32> = isr.iter().map(|m| m.broker_id).collect();
+        n.alter_in_flight = Some((req, now + CONTROLLER_TIMEOUT_MS, request.clone()));
+        self.net.push_back(request);
+        self.note(format!(
+            "replica {leader} sends AlterPartition {req} ISR {ids:?}"
+        ));
+    }
+
+    /// `--timers`, after every step: what the broker's timers fire by now. A fetch out past its
+    /// socket timeout is given up (the fetcher reconnects and asks again); an AlterPartition
+    /// request past its timeout got no answer (`isr_change_answered` with none: sent again
+    /// after the backoff while still pending); queues send what is due.
+    fn fire_timers(&mut self) {
+        if !self.mode.timers {
+            return;
+        }
+        let now = self.now_ms;
+        for id in REPLICAS {
+            if !self.up(id) {
+                continue;
+            }
+            let i = Self::idx(id);
+            if self.nodes[i].fetching.is_some() && now >= self.nodes[i].fetch_deadline {
+                self.nodes[i].fetching = None;
+                self.report.fetches_timed_out += 1;
+                self.note(format!("{id}'s fetch timed out: it asks again"));
+            }
+            let expired = self.nodes[i]
+                .alter_in_flight
+                .as_ref()
+                .is_some_and(|(_, deadline, _)| now >= *deadline);
+            if expired {
+                let (req, _, mut request) = self.nodes[i].alter_in_flight.take().expect("expired");
+                self.nodes[i].isr_queue.answered();
+                self.report.alter_partitions_timed_out += 1;
+                let sent = request.as_sent();
+                let v = self.view_of(id);
+                let after = self.nodes[i].state.isr_change_answered(
+                    &v.assignment(),
+                    &sent,
+                    IsrChangeAnswer::NoAnswer,
+                );
+                self.note(format!(
+                    "replica {id}'s AlterPartition {req} got no answer in time: {after:?}"
+                ));
+                match after {
+                    PendingIsrChange::Resend => {
+                        self.report.alter_partitions_resent += 1;
+                        self.alter_sent += 1;
+                        // The same change as a new request.
+                        if let Msg::AlterPartition { req, .. } = &mut request {
+                            *req = self.alter_sent;
+                        }
+                        self.nodes[i].isr_queue.resend_later(0, request, now);
+                    }
+                    PendingIsrChange::End => self.advance_hw(id),
+                    PendingIsrChange::Keep => {}
+                }
+            }
+            self.pump_alter_partition(id);
         }
     }
 
@@ -1239,6 +1392,13 @@ impl Run {
         let Some(leader) = self.client_leader() else {
             return Ok(());
         };
+        let isr = self.view_of(leader).isr.len();
+        if self.mode.timers && (isr as i32) < MIN_ISR {
+            // The broker's produce handler refuses an acks=all write before appending it while
+            // the committed ISR is below min.insync.replicas (NOT_ENOUGH_REPLICAS, retriable).
+            self.report.produces_not_enough_replicas += 1;
+            return Ok(());
+        }
         if self.mode.idempotent {
             if let Some(i) = [None, Some(0), Some(1)][self.rng.range(0, 2) as usize] {
                 return self.produce_idempotent(leader, i).await;
@@ -1274,6 +1434,7 @@ impl Run {
                 .map(|(k, v)| (base + k as i64, v))
                 .collect(),
             producer: None,
+            deadline_ms: now + REQUEST_TIMEOUT_MS,
         });
         Ok(())
     }
@@ -1415,6 +1576,7 @@ impl Run {
                 .map(|(k, v)| (base + k as i64, v))
                 .collect(),
             producer: Some(i),
+            deadline_ms: self.now_ms + REQUEST_TIMEOUT_MS,
         });
         Ok(())
     }
@@ -1435,7 +1597,37 @@ impl Run {
                 continue;
             }
             let hw = self.log(p.leader).offsets().high_watermark.0;
-            if hw > p.last {
+            let done = if self.mode.timers {
+                // The broker's acks=all wait (`replication::timers::acks_all`), by the
+                // leader's committed ISR (its image's).
+                match timers::acks_all(
+                    leading,
+                    v.isr.len(),
+                    MIN_ISR,
+                    hw,
+                    p.last + 1,
+                    self.now_ms,
+                    p.deadline_ms,
+                ) {
+                    AcksAll::Done => true,
+                    AcksAll::Wait { .. } => false,
+                    AcksAll::NotLeader => continue,
+                    refused => {
+                        // Failed: an idempotent producer sends it again.
+                        if refused == AcksAll::TimedOut {
+                            self.report.acks_timed_out += 1;
+                        } else {
+                            self.report.acks_not_enough_replicas += 1;
+                        }
+                        let (l, last) = (p.leader, p.last);
+                        self.note(format!("acks=all write to {l} up to {last}: {refused:?}"));
+                        continue;
+                    }
+                }
+            } else {
+                hw > p.last
+            };
+            if done {
                 if let Some(i) = p.producer {
                     let pr = &mut self.producers[i];
                     pr.next_sequence += p.records.len() as i32;
@@ -1467,6 +1659,7 @@ impl Run {
                 n.log.is_some()
                     && !n.offline
                     && n.fetching.is_none()
+                    && !n.backoff.delayed(&(), self.now_ms)
                     && v.leader > 0
                     && v.leader != *id
                     && n.state.applied_role == Some((v.leader, v.epoch))
@@ -1493,7 +1686,9 @@ impl Run {
             epoch: v.epoch,
             ask,
         };
-        self.nodes[Self::idx(id)].fetching = Some(fetch_id);
+        let n = &mut self.nodes[Self::idx(id)];
+        n.fetching = Some(fetch_id);
+        n.fetch_deadline = self.now_ms + SOCKET_TIMEOUT_MS;
         self.net.push_back(msg);
         Ok(())
     }
@@ -1553,6 +1748,7 @@ impl Run {
                 partition_epoch,
                 ref isr,
                 why,
+                ..
             } => {
                 let ids: Vec<i32> = isr.iter().map(|m| m.broker_id).collect();
                 let answer =
@@ -1583,6 +1779,7 @@ impl Run {
                 view,
             } => {
                 let Msg::AlterPartition {
+                    req,
                     isr,
                     leader_epoch,
                     partition_epoch,
@@ -1591,6 +1788,24 @@ impl Run {
                 else {
                     unreachable!("an answer to an AlterPartition")
                 };
+                if self.mode.timers {
+                    // Only the answer to the request in flight: one to a request that timed
+                    // out was dropped with its connection.
+                    let i = Self::idx(to);
+                    let current = self.nodes[i]
+                        .alter_in_flight
+                        .as_ref()
+                        .is_some_and(|(r, _, _)| *r == req);
+                    if !current || !self.up(to) {
+                        self.report.late_answers_dropped += 1;
+                        self.note(format!(
+                            "replica {to} drops the answer to AlterPartition {req} (not in flight)"
+                        ));
+                        return Ok(());
+                    }
+                    self.nodes[i].alter_in_flight = None;
+                    self.nodes[i].isr_queue.answered();
+                }
                 let ids: Vec<i32> = isr.iter().map(|m| m.broker_id).collect();
                 self.note(format!(
                     "replica {to} learns AlterPartition ISR {ids:?}: {answer:?}"
@@ -1602,6 +1817,9 @@ impl Run {
                         partition_epoch,
                     };
                     self.isr_change_answered(to, &sent, answer, view);
+                    if self.mode.timers {
+                        self.pump_alter_partition(to);
+                    }
                 }
             }
             Msg::Image { to, view } => self.learn(to, view),
@@ -1611,6 +1829,10 @@ impl Run {
 
     /// A fetch or its answer was lost: the fetcher times out and asks again.
     fn timed_out(&mut self, m: &Msg) {
+        if self.mode.timers && !matches!(m, Msg::Image { .. }) {
+            // Noticed when its request's deadline passes (`fire_timers`).
+            return;
+        }
         let (fetcher, id) = match m {
             Msg::Fetch { from, id, .. } => (*from, *id),
             Msg::Answer { to, id, .. } => (*to, *id),
@@ -1718,14 +1940,31 @@ impl Run {
                 self.note(format!("{follower} starts over at {at}"));
                 Ok(())
             }
-            Ok(Applied::Appended { .. }) | Err(NotApplied::Refused(_)) => Ok(()),
+            Ok(Applied::Appended { .. }) => Ok(()),
+            Err(NotApplied::Refused(_)) => {
+                self.back_off(follower);
+                Ok(())
+            }
             Err(e @ (NotApplied::Mismatch(_) | NotApplied::OutOfRange { .. })) => {
                 // Keel's fetcher backs off and asks again: an answer that does not fit (a
                 // duplicate, a reordered one) changes nothing.
                 self.note(format!("{follower} refuses an answer: {e}"));
+                self.back_off(follower);
                 Ok(())
             }
             Err(NotApplied::Io(e)) => self.io_failed(follower, format!("follower {follower}: {e}")),
+        }
+    }
+
+    /// `--timers`: a follower's partition backs off after an answer it could not apply (the
+    /// broker's fetcher, `replica.fetch.backoff.ms`).
+    fn back_off(&mut self, follower: i32) {
+        if self.mode.timers {
+            let now = self.now_ms;
+            self.nodes[Self::idx(follower)]
+                .backoff
+                .delay((), now, FETCH_BACKOFF_MS);
+            self.report.fetch_backoffs += 1;
         }
     }
 
@@ -1882,8 +2121,14 @@ impl Run {
         n.log = None;
         n.down_since = self.now_ms;
         n.state = ReplicaState::new(id);
+        let taking_up = n.take_up_due.is_some_and(|(_, due)| self.step < due);
         n.take_up_due = None;
         n.hw_in_isr = None;
+        if crash && taking_up {
+            // The power went off while its leader-epoch checkpoint's sync was in flight: the
+            // checkpoint is not on disk, and it takes the role up again from its image.
+            self.report.take_ups_cut += 1;
+        }
         if crash {
             n.disk.disk().crash();
             self.report.crashes += 1;

@@ -42,10 +42,18 @@ const EVERYTHING: ReplicaMode = ReplicaMode {
     controller_network: true,
     metadata_network: true,
     slow_take_up: false,
+    timers: false,
 };
 
 const SLOW_TAKE_UP_WITH_METADATA_NETWORK: ReplicaMode = ReplicaMode {
     slow_take_up: true,
+    metadata_network: true,
+    ..ReplicaMode::PLAIN
+};
+
+const TIMERS_WITH_CONTROLLER_AND_METADATA_NETWORK: ReplicaMode = ReplicaMode {
+    timers: true,
+    controller_network: true,
     metadata_network: true,
     ..ReplicaMode::PLAIN
 };
@@ -282,6 +290,53 @@ fn the_ci_seed_budget_with_slow_take_ups_finds_no_violation() {
     );
 }
 
+/// The broker's timers on the simulated clock (storage's `replication::timers`), with
+/// AlterPartition and metadata over the network: acks=all writes refused or timed out at their
+/// deadline, lost fetches noticed at their socket timeout, followers backing off, each
+/// leader's AlterPartition queue with one request in flight, unanswered requests sent again
+/// after the backoff and late answers dropped. A timed-out acks=all wait answered as success
+/// (`acks_all` returning `Done` past the deadline) fails seed 4 here (seed 0 with the
+/// controller network alone).
+#[test]
+fn the_ci_seed_budget_with_the_brokers_timers_finds_no_violation() {
+    let seeds = budget();
+    let _one_at_a_time = serial();
+    let t = run_replica_seeds(0, seeds, STEPS, TIMERS_WITH_CONTROLLER_AND_METADATA_NETWORK)
+        .unwrap_or_else(|v| panic!("{v}"));
+    eprintln!(
+        "replicated, timers, controller and metadata network: {seeds} seeds x {STEPS} steps: {} \
+         records acknowledged; acks=all {} refused before the append, {} timed out, {} refused \
+         after it; {} fetches timed out, {} back-offs; AlterPartition {} timed out, {} sent \
+         again, {} late answers dropped; {} checks",
+        t.acked_records,
+        t.produces_not_enough_replicas,
+        t.acks_timed_out,
+        t.acks_not_enough_replicas,
+        t.fetches_timed_out,
+        t.fetch_backoffs,
+        t.alter_partitions_timed_out,
+        t.alter_partitions_resent,
+        t.late_answers_dropped,
+        t.checks
+    );
+    // Every timer fired: a run where none did would prove nothing about them.
+    assert!(t.acked_records > seeds / 2, "{t:?}");
+    assert!(
+        t.acks_timed_out > seeds && t.acks_not_enough_replicas > seeds,
+        "{t:?}"
+    );
+    assert!(
+        t.fetches_timed_out > seeds && t.fetch_backoffs > seeds / 10,
+        "{t:?}"
+    );
+    assert!(
+        t.alter_partitions_timed_out > seeds
+            && t.alter_partitions_resent > seeds / 2
+            && t.late_answers_dropped > seeds / 2,
+        "{t:?}"
+    );
+}
+
 /// Everything at once: EIO, full disks that get space back, idempotent producers,
 /// AlterPartition and metadata over the network.
 #[test]
@@ -324,6 +379,24 @@ fn the_ci_seed_budget_with_every_fault_and_idempotent_producers_finds_no_violati
 fn replicated_controller_and_metadata_network_seed_5573_a_lost_answer_keeps_the_change_pending() {
     let _one_at_a_time = serial();
     run_replica_seeds(5573, 1, STEPS, CONTROLLER_AND_METADATA_NETWORK)
+        .unwrap_or_else(|v| panic!("{v}"));
+}
+
+/// Found with the broker's timers, AlterPartition and metadata over the network: an ISR
+/// expansion committed, its answer came after the request's timeout and was dropped, the
+/// change went again and the controller refused the resend as stale (INVALID_UPDATE_VERSION,
+/// 95: its partition epoch had moved, with this very change). The refusal ended the pending
+/// change: storage's `replication::after_isr_change` carried Kafka's codes as numbers, two
+/// wrong (it took 108 for INVALID_UPDATE_VERSION and 106 for NEW_LEADER_ELECTED, which is
+/// 108), so 95 read as a refusal proving nothing was committed. The leader moved its high
+/// watermark by the old ISR while the controller held the new one; the added member, lacking
+/// records 9-13, was later elected. The broker ran the same rule. Fixed by naming the codes
+/// (`ResponseError`); seed 38088 of `--timers` with every fault found the same.
+#[test]
+fn replicated_timers_controller_and_metadata_network_seed_12866_a_stale_refusal_keeps_the_change_pending(
+) {
+    let _one_at_a_time = serial();
+    run_replica_seeds(12866, 1, STEPS, TIMERS_WITH_CONTROLLER_AND_METADATA_NETWORK)
         .unwrap_or_else(|v| panic!("{v}"));
 }
 
@@ -410,4 +483,32 @@ fn replicated_seed_2866_a_new_leader_syncs_what_it_appended_as_a_follower() {
 fn replicated_disk_faults_seed_3333_recovery_takes_epochs_from_the_batches() {
     let _one_at_a_time = serial();
     run_replica_seeds(3333, 1, STEPS, DISK_FAULTS).unwrap_or_else(|v| panic!("{v}"));
+}
+
+/// keel-raft's controller and storage's rule speak the same codes: each refusal the controller
+/// gives an AlterPartition whose epochs went stale (the partition or leader moved on, maybe by
+/// this very change) leaves the leader's change pending until the image, and only a refusal
+/// against the state the leader knows ends it. The numbers once disagreed (seed 12866).
+#[test]
+fn the_controllers_stale_refusals_keep_a_pending_isr_change() {
+    use keel_raft::image::codes;
+    use keel_storage::replication::{after_isr_change, IsrChangeAnswer, PendingIsrChange};
+    for code in [
+        codes::INVALID_UPDATE_VERSION,
+        codes::FENCED_LEADER_EPOCH,
+        codes::NOT_LEADER_OR_FOLLOWER,
+    ] {
+        assert_eq!(
+            after_isr_change(IsrChangeAnswer::Refused { code }, 3),
+            PendingIsrChange::Keep,
+            "code {code}"
+        );
+    }
+    for code in [codes::INELIGIBLE_REPLICA, codes::INVALID_REQUEST] {
+        assert_eq!(
+            after_isr_change(IsrChangeAnswer::Refused { code }, 3),
+            PendingIsrChange::End,
+            "code {code}"
+        );
+    }
 }

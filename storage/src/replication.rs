@@ -14,6 +14,9 @@ pub mod timers;
 
 pub use replica::{Assignment, PendingIsr, ReplicaState, Role};
 
+use keel_vocab::error::ResponseError;
+use keel_vocab::ErrorCode;
+
 /// What a leader knows of one follower, from its fetches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FollowerProgress {
@@ -170,6 +173,10 @@ pub enum IsrChangeAnswer {
     NoAnswer,
 }
 
+const fn code(e: ResponseError) -> i16 {
+    ErrorCode::of(e).code()
+}
+
 /// What happens to a leader's pending ISR change after an answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PendingIsrChange {
@@ -191,11 +198,16 @@ pub enum PendingIsrChange {
 /// may lack what the high watermark passes and be elected (found by keel-sim
 /// `--controller-network --metadata-network`, seed 5573). A stale refusal (the leader or
 /// partition epoch moved on, which a resent change's own commit does too) waits for the image.
+///
+/// The codes are Kafka's, by name (`ResponseError`): this rule once carried them as numbers,
+/// two of them wrong (106 and 108 for NEW_LEADER_ELECTED and INVALID_UPDATE_VERSION, which are
+/// 108 and 95), so a stale INVALID_UPDATE_VERSION refusal of a resent change ended it (found by
+/// keel-sim `--timers --controller-network --metadata-network`, seed 12866).
 pub fn after_isr_change(answer: IsrChangeAnswer, sent_partition_epoch: i32) -> PendingIsrChange {
-    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-    const FENCED_LEADER_EPOCH: i16 = 74;
-    const NEW_LEADER_ELECTED: i16 = 106;
-    const INVALID_UPDATE_VERSION: i16 = 108;
+    const NOT_LEADER_OR_FOLLOWER: i16 = code(ResponseError::NotLeaderOrFollower);
+    const FENCED_LEADER_EPOCH: i16 = code(ResponseError::FencedLeaderEpoch);
+    const NEW_LEADER_ELECTED: i16 = code(ResponseError::NewLeaderElected);
+    const INVALID_UPDATE_VERSION: i16 = code(ResponseError::InvalidUpdateVersion);
     match answer {
         IsrChangeAnswer::Committed { partition_epoch }
             if partition_epoch == sent_partition_epoch =>
@@ -284,13 +296,36 @@ mod tests {
         assert_eq!(after_isr_change(Committed { partition_epoch: 8 }, 7), Keep);
         assert_eq!(after_isr_change(Committed { partition_epoch: 7 }, 7), End);
         // Refused against the state the leader knows: INELIGIBLE_REPLICA, INVALID_REQUEST,
-        // UNKNOWN_TOPIC_ID.
-        for code in [107, 42, 100] {
-            assert_eq!(after_isr_change(Refused { code }, 7), End, "code {code}");
+        // UNKNOWN_TOPIC_ID (by Kafka's numbers too, as they travel).
+        for e in [
+            ResponseError::IneligibleReplica,
+            ResponseError::InvalidRequest,
+            ResponseError::UnknownTopicId,
+        ] {
+            let code = super::code(e);
+            assert_eq!(after_isr_change(Refused { code }, 7), End, "{e:?}");
         }
+        assert_eq!(
+            (
+                super::code(ResponseError::IneligibleReplica),
+                super::code(ResponseError::InvalidRequest)
+            ),
+            (107, 42)
+        );
         // Refused as stale (the controller moved on, maybe with this very change when it is
         // a resend): wait for the image.
-        for code in [6, 74, 106, 108] {
+        for e in [
+            ResponseError::NotLeaderOrFollower,
+            ResponseError::FencedLeaderEpoch,
+            ResponseError::NewLeaderElected,
+            ResponseError::InvalidUpdateVersion,
+        ] {
+            let code = super::code(e);
+            assert_eq!(after_isr_change(Refused { code }, 7), Keep, "{e:?}");
+        }
+        // Kafka's numbers for them: keel-raft's controller refuses a stale partition epoch
+        // with 95.
+        for code in [6, 74, 108, 95] {
             assert_eq!(after_isr_change(Refused { code }, 7), Keep, "code {code}");
         }
         // No answer: it may have been committed; send it again.
