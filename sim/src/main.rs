@@ -14,6 +14,9 @@
 //! keel-sim --replicated --slow-take-up ...     leaderships taken up some steps after their image
 //! keel-sim --replicated --timers ...           the broker's timers: deadlines, resends, back-offs
 //! ```
+//!
+//! `SIM_TRACE=1` prints every step of a replicated run to stderr (a violation prints the last
+//! 60).
 
 use std::time::Instant;
 
