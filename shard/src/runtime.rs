@@ -3,6 +3,7 @@
 //! Also raises RLIMIT_MEMLOCK, which glommio needs for its registered io_uring buffers
 //! (`io_memory` per executor).
 
+use std::cell::Cell;
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -197,6 +198,9 @@ pub fn raise_memlock_limit(bytes: u64) -> Result<u64, ShardError> {
     )))
 }
 
+/// How often a joining shard's executor wakes to look at its channels (see [`launch`]).
+const JOIN_TICK: Duration = Duration::from_millis(10);
+
 /// Starts `config.shard_count()` executors, joins them into a mesh, runs `start` on each and
 /// blocks until all have returned. Any shard's setup failure is returned.
 pub fn launch<S, G, Fut>(config: &RuntimeConfig, start: G) -> Result<(), ShardError>
@@ -229,7 +233,23 @@ where
         let handle = builder
             .spawn(move || async move {
                 name_thread(shard_id);
-                let (senders, receivers) = match mesh_builder.join().await {
+                // While the shards join, a timer wakes this executor every few milliseconds:
+                // a join whose cross-thread wake-up was lost (both executors found asleep in
+                // io_uring with the join's message in a channel, 1 broker start in about 100
+                // under `cargo test --test io_properties`; any wake-up of the executor sweeps
+                // the channels and finds it) goes on at the next tick instead of never. Once
+                // joined, each shard's own ticker plays that part.
+                let joining = Rc::new(Cell::new(true));
+                let ticking = joining.clone();
+                glommio::spawn_local(async move {
+                    while ticking.get() {
+                        glommio::timer::sleep(JOIN_TICK).await;
+                    }
+                })
+                .detach();
+                let joined = mesh_builder.join().await;
+                joining.set(false);
+                let (senders, receivers) = match joined {
                     Ok(pair) => pair,
                     Err(e) => {
                         tracing::error!(shard_id, error = %e, "could not join the shard mesh");
