@@ -149,10 +149,6 @@ impl<K: Ord + Clone, V> IsrChangeQueue<K, V> {
         self.in_flight = false;
     }
 
-    pub fn in_flight(&self) -> bool {
-        self.in_flight
-    }
-
     /// The earliest time a change waits to go again, if any: when to look at the queue next
     /// though nothing else happens.
     pub fn next_resend(&self) -> Option<i64> {
@@ -161,11 +157,7 @@ impl<K: Ord + Clone, V> IsrChangeQueue<K, V> {
 
     /// Forgets everything (a replica that stops).
     pub fn clear(&mut self) {
-        *self = IsrChangeQueue {
-            unsent: BTreeMap::new(),
-            resend: BTreeMap::new(),
-            in_flight: false,
-        };
+        *self = Self::default();
     }
 }
 
